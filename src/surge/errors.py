@@ -1,0 +1,55 @@
+"""The error taxonomy shared by every layer of surge.
+
+Remote failures are data: a request that failed becomes a result record whose
+``error`` field is one of the stable class names in :data:`ERROR_CLASSES`.
+Exceptions escape only for programming or usage errors (and :class:`PoolTimeout`,
+which a caller of the pool asked for by setting a timeout).
+"""
+
+from __future__ import annotations
+
+#: The stable names of the error classes a result record may carry (see
+#: docs/architecture.md, "result records").  Order is documentation order.
+ERROR_CLASSES: tuple[str, ...] = (
+    "invalid_url",
+    "dns_error",
+    "connect_refused",
+    "connect_timeout",
+    "tls_error",
+    "read_timeout",
+    "connection_reset",
+    "protocol_error",
+    "too_many_redirects",
+    "body_too_large",
+)
+
+
+class SurgeError(Exception):
+    """Base class of every exception surge raises on purpose."""
+
+
+class UsageError(SurgeError):
+    """The caller asked for something impossible (bad flag, bad file): exit status 2."""
+
+
+class PoolError(SurgeError):
+    """Base class of the pool's errors."""
+
+
+class PoolClosed(PoolError):
+    """The pool was closed; it hands out nothing more."""
+
+
+class PoolTimeout(PoolError, TimeoutError):
+    """No resource became available within the acquire timeout."""
+
+
+class RequestError(SurgeError):
+    """A request failed; ``error_class`` is one of :data:`ERROR_CLASSES`."""
+
+    def __init__(self, error_class: str, detail: str) -> None:
+        if error_class not in ERROR_CLASSES:
+            raise ValueError(f"unknown error class {error_class!r}")
+        super().__init__(detail)
+        self.error_class = error_class
+        self.detail = detail

@@ -1,0 +1,423 @@
+"""The asyncio front-ends: ``AsyncPool`` and ``AsyncKeyedPool``.
+
+Same cores and semantics as the thread front-ends, driven from one event loop
+(no lock: the loop is the lock; a pool belongs to the loop that uses it).  The
+callbacks may be plain functions or coroutine functions.
+
+Cancellation is the subtle part: a task cancelled while it waits may already
+have been granted a resource (the grant and the cancellation race within one
+loop iteration).  A granted resource is then handed on at once - to the next
+waiter or the idle set - and a granted creation slot is given back, so a
+cancelled waiter never loses a resource or a slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
+from contextlib import asynccontextmanager
+from typing import Any, Generic, TypeVar
+
+from surge.errors import PoolClosed
+from surge.pool._core import Entry, PoolCore, Waiter
+from surge.pool._keyed_core import KeyedCore
+from surge.pool._options import Options, check_passed, log, timeout_error
+
+R = TypeVar("R")
+K = TypeVar("K", bound=Hashable)
+
+#: A callback may return its result or an awaitable of it.
+MaybeAwaitable = Awaitable[object] | object
+
+
+async def _call(fn: Callable[..., Any], *args: Any) -> Any:
+    result = fn(*args)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+def _wake(waiter: Waiter[Any]) -> None:
+    future: asyncio.Future[None] = waiter.wake
+    if not future.done():
+        future.set_result(None)
+
+
+class _AsyncFrontEnd(Generic[K, R]):
+    """The acquire loop, waiting, checks and resets shared by both async pools.
+
+    Subclasses adapt it to their core; ``key`` is None for the plain pool.
+    """
+
+    def __init__(
+        self,
+        create: Callable[..., Any],
+        *,
+        timeout: float,
+        max_idle: float | None,
+        max_lifetime: float | None,
+        lifetime_jitter: float,
+        check: Callable[[R], Any] | None,
+        check_idle_after: float,
+        reset: Callable[[R], Any] | None,
+        close: Callable[[R], Any] | None,
+        clock: Callable[[], float],
+    ) -> None:
+        self._options = Options(timeout, max_idle, max_lifetime, lifetime_jitter, check_idle_after)
+        self._create = create
+        self._check = check
+        self._reset = reset
+        self._close = close
+        self._clock = clock
+
+    # -- adapters to the core --------------------------------------------------------------
+
+    def _core_acquire(self, key: K | None, now: float) -> Entry[R] | Waiter[R] | None:
+        raise NotImplementedError
+
+    def _core_created(self, key: K | None, resource: R, now: float) -> None:
+        raise NotImplementedError
+
+    def _core_create_failed(self, key: K | None, now: float) -> None:
+        raise NotImplementedError
+
+    def _core_release(self, resource: R, now: float) -> None:
+        raise NotImplementedError
+
+    def _core_discard(self, resource: R, now: float) -> None:
+        raise NotImplementedError
+
+    def _core_cancel(self, waiter: Waiter[R], timed_out: bool) -> None:
+        raise NotImplementedError
+
+    def _core_take_garbage(self) -> list[Entry[R]]:
+        raise NotImplementedError
+
+    def stats(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    async def _new_resource(self, key: K | None) -> R:
+        raise NotImplementedError
+
+    # -- the shared loop ----------------------------------------------------------------
+
+    async def _acquire(self, key: K | None, timeout: float | None) -> R:
+        if timeout is None:
+            timeout = self._options.timeout
+        deadline = None
+        while True:
+            now = self._clock()
+            got = self._core_acquire(key, now)
+            await self._dispose()
+            if isinstance(got, Entry):
+                if self._check is None or await self._passes_check(got, now):
+                    return got.resource
+                continue
+            if got is None:
+                return await self._create_in_slot(key)
+            if deadline is None:
+                deadline = now + timeout
+            entry = await self._wait(got, deadline, timeout, key)
+            if entry is None:
+                return await self._create_in_slot(key)
+            if self._check is None or await self._passes_check(entry, self._clock()):
+                return entry.resource
+
+    async def _wait(
+        self, waiter: Waiter[R], deadline: float, timeout: float, key: K | None
+    ) -> Entry[R] | None:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiter.wake = future
+        try:
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                raise TimeoutError
+            async with asyncio.timeout(remaining):
+                await future
+        except TimeoutError:
+            if not waiter.granted and not waiter.closed:
+                self._core_cancel(waiter, True)
+                raise timeout_error(timeout, self.stats(), key) from None
+        except BaseException:  # cancelled: hand on whatever was granted
+            if waiter.entry is not None:
+                self._core_release(waiter.entry.resource, self._clock())
+            elif waiter.may_create:
+                self._core_create_failed(waiter.key, self._clock())
+            elif not waiter.closed:
+                self._core_cancel(waiter, False)
+            raise
+        if waiter.closed:
+            raise PoolClosed("the pool was closed while waiting")
+        return waiter.entry
+
+    async def _create_in_slot(self, key: K | None) -> R:
+        try:
+            resource = await self._new_resource(key)
+        except BaseException:
+            self._core_create_failed(key, self._clock())
+            raise
+        self._core_created(key, resource, self._clock())
+        return resource
+
+    async def _passes_check(self, entry: Entry[R], now: float) -> bool:
+        assert self._check is not None
+        if not self._options.wants_check(now, entry.idle_since):
+            return True
+        try:
+            ok = check_passed(await _call(self._check, entry.resource))
+        except Exception:
+            log.info("check of %r raised; discarding it", entry.resource, exc_info=True)
+            ok = False
+        except BaseException:
+            await self.discard(entry.resource)
+            raise
+        if not ok:
+            await self.discard(entry.resource)
+        return ok
+
+    async def _dispose(self) -> None:
+        garbage = self._core_take_garbage()
+        if not garbage or self._close is None:
+            return
+        for entry in garbage:
+            try:
+                await _call(self._close, entry.resource)
+            except Exception:
+                log.warning("closing %r failed", entry.resource, exc_info=True)
+
+    # -- public ---------------------------------------------------------------------------
+
+    async def release(self, resource: R) -> None:
+        """Return a resource: to the oldest waiter if any, else to the idle set."""
+        if self._reset is not None:
+            try:
+                await _call(self._reset, resource)
+            except Exception:
+                log.info("reset of %r raised; discarding it", resource, exc_info=True)
+                await self.discard(resource)
+                return
+            except BaseException:
+                await self.discard(resource)
+                raise
+        self._core_release(resource, self._clock())
+        await self._dispose()
+
+    async def discard(self, resource: R) -> None:
+        """Close a checked-out resource instead of returning it (it failed)."""
+        self._core_discard(resource, self._clock())
+        await self._dispose()
+
+
+class AsyncPool(_AsyncFrontEnd[Any, R]):
+    """The asyncio twin of :class:`surge.pool.Pool`: same options, same semantics;
+    ``acquire``, ``release``, ``discard`` and ``close`` are awaited and
+    ``connection()`` is an ``async with``.  ``create``, ``check``, ``reset`` and
+    ``close`` may be coroutine functions."""
+
+    def __init__(
+        self,
+        create: Callable[[], Awaitable[R] | R],
+        *,
+        max_size: int,
+        max_overflow: int = 0,
+        timeout: float = 30.0,
+        max_idle: float | None = None,
+        max_lifetime: float | None = None,
+        lifetime_jitter: float = 0.1,
+        check: Callable[[R], Any] | None = None,
+        check_idle_after: float = 0.0,
+        reset: Callable[[R], Any] | None = None,
+        close: Callable[[R], Any] | None = None,
+        lifo: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(
+            create,
+            timeout=timeout,
+            max_idle=max_idle,
+            max_lifetime=max_lifetime,
+            lifetime_jitter=lifetime_jitter,
+            check=check,
+            check_idle_after=check_idle_after,
+            reset=reset,
+            close=close,
+            clock=clock,
+        )
+        self._core: PoolCore[R] = PoolCore(max_size, max_overflow, lifo=lifo, max_idle=max_idle)
+
+    async def acquire(self, timeout: float | None = None) -> R:
+        """Check out a resource, waiting up to ``timeout`` (default: the pool's)."""
+        return await self._acquire(None, timeout)
+
+    @asynccontextmanager
+    async def connection(self, timeout: float | None = None) -> AsyncIterator[R]:
+        """``async with pool.connection() as r:`` - returned after the block,
+        discarded if it raised (or was cancelled)."""
+        resource = await self._acquire(None, timeout)
+        try:
+            yield resource
+        except BaseException:
+            await self.discard(resource)
+            raise
+        await self.release(resource)
+
+    async def expire(self) -> None:
+        self._core.expire(self._clock())
+        await self._dispose()
+
+    async def close(self) -> None:
+        for waiter in self._core.close():
+            _wake(waiter)
+        await self._dispose()
+
+    def stats(self) -> dict[str, Any]:
+        return self._core.stats()
+
+    async def __aenter__(self) -> AsyncPool[R]:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        s = self._core
+        return (
+            f"<AsyncPool max_size={s.max_size} open={s.open} in_use={len(s.checked_out)} "
+            f"idle={s.n_idle} waiting={s.n_waiting}>"
+        )
+
+    def _core_acquire(self, key: Any, now: float) -> Entry[R] | Waiter[R] | None:
+        return self._core.acquire(now)
+
+    def _core_created(self, key: Any, resource: R, now: float) -> None:
+        self._core.created(resource, now, self._options.expires_at(now))
+
+    def _core_create_failed(self, key: Any, now: float) -> None:
+        waiter = self._core.create_failed(now)
+        if waiter is not None:
+            _wake(waiter)
+
+    def _core_release(self, resource: R, now: float) -> None:
+        waiter = self._core.release(resource, now)
+        if waiter is not None:
+            _wake(waiter)
+
+    def _core_discard(self, resource: R, now: float) -> None:
+        waiter = self._core.discard(resource, now)
+        if waiter is not None:
+            _wake(waiter)
+
+    def _core_cancel(self, waiter: Waiter[R], timed_out: bool) -> None:
+        self._core.cancel(waiter, timed_out=timed_out)
+
+    def _core_take_garbage(self) -> list[Entry[R]]:
+        return self._core.take_garbage() if self._core.garbage else []
+
+    async def _new_resource(self, key: Any) -> R:
+        resource: R = await _call(self._create)
+        return resource
+
+
+class AsyncKeyedPool(_AsyncFrontEnd[K, R]):
+    """The asyncio twin of :class:`surge.pool.KeyedPool`: one sub-pool per key
+    (``create(key)``), at most ``max_per_key`` per key and ``max_size`` in all; the
+    coldest idle resource of any key is closed to make room."""
+
+    def __init__(
+        self,
+        create: Callable[[K], Awaitable[R] | R],
+        *,
+        max_size: int,
+        max_per_key: int,
+        timeout: float = 30.0,
+        max_idle: float | None = None,
+        max_lifetime: float | None = None,
+        lifetime_jitter: float = 0.1,
+        check: Callable[[R], Any] | None = None,
+        check_idle_after: float = 0.0,
+        reset: Callable[[R], Any] | None = None,
+        close: Callable[[R], Any] | None = None,
+        lifo: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(
+            create,
+            timeout=timeout,
+            max_idle=max_idle,
+            max_lifetime=max_lifetime,
+            lifetime_jitter=lifetime_jitter,
+            check=check,
+            check_idle_after=check_idle_after,
+            reset=reset,
+            close=close,
+            clock=clock,
+        )
+        self._core: KeyedCore[K, R] = KeyedCore(max_size, max_per_key, lifo=lifo, max_idle=max_idle)
+
+    async def acquire(self, key: K, timeout: float | None = None) -> R:
+        return await self._acquire(key, timeout)
+
+    @asynccontextmanager
+    async def connection(self, key: K, timeout: float | None = None) -> AsyncIterator[R]:
+        resource = await self._acquire(key, timeout)
+        try:
+            yield resource
+        except BaseException:
+            await self.discard(resource)
+            raise
+        await self.release(resource)
+
+    async def expire(self) -> None:
+        self._core.expire(self._clock())
+        self._wake_granted()
+        await self._dispose()
+
+    async def close(self) -> None:
+        for waiter in self._core.close():
+            _wake(waiter)
+        self._wake_granted()
+        await self._dispose()
+
+    def stats(self) -> dict[str, Any]:
+        return self._core.stats()
+
+    async def __aenter__(self) -> AsyncKeyedPool[K, R]:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def _wake_granted(self) -> None:
+        if self._core.woken:
+            for waiter in self._core.take_woken():
+                _wake(waiter)
+
+    def _core_acquire(self, key: K | None, now: float) -> Entry[R] | Waiter[R] | None:
+        return self._core.acquire(key, now)  # type: ignore[arg-type]
+
+    def _core_created(self, key: K | None, resource: R, now: float) -> None:
+        self._core.created(key, resource, now, self._options.expires_at(now))  # type: ignore[arg-type]
+
+    def _core_create_failed(self, key: K | None, now: float) -> None:
+        self._core.create_failed(key, now)  # type: ignore[arg-type]
+        self._wake_granted()
+
+    def _core_release(self, resource: R, now: float) -> None:
+        self._core.release(resource, now)
+        self._wake_granted()
+
+    def _core_discard(self, resource: R, now: float) -> None:
+        self._core.discard(resource, now)
+        self._wake_granted()
+
+    def _core_cancel(self, waiter: Waiter[R], timed_out: bool) -> None:
+        self._core.cancel(waiter, timed_out=timed_out)
+
+    def _core_take_garbage(self) -> list[Entry[R]]:
+        return self._core.take_garbage() if self._core.garbage else []
+
+    async def _new_resource(self, key: K | None) -> R:
+        resource: R = await _call(self._create, key)
+        return resource

@@ -1,0 +1,400 @@
+"""The pool core: pure bookkeeping of idle, checked-out and waited-for resources.
+
+No locks, no clock reads, no I/O, no randomness: the front-ends (``Pool`` for
+threads, ``AsyncPool`` for asyncio) hold the lock or the loop, read the clock
+and pass ``now`` in, create and close the resources, and park the waiters.  The
+core only decides: "here is an idle resource", "you may create one", or "wait
+here".  That keeps every policy in one place, testable without threads or
+sleeps (see tests/pool/test_core_model.py, a Hypothesis state machine).
+
+Every operation is O(1), amortised where noted:
+
+* Idle resources live in a deque ordered by the time they went idle (a release
+  appends at the hot end with a non-decreasing ``now``), so idle expiry only
+  ever looks at the cold end.  LIFO (the default) takes the hottest resource;
+  FIFO takes the coldest.
+* Removing something from the middle (a keyed pool evicting an idle resource of
+  another key, a waiter that timed out) marks it dead instead of searching for
+  it; dead items are skipped when they reach an end, and a deque whose dead
+  items outnumber its live ones is rebuilt, which costs O(live) once per
+  O(live) removals: amortised O(1), and memory stays bounded.
+* Checked-out resources are found by ``id()`` in a dict.
+
+This is the lesson of boto's HostConnectionPool (``list.pop(0)`` in a loop: a
+drain of N connections was O(N^2)) and of httpcore's pool (a scan of the
+connection and request lists per request).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Any, Generic, TypeVar
+
+from surge.errors import PoolClosed
+
+R = TypeVar("R")
+
+INF = math.inf
+
+# Entry states.
+IN_USE = 0
+IDLE = 1
+GONE = 2
+
+#: Rebuild a deque once it holds more dead items than live ones plus this slack.
+_COMPACT_SLACK = 32
+
+
+class Entry(Generic[R]):
+    """One resource and the facts the pool keeps about it."""
+
+    __slots__ = ("created_at", "expires_at", "idle_since", "key", "resource", "state")
+
+    def __init__(self, resource: R, created_at: float, expires_at: float, key: Any = None) -> None:
+        self.resource = resource
+        self.created_at = created_at
+        #: When the resource's lifetime ends (``inf`` for never); the front-end
+        #: computes it, jitter included.
+        self.expires_at = expires_at
+        #: When the resource last went idle (equal to ``created_at`` until then).
+        self.idle_since = created_at
+        self.state = IN_USE
+        self.key = key
+
+    def __repr__(self) -> str:
+        state = ("in_use", "idle", "gone")[self.state]
+        return f"<Entry {self.resource!r} {state}>"
+
+
+class Waiter(Generic[R]):
+    """A caller waiting for a resource, in arrival order.
+
+    The core grants a waiter either an ``entry`` (a resource handed over by a
+    release) or ``may_create`` (a slot freed by a discard).  ``wake`` belongs to
+    the front-end: a lock to release or a future to resolve.
+    """
+
+    __slots__ = (
+        "cancelled",
+        "closed",
+        "entry",
+        "in_global_queue",
+        "key",
+        "may_create",
+        "queued_at",
+        "wake",
+    )
+
+    def __init__(self, queued_at: float, key: Any = None) -> None:
+        self.queued_at = queued_at
+        self.key = key
+        self.entry: Entry[R] | None = None
+        self.may_create = False
+        self.cancelled = False
+        self.closed = False
+        #: True while it waits in a keyed pool's global queue (for room, not a key).
+        self.in_global_queue = False
+        self.wake: Any = None
+
+    @property
+    def granted(self) -> bool:
+        return self.entry is not None or self.may_create
+
+
+class PoolCore(Generic[R]):
+    """Bookkeeping for one pool (or one key of a keyed pool).
+
+    ``acquire`` returns an :class:`Entry` (take this idle resource), ``None``
+    (a slot is reserved for you: create a resource and report it with
+    ``created`` or ``create_failed``) or a :class:`Waiter` (park until it is
+    granted).  Operations that end a resource's life append its entry to
+    ``garbage``; the front-end closes those outside its lock.
+    """
+
+    def __init__(
+        self,
+        max_size: int,
+        max_overflow: int = 0,
+        *,
+        lifo: bool = True,
+        max_idle: float | None = None,
+        lifetimes: bool = False,
+        key: Any = None,
+    ) -> None:
+        if max_size < 1:
+            raise ValueError(f"max_size must be at least 1, not {max_size}")
+        if max_overflow < 0:
+            raise ValueError(f"max_overflow must be 0 or more, not {max_overflow}")
+        if max_idle is not None and max_idle <= 0:
+            raise ValueError(f"max_idle must be positive, not {max_idle}")
+        self.max_size = max_size
+        self.max_overflow = max_overflow
+        self.limit = max_size + max_overflow
+        self.lifo = lifo
+        self.max_idle = INF if max_idle is None else max_idle
+        self.key = key
+        self.closed = False
+        #: How many resources may be kept idle: ``max_size``, or -1 once closed, so
+        #: that one comparison on release covers both overflow and closing.
+        self.keep = max_size
+        #: True when checkout needs no clock: LIFO, no idle expiry, and (the
+        #: front-end says) no resource carries a lifetime.
+        self.fast = lifo and max_idle is None and not lifetimes
+
+        self.idle: deque[Entry[R]] = deque()
+        self.n_idle = 0  # live entries in ``idle``
+        self.checked_out: dict[int, Entry[R]] = {}
+        #: Resources that exist or are being created: idle + checked out + reserved.
+        self.open = 0
+        self.waiters: deque[Waiter[R]] = deque()
+        self.n_waiting = 0  # live waiters in ``waiters``
+        self.garbage: list[Entry[R]] = []
+
+        # Counters for stats().
+        self.n_created = 0
+        self.n_reused = 0
+        self.n_discarded = 0
+        self.n_expired = 0
+        self.n_timeouts = 0
+        self.n_waits = 0
+        self.wait_total = 0.0
+        self.wait_max = 0.0
+
+    # -- the operations -------------------------------------------------------------
+
+    def acquire(self, now: float) -> Entry[R] | Waiter[R] | None:
+        """Take an idle resource, reserve a slot to create one, or queue a waiter."""
+        # The hot path, inlined: the method calls it saves are a third of a
+        # checkout's cost.  (A closed pool has nothing idle.)
+        if self.n_idle and self.fast:
+            hot = self.idle.pop()
+            if hot.state == IDLE:
+                self.n_idle -= 1
+                hot.state = IN_USE
+                self.checked_out[id(hot.resource)] = hot
+                self.n_reused += 1
+                return hot
+            self.idle.append(hot)  # dead: let the general path skip it
+        if self.closed:
+            raise PoolClosed("the pool is closed")
+        entry = self.take_idle(now)
+        if entry is not None:
+            return entry
+        if self.open < self.limit:
+            self.open += 1
+            return None
+        return self.enqueue(now)
+
+    def created(self, resource: R, now: float, expires_at: float = INF) -> Entry[R]:
+        """A reserved slot produced ``resource``; it is checked out to its creator."""
+        entry: Entry[R] = Entry(resource, now, expires_at, self.key)
+        self.checked_out[id(resource)] = entry
+        self.n_created += 1
+        return entry
+
+    def create_failed(self, now: float) -> Waiter[R] | None:
+        """A reserved slot produced nothing; the slot passes to the oldest waiter."""
+        self.open -= 1
+        return self.grant_slot(now)
+
+    def release(self, resource: R, now: float) -> Waiter[R] | None:
+        """Return a checked-out resource: to the oldest waiter, to the idle deque, or to
+        ``garbage`` (pool closed, lifetime over, or an overflow resource)."""
+        entry = self.checked_out.pop(id(resource), None)
+        if entry is None:
+            raise ValueError(f"{resource!r} is not checked out from this pool")
+        if entry.expires_at <= now:
+            self.n_expired += 1
+            self.retire(entry)
+            return self.grant_slot(now)
+        if self.n_waiting:
+            return self.hand_over(entry, now)
+        if self.open > self.keep:  # an overflow resource, or the pool is closed
+            self.retire(entry)
+            return None
+        # put_idle(), inlined for the hot path.
+        entry.state = IDLE
+        entry.idle_since = now
+        self.idle.append(entry)
+        self.n_idle += 1
+        if self.max_idle != INF:
+            self.expire(now)
+        return None
+
+    def discard(self, resource: R, now: float) -> Waiter[R] | None:
+        """Drop a checked-out resource (it failed); its slot passes to the oldest waiter."""
+        entry = self.pop_checked_out(resource)
+        self.n_discarded += 1
+        self.retire(entry)
+        return self.grant_slot(now)
+
+    def cancel(self, waiter: Waiter[R], *, timed_out: bool) -> None:
+        """Withdraw a waiter that was not granted (it timed out or was cancelled).
+
+        A granted waiter cannot be withdrawn: the front-end must use or give back
+        what it was granted.
+        """
+        if waiter.granted or waiter.cancelled or waiter.closed:
+            raise RuntimeError("only a waiting waiter can be cancelled")
+        waiter.cancelled = True
+        self.n_waiting -= 1
+        if timed_out:
+            self.n_timeouts += 1
+        if self.waiters and self.waiters[-1] is waiter:
+            self.waiters.pop()
+        elif len(self.waiters) > 2 * self.n_waiting + _COMPACT_SLACK:
+            self.waiters = deque(w for w in self.waiters if not w.cancelled)
+
+    def expire(self, now: float) -> None:
+        """Retire resources idle for ``max_idle`` or more, from the cold end."""
+        idle = self.idle
+        while idle:
+            entry = idle[0]
+            if entry.state == GONE:
+                idle.popleft()
+            elif entry.idle_since + self.max_idle <= now:
+                idle.popleft()
+                self.n_idle -= 1
+                self.n_expired += 1
+                self.retire(entry)
+            else:
+                break
+
+    def close(self) -> list[Waiter[R]]:
+        """Refuse new acquires, retire every idle resource, and return the waiters,
+        each marked ``closed``, for the front-end to wake."""
+        self.closed = True
+        self.keep = -1
+        for entry in self.idle:
+            if entry.state == IDLE:
+                self.retire(entry)
+        self.idle.clear()
+        self.n_idle = 0
+        woken = [w for w in self.waiters if not w.cancelled]
+        for w in woken:
+            w.closed = True
+        self.waiters.clear()
+        self.n_waiting = 0
+        return woken
+
+    def take_garbage(self) -> list[Entry[R]]:
+        garbage = self.garbage
+        self.garbage = []
+        return garbage
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "max_size": self.max_size,
+            "max_overflow": self.max_overflow,
+            "open": self.open,
+            "in_use": len(self.checked_out),
+            "idle": self.n_idle,
+            "waiting": self.n_waiting,
+            "created": self.n_created,
+            "reused": self.n_reused,
+            "discarded": self.n_discarded,
+            "expired": self.n_expired,
+            "timeouts": self.n_timeouts,
+            "waits": self.n_waits,
+            "wait_total_s": self.wait_total,
+            "wait_max_s": self.wait_max,
+        }
+
+    # -- primitives, also used by the keyed core --------------------------------------
+
+    def take_idle(self, now: float) -> Entry[R] | None:
+        """Pop the live idle entry at the hot end (LIFO) or cold end (FIFO), retiring
+        any found expired on the way."""
+        if self.max_idle != INF:
+            self.expire(now)
+        idle = self.idle
+        pop = idle.pop if self.lifo else idle.popleft
+        while self.n_idle:
+            entry = pop()
+            if entry.state == GONE:
+                continue
+            self.n_idle -= 1
+            if entry.expires_at <= now:
+                self.n_expired += 1
+                self.retire(entry)
+                continue
+            entry.state = IN_USE
+            self.checked_out[id(entry.resource)] = entry
+            self.n_reused += 1
+            return entry
+        if idle:
+            idle.clear()  # only dead entries remain
+        return None
+
+    def put_idle(self, entry: Entry[R], now: float) -> None:
+        entry.state = IDLE
+        entry.idle_since = now
+        self.idle.append(entry)
+        self.n_idle += 1
+        if self.max_idle != INF:
+            self.expire(now)
+
+    def remove_idle(self, entry: Entry[R]) -> None:
+        """Retire an idle entry wherever it stands (lazily: it is skipped later)."""
+        entry.state = GONE
+        self.n_idle -= 1
+        self.open -= 1
+        self.garbage.append(entry)
+        if len(self.idle) > 2 * self.n_idle + _COMPACT_SLACK:
+            self.idle = deque(e for e in self.idle if e.state == IDLE)
+
+    def enqueue(self, now: float) -> Waiter[R]:
+        waiter: Waiter[R] = Waiter(now, self.key)
+        self.waiters.append(waiter)
+        self.n_waiting += 1
+        self.n_waits += 1
+        return waiter
+
+    def pop_waiter(self, now: float) -> Waiter[R] | None:
+        """The oldest live waiter, removed from the queue, with its wait recorded."""
+        waiters = self.waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if waiter.cancelled:
+                continue
+            self.n_waiting -= 1
+            waited = now - waiter.queued_at
+            self.wait_total += waited
+            if waited > self.wait_max:
+                self.wait_max = waited
+            return waiter
+        return None
+
+    def hand_over(self, entry: Entry[R], now: float) -> Waiter[R] | None:
+        """Give a checked-out entry straight to the oldest waiter."""
+        waiter = self.pop_waiter(now)
+        if waiter is None:  # pragma: no cover - callers check n_waiting first
+            self.put_idle(entry, now)
+            return None
+        waiter.entry = entry
+        entry.idle_since = now  # it was in use until this instant: as hot as can be
+        self.checked_out[id(entry.resource)] = entry
+        self.n_reused += 1
+        return waiter
+
+    def grant_slot(self, now: float) -> Waiter[R] | None:
+        """A slot is free: if anyone waits, the oldest may create a resource in it."""
+        if not self.n_waiting or self.closed or self.open >= self.limit:
+            return None
+        waiter = self.pop_waiter(now)
+        if waiter is not None:
+            waiter.may_create = True
+            self.open += 1
+        return waiter
+
+    def pop_checked_out(self, resource: R) -> Entry[R]:
+        entry = self.checked_out.pop(id(resource), None)
+        if entry is None:
+            raise ValueError(f"{resource!r} is not checked out from this pool")
+        return entry
+
+    def retire(self, entry: Entry[R]) -> None:
+        entry.state = GONE
+        self.open -= 1
+        self.garbage.append(entry)

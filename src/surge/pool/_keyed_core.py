@@ -1,0 +1,346 @@
+"""The keyed pool core: one :class:`PoolCore` per key under a global limit.
+
+An HTTP client keeps connections per (scheme, host, port) but must bound the
+total, or 10,000 hosts at 1,000 in flight would pile up 10,000 idle sockets.
+When the global limit is reached and the requested key has no idle resource,
+the globally coldest idle resource (of any key) is evicted to make room; only
+when nothing is idle anywhere does the caller wait.
+
+All O(1) (amortised), like the single core:
+
+* A global log of (entry, idle_since) records, appended when an entry goes
+  idle, finds the coldest idle resource across keys.  Records of entries that
+  were taken again since are stale and skipped when they reach the front; the
+  log is rebuilt once stale records outnumber live ones.
+* The per-key cores share one ``checked_out`` dict and one ``garbage`` list, so
+  a release needs no search for the key, and the front-end drains one list.
+* A key's core is dropped as soon as it holds nothing, so a million distinct
+  hosts do not leave a million empty cores behind.
+
+Waiters come in two queues: a waiter whose key is at ``max_per_key`` waits on
+that key's core (only that key's releases can serve it); a waiter blocked by
+the global limit waits in the global queue, served in arrival order by any slot
+freed anywhere.  Operations that wake waiters append them to ``woken``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Hashable
+from typing import Any, Generic, TypeVar
+
+from surge.errors import PoolClosed
+from surge.pool._core import _COMPACT_SLACK, IDLE, INF, Entry, PoolCore, Waiter
+
+K = TypeVar("K", bound=Hashable)
+R = TypeVar("R")
+
+_COUNTERS = ("created", "reused", "discarded", "expired", "timeouts", "waits", "wait_total_s")
+
+
+class KeyedCore(Generic[K, R]):
+    def __init__(
+        self,
+        max_size: int,
+        max_per_key: int,
+        *,
+        lifo: bool = True,
+        max_idle: float | None = None,
+    ) -> None:
+        if max_size < 1:
+            raise ValueError(f"max_size must be at least 1, not {max_size}")
+        if max_per_key < 1:
+            raise ValueError(f"max_per_key must be at least 1, not {max_per_key}")
+        if max_idle is not None and max_idle <= 0:
+            raise ValueError(f"max_idle must be positive, not {max_idle}")
+        self.max_size = max_size
+        self.max_per_key = min(max_per_key, max_size)
+        self.lifo = lifo
+        self.max_idle = INF if max_idle is None else max_idle
+        self.closed = False
+
+        self.cores: dict[K, PoolCore[R]] = {}
+        self.open = 0  # the sum of the cores' ``open``
+        self.n_idle = 0  # the sum of the cores' ``n_idle``
+        self.idle_log: deque[tuple[Entry[R], float]] = deque()
+        self.checked_out: dict[int, Entry[R]] = {}
+        self.garbage: list[Entry[R]] = []
+        self.woken: list[Waiter[R]] = []
+        self.global_waiters: deque[Waiter[R]] = deque()
+        self.n_global_waiting = 0
+
+        self.n_evicted = 0
+        self.n_global_waits = 0
+        self.n_global_timeouts = 0
+        self.global_wait_total = 0.0
+        self.global_wait_max = 0.0
+        #: Counters of cores dropped when their key emptied.
+        self.dropped: dict[str, float] = dict.fromkeys(_COUNTERS, 0.0)
+        self.dropped_wait_max = 0.0
+
+    # -- the operations -------------------------------------------------------------
+
+    def acquire(self, key: K, now: float) -> Entry[R] | Waiter[R] | None:
+        """As :meth:`PoolCore.acquire`, for ``key``."""
+        if self.closed:
+            raise PoolClosed("the pool is closed")
+        if self.max_idle != INF:
+            self.expire(now)
+        core = self.core(key)
+        open_before, idle_before = core.open, core.n_idle
+        entry = core.take_idle(now)
+        self.open += core.open - open_before
+        self.n_idle += core.n_idle - idle_before
+        if entry is not None:
+            return entry
+        if core.open >= core.limit:
+            return core.enqueue(now)
+        if self.open < self.max_size or self.evict_coldest():
+            core.open += 1
+            self.open += 1
+            return None
+        waiter: Waiter[R] = Waiter(now, key)
+        waiter.in_global_queue = True
+        self.global_waiters.append(waiter)
+        self.n_global_waiting += 1
+        self.n_global_waits += 1
+        return waiter
+
+    def created(self, key: K, resource: R, now: float, expires_at: float = INF) -> Entry[R]:
+        return self.core(key).created(resource, now, expires_at)
+
+    def create_failed(self, key: K, now: float) -> None:
+        core = self.core(key)
+        open_before = core.open
+        waiter = core.create_failed(now)
+        self.open += core.open - open_before
+        self._after_slot_change(core, waiter, now)
+
+    def release(self, resource: R, now: float) -> None:
+        entry = self._lookup(resource)
+        core = self.cores[entry.key]
+        if (
+            not core.n_waiting
+            and self.n_global_waiting
+            and entry.expires_at > now
+            and not self.closed
+        ):
+            # Nobody waits for this key, but someone waits for room: this resource
+            # goes to the oldest global waiter if it wants the same key, else it
+            # is closed to make room for the waiter's own.
+            waiter = self._pop_global_waiter(now)
+            assert waiter is not None
+            core.pop_checked_out(resource)
+            if waiter.key == entry.key:
+                waiter.entry = entry
+                self.checked_out[id(resource)] = entry
+                core.n_reused += 1
+                self.woken.append(waiter)
+                return
+            core.retire(entry)
+            self.open -= 1
+            self._drop_if_empty(core)
+            self._grant_global(waiter, now)
+            return
+        open_before, idle_before = core.open, core.n_idle
+        waiter = core.release(resource, now)
+        self.open += core.open - open_before
+        self.n_idle += core.n_idle - idle_before
+        if entry.state == IDLE:
+            self._log_idle(entry)
+        self._after_slot_change(core, waiter, now)
+
+    def discard(self, resource: R, now: float) -> None:
+        entry = self._lookup(resource)
+        core = self.cores[entry.key]
+        open_before = core.open
+        waiter = core.discard(resource, now)
+        self.open += core.open - open_before
+        self._after_slot_change(core, waiter, now)
+
+    def cancel(self, waiter: Waiter[R], *, timed_out: bool) -> None:
+        if waiter.granted or waiter.cancelled or waiter.closed:
+            raise RuntimeError("only a waiting waiter can be cancelled")
+        if not waiter.in_global_queue:
+            core = self.cores[waiter.key]
+            core.cancel(waiter, timed_out=timed_out)
+            self._drop_if_empty(core)
+            return
+        waiter.cancelled = True
+        self.n_global_waiting -= 1
+        if timed_out:
+            self.n_global_timeouts += 1
+        if self.global_waiters and self.global_waiters[-1] is waiter:
+            self.global_waiters.pop()
+        elif len(self.global_waiters) > 2 * self.n_global_waiting + _COMPACT_SLACK:
+            self.global_waiters = deque(w for w in self.global_waiters if not w.cancelled)
+
+    def expire(self, now: float) -> None:
+        """Retire resources idle for ``max_idle`` or more, coldest first, across keys."""
+        log = self.idle_log
+        while log:
+            entry, since = log[0]
+            if entry.state != IDLE or entry.idle_since != since:
+                log.popleft()
+            elif since + self.max_idle <= now:
+                log.popleft()
+                core = self.cores[entry.key]
+                core.remove_idle(entry)
+                core.n_expired += 1
+                self.open -= 1
+                self.n_idle -= 1
+                self._drop_if_empty(core)
+            else:
+                break
+
+    def evict_coldest(self) -> bool:
+        """Close the coldest idle resource of any key; False if nothing is idle."""
+        log = self.idle_log
+        while log:
+            entry, since = log.popleft()
+            if entry.state != IDLE or entry.idle_since != since:
+                continue
+            core = self.cores[entry.key]
+            core.remove_idle(entry)
+            self.open -= 1
+            self.n_idle -= 1
+            self.n_evicted += 1
+            self._drop_if_empty(core)
+            return True
+        return False
+
+    def close(self) -> list[Waiter[R]]:
+        self.closed = True
+        woken: list[Waiter[R]] = []
+        for core in list(self.cores.values()):
+            self.open -= core.n_idle
+            woken.extend(core.close())
+            self._drop_if_empty(core)
+        self.n_idle = 0
+        self.idle_log.clear()
+        for waiter in self.global_waiters:
+            if not waiter.cancelled:
+                waiter.closed = True
+                woken.append(waiter)
+        self.global_waiters.clear()
+        self.n_global_waiting = 0
+        return woken
+
+    def take_garbage(self) -> list[Entry[R]]:
+        garbage = self.garbage[:]
+        self.garbage.clear()
+        return garbage
+
+    def take_woken(self) -> list[Waiter[R]]:
+        woken = self.woken
+        self.woken = []
+        return woken
+
+    def stats(self) -> dict[str, Any]:
+        totals = dict(self.dropped)
+        wait_max = max(self.dropped_wait_max, self.global_wait_max)
+        waiting = self.n_global_waiting
+        for core in self.cores.values():
+            for name, value in _core_counters(core).items():
+                totals[name] += value
+            wait_max = max(wait_max, core.wait_max)
+            waiting += core.n_waiting
+        return {
+            "max_size": self.max_size,
+            "max_per_key": self.max_per_key,
+            "keys": len(self.cores),
+            "open": self.open,
+            "in_use": len(self.checked_out),
+            "idle": self.n_idle,
+            "waiting": waiting,
+            "created": int(totals["created"]),
+            "reused": int(totals["reused"]),
+            "discarded": int(totals["discarded"]),
+            "expired": int(totals["expired"]),
+            "evicted": self.n_evicted,
+            "timeouts": int(totals["timeouts"]) + self.n_global_timeouts,
+            "waits": int(totals["waits"]) + self.n_global_waits,
+            "wait_total_s": totals["wait_total_s"] + self.global_wait_total,
+            "wait_max_s": wait_max,
+        }
+
+    # -- helpers ----------------------------------------------------------------------
+
+    def core(self, key: K) -> PoolCore[R]:
+        core = self.cores.get(key)
+        if core is None:
+            core = PoolCore(self.max_per_key, lifo=self.lifo, max_idle=None, key=key)
+            core.checked_out = self.checked_out
+            core.garbage = self.garbage
+            self.cores[key] = core
+        return core
+
+    def _lookup(self, resource: R) -> Entry[R]:
+        entry = self.checked_out.get(id(resource))
+        if entry is None:
+            raise ValueError(f"{resource!r} is not checked out from this pool")
+        return entry
+
+    def _log_idle(self, entry: Entry[R]) -> None:
+        self.idle_log.append((entry, entry.idle_since))
+        if len(self.idle_log) > 2 * self.n_idle + _COMPACT_SLACK:
+            self.idle_log = deque(
+                (e, s) for e, s in self.idle_log if e.state == IDLE and e.idle_since == s
+            )
+
+    def _pop_global_waiter(self, now: float) -> Waiter[R] | None:
+        waiters = self.global_waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if waiter.cancelled:
+                continue
+            self.n_global_waiting -= 1
+            waited = now - waiter.queued_at
+            self.global_wait_total += waited
+            if waited > self.global_wait_max:
+                self.global_wait_max = waited
+            return waiter
+        return None
+
+    def _grant_global(self, waiter: Waiter[R], now: float) -> None:
+        """Give a global waiter a slot to create in, or move it to its key's queue if
+        that key filled up while it waited."""
+        waiter.in_global_queue = False
+        core = self.core(waiter.key)
+        if core.open < core.limit:
+            waiter.may_create = True
+            core.open += 1
+            self.open += 1
+            self.woken.append(waiter)
+        else:
+            core.waiters.append(waiter)
+            core.n_waiting += 1
+
+    def _after_slot_change(self, core: PoolCore[R], waiter: Waiter[R] | None, now: float) -> None:
+        if waiter is not None:
+            self.woken.append(waiter)
+        while self.n_global_waiting and self.open < self.max_size and not self.closed:
+            global_waiter = self._pop_global_waiter(now)
+            if global_waiter is None:
+                break
+            self._grant_global(global_waiter, now)
+        self._drop_if_empty(core)
+
+    def _drop_if_empty(self, core: PoolCore[R]) -> None:
+        if core.open == 0 and not core.n_waiting and self.cores.get(core.key) is core:
+            del self.cores[core.key]
+            for name, value in _core_counters(core).items():
+                self.dropped[name] += value
+            self.dropped_wait_max = max(self.dropped_wait_max, core.wait_max)
+
+
+def _core_counters(core: PoolCore[Any]) -> dict[str, float]:
+    return {
+        "created": core.n_created,
+        "reused": core.n_reused,
+        "discarded": core.n_discarded,
+        "expired": core.n_expired,
+        "timeouts": core.n_timeouts,
+        "waits": core.n_waits,
+        "wait_total_s": core.wait_total,
+    }

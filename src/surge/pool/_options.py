@@ -1,0 +1,69 @@
+"""What the thread and asyncio front-ends share: options, lifetimes, messages."""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from surge.errors import PoolTimeout
+from surge.pool._core import INF
+
+log = logging.getLogger("surge.pool")
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """The policy knobs of a pool, validated once."""
+
+    timeout: float
+    max_idle: float | None
+    max_lifetime: float | None
+    lifetime_jitter: float
+    check_idle_after: float
+
+    def __post_init__(self) -> None:
+        if self.timeout < 0:
+            raise ValueError(f"timeout must be 0 or more, not {self.timeout}")
+        if self.max_lifetime is not None and self.max_lifetime <= 0:
+            raise ValueError(f"max_lifetime must be positive, not {self.max_lifetime}")
+        if not 0 <= self.lifetime_jitter < 1:
+            raise ValueError(f"lifetime_jitter must be in [0, 1), not {self.lifetime_jitter}")
+        if self.check_idle_after < 0:
+            raise ValueError(f"check_idle_after must be 0 or more, not {self.check_idle_after}")
+
+    def expires_at(self, now: float, rand: Callable[[], float] = random.random) -> float:
+        """When a resource created at ``now`` reaches the end of its life.
+
+        Lifetimes are shortened by up to ``lifetime_jitter`` (10% by default) at
+        random, so resources created together (a pool warming up) do not all
+        expire together; never lengthened, so a ``max_lifetime`` set below a
+        server's idle timeout stays below it.
+        """
+        if self.max_lifetime is None:
+            return INF
+        return now + self.max_lifetime * (1.0 - self.lifetime_jitter * rand())
+
+    def wants_check(self, now: float, idle_since: float) -> bool:
+        return now - idle_since >= self.check_idle_after
+
+
+def timeout_error(timeout: float, stats: dict[str, Any], key: Any = None) -> PoolTimeout:
+    """The message says how big the pool is, how many are in use, and how many wait."""
+    size = f"max_size={stats['max_size']}"
+    if stats.get("max_overflow"):
+        size += f" + max_overflow={stats['max_overflow']}"
+    if "max_per_key" in stats:
+        size += f", max_per_key={stats['max_per_key']}"
+    where = f" for key {key!r}" if key is not None else ""
+    return PoolTimeout(
+        f"no resource available{where} within {timeout:g} s: pool of {size}, "
+        f"{stats['in_use']} in use, {stats['waiting']} waiting"
+    )
+
+
+def check_passed(result: object) -> bool:
+    """A check passes unless it returns False (or raises, handled by the caller)."""
+    return result is not False

@@ -1,0 +1,495 @@
+"""The thread-safe front-ends: ``Pool`` and ``KeyedPool``.
+
+They wrap the pure cores with one lock, read the clock, call the user's
+``create``/``check``/``reset``/``close`` outside the lock, and park waiters on a
+private lock each (released by whoever grants them), so a release wakes exactly
+the waiter it served - no thundering herd, and the oldest waiter goes first.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Hashable
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+from surge.errors import PoolClosed
+from surge.pool._core import Entry, PoolCore, Waiter
+from surge.pool._keyed_core import KeyedCore
+from surge.pool._options import Options, check_passed, log, timeout_error
+
+R = TypeVar("R")
+K = TypeVar("K", bound=Hashable)
+
+_allocate_lock = threading.Lock
+
+
+class _SyncFrontEnd(Generic[R]):
+    """Lock, clock, callbacks and waiting: what Pool and KeyedPool share."""
+
+    def __init__(
+        self,
+        *,
+        timeout: float,
+        max_idle: float | None,
+        max_lifetime: float | None,
+        lifetime_jitter: float,
+        check: Callable[[R], object] | None,
+        check_idle_after: float,
+        reset: Callable[[R], object] | None,
+        close: Callable[[R], object] | None,
+        clock: Callable[[], float],
+    ) -> None:
+        self._options = Options(timeout, max_idle, max_lifetime, lifetime_jitter, check_idle_after)
+        self._check = check
+        self._reset = reset
+        self._close = close
+        self._clock = clock
+        self._lock = threading.Lock()
+
+    # -- shared steps -----------------------------------------------------------------
+
+    def _dispose(self, garbage: list[Entry[R]]) -> None:
+        """Close retired resources; a close that fails is logged, never raised."""
+        if self._close is None:
+            return
+        for entry in garbage:
+            try:
+                self._close(entry.resource)
+            except Exception:
+                log.warning("closing %r failed", entry.resource, exc_info=True)
+
+    def _wait(
+        self, waiter: Waiter[R], deadline: float, timeout: float, key: Any = None
+    ) -> Entry[R] | None:
+        """Block until ``waiter`` is granted; the entry it was handed, or None if it
+        may create.  Raises PoolTimeout at ``deadline``, PoolClosed on close."""
+        remaining = deadline - self._clock()
+        woke = remaining > 0 and waiter.wake.acquire(True, remaining)
+        if not woke:
+            with self._lock:
+                if not waiter.granted and not waiter.closed:
+                    self._cancel(waiter)
+                    raise timeout_error(timeout, self._stats(), key)
+        if waiter.closed:
+            raise PoolClosed("the pool was closed while waiting")
+        return waiter.entry
+
+    def _passes_check(self, entry: Entry[R], now: float) -> bool:
+        """Run ``check`` on a reused resource (if it was idle long enough to doubt it);
+        a failing resource is discarded."""
+        if self._check is None or not self._options.wants_check(now, entry.idle_since):
+            return True
+        try:
+            ok = check_passed(self._check(entry.resource))
+        except Exception:
+            log.info("check of %r raised; discarding it", entry.resource, exc_info=True)
+            ok = False
+        if not ok:
+            self.discard(entry.resource)
+        return ok
+
+    def _returns_clean(self, resource: R) -> bool:
+        """Run ``reset`` before a resource goes back; one that fails is discarded."""
+        if self._reset is None:
+            return True
+        try:
+            self._reset(resource)
+        except Exception:
+            log.info("reset of %r raised; discarding it", resource, exc_info=True)
+            self.discard(resource)
+            return False
+        except BaseException:
+            self.discard(resource)
+            raise
+        return True
+
+    # -- what each front-end provides ----------------------------------------------------
+
+    def _cancel(self, waiter: Waiter[R]) -> None:
+        raise NotImplementedError
+
+    def _stats(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def discard(self, resource: R) -> None:
+        raise NotImplementedError
+
+    def stats(self) -> dict[str, Any]:
+        """Counters and gauges; see the README for the fields."""
+        with self._lock:
+            return self._stats()
+
+
+class _Checkout(Generic[R]):
+    """``with pool.connection() as r``: release on success, discard if the block raised."""
+
+    __slots__ = ("_pool", "_resource", "_timeout")
+
+    def __init__(self, pool: Pool[R], timeout: float | None) -> None:
+        self._pool = pool
+        self._timeout = timeout
+
+    def __enter__(self) -> R:
+        self._resource = self._pool.acquire(self._timeout)
+        return self._resource
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self._pool.release(self._resource)
+        else:
+            self._pool.discard(self._resource)
+
+
+class Pool(_SyncFrontEnd[R]):
+    """A thread-safe pool of reusable resources (connections, sessions, ...).
+
+    ``create()`` makes a resource; ``check(r)`` (optional) is run on checkout of a
+    resource idle for ``check_idle_after`` seconds or more, and a resource for which
+    it raises or returns False is discarded and replaced; ``reset(r)`` (optional)
+    runs on return, and a resource for which it raises is discarded; ``close(r)``
+    runs on every resource the pool retires.
+
+    At most ``max_size + max_overflow`` resources exist; up to ``max_size`` are kept
+    idle, overflow ones are closed on return.  ``acquire`` waits up to ``timeout``
+    seconds, in arrival order, then raises :class:`PoolTimeout`.  Idle resources
+    are closed after ``max_idle`` seconds; every resource after ``max_lifetime``
+    seconds (shortened by up to ``lifetime_jitter`` at random).  ``lifo=True``
+    reuses the most recently returned resource (hot caches, and cold ones expire);
+    ``lifo=False`` rotates through all of them.
+    """
+
+    def __init__(
+        self,
+        create: Callable[[], R],
+        *,
+        max_size: int,
+        max_overflow: int = 0,
+        timeout: float = 30.0,
+        max_idle: float | None = None,
+        max_lifetime: float | None = None,
+        lifetime_jitter: float = 0.1,
+        check: Callable[[R], object] | None = None,
+        check_idle_after: float = 0.0,
+        reset: Callable[[R], object] | None = None,
+        close: Callable[[R], object] | None = None,
+        lifo: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(
+            timeout=timeout,
+            max_idle=max_idle,
+            max_lifetime=max_lifetime,
+            lifetime_jitter=lifetime_jitter,
+            check=check,
+            check_idle_after=check_idle_after,
+            reset=reset,
+            close=close,
+            clock=clock,
+        )
+        self._create = create
+        self._core: PoolCore[R] = PoolCore(
+            max_size, max_overflow, lifo=lifo, max_idle=max_idle, lifetimes=bool(max_lifetime)
+        )
+        # Checkout reads the clock only when some option depends on time (or to
+        # time a wait): a clock read is a tenth of a checkout's cost.
+        self._timed = max_idle is not None or max_lifetime is not None or check is not None
+
+    def acquire(self, timeout: float | None = None) -> R:
+        """Check out a resource, waiting up to ``timeout`` (default: the pool's)."""
+        # The hot path: an idle resource, nothing to check, nothing to close.
+        # (lock.acquire/try/finally costs half of `with lock` on CPython 3.11.)
+        core = self._core
+        lock = self._lock
+        lock.acquire()
+        try:
+            got = core.acquire(self._clock() if self._timed else 0.0)
+        finally:
+            lock.release()
+        if type(got) is Entry and self._check is None and not core.garbage:
+            return got.resource
+        return self._acquire_slow(got, timeout)
+
+    def _acquire_slow(self, got: Entry[R] | Waiter[R] | None, timeout: float | None) -> R:
+        core = self._core
+        deadline = None
+        while True:
+            now = self._clock()
+            if isinstance(got, Waiter):
+                with self._lock:
+                    if not self._timed:
+                        got.queued_at = now
+                    if got.wake is None:
+                        got.wake = _allocate_lock()
+                        got.wake.acquire()
+            if core.garbage:
+                with self._lock:
+                    garbage = core.take_garbage()
+                self._dispose(garbage)
+            if isinstance(got, Entry):
+                if self._passes_check(got, now):
+                    return got.resource
+            elif got is None:
+                return self._create_in_slot()
+            else:
+                if timeout is None:
+                    timeout = self._options.timeout
+                if deadline is None:
+                    deadline = now + timeout
+                entry = self._wait(got, deadline, timeout)
+                if entry is None:
+                    return self._create_in_slot()
+                if self._passes_check(entry, self._clock()):
+                    return entry.resource
+            with self._lock:
+                got = core.acquire(self._clock())
+
+    def release(self, resource: R) -> None:
+        """Return a resource: to the oldest waiter if any, else to the idle set."""
+        if self._reset is not None and not self._returns_clean(resource):
+            return
+        now = self._clock()
+        lock = self._lock
+        lock.acquire()
+        try:
+            waiter = self._core.release(resource, now)
+        finally:
+            lock.release()
+        if waiter is not None:
+            waiter.wake.release()
+        if self._core.garbage:
+            self._collect()
+
+    def discard(self, resource: R) -> None:
+        """Close a checked-out resource instead of returning it (it failed)."""
+        core = self._core
+        with self._lock:
+            waiter = core.discard(resource, self._clock())
+            garbage = core.take_garbage()
+        if waiter is not None:
+            waiter.wake.release()
+        self._dispose(garbage)
+
+    def connection(self, timeout: float | None = None) -> _Checkout[R]:
+        """``with pool.connection() as r:`` - returned after the block, discarded if it raised."""
+        return _Checkout(self, timeout)
+
+    def expire(self) -> None:
+        """Close resources idle longer than ``max_idle`` now, rather than at the next
+        acquire or release (a pool left alone keeps them until then)."""
+        with self._lock:
+            self._core.expire(self._clock())
+            garbage = self._core.take_garbage()
+        self._dispose(garbage)
+
+    def close(self) -> None:
+        """Close idle resources, refuse new acquires, and fail current waiters with
+        PoolClosed; resources in use are closed when they come back."""
+        with self._lock:
+            woken = self._core.close()
+            garbage = self._core.take_garbage()
+        for waiter in woken:
+            waiter.wake.release()
+        self._dispose(garbage)
+
+    def __enter__(self) -> Pool[R]:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        s = self._core
+        return (
+            f"<Pool max_size={s.max_size} open={s.open} in_use={len(s.checked_out)} "
+            f"idle={s.n_idle} waiting={s.n_waiting}>"
+        )
+
+    # -- internals --------------------------------------------------------------------
+
+    def _collect(self) -> None:
+        with self._lock:
+            garbage = self._core.take_garbage()
+        self._dispose(garbage)
+
+    def _create_in_slot(self) -> R:
+        try:
+            resource = self._create()
+        except BaseException:
+            with self._lock:
+                waiter = self._core.create_failed(self._clock())
+            if waiter is not None:
+                waiter.wake.release()
+            raise
+        now = self._clock()
+        with self._lock:
+            self._core.created(resource, now, self._options.expires_at(now))
+        return resource
+
+    def _cancel(self, waiter: Waiter[R]) -> None:
+        self._core.cancel(waiter, timed_out=True)
+
+    def _stats(self) -> dict[str, Any]:
+        return self._core.stats()
+
+
+class KeyedPool(_SyncFrontEnd[R], Generic[K, R]):
+    """A thread-safe pool with one sub-pool per key under a global limit.
+
+    ``create(key)`` makes a resource for ``key``.  At most ``max_per_key``
+    resources exist per key and ``max_size`` in all; when the total is reached, the
+    coldest idle resource of any key is closed to make room, and only when none is
+    idle does ``acquire`` wait.  Other options as :class:`Pool`.
+    """
+
+    def __init__(
+        self,
+        create: Callable[[K], R],
+        *,
+        max_size: int,
+        max_per_key: int,
+        timeout: float = 30.0,
+        max_idle: float | None = None,
+        max_lifetime: float | None = None,
+        lifetime_jitter: float = 0.1,
+        check: Callable[[R], object] | None = None,
+        check_idle_after: float = 0.0,
+        reset: Callable[[R], object] | None = None,
+        close: Callable[[R], object] | None = None,
+        lifo: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(
+            timeout=timeout,
+            max_idle=max_idle,
+            max_lifetime=max_lifetime,
+            lifetime_jitter=lifetime_jitter,
+            check=check,
+            check_idle_after=check_idle_after,
+            reset=reset,
+            close=close,
+            clock=clock,
+        )
+        self._create = create
+        self._core: KeyedCore[K, R] = KeyedCore(max_size, max_per_key, lifo=lifo, max_idle=max_idle)
+
+    def acquire(self, key: K, timeout: float | None = None) -> R:
+        core = self._core
+        deadline = None
+        while True:
+            now = self._clock()
+            with self._lock:
+                got = core.acquire(key, now)
+                if isinstance(got, Waiter):
+                    got.wake = _allocate_lock()
+                    got.wake.acquire()
+                garbage = core.take_garbage() if core.garbage else None
+            if garbage:
+                self._dispose(garbage)
+            if isinstance(got, Entry):
+                if self._check is None or self._passes_check(got, now):
+                    return got.resource
+                continue
+            if got is None:
+                return self._create_in_slot(key)
+            if timeout is None:
+                timeout = self._options.timeout
+            if deadline is None:
+                deadline = now + timeout
+            entry = self._wait(got, deadline, timeout, key)
+            if entry is None:
+                return self._create_in_slot(key)
+            if self._check is None or self._passes_check(entry, self._clock()):
+                return entry.resource
+
+    def release(self, resource: R) -> None:
+        if self._reset is not None and not self._returns_clean(resource):
+            return
+        with self._lock:
+            self._core.release(resource, self._clock())
+        self._settle()
+
+    def discard(self, resource: R) -> None:
+        with self._lock:
+            self._core.discard(resource, self._clock())
+        self._settle()
+
+    def connection(self, key: K, timeout: float | None = None) -> _KeyedCheckout[K, R]:
+        return _KeyedCheckout(self, key, timeout)
+
+    def expire(self) -> None:
+        with self._lock:
+            self._core.expire(self._clock())
+        self._settle()
+
+    def close(self) -> None:
+        with self._lock:
+            woken = self._core.close()
+        for waiter in woken:
+            waiter.wake.release()
+        self._settle()
+
+    def __enter__(self) -> KeyedPool[K, R]:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _settle(self) -> None:
+        """Wake whoever the last operation granted, and close what it retired."""
+        with self._lock:
+            woken = self._core.take_woken() if self._core.woken else ()
+            garbage = self._core.take_garbage() if self._core.garbage else ()
+        for waiter in woken:
+            waiter.wake.release()
+        if garbage:
+            self._dispose(list(garbage))
+
+    def _create_in_slot(self, key: K) -> R:
+        try:
+            resource = self._create(key)
+        except BaseException:
+            with self._lock:
+                self._core.create_failed(key, self._clock())
+            self._settle()
+            raise
+        now = self._clock()
+        with self._lock:
+            self._core.created(key, resource, now, self._options.expires_at(now))
+        return resource
+
+    def _cancel(self, waiter: Waiter[R]) -> None:
+        self._core.cancel(waiter, timed_out=True)
+
+    def _stats(self) -> dict[str, Any]:
+        return self._core.stats()
+
+
+class _KeyedCheckout(Generic[K, R]):
+    __slots__ = ("_key", "_pool", "_resource", "_timeout")
+
+    def __init__(self, pool: KeyedPool[K, R], key: K, timeout: float | None) -> None:
+        self._pool = pool
+        self._key = key
+        self._timeout = timeout
+
+    def __enter__(self) -> R:
+        self._resource = self._pool.acquire(self._key, self._timeout)
+        return self._resource
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self._pool.release(self._resource)
+        else:
+            self._pool.discard(self._resource)

@@ -49,7 +49,7 @@ _COMPACT_SLACK = 32
 class Entry(Generic[R]):
     """One resource and the facts the pool keeps about it."""
 
-    __slots__ = ("created_at", "expires_at", "idle_since", "key", "resource", "state")
+    __slots__ = ("created_at", "expires_at", "idle_since", "idle_turn", "key", "resource", "state")
 
     def __init__(self, resource: R, created_at: float, expires_at: float, key: Any = None) -> None:
         self.resource = resource
@@ -61,6 +61,8 @@ class Entry(Generic[R]):
         self.idle_since = created_at
         self.state = IN_USE
         self.key = key
+        #: Which of its idle periods a keyed pool's idle log last recorded.
+        self.idle_turn = 0
 
     def __repr__(self) -> str:
         state = ("in_use", "idle", "gone")[self.state]

@@ -8,10 +8,11 @@ when nothing is idle anywhere does the caller wait.
 
 All O(1) (amortised), like the single core:
 
-* A global log of (entry, idle_since) records, appended when an entry goes
-  idle, finds the coldest idle resource across keys.  Records of entries that
-  were taken again since are stale and skipped when they reach the front; the
-  log is rebuilt once stale records outnumber live ones.
+* A global log of (entry, turn) records, appended when an entry goes idle,
+  finds the coldest idle resource across keys.  ``turn`` counts the entry's
+  idle periods, so a record of an entry that was taken again since is stale and
+  skipped when it reaches the front; the log is rebuilt once stale records
+  outnumber live ones.
 * The per-key cores share one ``checked_out`` dict and one ``garbage`` list, so
   a release needs no search for the key, and the front-end drains one list.
 * A key's core is dropped as soon as it holds nothing, so a million distinct
@@ -62,7 +63,7 @@ class KeyedCore(Generic[K, R]):
         self.cores: dict[K, PoolCore[R]] = {}
         self.open = 0  # the sum of the cores' ``open``
         self.n_idle = 0  # the sum of the cores' ``n_idle``
-        self.idle_log: deque[tuple[Entry[R], float]] = deque()
+        self.idle_log: deque[tuple[Entry[R], int]] = deque()
         self.checked_out: dict[int, Entry[R]] = {}
         self.garbage: list[Entry[R]] = []
         self.woken: list[Waiter[R]] = []
@@ -99,6 +100,7 @@ class KeyedCore(Generic[K, R]):
             core.open += 1
             self.open += 1
             return None
+        self._drop_if_empty(core)
         waiter: Waiter[R] = Waiter(now, key)
         waiter.in_global_queue = True
         self.global_waiters.append(waiter)
@@ -124,23 +126,8 @@ class KeyedCore(Generic[K, R]):
             and self.n_global_waiting
             and entry.expires_at > now
             and not self.closed
+            and self._serve_global_waiter(entry, now)
         ):
-            # Nobody waits for this key, but someone waits for room: this resource
-            # goes to the oldest global waiter if it wants the same key, else it
-            # is closed to make room for the waiter's own.
-            waiter = self._pop_global_waiter(now)
-            assert waiter is not None
-            core.pop_checked_out(resource)
-            if waiter.key == entry.key:
-                waiter.entry = entry
-                self.checked_out[id(resource)] = entry
-                core.n_reused += 1
-                self.woken.append(waiter)
-                return
-            core.retire(entry)
-            self.open -= 1
-            self._drop_if_empty(core)
-            self._grant_global(waiter, now)
             return
         open_before, idle_before = core.open, core.n_idle
         waiter = core.release(resource, now)
@@ -149,6 +136,37 @@ class KeyedCore(Generic[K, R]):
         if entry.state == IDLE:
             self._log_idle(entry)
         self._after_slot_change(core, waiter, now)
+
+    def _serve_global_waiter(self, entry: Entry[R], now: float) -> bool:
+        """A released resource nobody of its key waits for, while others wait for room:
+        it goes to the oldest global waiter if that one wants the same key, else it is
+        closed to make room for the waiter's own.  Waiters whose key filled up while
+        they waited move to that key's queue.  False if no global waiter could use it.
+        """
+        core = self.cores[entry.key]
+        while self.n_global_waiting:
+            waiter = self._pop_global_waiter(now)
+            if waiter is None:
+                break
+            waiter.in_global_queue = False
+            if waiter.key == entry.key:
+                waiter.entry = entry
+                entry.idle_since = now
+                core.n_reused += 1
+                self.woken.append(waiter)
+                return True
+            other = self.core(waiter.key)
+            if other.open < other.limit:
+                core.pop_checked_out(entry.resource)
+                core.retire(entry)
+                waiter.may_create = True
+                other.open += 1
+                self.woken.append(waiter)
+                self._drop_if_empty(core)
+                return True
+            other.waiters.append(waiter)
+            other.n_waiting += 1
+        return False
 
     def discard(self, resource: R, now: float) -> None:
         entry = self._lookup(resource)
@@ -179,10 +197,10 @@ class KeyedCore(Generic[K, R]):
         """Retire resources idle for ``max_idle`` or more, coldest first, across keys."""
         log = self.idle_log
         while log:
-            entry, since = log[0]
-            if entry.state != IDLE or entry.idle_since != since:
+            entry, turn = log[0]
+            if not _live(entry, turn):
                 log.popleft()
-            elif since + self.max_idle <= now:
+            elif entry.idle_since + self.max_idle <= now:
                 log.popleft()
                 core = self.cores[entry.key]
                 core.remove_idle(entry)
@@ -197,8 +215,8 @@ class KeyedCore(Generic[K, R]):
         """Close the coldest idle resource of any key; False if nothing is idle."""
         log = self.idle_log
         while log:
-            entry, since = log.popleft()
-            if entry.state != IDLE or entry.idle_since != since:
+            entry, turn = log.popleft()
+            if not _live(entry, turn):
                 continue
             core = self.cores[entry.key]
             core.remove_idle(entry)
@@ -282,11 +300,10 @@ class KeyedCore(Generic[K, R]):
         return entry
 
     def _log_idle(self, entry: Entry[R]) -> None:
-        self.idle_log.append((entry, entry.idle_since))
+        entry.idle_turn += 1
+        self.idle_log.append((entry, entry.idle_turn))
         if len(self.idle_log) > 2 * self.n_idle + _COMPACT_SLACK:
-            self.idle_log = deque(
-                (e, s) for e, s in self.idle_log if e.state == IDLE and e.idle_since == s
-            )
+            self.idle_log = deque((e, t) for e, t in self.idle_log if _live(e, t))
 
     def _pop_global_waiter(self, now: float) -> Waiter[R] | None:
         waiters = self.global_waiters
@@ -344,3 +361,8 @@ def _core_counters(core: PoolCore[Any]) -> dict[str, float]:
         "waits": core.n_waits,
         "wait_total_s": core.wait_total,
     }
+
+
+def _live(entry: Entry[Any], turn: int) -> bool:
+    """Does an idle-log record still describe the entry's current idle period?"""
+    return entry.state == IDLE and entry.idle_turn == turn

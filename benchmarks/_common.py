@@ -1,0 +1,239 @@
+"""Helpers shared by surge's benchmark scripts: timing, tables, JSON and machine info.
+
+Every benchmark in this folder measures surge against the tools people use today
+*in the same run*, prints a table per section on stdout and writes every raw number
+to a JSON file together with a description of the machine, so that a result can be
+read again later and compared with runs made elsewhere.
+
+Nothing here imports surge: a benchmark must still be able to say "surge is not
+installed" rather than crash at import time.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import gc
+import json
+import math
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "Table",
+    "Timer",
+    "best_of",
+    "fmt_ns",
+    "fmt_s",
+    "gc_paused",
+    "machine_info",
+    "percentile",
+    "timer",
+    "write_json",
+]
+
+
+# -- timing ------------------------------------------------------------------------
+
+
+@dataclass
+class Timer:
+    """Elapsed wall-clock seconds of a ``with timer() as t:`` block (``t.s`` after it)."""
+
+    start: float = 0.0
+    s: float = 0.0
+
+
+@contextmanager
+def timer() -> Iterator[Timer]:
+    """Time the body with :func:`time.perf_counter` (monotonic, highest resolution)."""
+    t = Timer(start=time.perf_counter())
+    try:
+        yield t
+    finally:
+        t.s = time.perf_counter() - t.start
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Switch the cyclic garbage collector off for the body, as :mod:`timeit` does.
+
+    Peers allocate different numbers of objects per operation; a collection that
+    happens to fall inside one peer's timed phase would be charged to that peer.
+    """
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def best_of(fn: Callable[[], float | None], repeat: int = 5) -> tuple[float, list[float]]:
+    """Run ``fn`` ``repeat`` times and return (the fastest time, all times) in seconds.
+
+    If ``fn`` returns a number, that is taken as its own measurement (so it can
+    leave set-up out of the timing); if it returns None, the whole call is timed.
+    The minimum is the usual estimator for "the cost of the code": noise (other
+    processes, frequency changes) only ever adds time.
+    """
+    times: list[float] = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        measured = fn()
+        elapsed = time.perf_counter() - start
+        times.append(elapsed if measured is None else measured)
+    return min(times), times
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0..100) of already *sorted* values, nearest-rank method."""
+    if not sorted_values:
+        return math.nan
+    rank = max(1, math.ceil(q / 100.0 * len(sorted_values)))
+    return sorted_values[min(rank, len(sorted_values)) - 1]
+
+
+# -- formatting --------------------------------------------------------------------
+
+
+def fmt_s(seconds: float | None) -> str:
+    """Seconds as a short human string: ``812 us``, ``35.2 ms``, ``4.10 s``."""
+    if seconds is None or math.isnan(seconds):
+        return "-"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.0f} us"
+    if seconds < 1.0:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds:.2f} s"
+
+
+def fmt_ns(ns: float | None) -> str:
+    """Nanoseconds per operation with a thousands separator: ``1,234``."""
+    if ns is None or math.isnan(ns):
+        return "-"
+    return f"{ns:,.0f}"
+
+
+@dataclass
+class Table:
+    """A plain-text table with aligned columns, for stdout.
+
+    Numbers and strings are right-aligned except the first column, which holds
+    the row's name. Cells are converted with ``str``: format them before adding.
+    """
+
+    title: str
+    columns: Sequence[str]
+    rows: list[list[str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, *cells: object) -> None:
+        """Append one row; missing trailing cells are left blank."""
+        row = ["" if c is None else str(c) for c in cells]
+        if len(row) > len(self.columns):
+            raise ValueError(f"{len(row)} cells for {len(self.columns)} columns")
+        self.rows.append(row + [""] * (len(self.columns) - len(row)))
+
+    def note(self, text: str) -> None:
+        """Add a line printed under the table."""
+        self.notes.append(text)
+
+    def render(self) -> str:
+        """The table as text: title, header, rule, rows, notes."""
+        widths = [len(c) for c in self.columns]
+        for row in self.rows:
+            widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+
+        def line(cells: Iterable[str]) -> str:
+            parts = [
+                cell.ljust(w) if i == 0 else cell.rjust(w)
+                for i, (cell, w) in enumerate(zip(cells, widths, strict=True))
+            ]
+            return "  ".join(parts).rstrip()
+
+        out = [self.title, line(self.columns), line("-" * w for w in widths)]
+        out += [line(row) for row in self.rows]
+        out += [f"  {n}" for n in self.notes]
+        return "\n".join(out)
+
+    def print(self) -> None:
+        """Print the table and a blank line, flushing so progress shows in pipes."""
+        print(self.render() + "\n", flush=True)
+
+
+# -- results -----------------------------------------------------------------------
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info(packages: Iterable[str] = ()) -> dict[str, Any]:
+    """What a reader needs to judge the numbers: CPU, cores, load, Python, versions, date.
+
+    ``packages`` are distribution names (``"sqlalchemy"``); a package that is not
+    installed is reported as None rather than omitted, so its absence is visible.
+    The load average is recorded because these benchmarks often run on shared
+    machines: a load above the core count means the numbers are pessimistic.
+    """
+    versions: dict[str, str | None] = {}
+    for name in packages:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    try:
+        load: list[float] | None = list(os.getloadavg())
+    except OSError:
+        load = None
+    return {
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "load_average": load,
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "python_implementation": platform.python_implementation(),
+        "packages": versions,
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "argv": sys.argv,
+    }
+
+
+def write_json(path: str | os.PathLike[str], payload: Any) -> Path:
+    """Write ``payload`` as indented JSON, creating parent folders; return the path.
+
+    NaN and infinities are written as null (strict JSON has no spelling for them).
+    """
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, dict):
+            return {str(k): clean(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [clean(v) for v in value]
+        return value
+
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(target.suffix + ".tmp")
+    tmp.write_text(json.dumps(clean(payload), indent=2, allow_nan=False) + "\n", "utf-8")
+    tmp.replace(target)
+    return target

@@ -1,16 +1,39 @@
 """The ``surge`` command: parses flags, prints progress and summaries, nothing else.
 
 Every subcommand is a thin layer over the Python API; the work happens below.
+Subcommands are imported only when run (``LazyGroup``), so ``surge --help``
+does not pay for the event loop, the HTTP parser or the TLS machinery.
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import Any
 
 import click
 
 from surge import __version__
 
+#: name -> "module:attribute" of a click command.
+SUBCOMMANDS = {
+    "sim": "surge.sim.cli:sim_command",
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *SUBCOMMANDS])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in SUBCOMMANDS:
+            module, _, attribute = SUBCOMMANDS[cmd_name].partition(":")
+            command: Any = getattr(importlib.import_module(module), attribute)
+            assert isinstance(command, click.Command)
+            return command
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="surge")
 def main() -> None:
     """Bulk network I/O that is fast by default and shows where the time goes."""

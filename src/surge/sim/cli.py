@@ -1,0 +1,132 @@
+"""``surge sim``: run the simulated web in the foreground.
+
+Prints one line of JSON -- ``host``, ``http_port``, ``https_port``, ``cafile``,
+``seed``, ``pid`` -- once both ports listen (and after ``--write-hosts`` has
+written its file), then serves until SIGINT or SIGTERM.  The same command is
+``python -m surge.sim``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+
+import click
+
+from surge.sim.behaviour import hosts
+from surge.sim.runner import loop_factory
+from surge.sim.server import SimInfo, serve
+
+
+def _write_hosts(path: str, info: SimInfo, count: int, tls: bool) -> None:
+    with open(path, "w", encoding="utf-8") as out:
+        for name in hosts(count, info.seed):
+            out.write(info.url(name, tls=tls) + "\n")
+
+
+async def _serve_until_signalled(
+    port: int,
+    tls_port: int,
+    seed: int,
+    cafile: str | None,
+    hosts_file: str | None,
+    host_count: int,
+    tls: bool,
+    warm_tls: int,
+) -> None:
+    try:
+        server = await serve(
+            port=port, tls_port=tls_port, seed=seed, cafile=cafile, warm_tls=warm_tls
+        )
+    except OSError as error:
+        raise click.ClickException(f"cannot listen on 127.0.0.1: {error.strerror}") from error
+    try:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        if hosts_file is not None:
+            _write_hosts(hosts_file, server.info, host_count, tls)
+        sys.stdout.write(json.dumps(server.info.to_json()) + "\n")
+        sys.stdout.flush()
+        await stop.wait()
+    finally:
+        await server.close()
+
+
+@click.command("sim")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help="Plain HTTP port on 127.0.0.1 (0: any free port).",
+)
+@click.option(
+    "--tls-port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help="HTTPS port on 127.0.0.1 (0: any free port).",
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seed of the generic hosts' behaviours (site<N>.sim).",
+)
+@click.option(
+    "--cafile",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the CA certificate here (default: a temporary file, removed at exit).",
+)
+@click.option(
+    "--write-hosts",
+    "hosts_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the URLs of the first --hosts generic hosts to this file, one a line.",
+)
+@click.option(
+    "--hosts",
+    "host_count",
+    type=click.IntRange(min=0),
+    default=None,
+    help="How many URLs --write-hosts writes.",
+)
+@click.option(
+    "--tls",
+    is_flag=True,
+    help="--write-hosts writes https:// URLs (and their certificates are issued up front).",
+)
+@click.option(
+    "--warm-tls",
+    type=click.IntRange(min=0),
+    default=0,
+    help="Issue the certificates of the first N generic sites before listening.",
+)
+def sim_command(
+    port: int,
+    tls_port: int,
+    seed: int,
+    cafile: str | None,
+    hosts_file: str | None,
+    host_count: int | None,
+    tls: bool,
+    warm_tls: int,
+) -> None:
+    """Run the simulated web (*.sim hosts) on 127.0.0.1 until interrupted."""
+    if (hosts_file is None) != (host_count is None):
+        raise click.UsageError("--write-hosts and --hosts go together")
+    if tls and host_count:
+        warm_tls = max(warm_tls, host_count)
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        runner.run(
+            _serve_until_signalled(
+                port, tls_port, seed, cafile, hosts_file, host_count or 0, tls, warm_tls
+            )
+        )

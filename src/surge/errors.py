@@ -8,6 +8,8 @@ which a caller of the pool asked for by setting a timeout).
 
 from __future__ import annotations
 
+from typing import Any
+
 #: The stable names of the error classes a result record may carry (see
 #: docs/architecture.md, "result records").  Order is documentation order.
 ERROR_CLASSES: tuple[str, ...] = (
@@ -45,11 +47,23 @@ class PoolTimeout(PoolError, TimeoutError):
 
 
 class RequestError(SurgeError):
-    """A request failed; ``error_class`` is one of :data:`ERROR_CLASSES`."""
+    """A request failed; ``error_class`` is one of :data:`ERROR_CLASSES`.
 
-    def __init__(self, error_class: str, detail: str) -> None:
+    What is known of the failed request travels with it, for its result record:
+    ``status`` when a response head arrived before the failure (a body that then
+    stalled is ``read_timeout`` with the status kept), and, set by the client,
+    ``url``, ``final_url``, ``timings``, ``attempts`` and ``bytes``.
+    """
+
+    def __init__(self, error_class: str, detail: str, *, status: int | None = None) -> None:
         if error_class not in ERROR_CLASSES:
             raise ValueError(f"unknown error class {error_class!r}")
         super().__init__(detail)
         self.error_class = error_class
         self.detail = detail
+        self.status = status
+        self.url: str | None = None
+        self.final_url: str | None = None
+        self.timings: Any = None
+        self.attempts = 0
+        self.bytes = 0

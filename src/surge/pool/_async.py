@@ -95,6 +95,9 @@ class _AsyncFrontEnd(Generic[K, R]):
     def _core_take_garbage(self) -> list[Entry[R]]:
         raise NotImplementedError
 
+    def _has_garbage(self) -> bool:
+        raise NotImplementedError
+
     def stats(self) -> dict[str, Any]:
         raise NotImplementedError
 
@@ -103,17 +106,21 @@ class _AsyncFrontEnd(Generic[K, R]):
 
     # -- the shared loop ----------------------------------------------------------------
 
-    async def _acquire(self, key: K | None, timeout: float | None) -> R:
+    async def _acquire(
+        self, key: K | None, timeout: float | None, got: Entry[R] | Waiter[R] | None
+    ) -> R:
+        """The general path, from the core's first answer ``got``."""
         if timeout is None:
             timeout = self._options.timeout
         deadline = None
+        now = self._clock()
         while True:
-            now = self._clock()
-            got = self._core_acquire(key, now)
             await self._dispose()
             if isinstance(got, Entry):
                 if self._check is None or await self._passes_check(got, now):
                     return got.resource
+                now = self._clock()
+                got = self._core_acquire(key, now)
                 continue
             if got is None:
                 return await self._create_in_slot(key)
@@ -124,6 +131,8 @@ class _AsyncFrontEnd(Generic[K, R]):
                 return await self._create_in_slot(key)
             if self._check is None or await self._passes_check(entry, self._clock()):
                 return entry.resource
+            now = self._clock()
+            got = self._core_acquire(key, now)
 
     async def _wait(
         self, waiter: Waiter[R], deadline: float, timeout: float, key: K | None
@@ -191,16 +200,20 @@ class _AsyncFrontEnd(Generic[K, R]):
 
     async def release(self, resource: R) -> None:
         """Return a resource: to the oldest waiter if any, else to the idle set."""
-        if self._reset is not None:
-            try:
-                await _call(self._reset, resource)
-            except Exception:
-                log.info("reset of %r raised; discarding it", resource, exc_info=True)
-                await self.discard(resource)
-                return
-            except BaseException:
-                await self.discard(resource)
-                raise
+        if self._reset is None:  # the hot path: no callback, usually nothing to close
+            self._core_release(resource, self._clock())
+            if self._has_garbage():
+                await self._dispose()
+            return
+        try:
+            await _call(self._reset, resource)
+        except Exception:
+            log.info("reset of %r raised; discarding it", resource, exc_info=True)
+            await self.discard(resource)
+            return
+        except BaseException:
+            await self.discard(resource)
+            raise
         self._core_release(resource, self._clock())
         await self._dispose()
 
@@ -249,13 +262,17 @@ class AsyncPool(_AsyncFrontEnd[Any, R]):
 
     async def acquire(self, timeout: float | None = None) -> R:
         """Check out a resource, waiting up to ``timeout`` (default: the pool's)."""
-        return await self._acquire(None, timeout)
+        core = self._core
+        got = core.acquire(self._clock())
+        if type(got) is Entry and self._check is None and not core.garbage:
+            return got.resource  # the hot path: an idle resource, nothing else to do
+        return await self._acquire(None, timeout, got)
 
     @asynccontextmanager
     async def connection(self, timeout: float | None = None) -> AsyncIterator[R]:
         """``async with pool.connection() as r:`` - returned after the block,
         discarded if it raised (or was cancelled)."""
-        resource = await self._acquire(None, timeout)
+        resource = await self.acquire(timeout)
         try:
             yield resource
         except BaseException:
@@ -315,6 +332,9 @@ class AsyncPool(_AsyncFrontEnd[Any, R]):
     def _core_take_garbage(self) -> list[Entry[R]]:
         return self._core.take_garbage() if self._core.garbage else []
 
+    def _has_garbage(self) -> bool:
+        return bool(self._core.garbage)
+
     async def _new_resource(self, key: Any) -> R:
         resource: R = await _call(self._create)
         return resource
@@ -357,11 +377,15 @@ class AsyncKeyedPool(_AsyncFrontEnd[K, R]):
         self._core: KeyedCore[K, R] = KeyedCore(max_size, max_per_key, lifo=lifo, max_idle=max_idle)
 
     async def acquire(self, key: K, timeout: float | None = None) -> R:
-        return await self._acquire(key, timeout)
+        core = self._core
+        got = core.acquire(key, self._clock())
+        if type(got) is Entry and self._check is None and not core.garbage:
+            return got.resource  # the hot path: an idle resource, nothing else to do
+        return await self._acquire(key, timeout, got)
 
     @asynccontextmanager
     async def connection(self, key: K, timeout: float | None = None) -> AsyncIterator[R]:
-        resource = await self._acquire(key, timeout)
+        resource = await self.acquire(key, timeout)
         try:
             yield resource
         except BaseException:
@@ -417,6 +441,9 @@ class AsyncKeyedPool(_AsyncFrontEnd[K, R]):
 
     def _core_take_garbage(self) -> list[Entry[R]]:
         return self._core.take_garbage() if self._core.garbage else []
+
+    def _has_garbage(self) -> bool:
+        return bool(self._core.garbage)
 
     async def _new_resource(self, key: K | None) -> R:
         resource: R = await _call(self._create, key)

@@ -8,11 +8,12 @@ when nothing is idle anywhere does the caller wait.
 
 All O(1) (amortised), like the single core:
 
-* A global log of (entry, turn) records, appended when an entry goes idle,
-  finds the coldest idle resource across keys.  ``turn`` counts the entry's
-  idle periods, so a record of an entry that was taken again since is stale and
-  skipped when it reaches the front; the log is rebuilt once stale records
-  outnumber live ones.
+* A global log of (entry, turn, since) records, appended when an entry goes
+  idle, finds the coldest idle resource across keys.  ``turn`` counts the
+  entry's idle periods, so a record of an entry that was taken again since is
+  stale and skipped when it reaches the front; the log is rebuilt once stale
+  records outnumber live ones.  ``since`` (when it went idle) lets a checkout
+  see at a glance whether anything can have expired.
 * The per-key cores share one ``checked_out`` dict and one ``garbage`` list, so
   a release needs no search for the key, and the front-end drains one list.
 * A key's core is dropped as soon as it holds nothing, so a million distinct
@@ -63,7 +64,7 @@ class KeyedCore(Generic[K, R]):
         self.cores: dict[K, PoolCore[R]] = {}
         self.open = 0  # the sum of the cores' ``open``
         self.n_idle = 0  # the sum of the cores' ``n_idle``
-        self.idle_log: deque[tuple[Entry[R], int]] = deque()
+        self.idle_log: deque[tuple[Entry[R], int, float]] = deque()
         self.checked_out: dict[int, Entry[R]] = {}
         self.garbage: list[Entry[R]] = []
         self.woken: list[Waiter[R]] = []
@@ -85,7 +86,8 @@ class KeyedCore(Generic[K, R]):
         """As :meth:`PoolCore.acquire`, for ``key``."""
         if self.closed:
             raise PoolClosed("the pool is closed")
-        if self.max_idle != INF:
+        log = self.idle_log
+        if log and log[0][2] + self.max_idle <= now:
             self.expire(now)
         core = self.core(key)
         open_before, idle_before = core.open, core.n_idle
@@ -121,6 +123,17 @@ class KeyedCore(Generic[K, R]):
     def release(self, resource: R, now: float) -> None:
         entry = self._lookup(resource)
         core = self.cores[entry.key]
+        if not (core.n_waiting or self.n_global_waiting or self.closed) and entry.expires_at > now:
+            # The hot path, inlined (PoolCore.release + _log_idle): nobody waits,
+            # so the resource goes idle on its key and into the global log.
+            del self.checked_out[id(resource)]
+            entry.state = IDLE
+            entry.idle_since = now
+            core.idle.append(entry)
+            core.n_idle += 1
+            self.n_idle += 1
+            self._log_idle(entry)
+            return
         if (
             not core.n_waiting
             and self.n_global_waiting
@@ -197,10 +210,10 @@ class KeyedCore(Generic[K, R]):
         """Retire resources idle for ``max_idle`` or more, coldest first, across keys."""
         log = self.idle_log
         while log:
-            entry, turn = log[0]
+            entry, turn, since = log[0]
             if not _live(entry, turn):
                 log.popleft()
-            elif entry.idle_since + self.max_idle <= now:
+            elif since + self.max_idle <= now:
                 log.popleft()
                 core = self.cores[entry.key]
                 core.remove_idle(entry)
@@ -215,7 +228,7 @@ class KeyedCore(Generic[K, R]):
         """Close the coldest idle resource of any key; False if nothing is idle."""
         log = self.idle_log
         while log:
-            entry, turn = log.popleft()
+            entry, turn, _ = log.popleft()
             if not _live(entry, turn):
                 continue
             core = self.cores[entry.key]
@@ -301,9 +314,9 @@ class KeyedCore(Generic[K, R]):
 
     def _log_idle(self, entry: Entry[R]) -> None:
         entry.idle_turn += 1
-        self.idle_log.append((entry, entry.idle_turn))
+        self.idle_log.append((entry, entry.idle_turn, entry.idle_since))
         if len(self.idle_log) > 2 * self.n_idle + _COMPACT_SLACK:
-            self.idle_log = deque((e, t) for e, t in self.idle_log if _live(e, t))
+            self.idle_log = deque(r for r in self.idle_log if _live(r[0], r[1]))
 
     def _pop_global_waiter(self, now: float) -> Waiter[R] | None:
         waiters = self.global_waiters

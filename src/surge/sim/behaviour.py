@@ -221,16 +221,23 @@ class Behaviour:
 
         ``timeout_s`` is a total deadline for the request, redirects included
         (None: longer than any finite delay; hangs still end in ``read_timeout``).
-        ``max_body`` is the body cap in decoded bytes.  ``status`` is the final
-        response's code whenever its head arrives - also when the body then
-        stalls (``read_timeout``) or exceeds the cap (``body_too_large``), as
-        surge's result records keep it - and None when no final head arrives.
+        ``max_body`` is the body cap in decoded bytes.  ``status`` is the code of
+        the last response whose head arrived, as surge's result records keep it:
+        also when its body then stalls (``read_timeout``) or exceeds the cap
+        (``body_too_large``), and the last redirect's with ``too_many_redirects``;
+        None when no head arrives.
         """
         error = self._error(timeout_s, max_redirects, max_body, tls)
         if error is None:
             return (self.status, None)
         if error in ("read_timeout", "body_too_large") and self._head_arrives(timeout_s):
             return (self.status, error)
+        if error == "too_many_redirects":
+            # The last response that arrived was the redirect one hop too many.
+            if self.redirects < 0:
+                return (302, error)
+            last_hop = self.redirects - max_redirects
+            return (301 if last_hop % 2 == 1 else 302, error)
         return (None, error)
 
     def _head_arrives(self, timeout_s: float | None) -> bool:

@@ -1,0 +1,22 @@
+"""surge.http: one HTTP/1.1 request at a time over pooled keep-alive connections.
+
+from surge.http import Client
+async with Client() as client:
+    response = await client.get("https://example.com/")
+"""
+
+from surge.http.client import Client, Response, make_ssl_context
+from surge.http.resolver import Override, Resolver
+from surge.http.timings import Timings
+from surge.http.url import URL, parse_url
+
+__all__ = [
+    "URL",
+    "Client",
+    "Override",
+    "Resolver",
+    "Response",
+    "Timings",
+    "make_ssl_context",
+    "parse_url",
+]

@@ -1,0 +1,486 @@
+"""The HTTP client: one request at a time, over pooled keep-alive connections.
+
+    async with Client(cafile="ca.pem", resolve=["*.sim:*:127.0.0.1"]) as client:
+        response = await client.get("https://site1.sim/")
+        print(response.status, response.timings.phases_ms())
+
+What it adds to the connection (connection.py): a keyed pool of connections per
+(scheme, host, port) (surge.pool), the resolver, TLS from one shared
+``SSLContext`` per client, paced handshakes, timeouts that start only when the
+request's own network work starts, redirects, decompression, a body cap, one
+transparent retry of a request that met a stale keep-alive connection, and the
+classification of every failure into one of surge's error classes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import zlib
+from collections.abc import Coroutine, Iterable, Mapping
+from contextvars import ContextVar
+from time import perf_counter
+from typing import Any
+
+from surge import __version__
+from surge.errors import RequestError, UsageError
+from surge.http.connection import HTTPConnection
+from surge.http.resolver import Override, Resolver
+from surge.http.timings import Timings
+from surge.http.url import URL, parse_url
+from surge.pool import AsyncKeyedPool
+
+try:  # br decoding when the brotli package is installed
+    import brotli
+except ImportError:  # pragma: no cover - depends on the environment
+    brotli = None
+
+#: The request whose connection is being opened: the pool calls ``create(key)``
+#: in the acquiring task, so the connect phases land in that request's timings.
+_opening_for: ContextVar[Timings] = ContextVar("surge_opening_for")
+
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_ENCODINGS = "gzip, deflate, br" if brotli is not None else "gzip, deflate"
+
+
+class Response:
+    """A complete response: status, headers, the (decoded) body, and timings."""
+
+    __slots__ = (
+        "_headers",
+        "attempts",
+        "body",
+        "bytes",
+        "final_url",
+        "http_version",
+        "raw_headers",
+        "redirects",
+        "status",
+        "timings",
+        "url",
+    )
+
+    def __init__(
+        self,
+        url: str,
+        final_url: str,
+        status: int,
+        raw_headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        wire_bytes: int,
+        timings: Timings,
+        attempts: int,
+        redirects: int,
+    ) -> None:
+        self.url = url
+        self.final_url = final_url
+        self.status = status
+        self.raw_headers = raw_headers  # as received; decoded on first use of .headers
+        self._headers: list[tuple[str, str]] | None = None
+        self.body = body
+        self.bytes = wire_bytes  # body bytes on the wire (before decoding)
+        self.timings = timings
+        self.attempts = attempts
+        self.redirects = redirects
+        self.http_version = "1.1"
+
+    @property
+    def headers(self) -> list[tuple[str, str]]:
+        """The response headers, in order, names as sent (latin-1 decoded)."""
+        if self._headers is None:
+            self._headers = [
+                (k.decode("latin-1"), v.decode("latin-1")) for k, v in self.raw_headers
+            ]
+        return self._headers
+
+    def header(self, name: str) -> str | None:
+        """The first value of a header, by case-insensitive name."""
+        lname = name.lower()
+        for key, value in self.headers:
+            if key.lower() == lname:
+                return value
+        return None
+
+    def text(self, encoding: str = "utf-8") -> str:
+        return self.body.decode(encoding, "replace")
+
+    def __repr__(self) -> str:
+        return f"<Response {self.status} {self.final_url} {len(self.body)} bytes>"
+
+
+def make_ssl_context(cafile: str | None = None, *, insecure: bool = False) -> ssl.SSLContext:
+    """One context per configuration, built once: building one loads the CA store,
+    which costs milliseconds (OpenSSL 3 made it several times slower, cpython
+    #95031), so a context per request or per connection is a classic slowdown."""
+    context = ssl.create_default_context(cafile=cafile)
+    if insecure:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    context.set_alpn_protocols(["http/1.1"])
+    return context
+
+
+class Client:
+    """An asyncio HTTP/1.1 client for many requests to many hosts.
+
+    ``max_connections`` bounds the open connections in all (idle ones of other
+    hosts are closed to make room), ``per_host`` per (scheme, host, port).
+    ``connect_timeout`` covers DNS, TCP and TLS; ``max_time`` the whole request,
+    redirects included.  Both start when the request starts its own network work:
+    time spent waiting for a connection slot or a handshake slot never counts.
+    ``max_connecting`` bounds handshakes in flight: thousands of simultaneous
+    SYNs overflow listen backlogs and drop hosts.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_connections: int = 1000,
+        per_host: int | None = None,
+        connect_timeout: float = 10.0,
+        max_time: float = 30.0,
+        follow_redirects: bool = False,
+        max_redirects: int = 10,
+        headers: Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
+        cafile: str | None = None,
+        insecure: bool = False,
+        resolve: Iterable[str | Override] = (),
+        resolver: Resolver | None = None,
+        body_cap: int = 10 * 1024 * 1024,
+        decompress: bool = True,
+        max_connecting: int = 256,
+        idle_timeout: float = 15.0,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        if max_connections < 1:
+            raise UsageError(f"max_connections must be at least 1, not {max_connections}")
+        if connect_timeout <= 0 or max_time <= 0:
+            raise UsageError("timeouts must be positive")
+        if max_redirects < 0:
+            raise UsageError(f"max_redirects must be 0 or more, not {max_redirects}")
+        self.connect_timeout = min(connect_timeout, max_time)
+        self.max_time = max_time
+        self.follow_redirects = follow_redirects
+        self.max_redirects = max_redirects
+        self.body_cap = body_cap
+        self.decompress = decompress
+        self.resolver = resolver if resolver is not None else Resolver(resolve)
+        self._ssl_context = ssl_context
+        self._cafile = cafile
+        self._insecure = insecure
+        self._extra_headers = _header_block(headers, decompress)
+        self._connecting = asyncio.Semaphore(max_connecting)
+        self._pool: AsyncKeyedPool[tuple[str, str, int], HTTPConnection] = AsyncKeyedPool(
+            self._open,
+            max_size=max_connections,
+            max_per_key=per_host or max_connections,
+            timeout=1e9,  # waiting for a connection is surge's own queue: no timeout
+            max_idle=idle_timeout,
+            close=HTTPConnection.close,
+        )
+        self.requests = 0
+
+    @property
+    def ssl_context(self) -> ssl.SSLContext:
+        if self._ssl_context is None:
+            self._ssl_context = make_ssl_context(self._cafile, insecure=self._insecure)
+        return self._ssl_context
+
+    # -- the public API -------------------------------------------------------------------
+
+    # get() and head() return request()'s coroutine rather than awaiting it in
+    # one of their own: a coroutine layer less per request.
+    def get(self, url: str, **kwargs: Any) -> Coroutine[Any, Any, Response]:
+        """``await client.get(url)``: a GET request."""
+        return self.request("GET", url, **kwargs)
+
+    def head(self, url: str, **kwargs: Any) -> Coroutine[Any, Any, Response]:
+        """``await client.head(url)``: a HEAD request."""
+        return self.request("HEAD", url, **kwargs)
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
+        body: bytes | None = None,
+        follow_redirects: bool | None = None,
+    ) -> Response:
+        """Send one request (following redirects if asked) and read the response.
+
+        Raises ``RequestError`` with its ``error_class``; a response of any
+        status is a response, not an error.
+        """
+        first = perf_counter()
+        timings = Timings(first)
+        try:
+            target = parse_url(url)
+        except RequestError as e:
+            e.url = url
+            e.timings = timings
+            raise
+        method = method.upper()
+        follow = self.follow_redirects if follow_redirects is None else follow_redirects
+        extra = _header_block(headers, False) if headers else b""
+        attempts = 0
+        deadline: float | None = None
+        redirects = 0
+        while True:
+            head = _request_head(method, target, self._extra_headers + extra, body)
+            try:
+                response, attempts_now, deadline = await self._exchange(
+                    method, target, head, timings, deadline
+                )
+            except RequestError as e:
+                e.url = url
+                e.final_url = target.url
+                e.timings = timings
+                e.attempts = attempts + getattr(e, "attempts", 1)
+                raise
+            attempts += attempts_now
+            if not (follow and response.status in _REDIRECTS):
+                response.url = url
+                response.attempts = attempts
+                response.redirects = redirects
+                return response
+            location = response.header("location")
+            if location is None:
+                response.url = url
+                response.attempts = attempts
+                response.redirects = redirects
+                return response
+            redirects += 1
+            if redirects > self.max_redirects:
+                error = RequestError(
+                    "too_many_redirects",
+                    f"more than {self.max_redirects} redirects (last to {location[:200]})",
+                    status=response.status,
+                )
+                error.url, error.final_url, error.timings = url, target.url, timings
+                error.attempts = attempts
+                raise error
+            try:
+                target = target.join(location)
+            except RequestError as e:
+                e.detail = f"redirect to an invalid URL: {location[:200]!r}"
+                e.url, e.final_url, e.timings, e.attempts = url, target.url, timings, attempts
+                raise
+            if response.status == 303 or (response.status in (301, 302) and method == "POST"):
+                method, body = "GET", None
+            timings = _next_hop(timings)
+
+    async def close(self) -> None:
+        await self._pool.close()
+        self.resolver.close()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def stats(self) -> dict[str, Any]:
+        stats = self._pool.stats()
+        stats["requests"] = self.requests
+        stats["dns_lookups"] = self.resolver.lookups
+        return stats
+
+    # -- one exchange -----------------------------------------------------------------------
+
+    async def _exchange(
+        self, method: str, target: URL, head: bytes, timings: Timings, deadline: float | None
+    ) -> tuple[Response, int, float]:
+        """One request-response on one connection, retried once on a fresh
+        connection if a reused one turns out to have been closed by the server.
+
+        (One coroutine for the whole exchange: each extra await layer costs about
+        a microsecond on a path that costs tens.)
+        """
+        attempts = 0
+        pool = self._pool
+        while True:
+            attempts += 1
+            token = _opening_for.set(timings)
+            try:
+                conn = await pool.acquire(target.key)
+            except RequestError as e:
+                e.attempts = attempts
+                raise
+            finally:
+                _opening_for.reset(token)
+            if conn.closed:  # the server closed it while it was idle
+                await pool.discard(conn)
+                attempts -= 1
+                continue
+            fresh = conn.connect_timings is timings
+            if deadline is None:
+                started = timings.dns_start if fresh and timings.dns_start else perf_counter()
+                timings.started = started
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + self.max_time - (perf_counter() - started)
+            timings.connected = perf_counter()
+            try:
+                done = conn.send(
+                    head,
+                    is_head=method == "HEAD",
+                    body_cap=self.body_cap,
+                    deadline=deadline,
+                    limit=self.max_time,
+                )
+                timings.sent = perf_counter()
+                await done
+            except RequestError as e:
+                timings.first_byte = conn.first_byte
+                await pool.discard(conn)
+                stale = (
+                    not fresh
+                    and attempts == 1
+                    and e.error_class == "connection_reset"
+                    and conn.first_byte is None
+                )
+                if stale:
+                    _reset_attempt(timings)
+                    continue
+                if conn.head_done and e.status is None:
+                    e.status = conn.status
+                e.bytes = conn.body_bytes
+                e.attempts = attempts
+                raise
+            except BaseException:
+                conn.abort()
+                await pool.discard(conn)
+                raise
+            timings.first_byte = conn.first_byte
+            timings.done = perf_counter()
+            self.requests += 1
+            status = conn.status
+            chunks = conn.body
+            encoding = conn.content_encoding
+            response = Response(
+                target.url, target.url, status, conn.headers, b"", conn.body_bytes, timings, 1, 0
+            )
+            if conn.reusable:
+                await pool.release(conn)
+            else:
+                await pool.discard(conn)
+            body = b"".join(chunks) if len(chunks) != 1 else chunks[0]
+            if encoding is not None and self.decompress and body:
+                body = self._decode(body, encoding.decode("latin-1"), status)
+            response.body = body
+            return response, attempts, deadline
+
+    def _decode(self, body: bytes, encoding: str, status: int) -> bytes:
+        if encoding in ("identity", ""):
+            return body
+        cap = self.body_cap
+        try:
+            if encoding in ("gzip", "x-gzip"):
+                d = zlib.decompressobj(zlib.MAX_WBITS | 16)
+                out = d.decompress(body, cap + 1)
+            elif encoding == "deflate":
+                try:
+                    d = zlib.decompressobj()
+                    out = d.decompress(body, cap + 1)
+                except zlib.error:  # raw deflate, as some servers send
+                    d = zlib.decompressobj(-zlib.MAX_WBITS)
+                    out = d.decompress(body, cap + 1)
+            elif encoding == "br" and brotli is not None:
+                out = brotli.decompress(body)
+            else:
+                return body  # an encoding we did not ask for: hand over as is
+        except (zlib.error, Exception) as e:
+            raise RequestError(
+                "protocol_error", f"bad {encoding} body: {e}", status=status
+            ) from None
+        if len(out) > cap:
+            raise RequestError(
+                "body_too_large", f"decoded body exceeds the {cap:,}-byte cap", status=status
+            )
+        return bytes(out)
+
+    # -- opening connections ------------------------------------------------------------------
+
+    async def _open(self, key: tuple[str, str, int]) -> HTTPConnection:
+        """The pool's ``create``: resolve, wait for a handshake slot, connect."""
+        timings = _opening_for.get()
+        scheme, host, port = key
+        timeout = self.connect_timeout
+        timings.dns_start = perf_counter()
+        try:
+            async with asyncio.timeout(timeout):
+                addresses = await self.resolver.resolve(host, port)
+        except TimeoutError:
+            raise _timeout_error("dns_error", f"resolving {host}", timeout) from None
+        timings.dns_end = perf_counter()
+        remaining = timeout - (timings.dns_end - timings.dns_start)
+        async with self._connecting:
+            timings.connect_start = perf_counter()
+            try:
+                async with asyncio.timeout(remaining):
+                    return await HTTPConnection.open(
+                        key,
+                        addresses,
+                        ssl_context=self.ssl_context if scheme == "https" else None,
+                        server_hostname=host,
+                        timings=timings,
+                    )
+            except TimeoutError:
+                phase = "TLS handshake" if timings.tcp_end else "TCP connect"
+                raise _timeout_error("connect_timeout", phase, timeout) from None
+
+
+def _timeout_error(
+    error_class: str, what: str, limit: float, status: int | None = None
+) -> RequestError:
+    return RequestError(error_class, f"timed out {what} (limit {limit:g} s)", status=status)
+
+
+def _header_block(
+    headers: Mapping[str, str] | Iterable[tuple[str, str]] | None, defaults: bool
+) -> bytes:
+    """Header lines, validated once (not per request)."""
+    items = list(headers.items() if isinstance(headers, Mapping) else headers or ())
+    names = {k.lower() for k, _ in items}
+    lines = []
+    if defaults:
+        if "user-agent" not in names:
+            lines.append(f"User-Agent: surge/{__version__}")
+        if "accept" not in names:
+            lines.append("Accept: */*")
+        if "accept-encoding" not in names:
+            lines.append(f"Accept-Encoding: {_ENCODINGS}")
+    for name, value in items:
+        if not name or any(c in name for c in ":\r\n ") or any(c in value for c in "\r\n"):
+            raise UsageError(f"bad header {name!r}: {value!r}")
+        lines.append(f"{name}: {value}")
+    return "".join(line + "\r\n" for line in lines).encode("latin-1")
+
+
+def _request_head(method: str, target: URL, header_block: bytes, body: bytes | None) -> bytes:
+    parts = [
+        method.encode("ascii"),
+        b" ",
+        target.target,
+        b" HTTP/1.1\r\nHost: ",
+        target.host_header,
+        b"\r\n",
+        header_block,
+    ]
+    if body is not None:
+        parts.append(b"Content-Length: %d\r\n\r\n" % len(body))
+        parts.append(body)
+    else:
+        parts.append(b"\r\n")
+    return b"".join(parts)
+
+
+def _reset_attempt(timings: Timings) -> None:
+    timings.sent = timings.first_byte = timings.done = None
+
+
+def _next_hop(previous: Timings) -> Timings:
+    """A redirect's timings continue the same clock; phases are the last hop's."""
+    timings = Timings(previous.queued)
+    timings.started = previous.started
+    return timings

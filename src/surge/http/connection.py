@@ -1,0 +1,289 @@
+"""One HTTP/1.1 client connection: an asyncio Protocol fed by the llhttp parser.
+
+This is the whole wire-level engine, kept behind a small interface (``open``,
+``send``, the response fields, ``close``) so another engine - a Rust one, say -
+could replace it.  It is an ``asyncio.Protocol`` rather than streams because a
+protocol's ``data_received`` hands bytes straight to httptools' C parser with no
+buffering layer in between: on this machine kind such a client spent ~0.02 ms
+of CPU per keep-alive request against aiohttp's ~0.14 ms.
+
+httptools gaps handled here:
+
+* It cannot tell llhttp "this response has no body" (llhttp's way is a return
+  value from on_headers_complete that httptools does not pass on), so the
+  response to a HEAD completes at its head and the parser is replaced.
+* It has no ``finish()``, so a body delimited by the connection closing (no
+  Content-Length, not chunked) completes in ``connection_lost``.
+* 1xx interim responses are skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from time import perf_counter
+from typing import Any
+
+import httptools
+
+from surge.errors import RequestError
+from surge.http.timings import Timings
+
+_NO_BODY_STATUSES = frozenset({204, 304})
+
+
+class HTTPConnection(asyncio.Protocol):
+    """A keep-alive HTTP/1.1 connection to one (scheme, host, port)."""
+
+    def __init__(self, key: tuple[str, str, int]) -> None:
+        self.key = key
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.requests = 0  # responses completed on this connection
+        #: Set by ``open`` for the request that made it; taken by that request.
+        self.connect_timings: Timings | None = None
+        self._parser: Any = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._is_head = False
+        self._body_cap = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._limit = 0.0
+        # The response being read.
+        self.status = 0
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.body: list[bytes] = []
+        self.body_bytes = 0
+        self.first_byte: float | None = None
+        self.head_done = False
+        self.keep_alive = False
+        self.content_encoding: bytes | None = None
+        self._until_close = False
+
+    # -- opening -----------------------------------------------------------------------
+
+    @classmethod
+    async def open(
+        cls,
+        key: tuple[str, str, int],
+        addresses: tuple[str, ...],
+        *,
+        ssl_context: ssl.SSLContext | None,
+        server_hostname: str,
+        timings: Timings,
+    ) -> HTTPConnection:
+        """TCP to the first address that answers, then TLS if ``ssl_context``.
+
+        Errors are ``RequestError`` with the class of the phase that failed.
+        """
+        loop = asyncio.get_running_loop()
+        port = key[2]
+        error: RequestError | None = None
+        transport: Any = None
+        protocol: HTTPConnection | None = None
+        for address in addresses:
+            try:
+                transport, protocol = await loop.create_connection(lambda: cls(key), address, port)
+                break
+            except ConnectionRefusedError:
+                error = RequestError("connect_refused", f"{address}:{port} refused the connection")
+            except OSError as e:
+                error = RequestError("connect_refused", f"{address}:{port}: {e.strerror or e}")
+        if protocol is None:
+            assert error is not None
+            raise error
+        timings.tcp_end = perf_counter()
+        if ssl_context is not None:
+            try:
+                tls_transport = await loop.start_tls(
+                    transport, protocol, ssl_context, server_hostname=server_hostname
+                )
+            except ssl.SSLCertVerificationError as e:
+                transport.abort()
+                raise RequestError("tls_error", f"certificate: {e.verify_message}") from None
+            except ssl.SSLError as e:
+                transport.abort()
+                raise RequestError("tls_error", f"TLS handshake: {e.reason or e}") from None
+            except (ConnectionError, OSError) as e:
+                transport.abort()
+                raise RequestError("tls_error", f"TLS handshake: {_describe(e)}") from None
+            if tls_transport is None:  # the peer closed during the handshake
+                transport.abort()
+                raise RequestError("tls_error", "TLS handshake: connection closed")
+            protocol.transport = tls_transport
+            timings.tls_end = perf_counter()
+        protocol.connect_timings = timings
+        return protocol
+
+    # -- one exchange -------------------------------------------------------------------
+
+    def send(
+        self, data: bytes, *, is_head: bool, body_cap: int, deadline: float, limit: float
+    ) -> asyncio.Future[None]:
+        """Write a request; the future resolves when its response is complete, or
+        fails with ``read_timeout`` at ``deadline`` (event-loop time).
+
+        The deadline is one timer on the loop, not ``asyncio.timeout()``: that
+        context manager costs ~10 us a request, a third of the rest together.
+        """
+        if self.closed or self.transport is None:
+            raise RequestError("connection_reset", "connection closed before the request")
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        self._timer = loop.call_at(deadline, self._time_out)
+        self._limit = limit
+        if self._parser is None:
+            self._parser = httptools.HttpResponseParser(self)
+        self._is_head = is_head
+        self._body_cap = body_cap
+        self.status = 0
+        self.headers = []
+        self.body = []
+        self.body_bytes = 0
+        self.first_byte = None
+        self.head_done = False
+        self.content_encoding = None
+        self._until_close = False
+        self.transport.write(data)
+        return waiter
+
+    @property
+    def reusable(self) -> bool:
+        return not self.closed and self.keep_alive and self._waiter is None
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def abort(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    # -- asyncio.Protocol ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        if self._waiter is None:
+            # Bytes nobody asked for on an idle connection: it cannot be reused.
+            self.abort()
+            return
+        if self.first_byte is None:
+            self.first_byte = perf_counter()
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(RequestError("protocol_error", "the server switched protocols"))
+        except httptools.HttpParserError as e:
+            self._fail(RequestError("protocol_error", f"not a valid HTTP response: {e}"))
+
+    def eof_received(self) -> bool:
+        return False  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self._waiter is None:
+            return
+        if self.head_done and self._until_close and exc is None:
+            self.keep_alive = False
+            self._finish()
+        elif self.first_byte is None:
+            detail = _describe(exc) if exc else "server closed the connection without a response"
+            self._fail(RequestError("connection_reset", detail))
+        else:
+            where = "body" if self.head_done else "response head"
+            detail = f"connection lost during the {where}"
+            self._fail(
+                RequestError("connection_reset", f"{detail}: {_describe(exc)}" if exc else detail)
+            )
+
+    # -- httptools callbacks --------------------------------------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        parser = self._parser
+        status = parser.get_status_code()
+        if 100 <= status < 200:
+            return
+        self.status = status
+        self.head_done = True
+        self.keep_alive = parser.should_keep_alive()
+        if self._is_head or status in _NO_BODY_STATUSES:
+            self._parser = None  # llhttp would wait for a body: start afresh next time
+            self._finish()
+            return
+        framed = False
+        for name, value in self.headers:
+            lname = name.lower()
+            if lname == b"content-length":
+                framed = True
+            elif lname == b"transfer-encoding":
+                framed = framed or b"chunked" in value.lower()
+            elif lname == b"content-encoding":
+                self.content_encoding = value.strip().lower()
+        self._until_close = not framed
+
+    def on_body(self, body: bytes) -> None:
+        self.body_bytes += len(body)
+        if self.body_bytes > self._body_cap:
+            self._fail(
+                RequestError("body_too_large", f"body exceeds the {self._body_cap:,}-byte cap")
+            )
+            self.abort()
+            return
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        if not self.head_done:  # the end of a 1xx interim response
+            self.headers = []
+            return
+        if self._waiter is not None:
+            self._finish()
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _time_out(self) -> None:
+        self._timer = None
+        where = "the body" if self.head_done else "the response"
+        self._fail(
+            RequestError(
+                "read_timeout",
+                f"timed out waiting for {where} (limit {self._limit:g} s)",
+                status=self.status if self.head_done else None,
+            )
+        )
+
+    def _finish(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        waiter = self._waiter
+        self._waiter = None
+        self.requests += 1
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _fail(self, error: RequestError) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        waiter = self._waiter
+        self._waiter = None
+        self.keep_alive = False
+        self._parser = None
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(error)
+        if not self.closed:
+            self.abort()
+
+
+def _describe(exc: BaseException | None) -> str:
+    if exc is None:
+        return "closed"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__

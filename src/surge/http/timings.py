@@ -1,0 +1,73 @@
+"""Per-request phase timestamps, always recorded, cheap to record.
+
+The names map one to one onto curl's ``-w`` timers:
+
+=============  ==========================================  ======================
+surge field    what it measures                            curl
+=============  ==========================================  ======================
+``dns_ms``     resolving the host                          time_namelookup
+``connect_ms`` the TCP handshake                           time_connect - namelookup
+``tls_ms``     the TLS handshake                           time_appconnect - connect
+``ttfb_ms``    request sent -> first response byte         time_starttransfer - pretransfer
+``body_ms``    first byte -> last byte                     time_total - starttransfer
+=============  ==========================================  ======================
+
+Phases that did not happen (a reused connection has no dns, connect or tls)
+are ``None``.  Timestamps are ``time.perf_counter()`` seconds; the trace layer
+turns them into waterfalls.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class Timings:
+    """Monotonic timestamps of one attempt's phases (``None``: did not happen)."""
+
+    __slots__ = (
+        "connect_start",
+        "connected",
+        "dns_end",
+        "dns_start",
+        "done",
+        "first_byte",
+        "queued",
+        "sent",
+        "started",
+        "tcp_end",
+        "tls_end",
+    )
+
+    def __init__(self, queued: float) -> None:
+        self.queued = queued  # created: waiting for a slot or a connection
+        self.started: float | None = None  # holds what it waited for; the clock runs
+        self.dns_start: float | None = None
+        self.dns_end: float | None = None
+        #: The TCP connect began (after any wait for a handshake slot).
+        self.connect_start: float | None = None
+        self.tcp_end: float | None = None
+        self.tls_end: float | None = None
+        self.connected: float | None = None  # a connection (new or reused) is ready
+        self.sent: float | None = None
+        self.first_byte: float | None = None
+        self.done: float | None = None
+
+    def phases_ms(self) -> dict[str, float | None]:
+        """The record's ``timings`` object: milliseconds per phase."""
+        return {
+            "dns_ms": _ms(self.dns_start, self.dns_end),
+            "connect_ms": _ms(self.connect_start, self.tcp_end),
+            "tls_ms": _ms(self.tcp_end, self.tls_end),
+            "ttfb_ms": _ms(self.sent, self.first_byte),
+            "body_ms": _ms(self.first_byte, self.done),
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+def _ms(start: float | None, end: float | None) -> float | None:
+    if start is None or end is None:
+        return None
+    return round((end - start) * 1000.0, 3)

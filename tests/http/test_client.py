@@ -1,0 +1,237 @@
+"""The HTTP client against real servers: every error class of the result-record
+contract produced by a real server behaviour and classified right."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from surge.errors import ERROR_CLASSES, RequestError
+from surge.http import Client
+from surge.sim import SimInfo, behaviour
+
+ClientFactory = Callable[..., Client]
+ServerFactory = Callable[..., Any]
+
+
+async def outcome(client: Client, url: str, **kwargs: object) -> tuple[int | None, str | None]:
+    try:
+        response = await client.get(url, **kwargs)  # type: ignore[arg-type]
+    except RequestError as e:
+        assert e.error_class in ERROR_CLASSES
+        assert e.detail
+        return e.status, e.error_class
+    return response.status, None
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+@pytest.mark.parametrize(
+    "host",
+    [
+        "status-200.sim",
+        "status-404.sim",
+        "status-500.sim",
+        "gzip.sim",
+        "chunked.sim",
+        "gzip--chunked.sim",
+        "redirect-3.sim",
+        "redirect-loop.sim",
+        "reset.sim",
+        "close.sim",
+        "garbage.sim",
+        "hang.sim",
+        "hang-body.sim",
+        "delay-1500.sim",
+        "slowbody-2000.sim",
+        "big-2m.sim",
+        "badcert.sim",
+    ],
+)
+async def test_every_sim_behaviour_is_classified_as_the_sim_predicts(
+    sim: SimInfo, client_for: ClientFactory, host: str, tls: bool
+) -> None:
+    async with client_for(max_time=1.0, body_cap=1_000_000, follow_redirects=True) as client:
+        got = await outcome(client, sim.url(host, tls=tls))
+    expected = behaviour(host).expected(1.0, max_redirects=10, max_body=1_000_000, tls=tls)
+    assert got == expected
+
+
+async def test_bodies_are_decoded_and_match_the_sim(
+    sim: SimInfo, client_for: ClientFactory
+) -> None:
+    async with client_for() as client:
+        plain = await client.get(sim.url("big-5000.sim"))
+        zipped = await client.get(sim.url("gzip--big-5000.sim"))
+        chunked = await client.get(sim.url("chunked--gzip--big-5000.sim"))
+    assert len(plain.body) == len(zipped.body) == len(chunked.body) == 5000
+    assert zipped.header("content-encoding") == "gzip"
+    assert zipped.bytes < 5000  # what crossed the wire was compressed
+
+
+async def test_redirects_are_not_followed_unless_asked(
+    sim: SimInfo, client_for: ClientFactory
+) -> None:
+    async with client_for() as client:
+        first = await client.get(sim.url("redirect-2.sim"))
+        assert first.status in (301, 302) and first.header("location")
+        followed = await client.get(sim.url("redirect-2.sim"), follow_redirects=True)
+        assert followed.status == 200 and followed.redirects == 2
+        assert "redirect-0" in followed.final_url
+        assert followed.url == sim.url("redirect-2.sim")
+    async with client_for(follow_redirects=True, max_redirects=1) as client:
+        assert await outcome(client, sim.url("redirect-2.sim")) == (301, "too_many_redirects")
+
+
+async def test_head_reads_no_body_and_leaves_the_connection_reusable(
+    sim: SimInfo, client_for: ClientFactory
+) -> None:
+    async with client_for(max_connections=1) as client:
+        head = await client.head(sim.url("big-5000.sim"))
+        assert head.status == 200 and head.body == b""
+        again = await client.get(sim.url("big-5000.sim"))
+        assert len(again.body) == 5000
+        assert client.stats()["created"] == 1  # the same connection served both
+
+
+async def test_timings_of_new_and_reused_connections(
+    sim: SimInfo, client_for: ClientFactory
+) -> None:
+    async with client_for() as client:
+        first = (await client.get(sim.url("status-200.sim", tls=True))).timings.phases_ms()
+        second = (await client.get(sim.url("status-200.sim", tls=True))).timings.phases_ms()
+    assert all(first[k] is not None and first[k] >= 0 for k in first)
+    assert second["dns_ms"] is None and second["connect_ms"] is None and second["tls_ms"] is None
+    assert second["ttfb_ms"] is not None and second["body_ms"] is not None
+
+
+async def test_dns_error_without_sending_a_query(client_for: ClientFactory) -> None:
+    async with client_for() as client:
+        assert await outcome(client, "http://no-such-host.invalid/") == (None, "dns_error")
+        assert client.resolver.lookups == 0
+
+
+async def test_connect_refused() -> None:
+    with socket.socket() as s:  # a port that was free a moment ago, and is closed now
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    async with Client() as client:
+        assert await outcome(client, f"http://127.0.0.1:{port}/") == (None, "connect_refused")
+
+
+async def test_connect_timeout_in_a_tls_handshake_that_never_answers(
+    tiny_server: ServerFactory,
+) -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(65536)  # takes the ClientHello, answers nothing
+        await asyncio.sleep(5)
+        writer.close()
+
+    async with tiny_server(silent) as port, Client(connect_timeout=0.3) as client:
+        try:
+            await client.get(f"https://127.0.0.1:{port}/")
+        except RequestError as e:
+            assert e.error_class == "connect_timeout"
+            assert "TLS handshake" in e.detail
+            assert e.timings.tcp_end is not None and e.timings.tls_end is None
+        else:
+            raise AssertionError("no error")
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["not a url", "ftp://example.com/", "http://", "http://exa mple.com/", "http://a..b/", "x:1"],
+)
+async def test_invalid_urls(url: str) -> None:
+    async with Client() as client:
+        assert await outcome(client, url) == (None, "invalid_url")
+
+
+async def test_a_stale_keep_alive_connection_is_retried_once_on_a_fresh_one(
+    tiny_server: ServerFactory,
+) -> None:
+    """The server answers the first request on each connection, then drops the
+    connection when the next request arrives - what a server that timed out an
+    idle keep-alive connection looks like to a client."""
+    connections = 0
+
+    async def one_per_connection(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        nonlocal connections
+        connections += 1
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        await reader.readuntil(b"\r\n\r\n")  # the next request: hang up on it
+        writer.transport.abort()
+
+    async with tiny_server(one_per_connection) as port, Client() as client:
+        url = f"http://127.0.0.1:{port}/"
+        first = await client.get(url)
+        second = await client.get(url)  # reuses, meets the drop, retries fresh
+    assert first.status == second.status == 200
+    assert second.attempts == 2 and connections == 2
+
+
+async def test_a_body_delimited_by_close_is_read_to_the_end(tiny_server: ServerFactory) -> None:
+    async def http10(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n" + b"x" * 3000)
+        await writer.drain()
+        writer.close()
+
+    async with tiny_server(http10) as port, Client() as client:
+        response = await client.get(f"http://127.0.0.1:{port}/")
+    assert response.status == 200 and response.body == b"x" * 3000
+
+
+async def test_waiting_for_a_connection_never_times_a_request_out(
+    sim: SimInfo, client_for: ClientFactory
+) -> None:
+    """Six requests share one connection to a host that takes 0.2 s; max_time is
+    0.5 s, the whole batch 1.2 s.  Time in surge's own queue does not count."""
+    async with client_for(max_connections=1, max_time=0.5) as client:
+        url = sim.url("delay-200.sim")
+        results = await asyncio.gather(*(outcome(client, url) for _ in range(6)))
+    assert results == [(200, None)] * 6
+
+
+async def test_handshakes_are_paced_and_every_host_answers(
+    sim: SimInfo, client_for: ClientFactory
+) -> None:
+    async with client_for(max_connecting=2) as client:
+        urls = [sim.url(f"h{i}--status-200.sim", tls=True) for i in range(20)]
+        results = await asyncio.gather(*(outcome(client, u) for u in urls))
+    assert results == [(200, None)] * 20
+
+
+async def test_a_full_pool_evicts_idle_connections_of_other_hosts(
+    sim: SimInfo, client_for: ClientFactory
+) -> None:
+    async with client_for(max_connections=4) as client:
+        for i in range(12):
+            assert (await client.get(sim.url(f"h{i}--status-200.sim"))).status == 200
+        stats = client.stats()
+    assert stats["open"] <= 4 and stats["evicted"] == 8
+
+
+async def test_custom_headers_reach_the_server(tiny_server: ServerFactory) -> None:
+    seen: list[bytes] = []
+
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    async with tiny_server(echo) as port, Client(headers={"X-Trace": "abc"}) as client:
+        response = await client.get(f"http://127.0.0.1:{port}/p?q=1", headers={"X-One": "1"})
+    assert response.status == 204
+    request = seen[0].decode()
+    assert request.startswith("GET /p?q=1 HTTP/1.1\r\n")
+    assert f"Host: 127.0.0.1:{port}\r\n" in request
+    assert "X-Trace: abc\r\n" in request and "X-One: 1\r\n" in request

@@ -1,0 +1,48 @@
+"""URL parsing: the regex fast path agrees with the general path everywhere."""
+
+from __future__ import annotations
+
+import hypothesis.strategies as st
+from hypothesis import example, given
+
+from surge.errors import RequestError
+from surge.http.url import URL, _parse_general, parse_url
+
+_label = st.text("abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=12)
+_hosts = st.lists(_label, min_size=1, max_size=4).map(".".join) | st.sampled_from(
+    ["1.2.3.4", "[::1]", "localhost", "ex-ample.com", "-bad.com", "a..b", "ünï.com", "EXAMPLE.COM"]
+)
+_paths = st.text("abcXYZ019-._~:/?#[]@!$&'()*+,;=% é", max_size=20)
+_urls = st.builds(
+    lambda scheme, host, port, path: f"{scheme}://{host}{port}{path}",
+    st.sampled_from(["http", "https", "HTTP", "ftp", ""]),
+    _hosts,
+    st.sampled_from(["", ":80", ":443", ":8080", ":0", ":65536", ":x"]),
+    _paths,
+)
+
+
+def parsed(parse: object, text: str) -> URL | str:
+    try:
+        return parse(text)  # type: ignore[operator,no-any-return]
+    except RequestError as e:
+        assert e.error_class == "invalid_url"
+        return "invalid_url"
+
+
+@given(_urls)
+@example("http://site1.sim:8080/")
+@example("https://example.com/a?b=c")
+@example("http://999.1.1.1/")
+def test_fast_path_agrees_with_the_general_path(text: str) -> None:
+    parse_url.cache_clear()
+    assert parsed(parse_url, text) == parsed(_parse_general, text)
+
+
+def test_the_parts() -> None:
+    url = parse_url("https://Example.com:8443/a%20b/ü?x=1#frag")
+    assert url.key == ("https", "example.com", 8443)
+    assert url.target == b"/a%20b/%C3%BC?x=1"
+    assert url.host_header == b"example.com:8443"
+    assert parse_url("http://[::1]/").host_header == b"[::1]"
+    assert parse_url("http://ünï.com/").host == "ünï.com".encode("idna").decode()

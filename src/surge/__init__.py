@@ -1,7 +1,25 @@
-"""surge: bulk network I/O for Python that is fast by default and shows where the time goes."""
+"""surge: bulk network I/O for Python that is fast by default and shows where the time goes.
+
+    import surge
+    for record in surge.fetch_all(["https://example.com/", ...], concurrency=500):
+        print(record["url"], record["status"], record["error"])
+
+``surge.fetch`` (async iterator) and ``surge.fetch_all`` (plain iterator) are
+loaded on first use, so ``import surge`` stays cheap.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "fetch", "fetch_all"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("fetch", "fetch_all"):
+        from surge.bulk import engine
+
+        return getattr(engine, name)
+    raise AttributeError(f"module 'surge' has no attribute {name!r}")

@@ -407,11 +407,13 @@ class Client:
         scheme, host, port = key
         timeout = self.connect_timeout
         timings.dns_start = perf_counter()
-        try:
-            async with asyncio.timeout(timeout):
-                addresses = await self.resolver.resolve(host, port)
-        except TimeoutError:
-            raise _timeout_error("dns_error", f"resolving {host}", timeout) from None
+        addresses = self.resolver.cached(host, port)
+        if addresses is None:  # a real lookup: only then a timeout (~10 us each)
+            try:
+                async with asyncio.timeout(timeout):
+                    addresses = await self.resolver.resolve(host, port)
+            except TimeoutError:
+                raise _timeout_error("dns_error", f"resolving {host}", timeout) from None
         timings.dns_end = perf_counter()
         remaining = timeout - (timings.dns_end - timings.dns_start)
         async with self._connecting:

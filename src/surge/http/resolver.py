@@ -113,8 +113,12 @@ class Resolver:
                 return addresses
         return self._wildcard.get(port) or self._wildcard.get(None)
 
-    async def resolve(self, host: str, port: int) -> tuple[str, ...]:
-        """Addresses for ``host``, IPv4 first; ``RequestError('dns_error')`` if none."""
+    def cached(self, host: str, port: int) -> tuple[str, ...] | None:
+        """The answer if it needs no lookup (an override, an address, localhost, a
+        cached answer), None if it does; raises ``dns_error`` for a known failure.
+
+        Synchronous, so the common case costs no await and no timeout.
+        """
         if self._exact or self._suffixes or self._wildcard:
             found = self.override(host, port)
             if found:
@@ -136,6 +140,13 @@ class Resolver:
                     raise RequestError(answer.error_class, answer.detail)
                 return answer
             del self._cache[host]
+        return None
+
+    async def resolve(self, host: str, port: int) -> tuple[str, ...]:
+        """Addresses for ``host``, IPv4 first; ``RequestError('dns_error')`` if none."""
+        found = self.cached(host, port)
+        if found is not None:
+            return found
         inflight = self._inflight.get(host)
         if inflight is not None:
             return await asyncio.shield(inflight)

@@ -1,0 +1,1 @@
+"""Many requests: stream inputs in, schedule them, write one result record per input."""

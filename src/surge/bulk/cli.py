@@ -1,0 +1,284 @@
+"""``surge fetch``: the command line over :mod:`surge.bulk.engine`.
+
+Flags take curl's names where curl has one (``-o``, ``-L``, ``--max-redirs``,
+``-X``, ``-H``, ``--resolve``, ``--cacert``, ``-k``, ``--connect-timeout``,
+``--max-time``, ``--retry``-like ``--retries``).  Records go to stdout or
+``-o``; progress and the summary go to stderr, progress only on a terminal.
+
+Exit status: 0 when the run completed (remote failures are data), 2 for a
+usage error or an input that cannot be read or parsed (the message names the
+file and line; records already written are kept), 130 when interrupted (the
+records written so far are kept, and ``--resume`` carries on from them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+import click
+
+from surge.bulk.engine import FetchOptions, new_event_loop, run
+from surge.bulk.inputs import InputItem, read_inputs
+from surge.bulk.outputs import LineSet, RecordWriter, done_lines, open_writer
+from surge.bulk.summary import Summary
+from surge.errors import UsageError
+
+#: File descriptors kept for everything but sockets (files, DNS threads, the loop).
+FD_HEADROOM = 64
+
+
+@click.command("fetch")
+@click.argument("input_path", metavar="INPUT")
+@click.option(
+    "-o", "--output", "output", metavar="OUT", help="Write records here (default: stdout)."
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["jsonl", "csv"]),
+    help="Record format (default: from OUT's extension, else jsonl).",
+)
+@click.option("-c", "--concurrency", default=1000, show_default=True, help="Requests in flight.")
+@click.option("--per-host", type=int, help="Connections per host (default: no extra bound).")
+@click.option("--max-time", default=30.0, show_default=True, help="Seconds per request, all in.")
+@click.option("--connect-timeout", default=10.0, show_default=True, help="Seconds for DNS+TCP+TLS.")
+@click.option("--retries", default=0, show_default=True, help="Retries of transient failures.")
+@click.option("-L", "--location", "follow", is_flag=True, help="Follow redirects.")
+@click.option("--max-redirs", default=10, show_default=True, help="Redirects to follow at most.")
+@click.option(
+    "-X", "--method", default="GET", show_default=True, type=click.Choice(["GET", "HEAD"])
+)
+@click.option("-H", "--header", "headers", multiple=True, metavar="'Name: value'")
+@click.option(
+    "--resolve", multiple=True, metavar="HOST:PORT:ADDR", help="HOST may be * or *.suffix."
+)
+@click.option("--cacert", type=click.Path(dir_okay=False), help="CA certificates (PEM) to trust.")
+@click.option("-k", "--insecure", is_flag=True, help="Do not verify TLS certificates.")
+@click.option("--template", help="Make URLs of bare domains, e.g. 'https://www.{}/'.")
+@click.option("--column", help="CSV column (name or 1-based number) or JSONL field of the URL.")
+@click.option(
+    "--input-format", type=click.Choice(["text", "csv", "jsonl"]), help="Default: detected."
+)
+@click.option(
+    "--max-filesize", default=10 * 1024 * 1024, show_default=True, help="Body cap, bytes."
+)
+@click.option("--max-connecting", default=256, show_default=True, help="Handshakes in flight.")
+@click.option("--resume", is_flag=True, help="Skip inputs already recorded in OUT; append.")
+@click.option("--no-progress", is_flag=True, help="No progress line, even on a terminal.")
+@click.option("-q", "--quiet", is_flag=True, help="No summary either.")
+def fetch_command(
+    input_path: str,
+    output: str | None,
+    fmt: str | None,
+    concurrency: int,
+    per_host: int | None,
+    max_time: float,
+    connect_timeout: float,
+    retries: int,
+    follow: bool,
+    max_redirs: int,
+    method: str,
+    headers: tuple[str, ...],
+    resolve: tuple[str, ...],
+    cacert: str | None,
+    insecure: bool,
+    template: str | None,
+    column: str | None,
+    input_format: str | None,
+    max_filesize: int,
+    max_connecting: int,
+    resume: bool,
+    no_progress: bool,
+    quiet: bool,
+) -> None:
+    """Fetch every URL of INPUT (a file, or - for stdin): one record per input.
+
+    INPUT holds one URL or domain per line, or is a CSV (such as a top-sites list
+    'rank,domain') or JSONL with a 'url' field.
+    """
+    try:
+        opts = FetchOptions(
+            concurrency=concurrency,
+            per_host=per_host,
+            max_time=max_time,
+            connect_timeout=connect_timeout,
+            retries=retries,
+            follow_redirects=follow,
+            max_redirects=max_redirs,
+            method=method,
+            headers=[_parse_header(h) for h in headers],
+            resolve=list(resolve),
+            cafile=cacert,
+            insecure=insecure,
+            body_cap=max_filesize,
+            max_connecting=max_connecting,
+        )
+        opts.client()  # validates --resolve and the headers now, not mid-run
+        fmt = fmt or ("csv" if output and output.lower().endswith(".csv") else "jsonl")
+        if resume and not output:
+            raise UsageError("--resume needs -o OUT (the file to resume)")
+        done = done_lines(output, fmt) if resume and output and os.path.exists(output) else None
+        items = read_inputs(input_path, column=column, template=template, input_format=input_format)
+        opts.concurrency = fit_concurrency(opts.concurrency)
+        writer = open_writer(output, fmt, append=bool(resume))
+    except UsageError as e:
+        _die(str(e))
+    progress = Progress(input_path) if sys.stderr.isatty() and not no_progress else None
+    summary = Summary()
+    started = time.perf_counter()
+    interrupted = False
+    failure: UsageError | None = None
+    with writer:
+        try:
+            _run(opts, _skip_done(items, done, summary), writer, summary, progress)
+        except KeyboardInterrupt:
+            interrupted = True
+        except UsageError as e:
+            failure = e
+    if progress is not None:
+        progress.close()
+    if not quiet:
+        click.echo(summary.render(time.perf_counter() - started), err=True)
+    if failure is not None:
+        _die(str(failure))
+    if interrupted:
+        click.echo("surge fetch: interrupted; the records written are kept (--resume)", err=True)
+        sys.exit(130)
+
+
+def _run(
+    opts: FetchOptions,
+    items: Iterator[InputItem],
+    writer: RecordWriter,
+    summary: Summary,
+    progress: Progress | None,
+) -> None:
+    async def flush_now_and_then() -> None:
+        # The writer flushes when records arrive; while the last slow hosts keep
+        # the run waiting, this gets what is done onto disk.
+        while True:
+            await asyncio.sleep(0.5)
+            writer.flush()
+
+    async def main() -> None:
+        flusher = asyncio.create_task(flush_now_and_then())
+        try:
+            async with opts.client() as client:
+                async for record in run(client, items, opts):
+                    writer.write(record)
+                    summary.add(record)
+                    if progress is not None:
+                        progress.update(summary)
+        finally:
+            flusher.cancel()
+
+    loop = new_event_loop()
+    task = loop.create_task(main())
+    try:
+        loop.run_until_complete(task)
+    except KeyboardInterrupt:
+        task.cancel()
+        loop.run_until_complete(asyncio.gather(task, return_exceptions=True))
+        raise
+    finally:
+        loop.close()
+
+
+def _skip_done(
+    items: Iterator[InputItem], done: LineSet | None, summary: Summary
+) -> Iterator[InputItem]:
+    if done is None:
+        yield from items
+        return
+    for item in items:
+        if item.line in done:
+            summary.skipped += 1
+        else:
+            yield item
+
+
+def fit_concurrency(wanted: int) -> int:
+    """Raise the soft open-files limit to the hard one; if that still cannot hold
+    ``wanted`` sockets, lower the concurrency and say so (rather than fail every
+    request past the limit with EMFILE, as every client tested did at 5,000)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        soft = hard
+    elif hard == resource.RLIM_INFINITY and soft != resource.RLIM_INFINITY:
+        target = max(soft, wanted + FD_HEADROOM)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    if soft == resource.RLIM_INFINITY or wanted + FD_HEADROOM <= soft:
+        return wanted
+    fitted = max(1, soft - FD_HEADROOM)
+    click.echo(
+        f"surge fetch: the open-files limit is {soft}; lowering concurrency from "
+        f"{wanted} to {fitted} (raise it with 'ulimit -n')",
+        err=True,
+    )
+    return fitted
+
+
+def _parse_header(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip() or " " in name.strip():
+        raise UsageError(f"-H {text!r}: expected 'Name: value'")
+    return name.strip(), value.strip()
+
+
+def _die(message: str) -> None:
+    click.echo(f"surge fetch: error: {message}", err=True)
+    sys.exit(2)
+
+
+class Progress:
+    """One line on stderr, rewritten a few times a second: done/total, rate, errors."""
+
+    def __init__(self, input_path: str, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.started = time.perf_counter()
+        self.next_draw = 0.0
+        self.total: int | None = None
+        if input_path != "-" and Path(input_path).is_file():
+            threading.Thread(target=self._count_lines, args=(input_path,), daemon=True).start()
+
+    def _count_lines(self, path: str) -> None:
+        count = 0
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                count += chunk.count(b"\n")
+        self.total = count
+
+    def update(self, summary: Summary, *, force: bool = False) -> None:
+        now = time.perf_counter()
+        if now < self.next_draw and not force:
+            return
+        self.next_draw = now + 0.2
+        elapsed = now - self.started
+        done = summary.records + summary.skipped
+        total = f"/~{self.total:,}" if self.total else ""
+        rate = summary.records / elapsed if elapsed > 0 else 0.0
+        errors = sum(summary.errors.values())
+        top = ", ".join(f"{e} {n:,}" for e, n in summary.errors.most_common(3))
+        line = f"{done:,}{total} done  {rate:,.0f}/s  {errors:,} errors" + (
+            f" ({top})" if top else ""
+        )
+        self.stream.write("\r\x1b[K" + line)
+        self.stream.flush()
+
+    def close(self) -> None:
+        self.stream.write("\r\x1b[K")
+        self.stream.flush()
+
+
+def main(args: list[str] | None = None) -> Any:  # pragma: no cover - for python -m
+    return fetch_command.main(args)

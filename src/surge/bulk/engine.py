@@ -1,0 +1,294 @@
+"""The bulk engine: many inputs in, one result record per input out, streamed.
+
+    async for record in surge.fetch(urls, concurrency=500, max_time=10):
+        ...
+    for record in surge.fetch_all(urls):   # plain iterator, for synchronous code
+        ...
+
+Scheduling is ``concurrency`` worker tasks pulling from one input iterator:
+memory is constant whatever the input's size (no list of a million tasks, no
+``gather``), and a request's clock starts only when a worker holds it (the
+client's timeouts start with the request's own network work, so waiting in
+surge's queues never times a request out - the flaw that lost most hosts of a
+5,000-host aiohttp ``gather`` run).  Records stream out as they complete,
+through a bounded queue, so a slow consumer slows the workers instead of
+growing memory.
+
+Every input yields exactly one record, failures included: a remote failure is
+``error`` (one of :data:`surge.errors.ERROR_CLASSES`), never an exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import random
+import threading
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from time import perf_counter
+from typing import Any
+
+from surge.bulk.inputs import InputItem as Item
+from surge.errors import RequestError, UsageError
+from surge.http.client import Client
+from surge.http.timings import Timings
+
+#: Error classes worth another attempt: the network or the server may do better.
+RETRYABLE_ERRORS = frozenset(
+    {"dns_error", "connect_refused", "connect_timeout", "read_timeout", "connection_reset"}
+)
+#: Statuses worth another attempt, as curl's --retry has them.
+RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+Record = dict[str, Any]
+
+
+@dataclass
+class FetchOptions:
+    """The options shared by ``surge.fetch``, ``surge.fetch_all`` and ``surge fetch``."""
+
+    concurrency: int = 1000
+    per_host: int | None = None
+    max_time: float = 30.0
+    connect_timeout: float = 10.0
+    retries: int = 0
+    retry_backoff: float = 0.5
+    follow_redirects: bool = False
+    max_redirects: int = 10
+    method: str = "GET"
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    resolve: list[str] = field(default_factory=list)
+    cafile: str | None = None
+    insecure: bool = False
+    body_cap: int = 10 * 1024 * 1024
+    max_connecting: int = 256
+    keep_body: bool = False  # put the body (text) into the record
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise UsageError(f"concurrency must be at least 1, not {self.concurrency}")
+        if self.per_host is not None and self.per_host < 1:
+            raise UsageError(f"per-host must be at least 1, not {self.per_host}")
+        if self.retries < 0:
+            raise UsageError(f"retries must be 0 or more, not {self.retries}")
+        if self.max_time <= 0 or self.connect_timeout <= 0:
+            raise UsageError("timeouts must be positive")
+        self.method = self.method.upper()
+        if self.method not in ("GET", "HEAD"):
+            raise UsageError(f"method must be GET or HEAD, not {self.method}")
+
+    def client(self) -> Client:
+        return Client(
+            max_connections=self.concurrency,
+            per_host=self.per_host,
+            connect_timeout=self.connect_timeout,
+            max_time=self.max_time,
+            follow_redirects=self.follow_redirects,
+            max_redirects=self.max_redirects,
+            headers=self.headers,
+            cafile=self.cafile,
+            insecure=self.insecure,
+            resolve=self.resolve,
+            body_cap=self.body_cap,
+            max_connecting=self.max_connecting,
+        )
+
+
+def as_items(urls: Iterable[str | Item]) -> Iterator[Item]:
+    """Plain strings become items numbered from 1; items pass through."""
+    for n, url in enumerate(urls, 1):
+        yield url if isinstance(url, Item) else Item(n, url, url.strip())
+
+
+async def fetch(urls: Iterable[str | Item], **options: Any) -> AsyncGenerator[Record, None]:
+    """Fetch every URL; yield one record per input as results complete.
+
+    ``urls`` is any iterable (a list, a generator over a file of millions) of URL
+    strings or :class:`Item`; it is consumed lazily.  Options as
+    :class:`FetchOptions`.
+    """
+    opts = options.pop("options", None) or FetchOptions(**options)
+    async with opts.client() as client:
+        async for record in run(client, as_items(urls), opts):
+            yield record
+
+
+async def run(client: Client, items: Iterator[Item], opts: FetchOptions) -> AsyncIterator[Record]:
+    """Drive ``opts.concurrency`` workers over ``items`` with ``client``."""
+    results: asyncio.Queue[Record | None] = asyncio.Queue(maxsize=max(opts.concurrency, 64))
+    source = iter(items)
+    exhausted = False
+    failure: list[BaseException] = []
+
+    def next_item() -> Item | None:
+        nonlocal exhausted
+        if exhausted:
+            return None
+        try:
+            return next(source)
+        except StopIteration:
+            exhausted = True
+            return None
+        except BaseException as e:  # a bad input file: stop feeding, report after the drain
+            exhausted = True
+            failure.append(e)
+            return None
+
+    async def worker() -> None:
+        while (item := next_item()) is not None:
+            await results.put(await fetch_one(client, item, opts))
+
+    async def supervise() -> None:
+        try:
+            await asyncio.gather(*(worker() for _ in range(opts.concurrency)))
+        finally:
+            await results.put(None)
+
+    supervisor = asyncio.create_task(supervise())
+    try:
+        while (record := await results.get()) is not None:
+            yield record
+        await supervisor  # re-raises a worker's unexpected exception
+    finally:
+        if not supervisor.done():
+            supervisor.cancel()
+            await asyncio.gather(supervisor, return_exceptions=True)
+    if failure:
+        raise failure[0]
+
+
+async def fetch_one(client: Client, item: Item, opts: FetchOptions) -> Record:
+    """One input to one record, with retries; never raises for a remote failure."""
+    attempts = 0
+    start = perf_counter()
+    while True:
+        try:
+            response = await client.request(opts.method, item.url)
+        except RequestError as e:
+            attempts += max(e.attempts, 1)
+            if e.error_class in RETRYABLE_ERRORS and attempts <= opts.retries:
+                await asyncio.sleep(_backoff(opts, attempts))
+                continue
+            return _record(item, start, attempts, e.status, e, e.final_url, e.bytes, e.timings)
+        attempts += response.attempts
+        if response.status in RETRYABLE_STATUSES and attempts <= opts.retries:
+            await asyncio.sleep(_backoff(opts, attempts))
+            continue
+        record = _record(
+            item,
+            start,
+            attempts,
+            response.status,
+            None,
+            response.final_url,
+            response.bytes,
+            response.timings,
+        )
+        if opts.keep_body:
+            record["body"] = response.text()
+        return record
+
+
+def _backoff(opts: FetchOptions, attempt: int) -> float:
+    """Exponential, with full jitter so retries of one outage do not march in step."""
+    return float(random.uniform(0, opts.retry_backoff * 2 ** (attempt - 1)))
+
+
+def _record(
+    item: Item,
+    start: float,
+    attempts: int,
+    status: int | None,
+    error: RequestError | None,
+    final_url: str | None,
+    body_bytes: int,
+    timings: Timings | None,
+) -> Record:
+    phases = timings.phases_ms() if timings is not None else dict.fromkeys(_PHASES)
+    return {
+        "url": item.url,
+        "input": item.input,
+        "line": item.line,
+        "status": status,
+        "error": error.error_class if error is not None else None,
+        "error_detail": error.detail if error is not None else None,
+        "elapsed_ms": round((perf_counter() - start) * 1000.0, 3),
+        "bytes": body_bytes,
+        "attempts": attempts,
+        "final_url": final_url,
+        "timings": phases,
+    }
+
+
+_PHASES = ("dns_ms", "connect_ms", "tls_ms", "ttfb_ms", "body_ms")
+
+
+# -- the synchronous API ------------------------------------------------------------------
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop when installed (the fast loop), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - depends on the environment
+        return asyncio.new_event_loop()
+    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+    return loop
+
+
+def fetch_all(urls: Iterable[str | Item], **options: Any) -> Iterator[Record]:
+    """``surge.fetch`` for synchronous code: a plain iterator of records.
+
+    The engine runs on its own event loop in a background thread, so this works
+    where a loop is already running (Jupyter, an async web framework's sync view).
+    Records arrive as they complete; closing the iterator early stops the engine.
+    """
+    opts = FetchOptions(**options)
+    handoff: queue.Queue[Record | BaseException | None] = queue.Queue(maxsize=1024)
+    stop = threading.Event()
+    loop = new_event_loop()
+
+    async def produce() -> None:
+        try:
+            async with aclosing(fetch(urls, options=opts)) as records:
+                async for record in records:
+                    while True:
+                        try:
+                            handoff.put_nowait(record)
+                            break
+                        except queue.Full:
+                            if stop.is_set():
+                                return
+                            await asyncio.sleep(0.005)
+                    if stop.is_set():
+                        return
+        except BaseException as e:
+            handoff.put(e)
+            return
+        handoff.put(None)
+
+    def thread_main() -> None:
+        try:
+            loop.run_until_complete(produce())
+        finally:
+            loop.close()
+
+    thread = threading.Thread(target=thread_main, name="surge-fetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = handoff.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():  # let the producer see the stop and finish
+            try:
+                handoff.get_nowait()
+            except queue.Empty:
+                thread.join(0.01)

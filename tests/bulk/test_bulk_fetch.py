@@ -1,0 +1,180 @@
+"""The bulk engine and ``surge fetch`` end to end, against the simulated web."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import surge
+from surge.sim import SimInfo, behaviour, hosts, running
+
+RESOLVE = "*.sim:*:127.0.0.1"
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[SimInfo]:
+    with running() as info:
+        yield info
+
+
+def surge_fetch(
+    *args: str, stdin: str | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "surge.cli", "fetch", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def records(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_one_record_per_input_with_the_sim_outcomes(sim: SimInfo, tmp_path: Path) -> None:
+    names = [*hosts(300), "status-404.sim", "reset.sim", "garbage.sim", "hang.sim"]
+    lines = [sim.url(h) for h in names] + ["not a url", "ftp://example.com/"]
+    source = tmp_path / "urls.txt"
+    source.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out.jsonl"
+    done = surge_fetch(
+        str(source), "-o", str(out), "-c", "100", "--max-time", "1", "-L", "--resolve", RESOLVE
+    )
+    assert done.returncode == 0, done.stderr
+    got = records(out)
+    assert sorted(r["line"] for r in got) == list(range(1, len(lines) + 1))  # each once
+    by_line = {r["line"]: r for r in got}
+    for n, name in enumerate(names, 1):
+        r = by_line[n]
+        expected = behaviour(name).expected(1.0)
+        if expected[1] is None or behaviour(name).service_ms < 800:  # not a borderline host
+            assert (r["status"], r["error"]) == expected, (name, r)
+        assert set(r) >= {"url", "input", "status", "error", "error_detail", "elapsed_ms"}
+        assert set(r["timings"]) == {"dns_ms", "connect_ms", "tls_ms", "ttfb_ms", "body_ms"}
+    assert by_line[len(names) + 1]["error"] == "invalid_url"
+    assert by_line[len(names) + 2]["error"] == "invalid_url"
+    assert "records in" in done.stderr and "status" in done.stderr  # the summary
+
+
+def test_csv_output_and_stdin_input(sim: SimInfo, tmp_path: Path) -> None:
+    out = tmp_path / "out.csv"
+    stdin = "\n".join(sim.url(h) for h in ("status-200.sim", "status-500.sim")) + "\n"
+    done = surge_fetch("-", "-o", str(out), "--resolve", RESOLVE, "-q", stdin=stdin)
+    assert done.returncode == 0, done.stderr
+    rows = out.read_text().splitlines()
+    assert rows[0].startswith("url,input,line,status,error")
+    assert len(rows) == 3 and done.stderr == ""
+
+
+def test_top_sites_csv_with_a_template(sim: SimInfo, tmp_path: Path) -> None:
+    source = tmp_path / "top.csv"
+    source.write_text("1,status-200.sim\n2,status-404.sim\n")
+    done = surge_fetch(
+        str(source), "--template", f"http://{{}}:{sim.http_port}/", "--resolve", RESOLVE, "-q"
+    )
+    assert done.returncode == 0, done.stderr
+    got = {r["input"]: r["status"] for r in map(json.loads, done.stdout.splitlines())}
+    assert got == {"status-200.sim": 200, "status-404.sim": 404}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["missing.txt"], "missing.txt: cannot read"),
+        (["-c", "0", "IN"], "concurrency must be at least 1"),
+        (["--resolve", "nonsense", "IN"], "--resolve 'nonsense'"),
+        (["-H", "no colon", "IN"], "-H 'no colon'"),
+        (["--resume", "IN"], "--resume needs -o"),
+        (["--template", "https://x/", "IN"], "must contain {} exactly once"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_clear_line(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    source = tmp_path / "in.txt"
+    source.write_text("http://status-200.sim/\n")
+    os.chdir(tmp_path)
+    done = surge_fetch(*[str(source) if a == "IN" else a for a in args])
+    assert done.returncode == 2
+    assert message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_malformed_line_stops_with_file_and_line_and_keeps_what_was_done(
+    sim: SimInfo, tmp_path: Path
+) -> None:
+    source = tmp_path / "in.jsonl"
+    good = [json.dumps({"url": sim.url("status-200.sim", f"/{i}")}) for i in range(5)]
+    source.write_text("\n".join([*good, '{"url": oops', *good]) + "\n")
+    out = tmp_path / "out.jsonl"
+    done = surge_fetch(str(source), "-o", str(out), "--resolve", RESOLVE)
+    assert done.returncode == 2
+    assert "in.jsonl:6:" in done.stderr
+    assert len(records(out)) == 5  # the records before the bad line are kept
+
+
+def test_retries_count_attempts(sim: SimInfo) -> None:
+    urls = [sim.url("reset.sim"), sim.url("status-503.sim"), sim.url("status-404.sim")]
+    got = list(surge.fetch_all(urls, retries=2, retry_backoff=0.01, resolve=[RESOLVE]))
+    attempts = {r["url"]: r["attempts"] for r in got}
+    assert attempts == {urls[0]: 3, urls[1]: 3, urls[2]: 1}  # 404 is not retried
+
+
+def test_fetch_all_works_inside_a_running_event_loop(sim: SimInfo) -> None:
+    async def notebook_cell() -> list[dict[str, object]]:
+        return list(surge.fetch_all([sim.url("status-200.sim")], resolve=[RESOLVE]))
+
+    got = asyncio.run(notebook_cell())
+    assert [r["status"] for r in got] == [200]
+
+
+def test_fetch_all_can_be_abandoned_early(sim: SimInfo) -> None:
+    urls = (sim.url(f"n{i}--delay-20.sim") for i in range(10_000))
+    started = time.monotonic()
+    for n, _ in enumerate(surge.fetch_all(urls, concurrency=50, resolve=[RESOLVE]), 1):
+        if n == 100:
+            break
+    assert time.monotonic() - started < 30  # did not go on to fetch all 10,000
+
+
+async def test_fetch_async_iterator(sim: SimInfo) -> None:
+    got = [r async for r in surge.fetch([sim.url("status-200.sim"), "bad"], resolve=[RESOLVE])]
+    assert {(r["status"], r["error"]) for r in got} == {(200, None), (None, "invalid_url")}
+
+
+def test_resume_after_an_interrupted_run_loses_and_duplicates_nothing(
+    sim: SimInfo, tmp_path: Path
+) -> None:
+    n = 400
+    source = tmp_path / "urls.txt"
+    source.write_text("".join(sim.url(f"r{i}--delay-30.sim") + "\n" for i in range(n)))
+    out = tmp_path / "out.jsonl"
+    args = [str(source), "-o", str(out), "-c", "20", "--resolve", RESOLVE]
+    first = subprocess.Popen(
+        [sys.executable, "-m", "surge.cli", "fetch", *args],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 30
+    while (not out.exists() or out.stat().st_size < 2000) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    first.send_signal(signal.SIGINT)
+    _, err = first.communicate(timeout=30)
+    assert first.returncode == 130, err
+    partial = len(out.read_text().splitlines())
+    assert 0 < partial < n
+    second = surge_fetch(*args, "--resume")
+    assert second.returncode == 0, second.stderr
+    lines = sorted(r["line"] for r in records(out))
+    assert lines == list(range(1, n + 1))  # nothing lost, nothing twice
+    assert "already done" in second.stderr

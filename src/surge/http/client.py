@@ -24,7 +24,7 @@ from typing import Any
 
 from surge import __version__
 from surge.errors import RequestError, UsageError
-from surge.http.connection import HTTPConnection
+from surge.http.connection import HTTPConnection, parse_head
 from surge.http.resolver import Override, Resolver
 from surge.http.timings import Timings
 from surge.http.url import URL, parse_url
@@ -52,8 +52,8 @@ class Response:
         "body",
         "bytes",
         "final_url",
+        "head",
         "http_version",
-        "raw_headers",
         "redirects",
         "status",
         "timings",
@@ -65,7 +65,7 @@ class Response:
         url: str,
         final_url: str,
         status: int,
-        raw_headers: list[tuple[bytes, bytes]],
+        head: bytes,
         body: bytes,
         wire_bytes: int,
         timings: Timings,
@@ -75,7 +75,7 @@ class Response:
         self.url = url
         self.final_url = final_url
         self.status = status
-        self.raw_headers = raw_headers  # as received; decoded on first use of .headers
+        self.head = head  # the status line and header lines, as received
         self._headers: list[tuple[str, str]] | None = None
         self.body = body
         self.bytes = wire_bytes  # body bytes on the wire (before decoding)
@@ -83,6 +83,11 @@ class Response:
         self.attempts = attempts
         self.redirects = redirects
         self.http_version = "1.1"
+
+    @property
+    def raw_headers(self) -> list[tuple[bytes, bytes]]:
+        """The response headers as bytes, in order (parsed from ``head`` on use)."""
+        return parse_head(self.head)
 
     @property
     def headers(self) -> list[tuple[str, str]]:
@@ -358,10 +363,10 @@ class Client:
             chunks = conn.body
             encoding = conn.content_encoding
             response = Response(
-                target.url, target.url, status, conn.headers, b"", conn.body_bytes, timings, 1, 0
+                target.url, target.url, status, conn.head, b"", conn.body_bytes, timings, 1, 0
             )
             if conn.reusable:
-                await pool.release(conn)
+                pool.release_nowait(conn)  # no reset callback: no need to await
             else:
                 await pool.discard(conn)
             body = b"".join(chunks) if len(chunks) != 1 else chunks[0]

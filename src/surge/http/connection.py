@@ -15,6 +15,11 @@ httptools gaps handled here:
 * It has no ``finish()``, so a body delimited by the connection closing (no
   Content-Length, not chunked) completes in ``connection_lost``.
 * 1xx interim responses are skipped.
+
+Headers are not collected through llhttp's per-header callback (a Python call
+per header, ten to twenty on real responses): the raw head is kept as bytes,
+framing and Content-Encoding are found with C-level searches in it, and the
+header list is built only if someone asks for it (``Response.headers``).
 """
 
 from __future__ import annotations
@@ -50,7 +55,9 @@ class HTTPConnection(asyncio.Protocol):
         self._limit = 0.0
         # The response being read.
         self.status = 0
-        self.headers: list[tuple[bytes, bytes]] = []
+        self.head = b""  # the final response's status line and header lines
+        self._head_parts: list[bytes] = []
+        self._interim = 0  # 1xx heads seen before the final one
         self.body: list[bytes] = []
         self.body_bytes = 0
         self.first_byte: float | None = None
@@ -136,7 +143,9 @@ class HTTPConnection(asyncio.Protocol):
         self._is_head = is_head
         self._body_cap = body_cap
         self.status = 0
-        self.headers = []
+        self.head = b""
+        self._head_parts = []
+        self._interim = 0
         self.body = []
         self.body_bytes = 0
         self.first_byte = None
@@ -172,6 +181,8 @@ class HTTPConnection(asyncio.Protocol):
             return
         if self.first_byte is None:
             self.first_byte = perf_counter()
+        if not self.head_done:
+            self._head_parts.append(data)
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -201,31 +212,34 @@ class HTTPConnection(asyncio.Protocol):
 
     # -- httptools callbacks --------------------------------------------------------------
 
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name, value))
-
     def on_headers_complete(self) -> None:
         parser = self._parser
         status = parser.get_status_code()
         if 100 <= status < 200:
+            self._interim += 1
             return
         self.status = status
         self.head_done = True
         self.keep_alive = parser.should_keep_alive()
+        parts = self._head_parts
+        raw = parts[0] if len(parts) == 1 else b"".join(parts)
+        self._head_parts = []
+        start = 0
+        for _ in range(self._interim):  # skip the 1xx heads
+            start = raw.index(b"\r\n\r\n", start) + 4
+        head = self.head = raw[start : raw.find(b"\r\n\r\n", start)]
         if self._is_head or status in _NO_BODY_STATUSES:
             self._parser = None  # llhttp would wait for a body: start afresh next time
             self._finish()
             return
-        framed = False
-        for name, value in self.headers:
-            lname = name.lower()
-            if lname == b"content-length":
-                framed = True
-            elif lname == b"transfer-encoding":
-                framed = framed or b"chunked" in value.lower()
-            elif lname == b"content-encoding":
-                self.content_encoding = value.strip().lower()
-        self._until_close = not framed
+        lower = head.lower()
+        if b"\ncontent-encoding:" in lower:
+            self.content_encoding = header_value(head, lower, b"\ncontent-encoding:").lower()
+        if b"\ncontent-length:" not in lower:
+            chunked = b"\ntransfer-encoding:" in lower and b"chunked" in header_value(
+                lower, lower, b"\ntransfer-encoding:"
+            )
+            self._until_close = not chunked
 
     def on_body(self, body: bytes) -> None:
         self.body_bytes += len(body)
@@ -239,7 +253,6 @@ class HTTPConnection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         if not self.head_done:  # the end of a 1xx interim response
-            self.headers = []
             return
         if self._waiter is not None:
             self._finish()
@@ -279,6 +292,22 @@ class HTTPConnection(asyncio.Protocol):
             waiter.set_exception(error)
         if not self.closed:
             self.abort()
+
+
+def header_value(head: bytes, lower: bytes, marker: bytes) -> bytes:
+    """The value of the first header whose lower-cased ``\\nname:`` is ``marker``."""
+    at = lower.find(marker) + len(marker)
+    end = head.find(b"\r\n", at)
+    return head[at : end if end >= 0 else len(head)].strip()
+
+
+def parse_head(head: bytes) -> list[tuple[bytes, bytes]]:
+    """(name, value) pairs of a response head (status line first, then headers)."""
+    headers = []
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        headers.append((name.strip(), value.strip()))
+    return headers
 
 
 def _describe(exc: BaseException | None) -> str:

@@ -121,7 +121,9 @@ class KeyedCore(Generic[K, R]):
         self._after_slot_change(core, waiter, now)
 
     def release(self, resource: R, now: float) -> None:
-        entry = self._lookup(resource)
+        entry = self.checked_out.get(id(resource))
+        if entry is None:
+            raise ValueError(f"{resource!r} is not checked out from this pool")
         core = self.cores[entry.key]
         if not (core.n_waiting or self.n_global_waiting or self.closed) and entry.expires_at > now:
             # The hot path, inlined (PoolCore.release + _log_idle): nobody waits,
@@ -132,7 +134,11 @@ class KeyedCore(Generic[K, R]):
             core.idle.append(entry)
             core.n_idle += 1
             self.n_idle += 1
-            self._log_idle(entry)
+            entry.idle_turn += 1
+            log = self.idle_log
+            log.append((entry, entry.idle_turn, now))
+            if len(log) > 2 * self.n_idle + _COMPACT_SLACK:
+                self.idle_log = deque(r for r in log if _live(r[0], r[1]))
             return
         if (
             not core.n_waiting

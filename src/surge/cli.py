@@ -16,6 +16,7 @@ from surge import __version__
 
 #: name -> "module:attribute" of a click command.
 SUBCOMMANDS = {
+    "demo": "surge.bench.demo:demo_command",
     "fetch": "surge.bulk.cli:fetch_command",
     "sim": "surge.sim.cli:sim_command",
 }

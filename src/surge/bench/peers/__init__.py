@@ -34,6 +34,7 @@ PEERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "httpx_async": ("httpx_async", ("httpx",)),
     "pycurl_multi": ("pycurl_multi", ("pycurl",)),
     "pyreqwest": ("pyreqwest_async", ("pyreqwest",)),
+    "surge": ("surge_fetch", ("httptools",)),
 }
 
 __all__ = ["ERROR_CLASSES", "PEERS", "Outcome"]

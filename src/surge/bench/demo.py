@@ -1,0 +1,161 @@
+"""``surge demo``: the write-ups' ways of fetching a thousand sites, and surge's, side by side.
+
+It starts the simulated web on 127.0.0.1 (no network needed), gives every
+pattern the same thousand hosts - long-tailed latencies, hangs, resets, garbage
+- and prints how long each took and how many answerable hosts it lost.  Each
+pattern runs in a fresh process of its own (``surge.bench.peers``).  For the
+rigorous, same-concurrency comparison with more peers, see benchmarks/fetch.py.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+#: (peer, how the write-ups ran it, in flight or None for the demo's --peer-concurrency)
+PATTERNS: tuple[tuple[str, str, int | None], ...] = (
+    ("requests_seq", "requests, one after another", 1),
+    ("requests_threads", "requests + a thread pool", None),
+    ("multiprocessing_pool", "multiprocessing (8) + requests", 8),
+    ("grequests", "grequests (gevent)", None),
+    ("aiohttp_gather", "aiohttp + gather, defaults", 100),
+    ("surge", "surge fetch", -1),  # -1: the demo's --concurrency
+)
+
+
+@dataclass
+class Row:
+    peer: str
+    label: str
+    in_flight: int
+    wall_s: float | None
+    cpu_s: float | None
+    extrapolated: bool
+    ok: int
+    lost: int
+    answerable: int
+    note: str
+
+
+@click.command("demo")
+@click.option("--hosts", "n_hosts", default=1000, show_default=True, help="Simulated hosts.")
+@click.option("--timeout", default=3.0, show_default=True, help="Seconds per request.")
+@click.option("-c", "--concurrency", default=1000, show_default=True, help="surge's in flight.")
+@click.option(
+    "--peer-concurrency", default=100, show_default=True, help="Threads / pool size of the peers."
+)
+@click.option(
+    "--seq-sample", default=30, show_default=True, help="Hosts the sequential run samples."
+)
+@click.option("--only", help="Comma-separated peers (default: all of the demo's).")
+@click.option("--tls", is_flag=True, help="HTTPS hosts (a throwaway CA).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write JSON here.")
+@click.option("--limit", default=300.0, show_default=True, help="Seconds before a pattern is cut.")
+def demo_command(
+    n_hosts: int,
+    timeout: float,
+    concurrency: int,
+    peer_concurrency: int,
+    seq_sample: int,
+    only: str | None,
+    tls: bool,
+    json_path: str | None,
+    limit: float,
+) -> None:
+    """Fetch simulated sites the ways the write-ups did, then with surge; compare."""
+    from surge.bench.peers.runner import run_peer, score, spread
+    from surge.sim import background, hosts, lower_bound
+
+    chosen = [p for p in PATTERNS if only is None or p[0] in only.split(",")]
+    names = hosts(n_hosts)
+    rows: list[Row] = []
+    bound = lower_bound(names, concurrency, timeout)
+    with background(warm_tls=n_hosts if tls else 0) as sim:
+        urls = [sim.url(h, tls=tls) for h in names]
+        cafile = sim.cafile if tls else None
+        click.echo(
+            f"surge demo: {n_hosts:,} simulated hosts on 127.0.0.1, timeout {timeout:g} s; "
+            f"an ideal client with {concurrency:,} in flight needs {bound:.2f} s",
+            err=True,
+        )
+        for peer, label, in_flight in chosen:
+            flight = concurrency if in_flight == -1 else in_flight or peer_concurrency
+            sample = seq_sample if peer == "requests_seq" else None
+            click.echo(f"  running {label} ...", err=True)
+            started = time.perf_counter()
+            result = run_peer(
+                peer,
+                urls,
+                concurrency=flight,
+                timeout=timeout,
+                cafile=cafile,
+                sample=sample,
+                limit_s=limit,
+            )
+            wanted = spread(urls, sample) if sample is not None else urls
+            s = score(result, wanted, timeout=timeout)
+            note = result.note or ""
+            if result.killed:
+                note = f"cut at {limit:g} s " + note
+            rows.append(
+                Row(
+                    peer,
+                    f"{label} ({flight})" if peer == "surge" else label,
+                    flight,
+                    result.wall_s,
+                    result.cpu_s,
+                    result.extrapolated,
+                    s.ok,
+                    s.lost,
+                    s.answerable,
+                    note.strip(),
+                )
+            )
+            click.echo(f"    done in {time.perf_counter() - started:.1f} s", err=True)
+    click.echo(render(rows, bound))
+    if json_path:
+        payload: dict[str, Any] = {
+            "hosts": n_hosts,
+            "timeout_s": timeout,
+            "concurrency": concurrency,
+            "lower_bound_s": bound,
+            "tls": tls,
+            "rows": [row.__dict__ for row in rows],
+        }
+        with open(json_path, "w") as f:
+            json.dump(payload, f, indent=2)
+
+
+def render(rows: list[Row], bound: float) -> str:
+    """The table: one row a pattern, with its speed against surge's."""
+    surge_wall = next((r.wall_s for r in rows if r.peer == "surge" and r.wall_s), None)
+    lines = [
+        f"{'pattern':<38} {'in flight':>9} {'wall s':>9} {'vs surge':>9} "
+        f"{'answered':>9} {'lost':>5} {'CPU s':>7}"
+    ]
+    for r in rows:
+        if r.wall_s is None:
+            lines.append(f"{r.label:<38} {'':>9} {'-':>9}  {r.note}")
+            continue
+        mark = "~" if r.extrapolated else ""
+        ratio = f"{mark}{r.wall_s / surge_wall:,.1f}x" if surge_wall else "-"
+        cpu = f"{r.cpu_s:.2f}" if r.cpu_s is not None else "-"
+        lines.append(
+            f"{r.label:<38} {r.in_flight:>9,} {mark + f'{r.wall_s:,.2f}':>9} {ratio:>9} "
+            f"{r.ok:>9,} {r.lost:>5,} {cpu:>7}" + (f"  ({r.note})" if r.note else "")
+        )
+    answerable = max((r.answerable for r in rows if r.peer != "requests_seq"), default=0)
+    lines.append(
+        f"lost = hosts that answer in time but the pattern failed on (of {answerable:,}); "
+        f"lower bound {bound:.2f} s"
+    )
+    return "\n".join(lines)
+
+
+def main() -> None:  # pragma: no cover
+    demo_command.main(sys.argv[1:])

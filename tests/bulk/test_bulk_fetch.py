@@ -178,3 +178,18 @@ def test_resume_after_an_interrupted_run_loses_and_duplicates_nothing(
     lines = sorted(r["line"] for r in records(out))
     assert lines == list(range(1, n + 1))  # nothing lost, nothing twice
     assert "already done" in second.stderr
+
+
+def test_a_low_open_files_limit_lowers_concurrency_and_says_so(
+    sim: SimInfo, tmp_path: Path
+) -> None:
+    source = tmp_path / "urls.txt"
+    source.write_text("".join(sim.url(f"f{i}--status-200.sim") + "\n" for i in range(50)))
+    script = (
+        "ulimit -Sn 200 && ulimit -Hn 300 && "
+        f"exec {sys.executable} -m surge.cli fetch {source} -c 1000 --resolve '{RESOLVE}' -q"
+    )
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "lowering concurrency from 1000 to 236" in done.stderr  # soft raised to hard: 300
+    assert len(done.stdout.splitlines()) == 50

@@ -306,14 +306,16 @@ class Client:
         pool = self._pool
         while True:
             attempts += 1
-            token = _opening_for.set(timings)
-            try:
-                conn = await pool.acquire(target.key)
-            except RequestError as e:
-                e.attempts = attempts
-                raise
-            finally:
-                _opening_for.reset(token)
+            conn = pool.acquire_nowait(target.key)  # a keep-alive connection, if one is idle
+            if conn is None:
+                token = _opening_for.set(timings)
+                try:
+                    conn = await pool.acquire(target.key)
+                except RequestError as e:
+                    e.attempts = attempts
+                    raise
+                finally:
+                    _opening_for.reset(token)
             if conn.closed:  # the server closed it while it was idle
                 await pool.discard(conn)
                 attempts -= 1
@@ -365,7 +367,7 @@ class Client:
             response = Response(
                 target.url, target.url, status, conn.head, b"", conn.body_bytes, timings, 1, 0
             )
-            if conn.reusable:
+            if conn.keep_alive and not conn.closed:  # conn.reusable, inlined
                 pool.release_nowait(conn)  # no reset callback: no need to await
             else:
                 await pool.discard(conn)

@@ -134,7 +134,7 @@ class HTTPConnection(asyncio.Protocol):
         """
         if self.closed or self.transport is None:
             raise RequestError("connection_reset", "connection closed before the request")
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         waiter = self._waiter = loop.create_future()
         self._timer = loop.call_at(deadline, self._time_out)
         self._limit = limit
@@ -173,6 +173,7 @@ class HTTPConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self._loop = asyncio.get_running_loop()
 
     def data_received(self, data: bytes) -> None:
         if self._waiter is None:

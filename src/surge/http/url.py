@@ -35,11 +35,7 @@ class URL(NamedTuple):
     port: int
     target: bytes  # the request target: path and query, escaped
     host_header: bytes  # host[:port], as the Host header carries it
-
-    @property
-    def key(self) -> tuple[str, str, int]:
-        """What a pooled connection is for: (scheme, host, port)."""
-        return (self.scheme, self.host, self.port)
+    key: tuple[str, str, int]  # what a pooled connection is for: (scheme, host, port)
 
     @property
     def tls(self) -> bool:
@@ -72,7 +68,8 @@ def parse_url(text: str) -> URL:
             if 0 < port < 65536:
                 target = ((path or "/") + (query or "")).encode("ascii")
                 shown = host if port == default else f"{host}:{port}"
-                return URL(text, scheme, host, port, target, shown.encode("ascii"))
+                key = (scheme, host, port)
+                return URL(text, scheme, host, port, target, shown.encode("ascii"), key)
     return _parse_general(text)
 
 
@@ -99,7 +96,7 @@ def _parse_general(text: str) -> URL:
     shown = f"[{host}]" if ":" in host else host
     if port != _DEFAULT_PORTS[scheme]:
         shown = f"{shown}:{port}"
-    return URL(text, scheme, host, port, target, shown.encode("ascii"))
+    return URL(text, scheme, host, port, target, shown.encode("ascii"), (scheme, host, port))
 
 
 def _normalise_host(host: str, text: str) -> str:

@@ -95,7 +95,7 @@ class _AsyncFrontEnd(Generic[K, R]):
     def _core_take_garbage(self) -> list[Entry[R]]:
         raise NotImplementedError
 
-    def _has_garbage(self) -> bool:
+    def _core_has_garbage(self) -> bool:
         raise NotImplementedError
 
     def stats(self) -> dict[str, Any]:
@@ -202,7 +202,7 @@ class _AsyncFrontEnd(Generic[K, R]):
         """Return a resource: to the oldest waiter if any, else to the idle set."""
         if self._reset is None:  # the hot path: no callback, usually nothing to close
             self._core_release(resource, self._clock())
-            if self._has_garbage():
+            if self._core_has_garbage():
                 await self._dispose()
             return
         try:
@@ -229,7 +229,7 @@ class _AsyncFrontEnd(Generic[K, R]):
         if self._reset is not None:
             raise RuntimeError("release_nowait() cannot run reset: use 'await release()'")
         self._core_release(resource, self._clock())
-        if self._has_garbage():
+        if self._core_has_garbage():
             asyncio.get_running_loop().create_task(self._dispose())
 
 
@@ -269,6 +269,16 @@ class AsyncPool(_AsyncFrontEnd[Any, R]):
             clock=clock,
         )
         self._core: PoolCore[R] = PoolCore(max_size, max_overflow, lifo=lifo, max_idle=max_idle)
+
+    def acquire_nowait(self) -> R | None:
+        """An idle resource at once, or None (then ``await acquire()``): never
+        creates, waits or queues.  For a pool with no ``check`` callback."""
+        if self._check is not None:
+            raise RuntimeError("acquire_nowait() cannot run check: use 'await acquire()'")
+        entry = self._core.take(self._clock())
+        if self._core.garbage:
+            asyncio.get_running_loop().create_task(self._dispose())
+        return None if entry is None else entry.resource
 
     async def acquire(self, timeout: float | None = None) -> R:
         """Check out a resource, waiting up to ``timeout`` (default: the pool's)."""
@@ -342,7 +352,7 @@ class AsyncPool(_AsyncFrontEnd[Any, R]):
     def _core_take_garbage(self) -> list[Entry[R]]:
         return self._core.take_garbage() if self._core.garbage else []
 
-    def _has_garbage(self) -> bool:
+    def _core_has_garbage(self) -> bool:
         return bool(self._core.garbage)
 
     async def _new_resource(self, key: Any) -> R:
@@ -385,6 +395,16 @@ class AsyncKeyedPool(_AsyncFrontEnd[K, R]):
             clock=clock,
         )
         self._core: KeyedCore[K, R] = KeyedCore(max_size, max_per_key, lifo=lifo, max_idle=max_idle)
+
+    def acquire_nowait(self, key: K) -> R | None:
+        """An idle resource of ``key`` at once, or None (then ``await acquire(key)``):
+        never creates, waits or queues.  For a pool with no ``check`` callback."""
+        if self._check is not None:
+            raise RuntimeError("acquire_nowait() cannot run check: use 'await acquire()'")
+        entry = self._core.take(key, self._clock())
+        if self._core.garbage:
+            asyncio.get_running_loop().create_task(self._dispose())
+        return None if entry is None else entry.resource
 
     async def acquire(self, key: K, timeout: float | None = None) -> R:
         core = self._core
@@ -439,8 +459,11 @@ class AsyncKeyedPool(_AsyncFrontEnd[K, R]):
         self._wake_granted()
 
     def _core_release(self, resource: R, now: float) -> None:
-        self._core.release(resource, now)
-        self._wake_granted()
+        core = self._core
+        core.release(resource, now)
+        if core.woken:
+            for waiter in core.take_woken():
+                _wake(waiter)
 
     def _core_discard(self, resource: R, now: float) -> None:
         self._core.discard(resource, now)
@@ -452,7 +475,7 @@ class AsyncKeyedPool(_AsyncFrontEnd[K, R]):
     def _core_take_garbage(self) -> list[Entry[R]]:
         return self._core.take_garbage() if self._core.garbage else []
 
-    def _has_garbage(self) -> bool:
+    def _core_has_garbage(self) -> bool:
         return bool(self._core.garbage)
 
     async def _new_resource(self, key: K | None) -> R:

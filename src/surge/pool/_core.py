@@ -42,8 +42,9 @@ IN_USE = 0
 IDLE = 1
 GONE = 2
 
-#: Rebuild a deque once it holds more dead items than live ones plus this slack.
-_COMPACT_SLACK = 32
+#: Rebuild a deque once it holds more dead items than live ones plus this slack
+#: (the slack bounds how often a small, busy pool rebuilds: every ~slack/2 ops).
+_COMPACT_SLACK = 512
 
 
 class Entry(Generic[R]):
@@ -187,6 +188,12 @@ class PoolCore(Generic[R]):
             self.open += 1
             return None
         return self.enqueue(now)
+
+    def take(self, now: float) -> Entry[R] | None:
+        """An idle resource, or None: never reserves a slot or queues."""
+        if self.closed:
+            raise PoolClosed("the pool is closed")
+        return self.take_idle(now)
 
     def created(self, resource: R, now: float, expires_at: float = INF) -> Entry[R]:
         """A reserved slot produced ``resource``; it is checked out to its creator."""

@@ -110,6 +110,24 @@ class KeyedCore(Generic[K, R]):
         self.n_global_waits += 1
         return waiter
 
+    def take(self, key: K, now: float) -> Entry[R] | None:
+        """An idle resource of ``key``, or None: never reserves a slot or queues."""
+        if self.closed:
+            raise PoolClosed("the pool is closed")
+        log = self.idle_log
+        if log and log[0][2] + self.max_idle <= now:
+            self.expire(now)
+        core = self.cores.get(key)
+        if core is None or not core.n_idle:
+            return None
+        open_before, idle_before = core.open, core.n_idle
+        entry = core.take_idle(now)
+        self.open += core.open - open_before
+        self.n_idle += core.n_idle - idle_before
+        if core.open == 0:
+            self._drop_if_empty(core)
+        return entry
+
     def created(self, key: K, resource: R, now: float, expires_at: float = INF) -> Entry[R]:
         return self.core(key).created(resource, now, expires_at)
 

@@ -7,8 +7,8 @@ Flags take curl's names where curl has one (``-o``, ``-L``, ``--max-redirs``,
 
 Exit status: 0 when the run completed (remote failures are data), 2 for a
 usage error or an input that cannot be read or parsed (the message names the
-file and line; records already written are kept), 130 when interrupted (the
-records written so far are kept, and ``--resume`` carries on from them).
+file and line; records already written are kept), 130 when interrupted (143 for
+SIGTERM; the records written so far are kept, and ``--resume`` carries on from them).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import resource
+import signal
 import sys
 import threading
 import time
@@ -134,13 +135,11 @@ def fetch_command(
     progress = Progress(input_path) if sys.stderr.isatty() and not no_progress else None
     summary = Summary()
     started = time.perf_counter()
-    interrupted = False
+    stopped_by: int | None = None
     failure: UsageError | None = None
     with writer:
         try:
-            _run(opts, _skip_done(items, done, summary), writer, summary, progress)
-        except KeyboardInterrupt:
-            interrupted = True
+            stopped_by = _run(opts, _skip_done(items, done, summary), writer, summary, progress)
         except UsageError as e:
             failure = e
     if progress is not None:
@@ -149,9 +148,12 @@ def fetch_command(
         click.echo(summary.render(time.perf_counter() - started), err=True)
     if failure is not None:
         _die(str(failure))
-    if interrupted:
-        click.echo("surge fetch: interrupted; the records written are kept (--resume)", err=True)
-        sys.exit(130)
+    if stopped_by is not None:
+        name = signal.Signals(stopped_by).name
+        click.echo(
+            f"surge fetch: stopped by {name}; the records written are kept (--resume)", err=True
+        )
+        sys.exit(128 + stopped_by)  # as a shell reports it: 130 for Ctrl-C, 143 for SIGTERM
 
 
 def _run(
@@ -160,7 +162,9 @@ def _run(
     writer: RecordWriter,
     summary: Summary,
     progress: Progress | None,
-) -> None:
+) -> int | None:
+    """Run the job on a fresh loop; return the signal that stopped it, if one did."""
+
     async def flush_now_and_then() -> None:
         # The writer flushes when records arrive; while the last slow hosts keep
         # the run waiting, this gets what is done onto disk.
@@ -182,14 +186,39 @@ def _run(
 
     loop = new_event_loop()
     task = loop.create_task(main())
+    stopped_by: int | None = None
+
+    def stop(signum: int) -> None:
+        # The loop takes the signal, rather than Python raising KeyboardInterrupt
+        # wherever the main thread happens to be: uvloop runs protocol callbacks
+        # from C, and an exception raised there is logged as a "fatal error on
+        # transport" and swallowed, so an interrupted run went on to exit 0 (seen
+        # in CI). Cancelling the task stops the engine between records instead.
+        nonlocal stopped_by
+        stopped_by = signum
+        task.cancel()
+
+    handled = []
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(signum, stop, signum)
+            handled.append(signum)
+        except (NotImplementedError, RuntimeError, ValueError):  # pragma: no cover
+            pass  # not the main thread, or no signals here: the default stays
     try:
         loop.run_until_complete(task)
-    except KeyboardInterrupt:
+    except asyncio.CancelledError:
+        if stopped_by is None:
+            raise
+    except KeyboardInterrupt:  # pragma: no cover - only where the signal is not ours
         task.cancel()
         loop.run_until_complete(asyncio.gather(task, return_exceptions=True))
-        raise
+        stopped_by = signal.SIGINT
     finally:
+        for signum in handled:
+            loop.remove_signal_handler(signum)
         loop.close()
+    return stopped_by
 
 
 def _skip_done(

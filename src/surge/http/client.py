@@ -25,6 +25,7 @@ from typing import Any
 from surge import __version__
 from surge.errors import RequestError, UsageError
 from surge.http.connection import HTTPConnection, parse_head
+from surge.http.deadlines import Deadlines
 from surge.http.resolver import Override, Resolver
 from surge.http.timings import Timings
 from surge.http.url import URL, parse_url
@@ -184,6 +185,7 @@ class Client:
             close=HTTPConnection.close,
         )
         self.requests = 0
+        self._deadlines: Deadlines | None = None  # made on the loop, by the first connect
 
     @property
     def ssl_context(self) -> ssl.SSLContext:
@@ -324,8 +326,9 @@ class Client:
             if deadline is None:
                 started = timings.dns_start if fresh and timings.dns_start else perf_counter()
                 timings.started = started
-                loop = asyncio.get_running_loop()
-                deadline = loop.time() + self.max_time - (perf_counter() - started)
+                # The connection's loop, not asyncio.get_running_loop(): on 3.11 that
+                # makes a getpid() system call each time.
+                deadline = conn.loop.time() + self.max_time - (perf_counter() - started)
             timings.connected = perf_counter()
             try:
                 done = conn.send(
@@ -413,6 +416,8 @@ class Client:
         timings = _opening_for.get()
         scheme, host, port = key
         timeout = self.connect_timeout
+        if self._deadlines is None:
+            self._deadlines = Deadlines(asyncio.get_running_loop())
         timings.dns_start = perf_counter()
         addresses = self.resolver.cached(host, port)
         if addresses is None:  # a real lookup: only then a timeout (~10 us each)
@@ -433,6 +438,7 @@ class Client:
                         ssl_context=self.ssl_context if scheme == "https" else None,
                         server_hostname=host,
                         timings=timings,
+                        deadlines=self._deadlines,
                     )
             except TimeoutError:
                 phase = "TLS handshake" if timings.tcp_end else "TCP connect"

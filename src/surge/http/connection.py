@@ -206,6 +206,17 @@ class HTTPConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        try:
+            self._settle_on_loss(exc)
+        finally:
+            # The transport and the parser (through its bound callbacks) point back
+            # at this protocol: drop both, so that a closed connection is freed by
+            # reference counting at once instead of waiting for the cycle collector
+            # (a cycle per connection made the GC ~8% of a 10,000-host run's CPU).
+            self.transport = None
+            self._parser = None
+
+    def _settle_on_loss(self, exc: Exception | None) -> None:
         if self._waiter is None:
             return
         if self.head_done and self._until_close and exc is None:

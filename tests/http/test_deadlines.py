@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from surge.http.deadlines import Deadlines
+from surge.http.deadlines import Deadlines, TaskDeadline
 
 
 class Exchange:
@@ -80,3 +80,39 @@ async def test_an_exchange_finished_by_another_expiry_is_not_expired() -> None:
 async def test_resolution_must_be_positive() -> None:
     with pytest.raises(ValueError, match="resolution"):
         Deadlines(asyncio.get_running_loop(), resolution=0)
+
+
+async def test_task_deadline_turns_its_own_cancellation_into_timeout_error() -> None:
+    loop = asyncio.get_running_loop()
+    deadlines = Deadlines(loop, resolution=0.05)
+    with pytest.raises(TimeoutError), TaskDeadline(deadlines, loop.time() + 0.02) as guard:
+        await asyncio.sleep(5)
+    assert guard.expired
+    current = asyncio.current_task()
+    assert current is not None and current.cancelling() == 0  # nothing left pending
+
+
+async def test_task_deadline_in_time_leaves_nothing_behind() -> None:
+    loop = asyncio.get_running_loop()
+    deadlines = Deadlines(loop, resolution=0.05)
+    with TaskDeadline(deadlines, loop.time() + 0.05) as guard:
+        await asyncio.sleep(0)
+    assert deadlines.pending() == 0 and not guard.expired
+    await asyncio.sleep(0.15)  # the slot's timer fires on an empty slot: no cancel
+    assert not guard.expired
+
+
+async def test_task_deadline_lets_an_outside_cancellation_through() -> None:
+    loop = asyncio.get_running_loop()
+    deadlines = Deadlines(loop, resolution=0.05)
+
+    async def guarded() -> None:
+        with TaskDeadline(deadlines, loop.time() + 10):
+            await asyncio.sleep(5)
+
+    task = asyncio.create_task(guarded())
+    await asyncio.sleep(0.01)
+    task.cancel()  # not the deadline: must stay a CancelledError
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert deadlines.pending() == 0

@@ -25,7 +25,7 @@ from typing import Any
 from surge import __version__
 from surge.errors import RequestError, UsageError
 from surge.http.connection import HTTPConnection, parse_head
-from surge.http.deadlines import Deadlines
+from surge.http.deadlines import Deadlines, TaskDeadline
 from surge.http.gate import Gate
 from surge.http.resolver import Override, Resolver
 from surge.http.timings import Timings
@@ -417,8 +417,9 @@ class Client:
         timings = _opening_for.get()
         scheme, host, port = key
         timeout = self.connect_timeout
+        loop = asyncio.get_running_loop()
         if self._deadlines is None:
-            self._deadlines = Deadlines(asyncio.get_running_loop())
+            self._deadlines = Deadlines(loop)
         timings.dns_start = perf_counter()
         addresses = self.resolver.cached(host, port)
         if addresses is None:  # a real lookup: only then a timeout (~10 us each)
@@ -432,7 +433,7 @@ class Client:
         async with self._connecting:
             timings.connect_start = perf_counter()
             try:
-                async with asyncio.timeout(remaining):
+                with TaskDeadline(self._deadlines, loop.time() + remaining):
                     return await HTTPConnection.open(
                         key,
                         addresses,

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
 
+from surge.bulk.gc_tuning import relaxed_gc
 from surge.bulk.inputs import InputItem as Item
 from surge.errors import RequestError, UsageError
 from surge.http.client import Client
@@ -65,6 +66,7 @@ class FetchOptions:
     body_cap: int = 10 * 1024 * 1024
     max_connecting: int = 256
     keep_body: bool = False  # put the body (text) into the record
+    relax_gc: bool = True  # see surge.bulk.gc_tuning
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -146,15 +148,16 @@ async def run(client: Client, items: Iterator[Item], opts: FetchOptions) -> Asyn
         finally:
             await results.put(None)
 
-    supervisor = asyncio.create_task(supervise())
-    try:
-        while (record := await results.get()) is not None:
-            yield record
-        await supervisor  # re-raises a worker's unexpected exception
-    finally:
-        if not supervisor.done():
-            supervisor.cancel()
-            await asyncio.gather(supervisor, return_exceptions=True)
+    with relaxed_gc(opts.relax_gc):
+        supervisor = asyncio.create_task(supervise())
+        try:
+            while (record := await results.get()) is not None:
+                yield record
+            await supervisor  # re-raises a worker's unexpected exception
+        finally:
+            if not supervisor.done():
+                supervisor.cancel()
+                await asyncio.gather(supervisor, return_exceptions=True)
     if failure:
         raise failure[0]
 

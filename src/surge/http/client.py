@@ -219,9 +219,12 @@ class Client:
 
         Raises ``RequestError`` with its ``error_class``; a response of any
         status is a response, not an error.
+
+        One coroutine for the whole request - every hop, and the one retry of a
+        request that met a stale keep-alive connection: each await layer costs
+        about a microsecond on a path that costs tens.
         """
-        first = perf_counter()
-        timings = Timings(first)
+        timings = Timings(perf_counter())
         try:
             target = parse_url(url)
         except RequestError as e:
@@ -230,32 +233,100 @@ class Client:
             raise
         method = method.upper()
         follow = self.follow_redirects if follow_redirects is None else follow_redirects
-        extra = _header_block(headers, False) if headers else b""
-        attempts = 0
-        deadline: float | None = None
+        header_block = self._extra_headers
+        if headers:
+            header_block += _header_block(headers, False)
+        pool = self._pool
+        attempts = 0  # over every hop
+        deadline: float | None = None  # set when the first hop starts its network work
         redirects = 0
-        while True:
-            head = _request_head(method, target, self._extra_headers + extra, body)
-            try:
-                response, attempts_now, deadline = await self._exchange(
-                    method, target, head, timings, deadline
-                )
-            except RequestError as e:
-                e.url = url
-                e.final_url = target.url
-                e.timings = timings
-                e.attempts = attempts + getattr(e, "attempts", 1)
-                raise
-            attempts += attempts_now
-            if not (follow and response.status in _REDIRECTS):
-                response.url = url
-                response.attempts = attempts
+        while True:  # a hop per turn
+            head = _request_head(method, target, header_block, body)
+            retried = False
+            while True:  # an attempt per turn
+                attempts += 1
+                conn = pool.acquire_nowait(target.key)  # a keep-alive connection, if idle
+                if conn is None:
+                    token = _opening_for.set(timings)
+                    try:
+                        conn = await pool.acquire(target.key)
+                    except RequestError as e:
+                        _annotate(e, url, target.url, timings, attempts)
+                        raise
+                    finally:
+                        _opening_for.reset(token)
+                if conn.closed:  # the server closed it while it was idle
+                    await pool.discard(conn)
+                    attempts -= 1
+                    continue
+                fresh = conn.connect_timings is timings
+                if deadline is None:
+                    started = timings.dns_start if fresh and timings.dns_start else perf_counter()
+                    timings.started = started
+                    # The connection's loop, not asyncio.get_running_loop(): on 3.11
+                    # that makes a getpid() system call each time.
+                    deadline = conn.loop.time() + self.max_time - (perf_counter() - started)
+                timings.connected = perf_counter()
+                try:
+                    done = conn.send(
+                        head,
+                        is_head=method == "HEAD",
+                        body_cap=self.body_cap,
+                        deadline=deadline,
+                        limit=self.max_time,
+                    )
+                    timings.sent = perf_counter()
+                    await done
+                except RequestError as e:
+                    timings.first_byte = conn.first_byte
+                    await pool.discard(conn)
+                    stale = (
+                        not fresh
+                        and not retried
+                        and e.error_class == "connection_reset"
+                        and conn.first_byte is None
+                    )
+                    if stale:  # closed by the server as we reused it: once more, afresh
+                        retried = True
+                        _reset_attempt(timings)
+                        continue
+                    if conn.head_done and e.status is None:
+                        e.status = conn.status
+                    e.bytes = conn.body_bytes
+                    _annotate(e, url, target.url, timings, attempts)
+                    raise
+                except BaseException:
+                    conn.abort()
+                    await pool.discard(conn)
+                    raise
+                break
+            timings.first_byte = conn.first_byte
+            timings.done = perf_counter()
+            self.requests += 1
+            status = conn.status
+            chunks = conn.body
+            encoding = conn.content_encoding
+            response = Response(
+                url, target.url, status, conn.head, b"", conn.body_bytes, timings, attempts, 0
+            )
+            if conn.keep_alive and not conn.closed:  # conn.reusable, inlined
+                pool.release_nowait(conn)  # no reset callback: no need to await
+            else:
+                await pool.discard(conn)
+            payload = b"".join(chunks) if len(chunks) != 1 else chunks[0]
+            if encoding is not None and self.decompress and payload:
+                try:
+                    payload = self._decode(payload, encoding.decode("latin-1"), status)
+                except RequestError as e:
+                    e.bytes = response.bytes
+                    _annotate(e, url, target.url, timings, attempts)
+                    raise
+            response.body = payload
+            if not (follow and status in _REDIRECTS):
                 response.redirects = redirects
                 return response
             location = response.header("location")
             if location is None:
-                response.url = url
-                response.attempts = attempts
                 response.redirects = redirects
                 return response
             redirects += 1
@@ -263,18 +334,17 @@ class Client:
                 error = RequestError(
                     "too_many_redirects",
                     f"more than {self.max_redirects} redirects (last to {location[:200]})",
-                    status=response.status,
+                    status=status,
                 )
-                error.url, error.final_url, error.timings = url, target.url, timings
-                error.attempts = attempts
+                _annotate(error, url, target.url, timings, attempts)
                 raise error
             try:
                 target = target.join(location)
             except RequestError as e:
                 e.detail = f"redirect to an invalid URL: {location[:200]!r}"
-                e.url, e.final_url, e.timings, e.attempts = url, target.url, timings, attempts
+                _annotate(e, url, target.url, timings, attempts)
                 raise
-            if response.status == 303 or (response.status in (301, 302) and method == "POST"):
+            if status == 303 or (status in (301, 302) and method == "POST"):
                 method, body = "GET", None
             timings = _next_hop(timings)
 
@@ -293,93 +363,6 @@ class Client:
         stats["requests"] = self.requests
         stats["dns_lookups"] = self.resolver.lookups
         return stats
-
-    # -- one exchange -----------------------------------------------------------------------
-
-    async def _exchange(
-        self, method: str, target: URL, head: bytes, timings: Timings, deadline: float | None
-    ) -> tuple[Response, int, float]:
-        """One request-response on one connection, retried once on a fresh
-        connection if a reused one turns out to have been closed by the server.
-
-        (One coroutine for the whole exchange: each extra await layer costs about
-        a microsecond on a path that costs tens.)
-        """
-        attempts = 0
-        pool = self._pool
-        while True:
-            attempts += 1
-            conn = pool.acquire_nowait(target.key)  # a keep-alive connection, if one is idle
-            if conn is None:
-                token = _opening_for.set(timings)
-                try:
-                    conn = await pool.acquire(target.key)
-                except RequestError as e:
-                    e.attempts = attempts
-                    raise
-                finally:
-                    _opening_for.reset(token)
-            if conn.closed:  # the server closed it while it was idle
-                await pool.discard(conn)
-                attempts -= 1
-                continue
-            fresh = conn.connect_timings is timings
-            if deadline is None:
-                started = timings.dns_start if fresh and timings.dns_start else perf_counter()
-                timings.started = started
-                # The connection's loop, not asyncio.get_running_loop(): on 3.11 that
-                # makes a getpid() system call each time.
-                deadline = conn.loop.time() + self.max_time - (perf_counter() - started)
-            timings.connected = perf_counter()
-            try:
-                done = conn.send(
-                    head,
-                    is_head=method == "HEAD",
-                    body_cap=self.body_cap,
-                    deadline=deadline,
-                    limit=self.max_time,
-                )
-                timings.sent = perf_counter()
-                await done
-            except RequestError as e:
-                timings.first_byte = conn.first_byte
-                await pool.discard(conn)
-                stale = (
-                    not fresh
-                    and attempts == 1
-                    and e.error_class == "connection_reset"
-                    and conn.first_byte is None
-                )
-                if stale:
-                    _reset_attempt(timings)
-                    continue
-                if conn.head_done and e.status is None:
-                    e.status = conn.status
-                e.bytes = conn.body_bytes
-                e.attempts = attempts
-                raise
-            except BaseException:
-                conn.abort()
-                await pool.discard(conn)
-                raise
-            timings.first_byte = conn.first_byte
-            timings.done = perf_counter()
-            self.requests += 1
-            status = conn.status
-            chunks = conn.body
-            encoding = conn.content_encoding
-            response = Response(
-                target.url, target.url, status, conn.head, b"", conn.body_bytes, timings, 1, 0
-            )
-            if conn.keep_alive and not conn.closed:  # conn.reusable, inlined
-                pool.release_nowait(conn)  # no reset callback: no need to await
-            else:
-                await pool.discard(conn)
-            body = b"".join(chunks) if len(chunks) != 1 else chunks[0]
-            if encoding is not None and self.decompress and body:
-                body = self._decode(body, encoding.decode("latin-1"), status)
-            response.body = body
-            return response, attempts, deadline
 
     def _decode(self, body: bytes, encoding: str, status: int) -> bytes:
         if encoding in ("identity", ""):
@@ -490,6 +473,16 @@ def _request_head(method: str, target: URL, header_block: bytes, body: bytes | N
     else:
         parts.append(b"\r\n")
     return b"".join(parts)
+
+
+def _annotate(
+    error: RequestError, url: str, final_url: str, timings: Timings, attempts: int
+) -> None:
+    """What the failed request's record needs, carried by its error."""
+    error.url = url
+    error.final_url = final_url
+    error.timings = timings
+    error.attempts = attempts
 
 
 def _reset_attempt(timings: Timings) -> None:

@@ -34,7 +34,8 @@ MaybeAwaitable = Awaitable[object] | object
 
 async def _call(fn: Callable[..., Any], *args: Any) -> Any:
     result = fn(*args)
-    if inspect.isawaitable(result):
+    # None first: isawaitable(None) is an ABC check (~0.7 us), paid by every close.
+    if result is not None and inspect.isawaitable(result):
         result = await result
     return result
 

@@ -1,7 +1,8 @@
 """Fixtures shared by every test directory: real MariaDB and PostgreSQL servers.
 
 ``mariadb_server`` / ``postgresql_server``: one server per test session, with
-default settings; a test may restart it but must leave it running.
+default settings (PostgreSQL's also logs every statement and login, for
+counting); a test may restart it but must leave it running.
 ``start_mariadb`` / ``start_postgresql``: a server of the test's own, with
 options (``settings=``, ``auth=``, ``tls=``), stopped when the test ends.
 
@@ -53,10 +54,15 @@ def mariadb_server() -> Iterator[DBServer]:
         yield start()
 
 
+#: The session's PostgreSQL logs every statement (with its duration, so even an
+#: empty query, a ping, shows) and every login: tests count round trips in its log.
+COUNTING_SETTINGS = {"log_min_duration_statement": 0, "log_connections": True}
+
+
 @pytest.fixture(scope="session")
 def postgresql_server() -> Iterator[DBServer]:
     with _serving(postgresql) as start:
-        yield start()
+        yield start(settings=COUNTING_SETTINGS)
 
 
 @pytest.fixture

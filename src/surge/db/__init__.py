@@ -1,0 +1,28 @@
+"""surge.db: pooled DB-API connections for MySQL/MariaDB, PostgreSQL and SQLite.
+
+    import surge.db
+    pool = surge.db.pool("mysql://app:secret@127.0.0.1:3306/shop", max_size=8)
+    with pool.connection() as conn:
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1")
+
+Drivers: PyMySQL for MySQL/MariaDB, psycopg 3 for PostgreSQL, sqlite3.  What
+the pool does and does not do on each checkout and return: see
+:mod:`surge.db._pool` and docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from surge.db._drivers import DatabaseURL
+from surge.db._pool import DBPool
+from surge.errors import PoolClosed, PoolTimeout
+
+__all__ = ["DBPool", "DatabaseURL", "PoolClosed", "PoolTimeout", "pool"]
+
+
+def pool(url: str, **options: Any) -> DBPool:
+    """A pool of connections to ``url`` (``mysql://``, ``mariadb://``,
+    ``postgresql://``, ``sqlite:///path``); options as :class:`DBPool`."""
+    return DBPool(url, **options)

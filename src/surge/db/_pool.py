@@ -101,6 +101,9 @@ class DBPool:
         self.n_pings = 0
         self.n_rollbacks = 0
         self.n_gone = 0
+        #: Called with each connection the pool closes (glue that keeps its own
+        #: record per connection forgets it here).
+        self.on_close: list[Callable[[Any], object]] = []
         self.pool: Pool[Any] = Pool(
             self._create,
             max_size=max_size,
@@ -169,6 +172,10 @@ class DBPool:
         Exception (KeyboardInterrupt in the middle of a read) discards it, since
         its protocol state is unknown."""
         return _Checkout(self, timeout)
+
+    def clear(self) -> None:
+        """Close every idle connection now (in-use ones are unaffected)."""
+        self.pool.clear()
 
     def server_gone(self) -> None:
         """The server dropped us (restart, failover): no connection made before now
@@ -244,6 +251,8 @@ class DBPool:
 
     def _close(self, conn: Any) -> None:
         self._records.pop(id(conn), None)
+        for forget in self.on_close:
+            forget(conn)
         with contextlib.suppress(Exception):  # closing a dead connection may fail; it is gone
             conn.close()
 

@@ -210,12 +210,15 @@ class PyMySQL(Driver):
         conn.ping(reconnect=False)  # COM_PING: no statement, no transaction
 
     def is_disconnect(self, error: BaseException, conn: Any) -> bool:
-        err = self.module.err
-        if isinstance(error, err.OperationalError) and error.args:
+        # By class name, not identity: after pymysql.install_as_MySQLdb() (Django),
+        # importing MySQLdb.err loads a second copy of pymysql.err, and whichever
+        # copy ``self.module.err`` names, the connection may raise the other's.
+        names = {cls.__name__ for cls in type(error).__mro__}
+        if "OperationalError" in names and error.args:
             return error.args[0] in MYSQL_GONE
         # PyMySQL raises InterfaceError for a connection it knows is closed, and
         # lets socket errors through on some paths.
-        return isinstance(error, err.InterfaceError | OSError)
+        return "InterfaceError" in names or isinstance(error, OSError)
 
     def server_idle_timeout(self, conn: Any) -> float | None:
         # The session value: what the server applies to this (non-interactive) client.

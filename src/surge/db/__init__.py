@@ -6,6 +6,10 @@
         with conn.cursor() as cur:
             cur.execute("SELECT 1")
 
+    pool = surge.db.async_pool("postgresql://app@127.0.0.1/shop")   # asyncio
+    async with pool.connection() as conn:
+        await conn.execute("SELECT 1")
+
 Drivers: PyMySQL for MySQL/MariaDB, psycopg 3 for PostgreSQL, sqlite3.  What
 the pool does and does not do on each checkout and return: see
 :mod:`surge.db._pool` and docs/architecture.md.
@@ -15,14 +19,29 @@ from __future__ import annotations
 
 from typing import Any
 
+from surge.db._async import AsyncDBPool
 from surge.db._drivers import DatabaseURL
 from surge.db._pool import DBPool
 from surge.errors import PoolClosed, PoolTimeout
 
-__all__ = ["DBPool", "DatabaseURL", "PoolClosed", "PoolTimeout", "pool"]
+__all__ = [
+    "AsyncDBPool",
+    "DBPool",
+    "DatabaseURL",
+    "PoolClosed",
+    "PoolTimeout",
+    "async_pool",
+    "pool",
+]
 
 
 def pool(url: str, **options: Any) -> DBPool:
     """A pool of connections to ``url`` (``mysql://``, ``mariadb://``,
     ``postgresql://``, ``sqlite:///path``); options as :class:`DBPool`."""
     return DBPool(url, **options)
+
+
+def async_pool(url: str, **options: Any) -> AsyncDBPool:
+    """The asyncio variant (``postgresql://``, psycopg's AsyncConnection):
+    ``async with pool.connection() as conn:``; options as :class:`DBPool`."""
+    return AsyncDBPool(url, **options)

@@ -1,0 +1,269 @@
+"""The asyncio twin of :class:`surge.db.DBPool`, on :class:`surge.pool.AsyncPool`.
+
+Same semantics, same counters: roll back on return only when a transaction is
+open, ping only a connection idle >= ``check_idle_after`` or whose socket is
+readable while idle, move the generation on at a disconnect (every idle
+connection of the old server closed at once), ``max_lifetime="auto"`` below the
+server's idle timeout.  Driver: psycopg 3's ``AsyncConnection`` (PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, Literal
+
+from surge.db._drivers import PG_GONE, DatabaseURL, readable
+from surge.db._pool import LIFETIME_SHARE, _Record
+from surge.errors import UsageError
+from surge.pool import AsyncPool
+
+
+class AsyncPsycopg:
+    """What the async pool needs from psycopg's ``AsyncConnection``."""
+
+    name = "psycopg"
+
+    def __init__(self) -> None:
+        self.module = importlib.import_module("psycopg")
+        self.generators = importlib.import_module("psycopg.generators")
+        pq = self.module.pq
+        self.idle, self.ok = pq.TransactionStatus.IDLE, pq.ConnStatus.OK
+        self.fatal, self.tuples_ok = pq.ExecStatus.FATAL_ERROR, pq.ExecStatus.TUPLES_OK
+
+    async def connect(self, url: DatabaseURL, autocommit: bool, extra: dict[str, Any]) -> Any:
+        params: dict[str, Any] = {"dbname": url.database, "user": url.user}
+        if url.password is not None:
+            params["password"] = url.password
+        host = url.options.get("host") or url.host
+        if host:
+            params["host"] = host
+        if url.port:
+            params["port"] = url.port
+        params.update((k, v) for k, v in url.options.items() if k != "host")
+        params["autocommit"] = autocommit
+        params.update(extra)
+        connect = self.module.AsyncConnection.connect
+        return await connect(**{k: v for k, v in params.items() if v is not None})
+
+    def in_transaction(self, conn: Any) -> bool:
+        return bool(conn.pgconn.transaction_status != self.idle)
+
+    def is_closed(self, conn: Any) -> bool:
+        return bool(conn.closed or conn.broken)
+
+    def has_input(self, conn: Any) -> bool:
+        # An idle psycopg connection's socket is not watched by the loop: bytes or
+        # EOF that arrived while idle are still there to see.
+        return readable(conn.pgconn.socket)
+
+    async def _exec(self, conn: Any, query: bytes) -> Any:
+        """One simple-protocol query without psycopg's BEGIN, awaited on the loop."""
+        async with conn.lock:
+            conn.pgconn.send_query(query)
+            results = await conn.wait(self.generators.execute(conn.pgconn))
+        return results[-1] if results else None
+
+    async def ping(self, conn: Any) -> None:
+        if conn.closed:
+            raise self.module.OperationalError("the connection is closed")
+        result = await self._exec(conn, b"")  # an empty query: one round trip
+        if conn.pgconn.status != self.ok or result is None or result.status == self.fatal:
+            raise self.module.OperationalError("the connection is broken")
+
+    def is_disconnect(self, error: BaseException, conn: Any) -> bool:
+        if not isinstance(error, self.module.Error | OSError):
+            return False
+        if getattr(error, "sqlstate", None) in PG_GONE:
+            return True
+        return bool(conn.broken or conn.pgconn.status != self.ok)
+
+    async def server_idle_timeout(self, conn: Any) -> float | None:
+        result = await self._exec(
+            conn, b"SELECT setting FROM pg_settings WHERE name = 'idle_session_timeout'"
+        )
+        if result is None or result.status != self.tuples_ok or result.ntuples == 0:
+            return None
+        ms = int(result.get_value(0, 0) or b"0")
+        return ms / 1000 if ms else None
+
+
+class AsyncDBPool:
+    """``async with pool.connection() as conn:`` - options as :class:`surge.db.DBPool`."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        max_size: int = 10,
+        max_overflow: int = 0,
+        timeout: float = 30.0,
+        max_idle: float | None = None,
+        max_lifetime: float | Literal["auto"] | None = "auto",
+        lifetime_jitter: float = 0.1,
+        check_idle_after: float = 1.0,
+        autocommit: bool = False,
+        lifo: bool = True,
+        connect_args: dict[str, Any] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.url = DatabaseURL.parse(url)
+        if self.url.scheme != "postgresql":
+            raise UsageError(
+                f"the asyncio pool supports postgresql:// (psycopg) only, not {self.url.scheme}"
+            )
+        self.driver = AsyncPsycopg()
+        self.autocommit = autocommit
+        self.check_idle_after = check_idle_after
+        self._connect_args = dict(connect_args or {})
+        self._clock = clock
+        self._generation = 0
+        self._records: dict[int, _Record] = {}
+        self.max_lifetime: float | Literal["auto"] | None = max_lifetime
+        self.n_pings = self.n_rollbacks = self.n_gone = 0
+        self.pool: AsyncPool[Any] = AsyncPool(
+            self._create,
+            max_size=max_size,
+            max_overflow=max_overflow,
+            timeout=timeout,
+            max_idle=max_idle,
+            lifetime_jitter=lifetime_jitter,
+            close=self._close,
+            lifo=lifo,
+            clock=clock,
+        )
+        if isinstance(max_lifetime, int | float):
+            self.pool.set_max_lifetime(max_lifetime)
+
+    async def acquire(self, timeout: float | None = None) -> Any:
+        pool, driver = self.pool, self.driver
+        while True:
+            conn = await pool.acquire(timeout)
+            record = self._records.get(id(conn))
+            if record is None or record.generation != self._generation:
+                await pool.discard(conn)
+                continue
+            idle_since = record.idle_since
+            if idle_since is None:
+                return conn
+            if self._clock() - idle_since < self.check_idle_after and not driver.has_input(conn):
+                return conn
+            self.n_pings += 1
+            try:
+                await driver.ping(conn)
+            except Exception as error:
+                await self._failed(conn, error)
+                continue
+            return conn
+
+    async def release(self, conn: Any) -> None:
+        record = self._records.get(id(conn))
+        if record is None or record.generation != self._generation or self.driver.is_closed(conn):
+            await self.pool.discard(conn)
+            return
+        if self.driver.in_transaction(conn):
+            self.n_rollbacks += 1
+            try:
+                await conn.rollback()
+            except Exception as error:
+                await self._failed(conn, error)
+                return
+        record.idle_since = self._clock()
+        await self.pool.release(conn)
+
+    async def discard(self, conn: Any) -> None:
+        await self.pool.discard(conn)
+
+    def connection(self, timeout: float | None = None) -> _AsyncCheckout:
+        return _AsyncCheckout(self, timeout)
+
+    async def server_gone(self) -> None:
+        self._generation += 1
+        self.n_gone += 1
+        await self.pool.clear()
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    def stats(self) -> dict[str, Any]:
+        stats = self.pool.stats()
+        stats.update(
+            generation=self._generation,
+            pings=self.n_pings,
+            rollbacks=self.n_rollbacks,
+            server_gone=self.n_gone,
+            max_lifetime=self.max_lifetime,
+        )
+        return stats
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    async def __aenter__(self) -> AsyncDBPool:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def _failed(self, conn: Any, error: BaseException) -> None:
+        gone = self.driver.is_disconnect(error, conn)
+        await self.pool.discard(conn)
+        if gone:
+            await self.server_gone()
+
+    async def _create(self) -> Any:
+        generation = self._generation
+        conn = await self.driver.connect(self.url, self.autocommit, self._connect_args)
+        self._records[id(conn)] = _Record(generation)
+        if self.max_lifetime == "auto":
+            self.max_lifetime = None  # one reader at a time: the loop runs one task
+            try:
+                idle_timeout = await self.driver.server_idle_timeout(conn)
+            except BaseException:
+                self.max_lifetime = "auto"
+                with contextlib.suppress(Exception):
+                    await conn.close()
+                self._records.pop(id(conn), None)
+                raise
+            if idle_timeout:
+                self.max_lifetime = idle_timeout * LIFETIME_SHARE
+                self.pool.set_max_lifetime(self.max_lifetime)
+        return conn
+
+    async def _close(self, conn: Any) -> None:
+        self._records.pop(id(conn), None)
+        with contextlib.suppress(Exception):
+            await conn.close()
+
+
+class _AsyncCheckout:
+    __slots__ = ("_conn", "_pool", "_timeout")
+
+    def __init__(self, pool: AsyncDBPool, timeout: float | None) -> None:
+        self._pool = pool
+        self._timeout = timeout
+
+    async def __aenter__(self) -> Any:
+        self._conn = await self._pool.acquire(self._timeout)
+        return self._conn
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        pool, conn = self._pool, self._conn
+        if exc is None:
+            await pool.release(conn)
+        elif pool.driver.is_disconnect(exc, conn):
+            await pool.discard(conn)
+            await pool.server_gone()
+        elif isinstance(exc, Exception):
+            await pool.release(conn)
+        else:  # cancelled mid-query: the protocol state is unknown
+            await pool.discard(conn)

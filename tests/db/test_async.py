@@ -1,0 +1,127 @@
+"""surge.db.async_pool (psycopg's AsyncConnection) against a real PostgreSQL:
+the same round-trip counts and restart behaviour as the thread pool."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import psycopg
+import pytest
+
+import surge.db
+from surge.db import AsyncDBPool, PoolTimeout
+from surge.errors import UsageError
+from surge.testing import DBServer
+
+
+async def select(conn: Any, sql: str = "SELECT 1") -> list[Any]:
+    cur = await conn.execute(sql)
+    return list(await cur.fetchall()) if cur.description else []
+
+
+async def warm(pool: AsyncDBPool, n: int = 1) -> None:
+    conns = [await pool.acquire() for _ in range(n)]
+    for conn in conns:
+        await pool.release(conn)
+
+
+async def test_a_busy_pool_costs_the_query_and_nothing_else(
+    postgresql_server: DBServer, counter_for: Any
+) -> None:
+    counter = counter_for(postgresql_server)
+    async with surge.db.async_pool(postgresql_server.url, autocommit=True) as pool:
+        await warm(pool)
+        counter.mark()
+        for _ in range(30):
+            async with pool.connection() as conn:
+                assert await select(conn) == [(1,)]
+        counts = counter.since()
+    assert (counts.statements, counts.rollbacks, counts.pings, counts.connects) == (30, 0, 0, 0)
+
+
+async def test_rollback_only_when_a_transaction_is_open(
+    postgresql_server: DBServer, counter_for: Any
+) -> None:
+    counter = counter_for(postgresql_server)
+    async with surge.db.async_pool(postgresql_server.url, max_size=1) as pool:
+        async with pool.connection() as conn:
+            await conn.execute("DROP TABLE IF EXISTS async_rb")
+            await conn.execute("CREATE TABLE async_rb (v int)")
+            await conn.commit()
+        counter.mark()
+        async with pool.connection() as conn:
+            await conn.execute("INSERT INTO async_rb VALUES (1)")  # left open
+        async with pool.connection() as conn:
+            await conn.execute("INSERT INTO async_rb VALUES (2)")
+            await conn.commit()
+        counts = counter.since()
+        async with pool.connection() as conn:
+            assert await select(conn, "SELECT v FROM async_rb") == [(2,)]
+    # the pool's count includes the last read's: autocommit off, so psycopg began one
+    assert counts.rollbacks == 1 and pool.stats()["rollbacks"] == 2
+
+
+async def test_only_a_connection_idle_past_the_threshold_is_pinged(
+    postgresql_server: DBServer, counter_for: Any
+) -> None:
+    counter = counter_for(postgresql_server)
+    url = postgresql_server.url
+    async with surge.db.async_pool(url, autocommit=True, check_idle_after=0.3) as pool:
+        await warm(pool)
+        await asyncio.sleep(0.4)
+        counter.mark()
+        for _ in range(2):
+            async with pool.connection() as conn:
+                await select(conn)
+        counts = counter.since()
+    assert (counts.pings, counts.statements) == (1, 2) and pool.stats()["pings"] == 1
+
+
+async def test_after_a_restart_no_stale_connection_is_handed_out(
+    start_postgresql: Any,
+) -> None:
+    server = start_postgresql()
+    async with surge.db.async_pool(server.url, autocommit=True, max_size=3) as pool:
+        await warm(pool, 3)
+        server.restart()
+        for _ in range(5):
+            async with pool.connection() as conn:
+                assert await select(conn) == [(1,)]
+        stats = pool.stats()
+    assert stats["generation"] == 1 and stats["pings"] == 1 and stats["created"] == 4
+
+
+async def test_a_query_that_finds_the_server_gone_drops_every_idle_connection(
+    start_postgresql: Any,
+) -> None:
+    server = start_postgresql()
+    async with surge.db.async_pool(server.url, autocommit=True, max_size=3) as pool:
+        await warm(pool, 3)
+        with pytest.raises(psycopg.OperationalError):
+            async with pool.connection() as conn:
+                server.restart()
+                await select(conn)
+        assert pool.stats()["generation"] == 1 and pool.stats()["idle"] == 0
+        async with pool.connection() as conn:
+            assert await select(conn) == [(1,)]
+
+
+async def test_idle_session_timeout_sets_max_lifetime(start_postgresql: Any) -> None:
+    server = start_postgresql(settings={"idle_session_timeout": "2s"})
+    async with surge.db.async_pool(server.url) as pool:
+        await warm(pool)
+        assert pool.max_lifetime == pytest.approx(1.8)
+
+
+async def test_exhaustion_raises_pool_timeout(postgresql_server: DBServer) -> None:
+    async with surge.db.async_pool(postgresql_server.url, max_size=1, timeout=0.1) as pool:
+        held = await pool.acquire()
+        with pytest.raises(PoolTimeout, match="max_size=1, 1 in use"):
+            await pool.acquire()
+        await pool.release(held)
+
+
+def test_only_postgresql_for_now() -> None:
+    with pytest.raises(UsageError, match="postgresql"):
+        surge.db.async_pool("mysql://u@h/d")

@@ -169,6 +169,29 @@ def test_a_query_that_finds_the_server_gone_drops_every_idle_connection(
         assert pool.stats()["created"] == 5
 
 
+def test_many_failures_in_one_restart_move_the_generation_once(db: tuple[DBServer, Any]) -> None:
+    """Three connections in use when the server restarts each fail in turn; the
+    first moves the generation on, the others (of the same old generation) do
+    not again, so a fresh connection made in between stays pooled."""
+    server, _ = db
+    with surge.db.pool(server.url, autocommit=True, max_size=4) as pool:
+        held = [pool.acquire() for _ in range(3)]
+        server.restart()
+        for i, conn in enumerate(held):
+            with pytest.raises(GONE_ERRORS) as raised:
+                query(conn)
+            assert pool.driver.is_disconnect(raised.value, conn)
+            pool.lost(conn)
+            if i == 0:
+                with pool.connection() as fresh:
+                    assert query(fresh) == [(1,)]
+        stats = pool.stats()
+        assert (stats["generation"], stats["server_gone"]) == (1, 1)
+        assert stats["idle"] == 1 and stats["created"] == 4
+        with pool.connection() as conn:
+            assert conn is fresh
+
+
 def test_a_crash_is_survived_like_a_restart(start_postgresql: Any) -> None:
     server = start_postgresql()
     with surge.db.pool(server.url, autocommit=True, max_size=3) as pool:

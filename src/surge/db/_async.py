@@ -180,10 +180,23 @@ class AsyncDBPool:
     def connection(self, timeout: float | None = None) -> _AsyncCheckout:
         return _AsyncCheckout(self, timeout)
 
-    async def server_gone(self) -> None:
+    async def server_gone(self, generation: int | None = None) -> None:
+        """As :meth:`surge.db.DBPool.server_gone`."""
+        if generation is not None and generation != self._generation:
+            return
         self._generation += 1
         self.n_gone += 1
         await self.pool.clear()
+
+    def generation_of(self, conn: Any) -> int | None:
+        record = self._records.get(id(conn))
+        return None if record is None else record.generation
+
+    async def lost(self, conn: Any) -> None:
+        """A checked-out connection found the server gone: discard it, move on."""
+        generation = self.generation_of(conn)
+        await self.pool.discard(conn)
+        await self.server_gone(generation)
 
     @property
     def generation(self) -> int:
@@ -210,10 +223,10 @@ class AsyncDBPool:
         await self.close()
 
     async def _failed(self, conn: Any, error: BaseException) -> None:
-        gone = self.driver.is_disconnect(error, conn)
-        await self.pool.discard(conn)
-        if gone:
-            await self.server_gone()
+        if self.driver.is_disconnect(error, conn):
+            await self.lost(conn)
+        else:
+            await self.pool.discard(conn)
 
     async def _create(self) -> Any:
         generation = self._generation
@@ -261,8 +274,7 @@ class _AsyncCheckout:
         if exc is None:
             await pool.release(conn)
         elif pool.driver.is_disconnect(exc, conn):
-            await pool.discard(conn)
-            await pool.server_gone()
+            await pool.lost(conn)
         elif isinstance(exc, Exception):
             await pool.release(conn)
         else:  # cancelled mid-query: the protocol state is unknown

@@ -177,13 +177,32 @@ class DBPool:
         """Close every idle connection now (in-use ones are unaffected)."""
         self.pool.clear()
 
-    def server_gone(self) -> None:
+    def server_gone(self, generation: int | None = None) -> None:
         """The server dropped us (restart, failover): no connection made before now
-        is handed out again, and the idle ones are closed now."""
+        is handed out again, and the idle ones are closed now.
+
+        ``generation``: that of the connection that found the server gone.  If the
+        pool has moved on since - eight threads whose queries all failed in one
+        restart report it eight times - nothing more happens, so the fresh
+        connections of the new server are not dropped seven times over."""
         with self._lock:
+            if generation is not None and generation != self._generation:
+                return
             self._generation += 1
             self.n_gone += 1
         self.pool.clear()
+
+    def generation_of(self, conn: Any) -> int | None:
+        """The generation ``conn`` was made in (None if it is not this pool's)."""
+        record = self._records.get(id(conn))
+        return None if record is None else record.generation
+
+    def lost(self, conn: Any) -> None:
+        """A checked-out connection found the server gone: discard it and move the
+        generation on (once per generation)."""
+        generation = self.generation_of(conn)
+        self.pool.discard(conn)
+        self.server_gone(generation)
 
     @property
     def generation(self) -> int:
@@ -221,17 +240,22 @@ class DBPool:
 
     def _failed(self, conn: Any, error: BaseException) -> None:
         """A ping or rollback raised: discard, and if the server is gone, say so."""
-        gone = self.driver.is_disconnect(error, conn)
-        self.pool.discard(conn)
-        if gone:
-            self.server_gone()
+        if self.driver.is_disconnect(error, conn):
+            self.lost(conn)
+        else:
+            self.pool.discard(conn)
 
     def _create(self) -> Any:
         generation = self._generation
         conn = self.driver.connect(self.url, self.autocommit, self._connect_args)
-        self._records[id(conn)] = _Record(generation)
         if self.max_lifetime == "auto":
-            self._learn_lifetime(conn)
+            try:
+                self._learn_lifetime(conn)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    conn.close()
+                raise
+        self._records[id(conn)] = _Record(generation)
         return conn
 
     def _learn_lifetime(self, conn: Any) -> None:
@@ -280,8 +304,7 @@ class _Checkout:
         if exc is None:
             pool.release(conn)
         elif pool.driver.is_disconnect(exc, conn):
-            pool.discard(conn)
-            pool.server_gone()
+            pool.lost(conn)
         elif isinstance(exc, Exception):
             pool.release(conn)
         else:

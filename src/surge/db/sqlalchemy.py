@@ -109,10 +109,11 @@ class SurgePool(Pool):
             and raw is not None
             and self.db.driver.is_disconnect(exception, raw)
         )
+        generation = None if raw is None else self.db.generation_of(raw)
         if _checkin and connection.is_valid:
-            connection.invalidate(exception)
+            connection.invalidate(exception)  # closes it: surge discards it
         if gone:
-            self.db.server_gone()
+            self.db.server_gone(generation)
 
     def _forget(self, conn: Any) -> None:
         self._records.pop(id(conn), None)

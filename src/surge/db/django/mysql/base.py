@@ -93,8 +93,9 @@ class DatabaseWrapper(django_mysql.DatabaseWrapper):  # type: ignore[misc]
         pool = self._surge_pool
         with self.wrap_database_errors:
             if pool.driver.is_closed(conn):
-                pool.discard(conn)
                 if self.errors_occurred:  # PyMySQL closed it on a network error
-                    pool.server_gone()
+                    pool.lost(conn)
+                else:
+                    pool.discard(conn)
             else:
                 pool.release(conn)  # rolled back if a transaction is open

@@ -4,7 +4,8 @@ Same semantics, same counters: roll back on return only when a transaction is
 open, ping only a connection idle >= ``check_idle_after`` or whose socket is
 readable while idle, move the generation on at a disconnect (every idle
 connection of the old server closed at once), ``max_lifetime="auto"`` below the
-server's idle timeout.  Driver: psycopg 3's ``AsyncConnection`` (PostgreSQL).
+server's idle timeout.  Drivers: psycopg 3's ``AsyncConnection`` (PostgreSQL)
+and aiomysql (MySQL/MariaDB; built on PyMySQL's protocol code).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Literal
 
-from surge.db._drivers import PG_GONE, DatabaseURL, readable
+from surge.db._drivers import MYSQL_GONE, PG_GONE, DatabaseURL, _mysql_tls, readable
 from surge.db._pool import LIFETIME_SHARE, _Record
 from surge.errors import UsageError
 from surge.pool import AsyncPool
@@ -90,6 +91,81 @@ class AsyncPsycopg:
         ms = int(result.get_value(0, 0) or b"0")
         return ms / 1000 if ms else None
 
+    async def close(self, conn: Any) -> None:
+        await conn.close()
+
+
+class AsyncMySQL:
+    """What the async pool needs from aiomysql."""
+
+    name = "aiomysql"
+
+    def __init__(self, url: DatabaseURL) -> None:
+        self.module = importlib.import_module("aiomysql")
+        # aiomysql takes an SSLContext or nothing (no "preferred" mode): TLS when
+        # asked for (?ssl_ca=, or a context), one context for every connect.
+        self.ssl = _mysql_tls(url, None).get("ssl")
+
+    async def connect(self, url: DatabaseURL, autocommit: bool, extra: dict[str, Any]) -> Any:
+        params: dict[str, Any] = {
+            "user": url.user,
+            "password": url.password or "",
+            "db": url.database,
+            "autocommit": autocommit,
+        }
+        socket = url.options.get("unix_socket") or url.options.get("socket")
+        if socket:
+            params["unix_socket"] = socket
+        else:
+            params["host"] = url.host or "127.0.0.1"
+            params["port"] = url.port or 3306
+        if "charset" in url.options:
+            params["charset"] = url.options["charset"]
+        if self.ssl is not None:
+            params["ssl"] = self.ssl
+        params.update(extra)
+        return await self.module.connect(**params)
+
+    def in_transaction(self, conn: Any) -> bool:
+        return bool(conn.get_transaction_status())  # SERVER_STATUS_IN_TRANS, as PyMySQL
+
+    def is_closed(self, conn: Any) -> bool:
+        return bool(conn.closed)
+
+    def has_input(self, conn: Any) -> bool:
+        # aiomysql reads through an asyncio stream: the loop takes in whatever
+        # arrives while the connection idles (EOF from a restart, say) - unless it
+        # has not run since, so the socket itself is asked too.
+        reader, writer = conn._reader, conn._writer
+        if reader is None or writer is None or reader.at_eof() or reader._buffer:
+            return True
+        sock = writer.transport.get_extra_info("socket")
+        return sock is None or readable(sock.fileno())
+
+    async def ping(self, conn: Any) -> None:
+        await conn.ping(reconnect=False)  # COM_PING
+
+    def is_disconnect(self, error: BaseException, conn: Any) -> bool:
+        names = {cls.__name__ for cls in type(error).__mro__}
+        if "OperationalError" in names and error.args:
+            return error.args[0] in MYSQL_GONE
+        return "InterfaceError" in names or isinstance(error, OSError)
+
+    async def server_idle_timeout(self, conn: Any) -> float | None:
+        cursor = await conn.cursor()
+        try:
+            await cursor.execute("SELECT @@wait_timeout")
+            row = await cursor.fetchone()
+        finally:
+            await cursor.close()
+        return float(row[0]) if row else None
+
+    async def close(self, conn: Any) -> None:
+        conn.close()  # closes the socket; no COM_QUIT round trip
+
+
+AsyncDriver = AsyncPsycopg | AsyncMySQL
+
 
 class AsyncDBPool:
     """``async with pool.connection() as conn:`` - options as :class:`surge.db.DBPool`."""
@@ -111,11 +187,13 @@ class AsyncDBPool:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.url = DatabaseURL.parse(url)
-        if self.url.scheme != "postgresql":
-            raise UsageError(
-                f"the asyncio pool supports postgresql:// (psycopg) only, not {self.url.scheme}"
-            )
-        self.driver = AsyncPsycopg()
+        self.driver: AsyncDriver
+        if self.url.scheme == "postgresql":
+            self.driver = AsyncPsycopg()
+        elif self.url.scheme == "mysql":
+            self.driver = AsyncMySQL(self.url)
+        else:
+            raise UsageError(f"the asyncio pool takes postgresql:// or mysql://, not {url!r}")
         self.autocommit = autocommit
         self.check_idle_after = check_idle_after
         self._connect_args = dict(connect_args or {})
@@ -239,7 +317,7 @@ class AsyncDBPool:
             except BaseException:
                 self.max_lifetime = "auto"
                 with contextlib.suppress(Exception):
-                    await conn.close()
+                    await self.driver.close(conn)
                 self._records.pop(id(conn), None)
                 raise
             if idle_timeout:
@@ -250,7 +328,7 @@ class AsyncDBPool:
     async def _close(self, conn: Any) -> None:
         self._records.pop(id(conn), None)
         with contextlib.suppress(Exception):
-            await conn.close()
+            await self.driver.close(conn)
 
 
 class _AsyncCheckout:

@@ -240,6 +240,33 @@ def test_mariadb_wait_timeout_sets_max_lifetime(start_mariadb: Any, counter_for:
     assert (counts.connects, counts.pings) == (1, 0)
 
 
+def test_connections_made_while_the_lifetime_is_read_get_it_too(
+    mariadb_server: DBServer,
+) -> None:
+    """Four threads connect at once to a fresh pool: one reads wait_timeout, the
+    others wait for it, and no connection is left without a lifetime."""
+    with surge.db.pool(mariadb_server.url, max_size=4) as pool:
+        barrier = threading.Barrier(4)
+        held: list[Any] = []
+
+        def take() -> None:
+            barrier.wait()
+            held.append(pool.acquire())
+
+        threads = [threading.Thread(target=take) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        lifetime = pool.max_lifetime
+        assert isinstance(lifetime, float)
+        entries = list(pool.pool._core.checked_out.values())
+        assert len(entries) == 4
+        assert all(e.expires_at <= e.created_at + lifetime for e in entries)
+        for conn in held:
+            pool.release(conn)
+
+
 def test_postgresql_idle_session_timeout_sets_max_lifetime(start_postgresql: Any) -> None:
     server = start_postgresql(settings={"idle_session_timeout": "2s"})
     with surge.db.pool(server.url, max_size=1) as pool:

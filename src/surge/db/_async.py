@@ -10,6 +10,7 @@ and aiomysql (MySQL/MariaDB; built on PyMySQL's protocol code).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib
 import time
@@ -200,6 +201,7 @@ class AsyncDBPool:
         self._clock = clock
         self._generation = 0
         self._records: dict[int, _Record] = {}
+        self._lifetime_lock = asyncio.Lock()
         self.max_lifetime: float | Literal["auto"] | None = max_lifetime
         self.n_pings = self.n_rollbacks = self.n_gone = 0
         self.pool: AsyncPool[Any] = AsyncPool(
@@ -311,19 +313,26 @@ class AsyncDBPool:
         conn = await self.driver.connect(self.url, self.autocommit, self._connect_args)
         self._records[id(conn)] = _Record(generation)
         if self.max_lifetime == "auto":
-            self.max_lifetime = None  # one reader at a time: the loop runs one task
             try:
-                idle_timeout = await self.driver.server_idle_timeout(conn)
+                await self._learn_lifetime(conn)
             except BaseException:
-                self.max_lifetime = "auto"
                 with contextlib.suppress(Exception):
                     await self.driver.close(conn)
                 self._records.pop(id(conn), None)
                 raise
-            if idle_timeout:
-                self.max_lifetime = idle_timeout * LIFETIME_SHARE
-                self.pool.set_max_lifetime(self.max_lifetime)
         return conn
+
+    async def _learn_lifetime(self, conn: Any) -> None:
+        """As DBPool's: tasks creating connections meanwhile wait for the answer."""
+        async with self._lifetime_lock:
+            if self.max_lifetime != "auto":
+                return
+            idle_timeout = await self.driver.server_idle_timeout(conn)
+            if idle_timeout:
+                self.pool.set_max_lifetime(idle_timeout * LIFETIME_SHARE)
+                self.max_lifetime = idle_timeout * LIFETIME_SHARE
+            else:
+                self.max_lifetime = None
 
     async def _close(self, conn: Any) -> None:
         self._records.pop(id(conn), None)

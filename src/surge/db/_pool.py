@@ -96,6 +96,7 @@ class DBPool:
         self._generation = 0
         self._records: dict[int, _Record] = {}  # id(conn) -> its record, while it is open
         self._lock = threading.Lock()
+        self._lifetime_lock = threading.Lock()
         #: The lifetime in force; ``"auto"`` until the first connection has read it.
         self.max_lifetime: float | Literal["auto"] | None = max_lifetime
         self.n_pings = 0
@@ -259,19 +260,20 @@ class DBPool:
         return conn
 
     def _learn_lifetime(self, conn: Any) -> None:
-        """One round trip, once per pool: the server's idle timeout."""
-        with self._lock:
+        """One round trip, once per pool: the server's idle timeout.
+
+        Other threads creating connections meanwhile wait for the answer, so that
+        none of the first connections is made without the lifetime (and outlives
+        the server's timeout)."""
+        with self._lifetime_lock:
             if self.max_lifetime != "auto":
-                return
-            self.max_lifetime = None
-        try:
-            idle_timeout = self.driver.server_idle_timeout(conn)
-        except Exception:
-            self.max_lifetime = "auto"  # try again with the next connection
-            raise
-        if idle_timeout:
-            self.max_lifetime = idle_timeout * LIFETIME_SHARE
-            self.pool.set_max_lifetime(self.max_lifetime)
+                return  # another thread read it while this one waited
+            idle_timeout = self.driver.server_idle_timeout(conn)  # raises: still "auto"
+            if idle_timeout:
+                self.pool.set_max_lifetime(idle_timeout * LIFETIME_SHARE)
+                self.max_lifetime = idle_timeout * LIFETIME_SHARE
+            else:
+                self.max_lifetime = None
 
     def _close(self, conn: Any) -> None:
         self._records.pop(id(conn), None)

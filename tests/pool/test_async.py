@@ -247,3 +247,23 @@ async def test_keyed_cancelled_waiter_loses_nothing() -> None:
     got = await asyncio.wait_for(second, 1)
     assert got.key == "a"
     assert pool.stats()["open"] == 1
+
+
+async def test_clear_and_set_max_lifetime() -> None:
+    now = [100.0]
+    closed: list[object] = []
+    pool: AsyncPool[object] = AsyncPool(
+        object, max_size=3, close=closed.append, clock=lambda: now[0], lifetime_jitter=0.0
+    )
+    a, b, c = await pool.acquire(), await pool.acquire(), await pool.acquire()
+    await pool.release(a)
+    await pool.release(b)
+    await pool.clear()
+    assert closed == [a, b] and pool.stats()["idle"] == 0 and pool.stats()["open"] == 1
+    pool.set_max_lifetime(10.0)
+    d = await pool.acquire()  # created with the lifetime; c was not
+    await pool.release(c)
+    await pool.release(d)
+    now[0] += 11
+    assert await pool.acquire() is c  # d (the hotter one) expired while idle
+    assert closed == [a, b, d]

@@ -385,3 +385,31 @@ def test_bad_options_are_refused() -> None:
     ):
         with pytest.raises(ValueError):
             make_pool(**kwargs)
+
+
+def test_clear_closes_every_idle_resource_and_leaves_those_in_use() -> None:
+    pool = make_pool(max_size=3)
+    a, b, c = pool.acquire(), pool.acquire(), pool.acquire()
+    pool.release(a)
+    pool.release(b)
+    pool.clear()
+    assert a.closed and b.closed and not c.closed
+    assert pool.stats()["idle"] == 0 and pool.stats()["open"] == 1
+    fresh = pool.acquire()  # the freed slots are usable at once
+    assert fresh not in (a, b, c)
+    pool.release(c)
+    assert not c.closed and pool.acquire() is c
+
+
+def test_set_max_lifetime_applies_to_resources_created_afterwards() -> None:
+    clock = FakeClock()
+    pool = make_pool(max_size=2, clock=clock, lifetime_jitter=0.0)
+    old = pool.acquire()
+    pool.set_max_lifetime(10.0)
+    new = pool.acquire()
+    pool.release(old)
+    pool.release(new)
+    clock.now += 11
+    # the hot one (new) has outlived its lifetime; the old one never had one
+    assert pool.acquire() is old
+    assert new.closed and not old.closed

@@ -14,6 +14,7 @@ cancelled waiter never loses a resource or a slot.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
@@ -304,6 +305,16 @@ class AsyncPool(_AsyncFrontEnd[Any, R]):
     async def expire(self) -> None:
         self._core.expire(self._clock())
         await self._dispose()
+
+    async def clear(self) -> None:
+        """Close every idle resource now; resources in use are unaffected."""
+        self._core.clear()
+        await self._dispose()
+
+    def set_max_lifetime(self, seconds: float | None) -> None:
+        """Change ``max_lifetime`` for resources created from now on."""
+        self._options = dataclasses.replace(self._options, max_lifetime=seconds)
+        self._core.fast = self._core.fast and seconds is None
 
     async def close(self) -> None:
         for waiter in self._core.close():

@@ -270,16 +270,20 @@ class PoolCore(Generic[R]):
             else:
                 break
 
-    def close(self) -> list[Waiter[R]]:
-        """Refuse new acquires, retire every idle resource, and return the waiters,
-        each marked ``closed``, for the front-end to wake."""
-        self.closed = True
-        self.keep = -1
+    def clear(self) -> None:
+        """Retire every idle resource now (their server went away, say)."""
         for entry in self.idle:
             if entry.state == IDLE:
                 self.retire(entry)
         self.idle.clear()
         self.n_idle = 0
+
+    def close(self) -> list[Waiter[R]]:
+        """Refuse new acquires, retire every idle resource, and return the waiters,
+        each marked ``closed``, for the front-end to wake."""
+        self.closed = True
+        self.keep = -1
+        self.clear()
         woken = [w for w in self.waiters if not w.cancelled]
         for w in woken:
             w.closed = True

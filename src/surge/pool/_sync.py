@@ -8,6 +8,7 @@ the waiter it served - no thundering herd, and the oldest waiter goes first.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -287,6 +288,20 @@ class Pool(_SyncFrontEnd[R]):
             self._core.expire(self._clock())
             garbage = self._core.take_garbage()
         self._dispose(garbage)
+
+    def clear(self) -> None:
+        """Close every idle resource now; resources in use are unaffected."""
+        with self._lock:
+            self._core.clear()
+            garbage = self._core.take_garbage()
+        self._dispose(garbage)
+
+    def set_max_lifetime(self, seconds: float | None) -> None:
+        """Change ``max_lifetime`` for resources created from now on."""
+        self._options = dataclasses.replace(self._options, max_lifetime=seconds)
+        with self._lock:
+            self._core.fast = self._core.fast and seconds is None
+            self._timed = self._timed or seconds is not None
 
     def close(self) -> None:
         """Close idle resources, refuse new acquires, and fail current waiters with

@@ -1,0 +1,368 @@
+"""The asyncio twin of :class:`surge.db.DBPool`, on :class:`surge.pool.AsyncPool`.
+
+Same semantics, same counters: roll back on return only when a transaction is
+open, ping only a connection idle >= ``check_idle_after`` or whose socket is
+readable while idle, move the generation on at a disconnect (every idle
+connection of the old server closed at once), ``max_lifetime="auto"`` below the
+server's idle timeout.  Drivers: psycopg 3's ``AsyncConnection`` (PostgreSQL)
+and aiomysql (MySQL/MariaDB; built on PyMySQL's protocol code).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, Literal
+
+from surge.db._drivers import MYSQL_GONE, PG_GONE, DatabaseURL, _mysql_tls, readable
+from surge.db._pool import LIFETIME_SHARE, _Record
+from surge.errors import UsageError
+from surge.pool import AsyncPool
+
+
+class AsyncPsycopg:
+    """What the async pool needs from psycopg's ``AsyncConnection``."""
+
+    name = "psycopg"
+
+    def __init__(self) -> None:
+        self.module = importlib.import_module("psycopg")
+        self.generators = importlib.import_module("psycopg.generators")
+        pq = self.module.pq
+        self.idle, self.ok = pq.TransactionStatus.IDLE, pq.ConnStatus.OK
+        self.fatal, self.tuples_ok = pq.ExecStatus.FATAL_ERROR, pq.ExecStatus.TUPLES_OK
+
+    async def connect(self, url: DatabaseURL, autocommit: bool, extra: dict[str, Any]) -> Any:
+        params: dict[str, Any] = {"dbname": url.database, "user": url.user}
+        if url.password is not None:
+            params["password"] = url.password
+        host = url.options.get("host") or url.host
+        if host:
+            params["host"] = host
+        if url.port:
+            params["port"] = url.port
+        params.update((k, v) for k, v in url.options.items() if k != "host")
+        params["autocommit"] = autocommit
+        params.update(extra)
+        connect = self.module.AsyncConnection.connect
+        return await connect(**{k: v for k, v in params.items() if v is not None})
+
+    def in_transaction(self, conn: Any) -> bool:
+        return bool(conn.pgconn.transaction_status != self.idle)
+
+    def is_closed(self, conn: Any) -> bool:
+        return bool(conn.closed or conn.broken)
+
+    def has_input(self, conn: Any) -> bool:
+        # An idle psycopg connection's socket is not watched by the loop: bytes or
+        # EOF that arrived while idle are still there to see.
+        return readable(conn.pgconn.socket)
+
+    async def _exec(self, conn: Any, query: bytes) -> Any:
+        """One simple-protocol query without psycopg's BEGIN, awaited on the loop."""
+        async with conn.lock:
+            conn.pgconn.send_query(query)
+            results = await conn.wait(self.generators.execute(conn.pgconn))
+        return results[-1] if results else None
+
+    async def ping(self, conn: Any) -> None:
+        if conn.closed:
+            raise self.module.OperationalError("the connection is closed")
+        result = await self._exec(conn, b"")  # an empty query: one round trip
+        if conn.pgconn.status != self.ok or result is None or result.status == self.fatal:
+            raise self.module.OperationalError("the connection is broken")
+
+    def is_disconnect(self, error: BaseException, conn: Any) -> bool:
+        if not isinstance(error, self.module.Error | OSError):
+            return False
+        if getattr(error, "sqlstate", None) in PG_GONE:
+            return True
+        return bool(conn.broken or conn.pgconn.status != self.ok)
+
+    async def server_idle_timeout(self, conn: Any) -> float | None:
+        result = await self._exec(
+            conn, b"SELECT setting FROM pg_settings WHERE name = 'idle_session_timeout'"
+        )
+        if result is None or result.status != self.tuples_ok or result.ntuples == 0:
+            return None
+        ms = int(result.get_value(0, 0) or b"0")
+        return ms / 1000 if ms else None
+
+    async def close(self, conn: Any) -> None:
+        await conn.close()
+
+
+class AsyncMySQL:
+    """What the async pool needs from aiomysql."""
+
+    name = "aiomysql"
+
+    def __init__(self, url: DatabaseURL) -> None:
+        self.module = importlib.import_module("aiomysql")
+        # aiomysql takes an SSLContext or nothing (no "preferred" mode): TLS when
+        # asked for (?ssl_ca=, or a context), one context for every connect.
+        self.ssl = _mysql_tls(url, None).get("ssl")
+
+    async def connect(self, url: DatabaseURL, autocommit: bool, extra: dict[str, Any]) -> Any:
+        params: dict[str, Any] = {
+            "user": url.user,
+            "password": url.password or "",
+            "db": url.database,
+            "autocommit": autocommit,
+        }
+        socket = url.options.get("unix_socket") or url.options.get("socket")
+        if socket:
+            params["unix_socket"] = socket
+        else:
+            params["host"] = url.host or "127.0.0.1"
+            params["port"] = url.port or 3306
+        if "charset" in url.options:
+            params["charset"] = url.options["charset"]
+        if self.ssl is not None:
+            params["ssl"] = self.ssl
+        params.update(extra)
+        return await self.module.connect(**params)
+
+    def in_transaction(self, conn: Any) -> bool:
+        return bool(conn.get_transaction_status())  # SERVER_STATUS_IN_TRANS, as PyMySQL
+
+    def is_closed(self, conn: Any) -> bool:
+        return bool(conn.closed)
+
+    def has_input(self, conn: Any) -> bool:
+        # aiomysql reads through an asyncio stream: the loop takes in whatever
+        # arrives while the connection idles (EOF from a restart, say) - unless it
+        # has not run since, so the socket itself is asked too.
+        reader, writer = conn._reader, conn._writer
+        if reader is None or writer is None or reader.at_eof() or reader._buffer:
+            return True
+        sock = writer.transport.get_extra_info("socket")
+        return sock is None or readable(sock.fileno())
+
+    async def ping(self, conn: Any) -> None:
+        await conn.ping(reconnect=False)  # COM_PING
+
+    def is_disconnect(self, error: BaseException, conn: Any) -> bool:
+        names = {cls.__name__ for cls in type(error).__mro__}
+        if "OperationalError" in names and error.args:
+            return error.args[0] in MYSQL_GONE
+        return "InterfaceError" in names or isinstance(error, OSError)
+
+    async def server_idle_timeout(self, conn: Any) -> float | None:
+        cursor = await conn.cursor()
+        try:
+            await cursor.execute("SELECT @@wait_timeout")
+            row = await cursor.fetchone()
+        finally:
+            await cursor.close()
+        return float(row[0]) if row else None
+
+    async def close(self, conn: Any) -> None:
+        conn.close()  # closes the socket; no COM_QUIT round trip
+
+
+AsyncDriver = AsyncPsycopg | AsyncMySQL
+
+
+class AsyncDBPool:
+    """``async with pool.connection() as conn:`` - options as :class:`surge.db.DBPool`."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        max_size: int = 10,
+        max_overflow: int = 0,
+        timeout: float = 30.0,
+        max_idle: float | None = None,
+        max_lifetime: float | Literal["auto"] | None = "auto",
+        lifetime_jitter: float = 0.1,
+        check_idle_after: float = 1.0,
+        autocommit: bool = False,
+        lifo: bool = True,
+        connect_args: dict[str, Any] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.url = DatabaseURL.parse(url)
+        self.driver: AsyncDriver
+        if self.url.scheme == "postgresql":
+            self.driver = AsyncPsycopg()
+        elif self.url.scheme == "mysql":
+            self.driver = AsyncMySQL(self.url)
+        else:
+            raise UsageError(f"the asyncio pool takes postgresql:// or mysql://, not {url!r}")
+        self.autocommit = autocommit
+        self.check_idle_after = check_idle_after
+        self._connect_args = dict(connect_args or {})
+        self._clock = clock
+        self._generation = 0
+        self._records: dict[int, _Record] = {}
+        self._lifetime_lock = asyncio.Lock()
+        self.max_lifetime: float | Literal["auto"] | None = max_lifetime
+        self.n_pings = self.n_rollbacks = self.n_gone = 0
+        self.pool: AsyncPool[Any] = AsyncPool(
+            self._create,
+            max_size=max_size,
+            max_overflow=max_overflow,
+            timeout=timeout,
+            max_idle=max_idle,
+            lifetime_jitter=lifetime_jitter,
+            close=self._close,
+            lifo=lifo,
+            clock=clock,
+        )
+        if isinstance(max_lifetime, int | float):
+            self.pool.set_max_lifetime(max_lifetime)
+
+    async def acquire(self, timeout: float | None = None) -> Any:
+        pool, driver = self.pool, self.driver
+        while True:
+            conn = await pool.acquire(timeout)
+            record = self._records.get(id(conn))
+            if record is None or record.generation != self._generation:
+                await pool.discard(conn)
+                continue
+            idle_since = record.idle_since
+            if idle_since is None:
+                return conn
+            if self._clock() - idle_since < self.check_idle_after and not driver.has_input(conn):
+                return conn
+            self.n_pings += 1
+            try:
+                await driver.ping(conn)
+            except Exception as error:
+                await self._failed(conn, error)
+                continue
+            return conn
+
+    async def release(self, conn: Any) -> None:
+        record = self._records.get(id(conn))
+        if record is None or record.generation != self._generation or self.driver.is_closed(conn):
+            await self.pool.discard(conn)
+            return
+        if self.driver.in_transaction(conn):
+            self.n_rollbacks += 1
+            try:
+                await conn.rollback()
+            except Exception as error:
+                await self._failed(conn, error)
+                return
+        record.idle_since = self._clock()
+        await self.pool.release(conn)
+
+    async def discard(self, conn: Any) -> None:
+        await self.pool.discard(conn)
+
+    def connection(self, timeout: float | None = None) -> _AsyncCheckout:
+        return _AsyncCheckout(self, timeout)
+
+    async def server_gone(self, generation: int | None = None) -> None:
+        """As :meth:`surge.db.DBPool.server_gone`."""
+        if generation is not None and generation != self._generation:
+            return
+        self._generation += 1
+        self.n_gone += 1
+        await self.pool.clear()
+
+    def generation_of(self, conn: Any) -> int | None:
+        record = self._records.get(id(conn))
+        return None if record is None else record.generation
+
+    async def lost(self, conn: Any) -> None:
+        """A checked-out connection found the server gone: discard it, move on."""
+        generation = self.generation_of(conn)
+        await self.pool.discard(conn)
+        await self.server_gone(generation)
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    def stats(self) -> dict[str, Any]:
+        stats = self.pool.stats()
+        stats.update(
+            generation=self._generation,
+            pings=self.n_pings,
+            rollbacks=self.n_rollbacks,
+            server_gone=self.n_gone,
+            max_lifetime=self.max_lifetime,
+        )
+        return stats
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    async def __aenter__(self) -> AsyncDBPool:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def _failed(self, conn: Any, error: BaseException) -> None:
+        if self.driver.is_disconnect(error, conn):
+            await self.lost(conn)
+        else:
+            await self.pool.discard(conn)
+
+    async def _create(self) -> Any:
+        generation = self._generation
+        conn = await self.driver.connect(self.url, self.autocommit, self._connect_args)
+        self._records[id(conn)] = _Record(generation)
+        if self.max_lifetime == "auto":
+            try:
+                await self._learn_lifetime(conn)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await self.driver.close(conn)
+                self._records.pop(id(conn), None)
+                raise
+        return conn
+
+    async def _learn_lifetime(self, conn: Any) -> None:
+        """As DBPool's: tasks creating connections meanwhile wait for the answer."""
+        async with self._lifetime_lock:
+            if self.max_lifetime != "auto":
+                return
+            idle_timeout = await self.driver.server_idle_timeout(conn)
+            if idle_timeout:
+                self.pool.set_max_lifetime(idle_timeout * LIFETIME_SHARE)
+                self.max_lifetime = idle_timeout * LIFETIME_SHARE
+            else:
+                self.max_lifetime = None
+
+    async def _close(self, conn: Any) -> None:
+        self._records.pop(id(conn), None)
+        with contextlib.suppress(Exception):
+            await self.driver.close(conn)
+
+
+class _AsyncCheckout:
+    __slots__ = ("_conn", "_pool", "_timeout")
+
+    def __init__(self, pool: AsyncDBPool, timeout: float | None) -> None:
+        self._pool = pool
+        self._timeout = timeout
+
+    async def __aenter__(self) -> Any:
+        self._conn = await self._pool.acquire(self._timeout)
+        return self._conn
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        pool, conn = self._pool, self._conn
+        if exc is None:
+            await pool.release(conn)
+        elif pool.driver.is_disconnect(exc, conn):
+            await pool.lost(conn)
+        elif isinstance(exc, Exception):
+            await pool.release(conn)
+        else:  # cancelled mid-query: the protocol state is unknown
+            await pool.discard(conn)

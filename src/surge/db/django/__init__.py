@@ -1,0 +1,1 @@
+"""Django database backends on surge.db's pool: ``ENGINE: "surge.db.django.mysql"``."""

@@ -1,0 +1,77 @@
+"""Fixtures shared by every test directory: real MariaDB and PostgreSQL servers.
+
+``mariadb_server`` / ``postgresql_server``: one server per test session, with
+default settings (PostgreSQL's also logs every statement and login, for
+counting); a test may restart it but must leave it running.
+``start_mariadb`` / ``start_postgresql``: a server of the test's own, with
+options (``settings=``, ``auth=``, ``tls=``), stopped when the test ends.
+
+When a server or its Python driver is not installed: under CI (the environment
+variable ``CI`` set and not empty) the test fails, saying what to install --
+.ci/run installs them, so a skip there would hide a broken setup; elsewhere it
+is skipped with the same hint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn
+
+import pytest
+
+from surge.testing import DBServer, ServerNotInstalled, mariadb, postgresql
+
+StartServer = Callable[..., DBServer]
+
+
+def _not_installed(error: ServerNotInstalled) -> NoReturn:
+    if os.environ.get("CI"):
+        pytest.fail(f"{error} (CI is set: database tests must not be skipped)", pytrace=False)
+    pytest.skip(str(error))
+
+
+@contextlib.contextmanager
+def _serving(
+    factory: Callable[..., contextlib.AbstractContextManager[DBServer]],
+) -> Iterator[StartServer]:
+    """A ``start(**options)`` whose servers are stopped and removed on exit."""
+    with contextlib.ExitStack() as servers:
+
+        def start(**options: Any) -> DBServer:
+            try:
+                return servers.enter_context(factory(**options))
+            except ServerNotInstalled as error:
+                _not_installed(error)
+
+        yield start
+
+
+@pytest.fixture(scope="session")
+def mariadb_server() -> Iterator[DBServer]:
+    with _serving(mariadb) as start:
+        yield start()
+
+
+#: The session's PostgreSQL logs every statement (with its duration, so even an
+#: empty query, a ping, shows) and every login: tests count round trips in its log.
+COUNTING_SETTINGS = {"log_min_duration_statement": 0, "log_connections": True}
+
+
+@pytest.fixture(scope="session")
+def postgresql_server() -> Iterator[DBServer]:
+    with _serving(postgresql) as start:
+        yield start(settings=COUNTING_SETTINGS)
+
+
+@pytest.fixture
+def start_mariadb() -> Iterator[StartServer]:
+    with _serving(mariadb) as start:
+        yield start
+
+
+@pytest.fixture
+def start_postgresql() -> Iterator[StartServer]:
+    with _serving(postgresql) as start:
+        yield start

@@ -1,0 +1,163 @@
+"""The Django backend ``surge.db.django.mysql``, driven through a minimal Django
+project in a process of its own (Django's settings are once per process), with
+requests made the way a WSGI server makes them: round trips counted on MariaDB."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from surge.testing import DBServer
+
+SETTINGS = """
+import os
+SECRET_KEY = "not-a-secret"
+ALLOWED_HOSTS = ["*"]
+ROOT_URLCONF = "urls"
+INSTALLED_APPS = []
+MIDDLEWARE = []
+USE_TZ = True
+DATABASES = {
+    "default": {
+        "ENGINE": "surge.db.django.mysql",
+        "NAME": os.environ["DB_NAME"],
+        "USER": os.environ["DB_USER"],
+        "PASSWORD": os.environ["DB_PASSWORD"],
+        "HOST": "127.0.0.1",
+        "PORT": os.environ["DB_PORT"],
+        "OPTIONS": {"pool": {"max_size": 4}},
+    }
+}
+"""
+
+URLS = """
+from django.db import connection, transaction
+from django.http import HttpResponse
+from django.urls import path
+
+
+def read(request):
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        return HttpResponse(str(cursor.fetchone()[0]))
+
+
+def write(request):
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("INSERT INTO dj_hits VALUES (1)")
+    return HttpResponse("ok")
+
+
+urlpatterns = [path("read", read), path("write", write)]
+"""
+
+# Reads "PATH N" lines; answers each with the statuses of N requests and the pool's stats.
+SERVE = """
+import json, os, sys
+from wsgiref.util import setup_testing_defaults
+os.environ["DJANGO_SETTINGS_MODULE"] = "settings"
+from django.core.wsgi import get_wsgi_application
+from surge.db.django.mysql import base
+
+app = get_wsgi_application()
+
+
+def request(path):
+    environ = {"PATH_INFO": "/" + path}
+    setup_testing_defaults(environ)
+    status = []
+    body = app(environ, lambda s, headers: status.append(int(s.split()[0])))
+    b"".join(body)
+    body.close()  # what a WSGI server does: request_finished closes the connection
+    return status[0]
+
+
+for line in sys.stdin:
+    path, n = line.split()
+    statuses = [request(path) for _ in range(int(n))]
+    (pool,) = base._pools.values()
+    stats = {k: v for k, v in pool.stats().items() if isinstance(v, int)}
+    print(json.dumps({"statuses": statuses, "stats": stats}), flush=True)
+"""
+
+
+class Project:
+    def __init__(self, directory: Path, server: DBServer) -> None:
+        for name, text in (("settings.py", SETTINGS), ("urls.py", URLS), ("serve.py", SERVE)):
+            (directory / name).write_text(textwrap.dedent(text))
+        env = {
+            "DB_NAME": server.database,
+            "DB_USER": server.user,
+            "DB_PASSWORD": server.password,
+            "DB_PORT": str(server.port),
+            "PYTHONPATH": str(directory),
+            "PATH": "/usr/bin:/bin",
+        }
+        self.process = subprocess.Popen(
+            [sys.executable, str(directory / "serve.py")],
+            cwd=directory,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def get(self, path: str, n: int) -> dict[str, Any]:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(f"{path} {n}\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        assert line, "the Django process died"
+        result: dict[str, Any] = json.loads(line)
+        return result
+
+    def close(self) -> None:
+        if self.process.stdin:
+            self.process.stdin.close()
+        self.process.wait(30)
+
+
+@pytest.fixture
+def project(tmp_path: Path, mariadb_server: DBServer) -> Any:
+    with mariadb_server.connect(autocommit=True) as conn:
+        conn.cursor().execute("CREATE TABLE IF NOT EXISTS dj_hits (v INT)")
+    p = Project(tmp_path, mariadb_server)
+    yield p
+    p.close()
+
+
+def test_requests_share_pooled_connections(
+    project: Project, mariadb_server: DBServer, counter_for: Any
+) -> None:
+    warm = project.get("read", 2)  # the first request logs in and sets the session up
+    assert warm["statuses"] == [200, 200] and warm["stats"]["created"] == 1
+    counter = counter_for(mariadb_server)
+    counter.mark()
+    result = project.get("read", 20)
+    counts = counter.since()
+    assert result["statuses"] == [200] * 20
+    # per request: the view's SELECT, nothing else - no login, no SET SESSION, no ping,
+    # no rollback; the one connection went back to the pool after each request
+    assert (counts.statements, counts.connects, counts.pings, counts.rollbacks) == (20, 0, 0, 0)
+    assert result["stats"]["created"] == 1 and result["stats"]["idle"] == 1
+
+    counter.mark()
+    result = project.get("write", 5)
+    counts = counter.since()
+    assert result["statuses"] == [200] * 5
+    # Django's atomic(): autocommit off, INSERT, COMMIT, autocommit on (no ROLLBACK)
+    assert counts.rollbacks == 0 and counts.connects == 0
+
+
+def test_requests_survive_a_server_restart(project: Project, mariadb_server: DBServer) -> None:
+    assert project.get("read", 3)["statuses"] == [200] * 3
+    mariadb_server.restart()
+    result = project.get("read", 5)
+    assert result["statuses"] == [200] * 5
+    assert result["stats"]["generation"] == 1 and result["stats"]["created"] == 2

@@ -267,3 +267,29 @@ async def test_clear_and_set_max_lifetime() -> None:
     now[0] += 11
     assert await pool.acquire() is c  # d (the hotter one) expired while idle
     assert closed == [a, b, d]
+
+
+async def test_a_resource_past_its_lifetime_is_never_handed_out() -> None:
+    """max_lifetime given at construction must switch off the core's clock-free
+    fast path, as the thread pool does (found by the db layer: the async pool
+    handed out a connection whose lifetime had run out while it was idle)."""
+    now = [0.0]
+    made = iter(range(100))
+    closed: list[int] = []
+    pool: AsyncPool[int] = AsyncPool(
+        lambda: next(made),
+        max_size=2,
+        max_lifetime=10.0,
+        lifetime_jitter=0.0,
+        close=closed.append,
+        clock=lambda: now[0],
+    )
+    first = await pool.acquire()
+    await pool.release(first)
+    now[0] = 11.0  # its lifetime ran out while it was idle
+    second = await pool.acquire()
+    assert second != first
+    assert closed == [first]
+    assert pool.stats()["expired"] == 1
+    await pool.release(second)
+    await pool.close()

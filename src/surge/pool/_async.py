@@ -270,7 +270,9 @@ class AsyncPool(_AsyncFrontEnd[Any, R]):
             close=close,
             clock=clock,
         )
-        self._core: PoolCore[R] = PoolCore(max_size, max_overflow, lifo=lifo, max_idle=max_idle)
+        self._core: PoolCore[R] = PoolCore(
+            max_size, max_overflow, lifo=lifo, max_idle=max_idle, lifetimes=bool(max_lifetime)
+        )
 
     def acquire_nowait(self) -> R | None:
         """An idle resource at once, or None (then ``await acquire()``): never

@@ -18,7 +18,14 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Literal
 
-from surge.db._drivers import MYSQL_GONE, PG_GONE, DatabaseURL, _mysql_tls, readable
+from surge.db._drivers import (
+    MYSQL_GONE,
+    PG_GONE,
+    DatabaseURL,
+    _mysql_tls,
+    mysql_connect_params,
+    readable,
+)
 from surge.db._pool import LIFETIME_SHARE, _Record
 from surge.errors import UsageError
 from surge.pool import AsyncPool
@@ -108,20 +115,7 @@ class AsyncMySQL:
         self.ssl = _mysql_tls(url, None).get("ssl")
 
     async def connect(self, url: DatabaseURL, autocommit: bool, extra: dict[str, Any]) -> Any:
-        params: dict[str, Any] = {
-            "user": url.user,
-            "password": url.password or "",
-            "db": url.database,
-            "autocommit": autocommit,
-        }
-        socket = url.options.get("unix_socket") or url.options.get("socket")
-        if socket:
-            params["unix_socket"] = socket
-        else:
-            params["host"] = url.host or "127.0.0.1"
-            params["port"] = url.port or 3306
-        if "charset" in url.options:
-            params["charset"] = url.options["charset"]
+        params = mysql_connect_params(url, autocommit, database_key="db")
         if self.ssl is not None:
             params["ssl"] = self.ssl
         params.update(extra)

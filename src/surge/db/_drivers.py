@@ -133,6 +133,31 @@ def _pymysql_preferred_context() -> ssl.SSLContext:
     return ctx
 
 
+def mysql_connect_params(
+    url: DatabaseURL, autocommit: bool, *, database_key: str = "database"
+) -> dict[str, Any]:
+    """Connection keywords from a ``mysql://`` URL, for PyMySQL and for aiomysql
+    (which calls the database ``db``): a socket (``?unix_socket=``) or host and
+    port, ``?charset=`` and ``?connect_timeout=`` seconds."""
+    params: dict[str, Any] = {
+        "user": url.user,
+        "password": url.password or "",
+        database_key: url.database,
+        "autocommit": autocommit,
+    }
+    socket = url.options.get("unix_socket") or url.options.get("socket")
+    if socket:
+        params["unix_socket"] = socket
+    else:
+        params["host"] = url.host or "127.0.0.1"
+        params["port"] = url.port or 3306
+    if "charset" in url.options:
+        params["charset"] = url.options["charset"]
+    if "connect_timeout" in url.options:
+        params["connect_timeout"] = float(url.options["connect_timeout"])
+    return params
+
+
 def _mysql_tls(url: DatabaseURL, ssl_context: ssl.SSLContext | None) -> dict[str, Any]:
     """The TLS arguments for every connect of a pool, with one SSLContext.
 
@@ -174,22 +199,7 @@ class PyMySQL(Driver):
             self.connection_class = Connection
 
     def connect(self, url: DatabaseURL, autocommit: bool, extra: dict[str, Any]) -> Any:
-        params: dict[str, Any] = {
-            "user": url.user,
-            "password": url.password or "",
-            "database": url.database,
-            "autocommit": autocommit,
-        }
-        socket = url.options.get("unix_socket") or url.options.get("socket")
-        if socket:
-            params["unix_socket"] = socket
-        else:
-            params["host"] = url.host or "127.0.0.1"
-            params["port"] = url.port or 3306
-        if "charset" in url.options:
-            params["charset"] = url.options["charset"]
-        if "connect_timeout" in url.options:
-            params["connect_timeout"] = float(url.options["connect_timeout"])
+        params = mysql_connect_params(url, autocommit)
         params.update(self.tls)
         params.update(extra)
         return self.connection_class(**params)

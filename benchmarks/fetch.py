@@ -15,8 +15,9 @@ are off.  Every client runs in a fresh process of its own, so none inherits
 another's warm pools, caches or monkey-patching.  Tables go to stdout, progress
 to stderr, raw numbers plus the machine's description to
 ``benchmarks/results/fetch.json`` and a chart to ``benchmarks/results/fetch.png``
-(next to ``--out``).  This machine is a gVisor sandbox where every system call is
-expensive: absolute numbers are pessimistic, ratios travel better.
+(next to ``--out``).  This machine kind is a shared 2-core Firecracker microVM
+where system calls cost several microseconds and neighbours add noise: absolute
+numbers are pessimistic, same-run ratios travel better.
 
 Section 1, "sim": 1,000 and 10,000 generic hosts (``--hosts``)
     ``surge.sim.hosts(n)`` (seed 0): 85 % answer 200 after a long-tailed delay
@@ -991,7 +992,7 @@ def draw_chart(results: dict[str, Any], path: Path) -> Path | None:
             ax.set_title("surge fetch over a huge URL file: RSS over time", fontsize=9)
             ax.legend(fontsize=7, loc="center right")
         ax.grid(axis="y", alpha=0.3)
-    fig.suptitle("surge fetch benchmark (simulated web on 127.0.0.1, 2-core gVisor sandbox)")
+    fig.suptitle("surge fetch benchmark (simulated web on 127.0.0.1, 2-core Firecracker microVM)")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -146,14 +146,18 @@ class TextWriter(Writer):
     def __init__(self, out: TextIO, strip: int) -> None:
         super().__init__(out)
         self.strip = strip
-        self._stamps: dict[datetime, str] = {}
+        self._stamps: dict[int, str] = {}
 
     def _stamp(self, when: datetime) -> str:
-        text = self._stamps.get(when)
+        # Cached by the second, in local time as aws prints it: MinIO's
+        # timestamps carry milliseconds, so a cache by datetime missed nearly
+        # always and astimezone + strftime cost ~5 us an object.
+        second = int(when.timestamp())
+        text = self._stamps.get(second)
         if text is None:
             if len(self._stamps) > 4096:
                 self._stamps.clear()
-            text = self._stamps[when] = when.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+            text = self._stamps[second] = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second))
         return text
 
     def write(self, page: list[Entry]) -> None:

@@ -16,6 +16,7 @@ for new buckets, except for bucket names with dots (they break the TLS name).
 
 from __future__ import annotations
 
+import configparser
 import os
 import re
 from dataclasses import dataclass
@@ -72,13 +73,31 @@ def resolve_credentials(profile: str | None) -> Credentials | None:
 
 
 def resolve_region(region: str | None, profile: str | None) -> str:
+    """The flag, else AWS_REGION / AWS_DEFAULT_REGION (unless a profile is named),
+    else the profile's ``region`` in the config file, else us-east-1.
+
+    The config file is read here with configparser rather than through a
+    botocore session: importing botocore and building a session cost ~0.15 s
+    of CPU, two thirds of a 7,500-object listing's whole client CPU."""
     if region:
         return region
     env = os.environ
     if profile is None and (env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")):
         return env.get("AWS_REGION") or env["AWS_DEFAULT_REGION"]
-    found = _botocore_session(profile).get_config_variable("region")
-    return str(found) if found else "us-east-1"
+    name = profile or env.get("AWS_PROFILE") or env.get("AWS_DEFAULT_PROFILE") or "default"
+    path = env.get("AWS_CONFIG_FILE") or os.path.join(os.path.expanduser("~"), ".aws", "config")
+    config = configparser.RawConfigParser()
+    try:
+        config.read(path, encoding="utf-8")
+    except (configparser.Error, OSError, UnicodeDecodeError):
+        config = configparser.RawConfigParser()  # unreadable: as if absent, like botocore
+    section = "default" if name == "default" else f"profile {name}"
+    found = config.get(section, "region", fallback=None)
+    if found:
+        return found.strip()
+    if profile is not None and not config.has_section(section):
+        _botocore_session(profile)  # a profile may live in the credentials file only
+    return "us-east-1"
 
 
 def _botocore_session(profile: str | None):  # type: ignore[no-untyped-def]

@@ -49,6 +49,9 @@ class _Scale:
 
     def __init__(self, sample: Sequence[str]) -> None:
         first, last = sample[0], sample[-1]
+        # ~100 keys tell the alphabet as well as 1,000 do, at a tenth of the cost
+        # (this runs for every page of a range, to size its next request)
+        sample = sample[:: max(1, len(sample) // 100)]
         # character by character, which is what is wanted here (not path components)
         differ = len(os.path.commonprefix([first, last]))  # noqa: RUF071
         positions = range(differ, differ + MAX_DIGITS)

@@ -12,8 +12,8 @@ never a condition of correctness: ``tests/s3/test_parse.py`` checks that both
 paths agree.
 
 Timestamps are fixed-format (``2026-11-22T13:04:08.123Z``): ``datetime.fromisoformat``
-reads them (3.11+ accepts the ``Z``), and a small cache maps repeated strings
-(objects written in the same second share one) to the same datetime.
+reads them in C, ~0.3 us each (3.11+ accepts the ``Z``). A cache of repeated
+strings cost more than it saved on MinIO's millisecond timestamps (80% misses).
 
 The pipelining helpers (:func:`is_truncated`, :func:`next_token`, :func:`last_key`)
 look at the raw body with ``find``/``rfind`` only, so the next page can be asked
@@ -52,10 +52,10 @@ class Page(NamedTuple):
 # the ETag's quotes apart from its value in here cost 0.6 us an object more than
 # cutting them off in Python.)
 _FAST = re.compile(
-    rb"<Contents><Key>([^<]*)</Key><LastModified>([^<]*)</LastModified>"
-    rb"<ETag>([^<]*)</ETag>(?:<Checksum\w*>[^<]*</Checksum\w*>)*<Size>([0-9]+)</Size>"
-    rb"(?:<Owner>(?:<ID>[^<]*</ID>)?(?:<DisplayName>[^<]*</DisplayName>)?</Owner>)?"
-    rb"(?:<StorageClass>([^<]*)</StorageClass>)?"
+    r"<Contents><Key>([^<]*)</Key><LastModified>([^<]*)</LastModified>"
+    r"<ETag>([^<]*)</ETag>(?:<Checksum\w*>[^<]*</Checksum\w*>)*<Size>([0-9]+)</Size>"
+    r"(?:<Owner>(?:<ID>[^<]*</ID>)?(?:<DisplayName>[^<]*</DisplayName>)?</Owner>)?"
+    r"(?:<StorageClass>([^<]*)</StorageClass>)?"
 )
 _ELEMENT = re.compile(rb"<Contents>(.*?)</Contents>", re.S)
 _FIELDS = {
@@ -67,16 +67,9 @@ _ERROR_FIELD = {
     name: re.compile(rb"<" + name + rb">([^<]*)</" + name + rb">") for name in (b"Code", b"Message")
 }
 
-_times: dict[bytes, datetime] = {}
-
 
 def _timestamp(raw: bytes) -> datetime:
-    value = _times.get(raw)
-    if value is None:
-        if len(_times) >= 4096:  # a bound, not an LRU: repeats cluster within a page
-            _times.clear()
-        value = _times[raw] = datetime.fromisoformat(raw.decode("ascii"))
-    return value
+    return datetime.fromisoformat(raw.decode("ascii"))
 
 
 def _text(raw: bytes) -> str:
@@ -149,32 +142,27 @@ def parse_page(body: bytes) -> Page:
     url_encoded = is_url_encoded(body)
     expected = body.count(b"<Contents>")
     objects: list[S3Object]
-    rows = _FAST.findall(body) if expected else []
+    # The fast path runs on the decoded text: one decode a page instead of four
+    # an object (3.5 against 3.9 us an object on MinIO's pages).
+    rows = _FAST.findall(body.decode()) if expected else []
     if len(rows) == expected:
         # One comprehension, no function call per object where it can be helped:
         # at 1,000 objects a page every 100 ns here is 0.1 s per million objects.
-        # (``"%" in text`` on str, never ``b"%" in raw`` on bytes: on 3.11 the
-        # bytes test first tries the needle as an int and drops a TypeError,
-        # which cost ~0.9 us an object here.)
-        new, times, stamp = tuple.__new__, _times, _timestamp
+        new, timestamp = tuple.__new__, datetime.fromisoformat
         objects = [
             new(
                 S3Object,
                 (
                     (
-                        (unquote_plus(text) if "%" in text or "+" in text else text)
+                        (unquote_plus(key) if "%" in key or "+" in key else key)
                         if url_encoded
-                        else (html.unescape(text) if "&" in text else text)
-                    )
-                    if (text := key.decode())
-                    else text,
+                        else (html.unescape(key) if "&" in key else key)
+                    ),
                     int(size),
-                    times.get(modified) or stamp(modified),
+                    timestamp(modified),
                     # MinIO quotes ETags as &#34;, AWS as &quot;
-                    tag.replace("&#34;", '"').replace("&quot;", '"')
-                    if "&" in (tag := etag.decode())
-                    else tag,
-                    storage.decode() if storage else "STANDARD",
+                    tag if "&" not in (tag := etag.replace("&#34;", '"')) else html.unescape(tag),
+                    storage or "STANDARD",
                 ),
             )
             for key, modified, etag, size, storage in rows

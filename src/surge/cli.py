@@ -18,6 +18,7 @@ from surge import __version__
 SUBCOMMANDS = {
     "demo": "surge.bench.demo:demo_command",
     "fetch": "surge.bulk.cli:fetch_command",
+    "s3": "surge.s3.cli:s3_group",
     "sim": "surge.sim.cli:sim_command",
 }
 

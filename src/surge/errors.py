@@ -46,6 +46,44 @@ class PoolTimeout(PoolError, TimeoutError):
     """No resource became available within the acquire timeout."""
 
 
+class S3Error(SurgeError):
+    """An S3 request answered with an error document (or failed for good).
+
+    ``code`` is S3's own stable error code (``NoSuchBucket``, ``AccessDenied``,
+    ``SlowDown``, ...) or, when no response arrived, the transport's error class
+    (one of :data:`ERROR_CLASSES`); ``status`` the HTTP status (None without a
+    response); ``bucket`` the bucket asked for.
+    """
+
+    #: Codes that are the caller's to fix (wrong bucket, wrong credentials): the
+    #: CLI exits 2 for these, naming the bucket.
+    USAGE_CODES = frozenset(
+        {
+            "NoSuchBucket",
+            "AccessDenied",
+            "InvalidAccessKeyId",
+            "SignatureDoesNotMatch",
+            "InvalidBucketName",
+            "AuthorizationHeaderMalformed",
+            "AllAccessDisabled",
+            "PermanentRedirect",
+            "ExpiredToken",
+            "InvalidToken",
+        }
+    )
+
+    def __init__(self, code: str, message: str, *, status: int | None, bucket: str) -> None:
+        super().__init__(f"{code}: {message} (bucket {bucket!r})")
+        self.code = code
+        self.message = message
+        self.status = status
+        self.bucket = bucket
+
+    @property
+    def is_usage(self) -> bool:
+        return self.code in self.USAGE_CODES
+
+
 class RequestError(SurgeError):
     """A request failed; ``error_class`` is one of :data:`ERROR_CLASSES`.
 

@@ -1,0 +1,418 @@
+"""Benchmark ``surge s3 ls`` against the S3 listers people use today, on MinIO.
+
+Run it from the repository root::
+
+    python benchmarks/s3.py                       # 7,500 and 100,000 objects, direct and at 20 ms
+    python benchmarks/s3.py --sizes 7500 --latency-ms 20
+    python benchmarks/s3.py --only surge,boto3_paginator --out /tmp/s3.json
+
+Nothing leaves the machine. A MinIO server (:mod:`surge.s3.minio`; .ci/run
+builds it) runs on 127.0.0.1 with its data in ``${XDG_CACHE_HOME:-~/.cache}/
+surge/minio-bench``, so the buckets are filled once (parallel PUTs from boto3 in
+threads) and reused by later runs:
+
+* ``flat-7500``: 7,500 objects ``obj-0000000`` ... in one flat key space (the
+  size of the boto3 listing measurements that started issue #5);
+* ``nested-100000``: 100,000 objects in 100 prefixes of 1,000 (``p042/obj-...``).
+
+Each lister runs in a process of its own, so none inherits another's warm
+state, and reports its wall time and CPU (user + system, every thread of its
+process; a Go binary's from the parent's ``RUSAGE_CHILDREN``) for the listing
+alone, not the interpreter's start-up or imports, plus the count and a sha256
+of its sorted keys: every lister must return boto3's key set exactly. One
+untimed listing warms MinIO up before each table, so no lister pays for the
+server's cold start.
+
+"20 ms" runs go through a TCP proxy in a process of its own that delays every
+chunk by 20 ms in each direction (netem is not available in this kernel), as a
+client in another region of a cloud would see.
+
+The listers: surge (``surge.s3.list_pages``, 16 requests in flight, and
+``--parallel 1``: pipelined pages in key order), ``surge s3 ls`` through the
+command line (output to a file), boto3's resource ``bucket.objects.all()`` and
+its ListObjectsV2 paginator, obstore (``obstore.list``, 1,000 a chunk) and
+obstore fanned out by prefix (``list_with_delimiter`` then 16 prefixes listed at
+once on asyncio), and s5cmd (``s5cmd --json ls 's3://bucket/*'``).
+Tables on stdout, everything in ``benchmarks/results/s3.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import Table, machine_info, write_json
+
+ACCESS_KEY = "surgebench"
+SECRET_KEY = "surgebench-secret-key"  # a throwaway server on 127.0.0.1 only
+REGION = "us-east-1"
+PEERS = [
+    "surge",
+    "surge_seq",
+    "surge_cli",
+    "boto3_resource",
+    "boto3_paginator",
+    "obstore",
+    "obstore_fanout",
+    "s5cmd",
+]
+BUCKETS = {7500: "flat-7500", 100_000: "nested-100000"}
+
+
+def bucket_keys(size: int) -> list[str]:
+    if size == 100_000:
+        return [f"p{p:03d}/obj-{i:04d}" for p in range(100) for i in range(1000)]
+    return [f"obj-{i:07d}" for i in range(size)]
+
+
+# -- the listers, each run in a child process ---------------------------------------------
+
+
+def _listing(peer: str, endpoint: str, bucket: str) -> tuple[list[str], float, float]:
+    """(keys, wall seconds, CPU seconds) of one listing by ``peer``."""
+    url = f"s3://{bucket}"
+    if peer in ("surge", "surge_seq"):
+        from surge.s3 import Credentials, ListOptions, list_pages
+        from surge.s3.api import new_event_loop
+
+        options = ListOptions(
+            parallel=16 if peer == "surge" else 1,
+            endpoint_url=endpoint,
+            region=REGION,  # as every peer is given it
+            credentials=Credentials(ACCESS_KEY, SECRET_KEY),
+        )
+
+        async def run_surge() -> list[str]:
+            keys: list[str] = []
+            async for page in list_pages(url, options=options):
+                keys.extend([o.key for o in page])  # type: ignore[union-attr]
+            return keys
+
+        loop = new_event_loop()
+        cpu, wall = time.process_time(), time.perf_counter()
+        keys = loop.run_until_complete(run_surge())
+        return keys, time.perf_counter() - wall, time.process_time() - cpu
+    if peer.startswith("boto3"):
+        import boto3
+        from botocore.config import Config
+
+        kwargs: dict[str, Any] = dict(
+            endpoint_url=endpoint,
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
+            region_name=REGION,
+            config=Config(s3={"addressing_style": "path"}),
+        )
+        cpu, wall = time.process_time(), time.perf_counter()
+        if peer == "boto3_resource":
+            keys = [o.key for o in boto3.resource("s3", **kwargs).Bucket(bucket).objects.all()]
+        else:
+            paginator = boto3.client("s3", **kwargs).get_paginator("list_objects_v2")
+            keys = []
+            for page in paginator.paginate(Bucket=bucket):
+                keys.extend(o["Key"] for o in page.get("Contents", []))
+        return keys, time.perf_counter() - wall, time.process_time() - cpu
+    if peer.startswith("obstore"):
+        import obstore
+        from obstore.store import S3Store
+
+        cpu, wall = time.process_time(), time.perf_counter()
+        store = S3Store(
+            bucket,
+            endpoint=endpoint,
+            access_key_id=ACCESS_KEY,
+            secret_access_key=SECRET_KEY,
+            region=REGION,
+            virtual_hosted_style_request=False,
+            client_options={"allow_http": True},
+        )
+        if peer == "obstore":
+            keys = []
+            for chunk in obstore.list(store, chunk_size=1000):
+                keys.extend(o["path"] for o in chunk)
+        else:
+
+            async def fan_out() -> list[str]:
+                top = await obstore.list_with_delimiter_async(store)
+                keys = [o["path"] for o in top["objects"]]
+                gate = asyncio.Semaphore(16)
+
+                async def one(prefix: str) -> list[str]:
+                    async with gate:
+                        found = []
+                        async for chunk in obstore.list(store, prefix, chunk_size=1000):
+                            found.extend(o["path"] for o in chunk)
+                        return found
+
+                for found in await asyncio.gather(*(one(p) for p in top["common_prefixes"])):
+                    keys.extend(found)
+                return keys
+
+            keys = asyncio.run(fan_out())
+        return keys, time.perf_counter() - wall, time.process_time() - cpu
+    raise ValueError(f"unknown peer {peer}")
+
+
+def _external(peer: str, endpoint: str, bucket: str, workdir: Path) -> dict[str, Any]:
+    """surge's CLI and s5cmd, run as commands: wall and CPU from outside."""
+    env = dict(os.environ)
+    env.update(AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY, AWS_REGION=REGION)
+    bin_dir = Path(sys.executable).parent
+    out = workdir / f"{peer}.out"
+    if peer == "surge_cli":
+        command = [str(bin_dir / "surge"), "s3", "ls", f"s3://{bucket}", "--recursive"]
+        command += ["--endpoint-url", endpoint]
+    else:
+        command = [str(bin_dir / "s5cmd"), "--endpoint-url", endpoint, "--json"]
+        command += ["ls", f"s3://{bucket}/*"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall = time.perf_counter()
+    with open(out, "wb") as f:
+        subprocess.run(command, stdout=f, env=env, check=True)
+    wall = time.perf_counter() - wall
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    keys = []
+    prefix = f"s3://{bucket}/"
+    with open(out, encoding="utf-8") as f:
+        for line in f:
+            if peer == "surge_cli":
+                keys.append(line.rstrip("\n").split(maxsplit=3)[3])
+            else:
+                keys.append(json.loads(line)["key"].removeprefix(prefix))
+    out.unlink()
+    return _summary(keys, wall, cpu)
+
+
+def _summary(keys: list[str], wall: float, cpu: float) -> dict[str, Any]:
+    digest = hashlib.sha256("\n".join(sorted(keys)).encode()).hexdigest()
+    return {
+        "objects": len(keys),
+        "unique": len(set(keys)),
+        "sha256": digest,
+        "wall": wall,
+        "cpu": cpu,
+    }
+
+
+def child_main(peer: str, endpoint: str, bucket: str) -> None:
+    keys, wall, cpu = _listing(peer, endpoint, bucket)
+    print(json.dumps(_summary(keys, wall, cpu)))
+
+
+def run_peer(peer: str, endpoint: str, bucket: str, workdir: Path) -> dict[str, Any]:
+    if peer in ("surge_cli", "s5cmd"):
+        return _external(peer, endpoint, bucket, workdir)
+    command = [sys.executable, __file__, "child", peer, endpoint, bucket]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        raise RuntimeError(f"{peer} failed:\n{done.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+# -- the delay proxy -----------------------------------------------------------------------
+
+
+async def _proxy(listen_port: int, target_port: int, delay: float) -> None:
+    loop = asyncio.get_running_loop()
+
+    async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+
+        async def deliver() -> None:
+            while True:
+                due, data = await queue.get()
+                wait = due - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                if not data:
+                    writer.close()
+                    return
+                writer.write(data)
+                await writer.drain()
+
+        sender = asyncio.ensure_future(deliver())
+        try:
+            while data := await reader.read(1 << 16):
+                queue.put_nowait((loop.time() + delay, data))
+        except ConnectionError:
+            pass  # the other side went away: deliver what is queued, then close
+        queue.put_nowait((loop.time() + delay, b""))
+        with contextlib.suppress(ConnectionError):
+            await sender
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(delay)  # the SYN's trip: a connection costs a round trip too
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", target_port)
+        except OSError:
+            writer.close()
+            return
+        await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
+
+    server = await asyncio.start_server(handle, "127.0.0.1", listen_port, backlog=1024)
+    async with server:
+        await server.serve_forever()
+
+
+def start_proxy(target_port: int, delay: float) -> tuple[subprocess.Popen[bytes], int]:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, __file__, "proxy", str(port), str(target_port), str(delay)]
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return process, port
+        except OSError:
+            time.sleep(0.05)
+    process.kill()
+    raise RuntimeError("the delay proxy did not start")
+
+
+# -- filling the buckets ------------------------------------------------------------------
+
+
+def ensure_bucket(endpoint: str, size: int) -> str:
+    import boto3
+    from botocore.config import Config
+
+    bucket = BUCKETS[size]
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET_KEY,
+        region_name=REGION,
+        config=Config(s3={"addressing_style": "path"}, max_pool_connections=32),
+    )
+    try:
+        s3.head_bucket(Bucket=bucket)
+    except s3.exceptions.ClientError:
+        s3.create_bucket(Bucket=bucket)
+    present = set()
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        present.update(o["Key"] for o in page.get("Contents", []))
+    missing = [k for k in bucket_keys(size) if k not in present]
+    if missing:
+        print(f"filling {bucket}: {len(missing):,} objects ...", file=sys.stderr, flush=True)
+        started = time.perf_counter()
+        with ThreadPoolExecutor(32) as pool:
+            list(pool.map(lambda key: s3.put_object(Bucket=bucket, Key=key, Body=b"x"), missing))
+        print(f"  done in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+    return bucket
+
+
+# -- the run -------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="7500,100000")
+    parser.add_argument("--latency-ms", type=float, default=20.0, help="one way; 0: none")
+    parser.add_argument(
+        "--latency-sizes", default="7500", help="sizes also listed through the delay proxy"
+    )
+    parser.add_argument("--only", help=f"comma-separated peers (default: all of {PEERS})")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "s3.json"))
+    args = parser.parse_args()
+
+    from surge.s3.minio import cache_dir, minio_server
+
+    peers = args.only.split(",") if args.only else PEERS
+    sizes = [int(s) for s in args.sizes.split(",")]
+    latency_sizes = {int(s) for s in args.latency_sizes.split(",") if s}
+    workdir = cache_dir() / "bench-tmp"
+    workdir.mkdir(parents=True, exist_ok=True)
+    results: list[dict[str, Any]] = []
+    with minio_server(
+        cache_dir() / "minio-bench", access_key=ACCESS_KEY, secret_key=SECRET_KEY
+    ) as server:
+        scenarios: list[tuple[int, float]] = []
+        for size in sizes:
+            ensure_bucket(server.endpoint_url, size)
+            scenarios.append((size, 0.0))
+            if args.latency_ms > 0 and size in latency_sizes:
+                scenarios.append((size, args.latency_ms))
+        for size, latency in scenarios:
+            bucket = BUCKETS[size]
+            proxy = None
+            endpoint = server.endpoint_url
+            if latency:
+                proxy, port = start_proxy(server.port, latency / 1000)
+                endpoint = f"http://127.0.0.1:{port}"
+            try:
+                # One listing first, untimed: the first listing after MinIO starts
+                # (or after the bucket was filled) reads its metadata from disk,
+                # and whichever lister went first paid for it (surge: 4.6 s cold,
+                # 2.3-2.6 s warm on the 100,000-object bucket).
+                _external("s5cmd", endpoint, bucket, workdir)
+                rows = {}
+                for peer in peers:
+                    print(f"{bucket} at {latency:g} ms: {peer} ...", file=sys.stderr, flush=True)
+                    rows[peer] = run_peer(peer, endpoint, bucket, workdir)
+            finally:
+                if proxy is not None:
+                    proxy.terminate()
+                    proxy.wait()
+            reference = rows.get("boto3_paginator") or rows.get("boto3_resource")
+            table = Table(
+                f"{size:,} objects ({bucket}), {latency:g} ms each way",
+                [
+                    "lister",
+                    "wall s",
+                    "objects/s",
+                    "CPU s",
+                    "CPU us/obj",
+                    "vs boto3 objects.all()",
+                    "keys",
+                ],
+            )
+            base = rows.get("boto3_resource", {}).get("wall")
+            for peer, r in rows.items():
+                same = reference is None or (
+                    r["sha256"] == reference["sha256"] and r["unique"] == r["objects"]
+                )
+                r["same_keys_as_boto3"] = same
+                table.add(
+                    peer,
+                    f"{r['wall']:.2f}",
+                    f"{r['objects'] / r['wall']:,.0f}",
+                    f"{r['cpu']:.2f}",
+                    f"{r['cpu'] / max(1, r['objects']) * 1e6:.1f}",
+                    f"{base / r['wall']:.1f}x" if base else "",
+                    f"{r['objects']:,} {'=' if same else 'DIFFERENT'}",
+                )
+            table.note("keys: '=' when the sorted key set is boto3's exactly (count and sha256)")
+            table.print()
+            results.append({"size": size, "bucket": bucket, "latency_ms": latency, "rows": rows})
+    packages = ["boto3", "botocore", "obstore", "s5cmd", "uvloop", "httptools"]
+    path = write_json(args.out, {"machine": machine_info(packages), "scenarios": results})
+    print(f"wrote {path}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "child":
+        child_main(*sys.argv[2:5])
+    elif len(sys.argv) > 1 and sys.argv[1] == "proxy":
+        asyncio.run(_proxy(int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])))
+    else:
+        main()

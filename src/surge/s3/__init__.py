@@ -1,0 +1,26 @@
+"""surge.s3: listing S3 buckets fast - pipelined pages, parallel prefixes and key ranges.
+
+    import surge.s3
+    for obj in surge.s3.list_all("s3://bucket/prefix/", endpoint_url="http://127.0.0.1:9000"):
+        print(obj.key, obj.size, obj.last_modified, obj.etag, obj.storage_class)
+
+See :mod:`surge.s3.api` for the options, :mod:`surge.s3.listing` for how it works.
+"""
+
+from surge.errors import S3Error
+from surge.s3.api import ListOptions, list_all, list_objects, list_pages
+from surge.s3.listing import CommonPrefix, Stats
+from surge.s3.parse import S3Object
+from surge.s3.sigv4 import Credentials
+
+__all__ = [
+    "CommonPrefix",
+    "Credentials",
+    "ListOptions",
+    "S3Error",
+    "S3Object",
+    "Stats",
+    "list_all",
+    "list_objects",
+    "list_pages",
+]

@@ -1,0 +1,235 @@
+"""``surge s3 ls``: the command line over :mod:`surge.s3.api`.
+
+Flags and output follow the AWS CLI (``aws s3 ls``: ``--recursive``,
+``--summarize``, ``--endpoint-url``, ``--region``, ``--profile``,
+``--no-sign-request``; lines of date, time, size and key, ``PRE`` for common
+prefixes) so that scripts and fingers carry over; ``--json`` writes one JSON
+object per line instead, as s5cmd does. Data goes to stdout; progress to stderr,
+and only on a terminal.
+
+Exit status: 0 when the listing completed; 2 for a usage error, and for an
+error that is the caller's to fix (no such bucket, access denied, bad
+credentials) - the message names the bucket; 1 for a listing that failed
+otherwise (the server kept failing after the retries); 130 when interrupted;
+141 when the reader of stdout went away (``| head``), as a shell reports SIGPIPE.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from contextlib import aclosing
+from datetime import datetime
+from json.encoder import encode_basestring
+from typing import TextIO
+
+import click
+
+from surge.errors import S3Error, UsageError
+from surge.s3.api import Entry, ListOptions, list_pages, new_event_loop
+from surge.s3.listing import CommonPrefix
+
+
+@click.group("s3")
+def s3_group() -> None:
+    """S3 (and S3-compatible) storage."""
+
+
+@s3_group.command("ls")
+@click.argument("url", metavar="s3://BUCKET[/PREFIX]")
+@click.option("--recursive", "-r", is_flag=True, help="Every object under the prefix.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.option("--endpoint-url", metavar="URL", help="An S3-compatible server (path-style).")
+@click.option("--region", help="Default: from the environment or the profile, else us-east-1.")
+@click.option("--profile", help="A profile of the AWS config files.")
+@click.option("--no-sign-request", is_flag=True, help="Anonymous requests (public buckets).")
+@click.option(
+    "--parallel",
+    default=16,
+    show_default=True,
+    help="Listing requests in flight (1: sequential, in key order).",
+)
+@click.option("--summarize", is_flag=True, help="Object count and total size at the end.")
+@click.option("--no-progress", is_flag=True, help="No progress line, even on a terminal.")
+def ls_command(
+    url: str,
+    recursive: bool,
+    as_json: bool,
+    endpoint_url: str | None,
+    region: str | None,
+    profile: str | None,
+    no_sign_request: bool,
+    parallel: int,
+    summarize: bool,
+    no_progress: bool,
+) -> None:
+    """List objects under s3://BUCKET[/PREFIX].
+
+    With --recursive the listing runs --parallel requests at once (by prefix,
+    and by key range for flat key spaces) and lines come in no particular
+    order; pipe through sort for key order, or use --parallel 1.
+    """
+    try:
+        options = ListOptions(
+            recursive=recursive,
+            parallel=parallel,
+            endpoint_url=endpoint_url,
+            region=region,
+            profile=profile,
+            no_sign_request=no_sign_request,
+        )
+    except UsageError as e:
+        _die(str(e))
+    prefix = url[5:].partition("/")[2] if url.startswith("s3://") else ""
+    # Without --recursive, aws s3 ls shows names relative to the prefix's "directory".
+    strip = 0 if recursive else prefix.rfind("/") + 1
+    out = sys.stdout
+    progress = Progress() if sys.stderr.isatty() and not no_progress else None
+    writer = JsonWriter(out) if as_json else TextWriter(out, strip)
+    loop = new_event_loop()
+    try:
+        loop.run_until_complete(_run(url, options, writer, progress))
+        if progress is not None:
+            progress.close()
+            progress = None
+        out.flush()
+        if summarize:
+            writer.summary()
+    except KeyboardInterrupt:
+        click.echo("surge s3 ls: interrupted", err=True)
+        sys.exit(130)
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, as ls does. Python would
+        # otherwise complain again when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(141)
+    except UsageError as e:
+        _die(str(e))
+    except S3Error as e:
+        click.echo(f"surge s3 ls: error: {e}", err=True)
+        sys.exit(2 if e.is_usage else 1)
+    finally:
+        loop.close()
+        if progress is not None:
+            progress.close()
+
+
+async def _run(url: str, options: ListOptions, writer: Writer, progress: Progress | None) -> None:
+    # aclosing: when writing fails (a closed pipe) the listing's tasks are
+    # cancelled and awaited here, on the loop, not left for the loop's close.
+    async with aclosing(list_pages(url, options=options)) as pages:
+        async for page in pages:
+            writer.write(page)
+            if progress is not None:
+                progress.update(writer.objects)
+
+
+class Writer:
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.objects = 0
+        self.bytes = 0
+
+    def write(self, page: list[Entry]) -> None:
+        raise NotImplementedError
+
+    def summary(self) -> None:
+        # as aws s3 ls --summarize prints it, on stdout
+        self.out.write(f"\nTotal Objects: {self.objects}\n   Total Size: {self.bytes}\n")
+        self.out.flush()
+
+
+class TextWriter(Writer):
+    """``aws s3 ls`` lines: local date and time, size right-aligned in ten, key."""
+
+    def __init__(self, out: TextIO, strip: int) -> None:
+        super().__init__(out)
+        self.strip = strip
+        self._stamps: dict[int, str] = {}
+
+    def _stamp(self, when: datetime) -> str:
+        # Cached by the second, in local time as aws prints it: MinIO's
+        # timestamps carry milliseconds, so a cache by datetime missed nearly
+        # always and astimezone + strftime cost ~5 us an object.
+        second = int(when.timestamp())
+        text = self._stamps.get(second)
+        if text is None:
+            if len(self._stamps) > 4096:
+                self._stamps.clear()
+            text = self._stamps[second] = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second))
+        return text
+
+    def write(self, page: list[Entry]) -> None:
+        strip, stamp = self.strip, self._stamp
+        lines = []
+        for entry in page:
+            if isinstance(entry, CommonPrefix):
+                lines.append(f"{'PRE':>30} {entry.prefix[strip:]}\n")
+                continue
+            self.objects += 1
+            self.bytes += entry.size
+            lines.append(f"{stamp(entry.last_modified)} {entry.size:>10} {entry.key[strip:]}\n")
+        self.out.write("".join(lines))
+
+
+class JsonWriter(Writer):
+    """One object per line: key, size, last_modified (ISO 8601, UTC), etag,
+    storage_class; a common prefix is ``{"prefix": ...}``."""
+
+    def __init__(self, out: TextIO) -> None:
+        super().__init__(out)
+        self._stamps: dict[datetime, str] = {}
+
+    def write(self, page: list[Entry]) -> None:
+        stamps = self._stamps
+        lines = []
+        for entry in page:
+            if isinstance(entry, CommonPrefix):
+                lines.append(f'{{"prefix": {encode_basestring(entry.prefix)}}}\n')
+                continue
+            self.objects += 1
+            self.bytes += entry.size
+            when = entry.last_modified
+            stamp = stamps.get(when)
+            if stamp is None:
+                stamp = stamps[when] = when.isoformat(timespec="milliseconds").replace(
+                    "+00:00", "Z"
+                )
+            lines.append(
+                f'{{"key": {encode_basestring(entry.key)}, "size": {entry.size}, '
+                f'"last_modified": "{stamp}", "etag": {encode_basestring(entry.etag)}, '
+                f'"storage_class": {encode_basestring(entry.storage_class)}}}\n'
+            )
+        self.out.write("".join(lines))
+
+    def summary(self) -> None:
+        # stdout carries JSON lines only: the summary goes to stderr
+        click.echo(f"Total Objects: {self.objects}\n   Total Size: {self.bytes}", err=True)
+
+
+class Progress:
+    """One line on stderr, a few times a second: objects so far and the rate."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.started = time.perf_counter()
+        self.next_draw = 0.0
+
+    def update(self, objects: int) -> None:
+        now = time.perf_counter()
+        if now < self.next_draw:
+            return
+        self.next_draw = now + 0.2
+        rate = objects / (now - self.started) if now > self.started else 0.0
+        self.stream.write(f"\r\x1b[K{objects:,} objects  {rate:,.0f}/s")
+        self.stream.flush()
+
+    def close(self) -> None:
+        self.stream.write("\r\x1b[K")
+        self.stream.flush()
+
+
+def _die(message: str) -> None:
+    click.echo(f"surge s3 ls: error: {message}", err=True)
+    sys.exit(2)

@@ -1,0 +1,479 @@
+"""Listing a bucket: ListObjectsV2 pages, pipelined, and many listings at once.
+
+A sequential listing pays a round trip and the server's work per 1,000 keys,
+one after another. Three things take that away:
+
+* **Pipelining.** The next page is asked for as soon as this page's body is in
+  (its continuation token, or its last key, found with ``find``), and only
+  then is this page parsed and handed on: parsing overlaps the next request.
+* **Prefix fan-out.** A listing with ``Delimiter=/`` names the "directories"
+  (common prefixes) below a prefix; each is then listed on its own, up to
+  ``parallel`` at once. A level with fewer prefixes than workers is looked into
+  one level deeper (at most :data:`MAX_DEPTH`).
+* **Key-range splitting** for flat key spaces (ClickHouse #65572, aws-sdk #570):
+  a range ``(after, end]`` is listed from ``StartAfter=after`` and stops at
+  ``end``. When workers are idle, a range that got a truncated page cuts its
+  remainder at points estimated from that page's keys (:mod:`keyspace`); the
+  last piece stays open-ended and splits again when it can. The ranges are
+  disjoint and meet at their ends, so the listing is exact - no key twice, none
+  missed - however good or bad the estimates are.
+
+Why ranges carry on from their last key (``StartAfter``) rather than from a
+continuation token: both are exact, but a range needs its last key anyway to
+know where it stands, and a key is a place any request can start from. (Issue
+#5 measured MinIO delaying continuation requests whose listing is not ready;
+how MinIO treats a pipelined ``StartAfter`` instead was not measured apart.)
+
+Results arrive a page at a time (a list of :class:`S3Object`), in no global
+order across ranges.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from itertools import pairwise
+from typing import NamedTuple
+
+from surge.errors import RequestError, S3Error
+from surge.http import Client
+from surge.s3 import keyspace
+from surge.s3.config import Target
+from surge.s3.parse import (
+    Page,
+    S3Object,
+    is_truncated,
+    last_key,
+    next_token,
+    parse_error,
+    parse_page,
+)
+from surge.s3.sigv4 import canonical_query
+
+#: How deep prefix fan-out looks for more prefixes when a level has too few.
+MAX_DEPTH = 3
+#: A level with this many directories per worker or more is listed in runs of
+#: directories, not one job each: a job costs a request however few keys its
+#: directory holds (65,536 hash-named directories of 10 keys would cost 65,536
+#: requests one by one; in runs of ~15 directories, 2 requests a run, ~8,800 -
+#: against ~660 pages for one sequential listing, which has no parallelism).
+GROUP_AT = 8
+#: ... in about this many runs per worker.
+GROUPS_PER_WORKER = 4
+#: Transport failures worth another try (DESIGN: the transient classes).
+_TRANSIENT = frozenset(
+    {"dns_error", "connect_refused", "connect_timeout", "read_timeout", "connection_reset"}
+)
+#: S3 asks for a retry with these (503 SlowDown above all); botocore retries
+#: the same statuses and codes.
+_RETRY_STATUS = frozenset({500, 502, 503, 504})
+_RETRY_CODES = frozenset({"SlowDown", "InternalError", "RequestTimeout", "ServiceUnavailable"})
+
+
+class CommonPrefix(NamedTuple):
+    """A "directory" of a listing with a delimiter (``aws s3 ls`` shows ``PRE``)."""
+
+    prefix: str
+
+
+@dataclass
+class Stats:
+    """What a listing did: requests by kind, and keys read past a range's end."""
+
+    requests: int = 0
+    retries: int = 0
+    ranges: int = 0
+    discovers: int = 0
+    groups: int = 0
+    wasted_keys: int = 0
+
+
+class Lister:
+    """ListObjectsV2 requests for one bucket, over a :class:`surge.http.Client`."""
+
+    def __init__(
+        self,
+        target: Target,
+        client: Client,
+        *,
+        page_size: int = 1000,
+        retries: int = 5,
+        backoff: float = 0.1,
+        max_backoff: float = 10.0,
+    ) -> None:
+        if not 1 <= page_size <= 1000:
+            raise ValueError(f"page_size must be 1..1000 (S3's maximum), not {page_size}")
+        self.target = target
+        self.client = client
+        self.page_size = page_size
+        self.retries = retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.stats = Stats()
+
+    async def fetch(
+        self,
+        prefix: str,
+        *,
+        delimiter: str | None = None,
+        token: str | None = None,
+        start_after: str | None = None,
+        max_keys: int | None = None,
+    ) -> bytes:
+        """One ListObjectsV2 page's body; retried on 5xx, SlowDown and transient
+        transport errors with exponential backoff and full jitter; any other
+        failure raises :class:`S3Error`."""
+        params = {
+            "list-type": "2",
+            "encoding-type": "url",  # keys with characters XML 1.0 cannot carry
+            "max-keys": str(max_keys or self.page_size),
+        }
+        if prefix:
+            params["prefix"] = prefix
+        if delimiter:
+            params["delimiter"] = delimiter
+        if token:
+            params["continuation-token"] = token
+        if start_after:
+            params["start-after"] = start_after
+        target = self.target
+        query = canonical_query(params)
+        url = f"{target.base_url}{target.path}?{query}"
+        attempt = 0
+        while True:
+            headers: list[tuple[str, str]] = []
+            if target.signer is not None:
+                now = datetime.now(UTC)
+                headers = target.signer.sign("GET", target.host, target.path, query, now)
+            self.stats.requests += 1
+            try:
+                response = await self.client.request("GET", url, headers=headers)
+            except RequestError as e:
+                if e.error_class in _TRANSIENT and attempt < self.retries:
+                    attempt += 1
+                    await self._pause(attempt)
+                    continue
+                raise S3Error(e.error_class, e.detail, status=e.status, bucket=target.bucket) from e
+            if response.status == 200:
+                return response.body
+            code, message = parse_error(response.body)
+            if (response.status in _RETRY_STATUS or code in _RETRY_CODES) and (
+                attempt < self.retries
+            ):
+                attempt += 1
+                await self._pause(attempt)
+                continue
+            if response.status == 301:
+                region = response.header("x-amz-bucket-region")
+                if region:
+                    message = f"the bucket is in region {region}: pass --region {region}"
+            raise S3Error(
+                code or f"HTTP{response.status}",
+                message or f"HTTP status {response.status}",
+                status=response.status,
+                bucket=target.bucket,
+            )
+
+    async def _pause(self, attempt: int) -> None:
+        self.stats.retries += 1
+        limit = min(self.max_backoff, self.backoff * 2 ** (attempt - 1))
+        await asyncio.sleep(random.uniform(0, limit))
+
+    # -- one listing, sequential and pipelined ---------------------------------------
+
+    async def pages(self, prefix: str, *, delimiter: str | None = None) -> AsyncIterator[Page]:
+        """Every page of one listing, the next one always asked for before this
+        one is parsed."""
+        pending: asyncio.Task[bytes] | None = asyncio.ensure_future(
+            self.fetch(prefix, delimiter=delimiter)
+        )
+        try:
+            while pending is not None:
+                body = await pending
+                pending = None
+                if is_truncated(body):
+                    token = next_token(body)
+                    if token:
+                        pending = asyncio.ensure_future(
+                            self.fetch(prefix, delimiter=delimiter, token=token)
+                        )
+                yield parse_page(body)
+        finally:
+            if pending is not None:
+                pending.cancel()
+
+
+Emit = Callable[[list[S3Object]], Awaitable[None]]
+
+
+class ParallelListing:
+    """Every object under a prefix, listed by up to ``parallel`` workers at once.
+
+    Work is a queue of jobs (a prefix to look into, a key range to list); each
+    of ``parallel`` workers runs one job at a time and each job has at most one
+    request in flight, so ``parallel`` bounds the requests in flight.
+    """
+
+    def __init__(self, lister: Lister, prefix: str, parallel: int, emit: Emit) -> None:
+        self.lister = lister
+        self.prefix = prefix
+        self.parallel = max(1, parallel)
+        self.emit = emit
+        self.jobs: deque[Callable[[], Awaitable[None]]] = deque()
+        self.busy = 0
+        self._wake = asyncio.Event()
+
+    @property
+    def idle(self) -> int:
+        """Workers that have nothing to do and nothing queued for them."""
+        return self.parallel - self.busy - len(self.jobs)
+
+    def submit(self, job: Callable[[], Awaitable[None]]) -> None:
+        self.jobs.append(job)
+        self._wake.set()
+
+    async def run(self) -> None:
+        if self.parallel == 1:
+            self.submit(lambda: self._sequential())
+        else:
+            self.submit(lambda: self.discover(self.prefix, 0))
+        async with asyncio.TaskGroup() as group:
+            for _ in range(self.parallel):
+                group.create_task(self._worker())
+
+    async def _sequential(self) -> None:
+        await self.list_range(self.prefix, None, None, split=False)
+
+    async def _worker(self) -> None:
+        while True:
+            if not self.jobs:
+                if self.busy == 0:  # nothing queued, nothing running: all done
+                    self._wake.set()
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            job = self.jobs.popleft()
+            self.busy += 1
+            try:
+                await job()
+            finally:
+                self.busy -= 1
+                self._wake.set()
+
+    async def discover(self, prefix: str, depth: int) -> None:
+        """List ``prefix`` with a delimiter: emit the objects at this level, and
+        hand each "directory" found to a job of its own."""
+        lister = self.lister
+        lister.stats.discovers += 1
+        found: list[str] = []
+        grouping = False
+        pending: asyncio.Task[bytes] | None = asyncio.ensure_future(
+            lister.fetch(prefix, delimiter="/")
+        )
+        try:
+            while pending is not None:
+                body = await pending
+                pending = None
+                flat = b"<CommonPrefixes>" not in body
+                if is_truncated(body):
+                    if flat:
+                        # A page of keys and no directories: a flat key space. Go on
+                        # by key ranges, from this page's last key.
+                        after = last_key(body)
+                        page = parse_page(body)
+                        await self.emit(page.objects)
+                        keys = [o.key for o in page.objects]
+                        self._split_flat(prefix, keys, after)
+                        for sub in found:  # directories seen on earlier pages
+                            self._submit_range(sub)
+                        return
+                    token = next_token(body)
+                    if token:
+                        pending = asyncio.ensure_future(
+                            lister.fetch(prefix, delimiter="/", token=token)
+                        )
+                page = parse_page(body)
+                if page.objects:
+                    await self.emit(page.objects)
+                found.extend(page.prefixes)
+                if len(found) >= GROUP_AT * self.parallel:
+                    # Runs of directories, each ending where the next begins; the
+                    # last run waits for the next page, which tells where it ends.
+                    size = max(2, len(found) // (GROUPS_PER_WORKER * self.parallel))
+                    while len(found) > size:
+                        run, found = found[:size], found[size:]
+                        self._submit_group(prefix, run, found[0])
+                    depth = MAX_DEPTH
+                    grouping = True
+                elif len(found) >= self.parallel or depth >= MAX_DEPTH:
+                    for sub in found:
+                        self._submit_range(sub)
+                    found.clear()
+                    depth = MAX_DEPTH  # enough work at this level: no deeper looks
+        finally:
+            if pending is not None:
+                pending.cancel()
+        if grouping and len(found) > 1:
+            self._submit_group(prefix, found, None)  # the last run: to the end
+            return
+        # Too few directories to keep the workers busy: look one level deeper.
+        deeper = depth + 1
+        few = len(found) + len(self.jobs) < self.parallel
+        for sub in found:
+            if few and deeper < MAX_DEPTH:
+                self.submit(lambda sub=sub: self.discover(sub, deeper))  # type: ignore[misc]
+            else:
+                self._submit_range(sub)
+
+    def _submit_range(
+        self, prefix: str, after: str | None = None, end: str | None = None, expect: int = 0
+    ) -> None:
+        async def job() -> None:
+            await self.list_range(prefix, after, end, expect=expect)
+
+        self.submit(job)
+
+    def _submit_group(self, parent: str, directories: list[str], stop: str | None) -> None:
+        self.lister.stats.groups += 1
+        self.submit(lambda: self.list_group(parent, directories[0], len(directories), stop))
+
+    async def list_group(self, parent: str, first: str, count: int, stop: str | None) -> None:
+        """The keys of ``count`` directories of ``parent`` from ``first`` on (the
+        last ends before ``stop``): the first by a listing of its own, the rest
+        as one span from the first one's last key.
+
+        Exact because directories of one level do not nest: every key under a
+        later directory sorts after every key under ``first``, and a key in the
+        span that has no delimiter after ``parent`` is one of the level's own
+        objects, which the delimiter listing already handed on.
+        """
+        last, listed = await self.list_range(first, None, None, split=False)
+        if count < 2 or last is None:
+            return
+        lister = self.lister
+        size = lister.page_size
+        cut = len(parent)
+        # The first directory's size is the best guess at the others'.
+        max_keys = _page_for(listed * (count - 1), size)
+        pending: asyncio.Task[bytes] | None = asyncio.ensure_future(
+            lister.fetch(parent, start_after=last, max_keys=max_keys)
+        )
+        try:
+            while pending is not None:
+                body = await pending
+                pending = None
+                last = last_key(body)
+                if is_truncated(body) and last is not None and (stop is None or last < stop):
+                    pending = asyncio.ensure_future(lister.fetch(parent, start_after=last))
+                objects = parse_page(body).objects
+                kept = [
+                    o
+                    for o in objects
+                    if (stop is None or o.key < stop) and o.key.find("/", cut) >= 0
+                ]
+                lister.stats.wasted_keys += len(objects) - len(kept)
+                if kept:
+                    await self.emit(kept)
+        finally:
+            if pending is not None:
+                pending.cancel()
+
+    def _split_flat(self, prefix: str, keys: list[str], after: str | None) -> None:
+        """The rest of a flat listing after ``after``, cut into ranges for the idle
+        workers (the last one open-ended), or one open range if no cut fits."""
+        if after is None:
+            return
+        cuts = keyspace.cut_points(keys, after, None, max(0, self.idle - 1), self._keys_each())
+        bounds: list[str | None] = [after, *cuts, None]
+        for low, high in pairwise(bounds):
+            self._submit_range(prefix, low, high, expect=self._keys_each() if high else 0)
+
+    def _keys_each(self) -> int:
+        # Two pages a range: one page each would spend more of the server's work
+        # on the last page's overshoot past ``end``, more pages would leave
+        # workers idle for longer.
+        return 2 * self.lister.page_size
+
+    async def list_range(
+        self,
+        prefix: str,
+        after: str | None,
+        end: str | None,
+        *,
+        split: bool = True,
+        expect: int = 0,
+    ) -> tuple[str | None, int]:
+        """Every key under ``prefix`` in ``(after, end]`` (None: unbounded).
+
+        Returns the last key handed on and how many were (for a range that was
+        not cut: its greatest key and its size)."""
+        lister = self.lister
+        lister.stats.ranges += 1
+        size = lister.page_size
+        max_keys = _page_for(expect, size)
+        pending: asyncio.Task[bytes] | None = asyncio.ensure_future(
+            lister.fetch(prefix, start_after=after, max_keys=max_keys)
+        )
+        handed, listed = None, 0
+        try:
+            while pending is not None:
+                body = await pending
+                pending = None
+                last = last_key(body)
+                more = is_truncated(body) and last is not None and (end is None or last < end)
+                # With workers idle, this range is about to be cut: the next request
+                # waits for the cut (and this page's parse), or it would read past
+                # the new end. Otherwise it goes out now, before the parse.
+                splitting = more and split and self.idle > 0
+                if more and not splitting:
+                    pending = asyncio.ensure_future(
+                        lister.fetch(prefix, start_after=last, max_keys=max_keys)
+                    )
+                objects = parse_page(body).objects
+                if end is not None and objects and objects[-1].key > end:
+                    kept = [o for o in objects if o.key <= end]
+                    lister.stats.wasted_keys += len(objects) - len(kept)
+                    objects = kept
+                if objects:
+                    handed = objects[-1].key
+                    listed += len(objects)
+                    await self.emit(objects)
+                if not more or last is None:
+                    continue
+                keys = [o.key for o in objects]
+                if splitting and len(keys) >= 2:
+                    cuts = keyspace.cut_points(keys, last, end, self.idle, self._keys_each())
+                    if cuts:
+                        bounds: list[str | None] = [*cuts, end]
+                        for low, high in pairwise(bounds):
+                            self._submit_range(
+                                prefix, low, high, expect=self._keys_each() if high else 0
+                            )
+                        end = cuts[0]
+                if end is not None and len(keys) >= 2:
+                    # Size the next request to what is left, so the page that
+                    # reaches ``end`` reads few keys past it.
+                    left = keyspace.estimate(keys, last, end)
+                    max_keys = _page_for(int(left) if left is not None else 0, size)
+                if splitting:
+                    pending = asyncio.ensure_future(
+                        lister.fetch(prefix, start_after=last, max_keys=max_keys)
+                    )
+        finally:
+            if pending is not None:
+                pending.cancel()
+        return handed, listed
+
+
+def _page_for(expected: int, page_size: int) -> int:
+    """max-keys for a request expected to reach its range's end with ``expected``
+    keys (0: unknown): a quarter more than expected, so a low estimate rarely
+    costs another round trip."""
+    if expected <= 0:
+        return page_size
+    return max(1, min(page_size, expected + expected // 4 + 16))

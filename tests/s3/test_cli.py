@@ -1,0 +1,112 @@
+"""``surge s3 ls``: aws-style lines, JSON lines, summaries and exit statuses."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from click.testing import CliRunner
+from tests.s3._buckets import Buckets
+
+from surge.cli import main
+
+
+def run(buckets: Buckets, *args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    runner = CliRunner()
+    env = {
+        "AWS_ACCESS_KEY_ID": buckets.credentials.access_key,
+        "AWS_SECRET_ACCESS_KEY": buckets.credentials.secret_key,
+        **(env or {}),
+    }
+    result = runner.invoke(
+        main, ["s3", "ls", "--endpoint-url", buckets.endpoint_url, *args], env=env
+    )
+    return result.exit_code, result.stdout, result.stderr
+
+
+LINE = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) +(\d+) (.*)")
+
+
+def test_recursive_text_lines_like_aws(buckets: Buckets) -> None:
+    code, out, err = run(buckets, "s3://awkward", "--recursive", "--parallel", "1")
+    assert code == 0, err
+    lines = out.splitlines(keepends=True)
+    # keys with a tab or newline would break lines: the awkward set has a tab only
+    parsed = [LINE.fullmatch(line.rstrip("\n")) for line in lines]
+    assert all(parsed), lines
+    assert [m.group(3) for m in parsed if m] == buckets.boto3_keys("awkward")
+    # aws's columns: 19 of date and time, a space, the size right-aligned in 10, a space
+    assert all(line[19] == line[30] == " " and line[20:30].strip().isdigit() for line in lines)
+    # each object's body is its key's first 20 bytes (conftest)
+    assert all(int(m.group(2)) == len(m.group(3).encode()[:20]) for m in parsed if m)
+
+
+def test_one_level_shows_directories_as_pre(buckets: Buckets) -> None:
+    code, out, _ = run(buckets, "s3://nested/dir1/")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[:5] == [f"                           PRE sub{b}/" for b in range(5)]
+    assert len(lines) == 6 and lines[5].endswith(" readme.md")  # relative to the prefix
+
+
+def test_json_lines_and_summary(buckets: Buckets) -> None:
+    code, out, err = run(buckets, "s3://nested", "--recursive", "--json", "--summarize")
+    assert code == 0
+    records = [json.loads(line) for line in out.splitlines()]
+    assert sorted(r["key"] for r in records) == sorted(buckets.boto3_keys("nested"))
+    record = records[0]
+    assert set(record) == {"key", "size", "last_modified", "etag", "storage_class"}
+    assert record["last_modified"].endswith("Z") and record["etag"].startswith('"')
+    total = sum(r["size"] for r in records)
+    assert f"Total Objects: {len(records)}" in err and f"Total Size: {total}" in err
+
+
+def test_text_summary_on_stdout_as_aws_prints_it(buckets: Buckets) -> None:
+    code, out, _ = run(buckets, "s3://empty", "--recursive", "--summarize")
+    assert code == 0
+    assert out == "\nTotal Objects: 0\n   Total Size: 0\n"
+
+
+def test_no_such_bucket_exits_2_naming_it(buckets: Buckets) -> None:
+    code, out, err = run(buckets, "s3://no-such-bucket", "--recursive")
+    assert code == 2 and out == ""
+    assert "NoSuchBucket" in err and "no-such-bucket" in err
+
+
+def test_access_denied_exits_2_naming_the_bucket(buckets: Buckets) -> None:
+    code, _, err = run(buckets, "s3://flat", "--no-sign-request")
+    assert code == 2 and "AccessDenied" in err and "'flat'" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["bucket/key"], "expected s3://bucket"),
+        (["s3://flat", "--parallel", "0"], "--parallel"),
+        (["s3://flat", "--profile", "nope"], "--profile nope"),
+    ],
+)
+def test_usage_errors_exit_2(buckets: Buckets, args: list[str], message: str) -> None:
+    code, _, err = run(buckets, *args)
+    assert code == 2 and message in err and err.startswith("surge s3 ls: error:")
+
+
+def test_progress_line_is_rewritten_in_place() -> None:
+    import io
+
+    from surge.s3.cli import Progress
+
+    stream = io.StringIO()
+    progress = Progress(stream)
+    progress.update(1234)
+    progress.update(5678)  # within 0.2 s of the last draw: not drawn
+    progress.close()
+    text = stream.getvalue()
+    assert text.startswith("\r\x1b[K1,234 objects") and "5,678" not in text
+    assert text.endswith("\r\x1b[K")
+
+
+def test_no_progress_when_stderr_is_not_a_terminal(buckets: Buckets) -> None:
+    code, _, err = run(buckets, "s3://flat", "--recursive")
+    assert code == 0 and "\x1b[K" not in err and "objects" not in err

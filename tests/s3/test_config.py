@@ -1,0 +1,68 @@
+"""Endpoints, addressing styles, regions and the credential chain's fast path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from surge.errors import UsageError
+from surge.s3.config import make_target, resolve_credentials, resolve_region, split_s3_url
+from surge.s3.sigv4 import Credentials
+
+KEYS = Credentials("AK", "SK")
+
+
+def test_split_s3_url() -> None:
+    assert split_s3_url("s3://bucket") == ("bucket", "")
+    assert split_s3_url("s3://bucket/") == ("bucket", "")
+    assert split_s3_url("s3://my.bucket-1/a/b c/") == ("my.bucket-1", "a/b c/")
+    for bad in ("bucket/key", "s3://", "s3:///key", "s3://UPPER", "http://bucket/"):
+        with pytest.raises(UsageError):
+            split_s3_url(bad)
+
+
+def test_path_style_for_an_endpoint() -> None:
+    target = make_target("bkt", endpoint_url="http://127.0.0.1:9000/", credentials=KEYS)
+    assert (target.base_url, target.host, target.path) == (
+        "http://127.0.0.1:9000",
+        "127.0.0.1:9000",
+        "/bkt",
+    )
+    behind = make_target("bkt", endpoint_url="https://gw.example/s3", credentials=KEYS)
+    assert (behind.host, behind.path) == ("gw.example", "/s3/bkt")
+
+
+def test_virtual_hosted_style_for_aws_except_dotted_names() -> None:
+    target = make_target("bkt", region="eu-west-3", credentials=KEYS)
+    assert (target.base_url, target.path) == ("https://bkt.s3.eu-west-3.amazonaws.com", "/")
+    dotted = make_target("my.bkt", region="eu-west-3", credentials=KEYS)
+    assert (dotted.host, dotted.path) == ("s3.eu-west-3.amazonaws.com", "/my.bkt")
+
+
+def test_anonymous_has_no_signer() -> None:
+    assert make_target("bkt", no_sign_request=True, region="us-east-1").signer is None
+
+
+def test_bad_endpoint() -> None:
+    with pytest.raises(UsageError, match="--endpoint-url"):
+        make_target("bkt", endpoint_url="ftp://x", credentials=KEYS)
+
+
+def test_environment_comes_first_without_a_profile(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "envkey")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "envsecret")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "envtoken")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "ap-south-1")
+    assert resolve_credentials(None) == Credentials("envkey", "envsecret", "envtoken")
+    assert resolve_region(None, None) == "ap-south-1"
+    assert resolve_region("eu-north-1", None) == "eu-north-1"
+
+
+def test_region_from_a_profile_else_us_east_1(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    config = tmp_path / "aws-config"
+    config.write_text("[profile eu]\nregion = eu-central-1\n")
+    assert resolve_region(None, "eu") == "eu-central-1"
+    assert resolve_region(None, None) == "us-east-1"

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
 
-from surge.bulk.gc_tuning import relaxed_gc
 from surge.bulk.inputs import InputItem as Item
 from surge.errors import RequestError, UsageError
+from surge.gc_tuning import relaxed_gc
 from surge.http.client import Client
 from surge.http.timings import Timings
 
@@ -66,7 +66,7 @@ class FetchOptions:
     body_cap: int = 10 * 1024 * 1024
     max_connecting: int = 256
     keep_body: bool = False  # put the body (text) into the record
-    relax_gc: bool = True  # see surge.bulk.gc_tuning
+    relax_gc: bool = True  # see surge.gc_tuning
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:

@@ -26,8 +26,8 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from surge.bulk.gc_tuning import relaxed_gc
 from surge.errors import UsageError
+from surge.gc_tuning import relaxed_gc
 from surge.http import Client
 from surge.s3.config import make_target, split_s3_url
 from surge.s3.listing import CommonPrefix, Lister, ParallelListing, Stats
@@ -49,7 +49,7 @@ class ListOptions:
     page_size: int = 1000
     retries: int = 5
     max_time: float = 60.0  # seconds per request
-    relax_gc: bool = True  # the cycle collector relaxed while listing (surge.bulk.gc_tuning)
+    relax_gc: bool = True  # the cycle collector relaxed while listing (surge.gc_tuning)
     stats: Stats = field(default_factory=Stats)  # filled in as the listing runs
 
     def __post_init__(self) -> None:

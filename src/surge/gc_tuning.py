@@ -1,4 +1,7 @@
-"""Relax the cycle collector while a bulk run is active, and put it back after.
+"""Relax the cycle collector while a bulk job runs, and put it back after.
+
+Used by the layers that run many requests at once (``bulk/``, ``s3/``), so it
+lives below them, beside ``errors.py``.
 
 A run with 1,000 requests in flight keeps tens of thousands of live container
 objects (tasks' frames, futures, connections, records), and CPython's default

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from surge.bulk.gc_tuning import YOUNG_THRESHOLD, relaxed_gc
+from surge.gc_tuning import YOUNG_THRESHOLD, relaxed_gc
 
 
 @pytest.fixture(autouse=True)

@@ -84,8 +84,8 @@ def _listing(peer: str, endpoint: str, bucket: str) -> tuple[list[str], float, f
     """(keys, wall seconds, CPU seconds) of one listing by ``peer``."""
     url = f"s3://{bucket}"
     if peer in ("surge", "surge_seq"):
+        from surge.loops import new_event_loop
         from surge.s3 import Credentials, ListOptions, list_pages
-        from surge.s3.api import new_event_loop
 
         options = ListOptions(
             parallel=16 if peer == "surge" else 1,

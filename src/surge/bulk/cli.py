@@ -26,11 +26,12 @@ from typing import Any, TextIO
 
 import click
 
-from surge.bulk.engine import FetchOptions, new_event_loop, run
+from surge.bulk.engine import FetchOptions, run
 from surge.bulk.inputs import InputItem, read_inputs
 from surge.bulk.outputs import LineSet, RecordWriter, done_lines, open_writer
 from surge.bulk.summary import Summary
 from surge.errors import UsageError
+from surge.loops import new_event_loop
 
 #: File descriptors kept for everything but sockets (files, DNS threads, the loop).
 FD_HEADROOM = 64

@@ -21,11 +21,9 @@ Every input yields exactly one record, failures included: a remote failure is
 from __future__ import annotations
 
 import asyncio
-import queue
 import random
-import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator
-from contextlib import aclosing
+from contextlib import closing
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
@@ -35,6 +33,7 @@ from surge.errors import RequestError, UsageError
 from surge.gc_tuning import relaxed_gc
 from surge.http.client import Client
 from surge.http.timings import Timings
+from surge.loops import iterate_in_thread
 
 #: Error classes worth another attempt: the network or the server may do better.
 RETRYABLE_ERRORS = frozenset(
@@ -231,16 +230,6 @@ _PHASES = ("dns_ms", "connect_ms", "tls_ms", "ttfb_ms", "body_ms")
 # -- the synchronous API ------------------------------------------------------------------
 
 
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop when installed (the fast loop), else asyncio's."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - depends on the environment
-        return asyncio.new_event_loop()
-    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-    return loop
-
-
 def fetch_all(urls: Iterable[str | Item], **options: Any) -> Iterator[Record]:
     """``surge.fetch`` for synchronous code: a plain iterator of records.
 
@@ -249,49 +238,7 @@ def fetch_all(urls: Iterable[str | Item], **options: Any) -> Iterator[Record]:
     Records arrive as they complete; closing the iterator early stops the engine.
     """
     opts = FetchOptions(**options)
-    handoff: queue.Queue[Record | BaseException | None] = queue.Queue(maxsize=1024)
-    stop = threading.Event()
-    loop = new_event_loop()
-
-    async def produce() -> None:
-        try:
-            async with aclosing(fetch(urls, options=opts)) as records:
-                async for record in records:
-                    while True:
-                        try:
-                            handoff.put_nowait(record)
-                            break
-                        except queue.Full:
-                            if stop.is_set():
-                                return
-                            await asyncio.sleep(0.005)
-                    if stop.is_set():
-                        return
-        except BaseException as e:
-            handoff.put(e)
-            return
-        handoff.put(None)
-
-    def thread_main() -> None:
-        try:
-            loop.run_until_complete(produce())
-        finally:
-            loop.close()
-
-    thread = threading.Thread(target=thread_main, name="surge-fetch", daemon=True)
-    thread.start()
-    try:
-        while True:
-            item = handoff.get()
-            if item is None:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
-        while thread.is_alive():  # let the producer see the stop and finish
-            try:
-                handoff.get_nowait()
-            except queue.Empty:
-                thread.join(0.01)
+    with closing(
+        iterate_in_thread(lambda: fetch(urls, options=opts), name="surge-fetch", buffer=1024)
+    ) as records:
+        yield from records

@@ -19,16 +19,15 @@ AccessDenied, ...); bad arguments raise :class:`surge.errors.UsageError`.
 from __future__ import annotations
 
 import asyncio
-import queue
-import threading
 from collections.abc import AsyncGenerator, Iterator
-from contextlib import aclosing
+from contextlib import aclosing, closing
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from surge.errors import UsageError
 from surge.gc_tuning import relaxed_gc
 from surge.http import Client
+from surge.loops import iterate_in_thread
 from surge.s3.config import make_target, split_s3_url
 from surge.s3.listing import CommonPrefix, Lister, ParallelListing, Stats
 from surge.s3.parse import S3Object
@@ -149,16 +148,6 @@ async def list_objects(
                 yield entry
 
 
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop when installed (the fast loop), else asyncio's."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - depends on the environment
-        return asyncio.new_event_loop()
-    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-    return loop
-
-
 def list_all(url: str, *, options: ListOptions | None = None, **kwargs: Any) -> Iterator[Entry]:
     """:func:`list_objects` for synchronous code: a plain iterator.
 
@@ -167,49 +156,8 @@ def list_all(url: str, *, options: ListOptions | None = None, **kwargs: Any) -> 
     objects, so the handoff costs next to nothing per object.
     """
     opts = options or ListOptions(**kwargs)
-    handoff: queue.Queue[list[Entry] | BaseException | None] = queue.Queue(maxsize=64)
-    stop = threading.Event()
-    loop = new_event_loop()
-
-    async def produce() -> None:
-        try:
-            async with aclosing(list_pages(url, options=opts)) as pages:
-                async for page in pages:
-                    while True:
-                        try:
-                            handoff.put_nowait(page)
-                            break
-                        except queue.Full:
-                            if stop.is_set():
-                                return
-                            await asyncio.sleep(0.002)
-                    if stop.is_set():
-                        return
-        except BaseException as e:
-            handoff.put(e)
-            return
-        handoff.put(None)
-
-    def thread_main() -> None:
-        try:
-            loop.run_until_complete(produce())
-        finally:
-            loop.close()
-
-    thread = threading.Thread(target=thread_main, name="surge-s3-ls", daemon=True)
-    thread.start()
-    try:
-        while True:
-            item = handoff.get()
-            if item is None:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield from item
-    finally:
-        stop.set()
-        while thread.is_alive():
-            try:
-                handoff.get_nowait()
-            except queue.Empty:
-                thread.join(0.01)
+    with closing(
+        iterate_in_thread(lambda: list_pages(url, options=opts), name="surge-s3-ls", buffer=64)
+    ) as pages:
+        for page in pages:
+            yield from page

@@ -27,7 +27,8 @@ from typing import TextIO
 import click
 
 from surge.errors import S3Error, UsageError
-from surge.s3.api import Entry, ListOptions, list_pages, new_event_loop
+from surge.loops import new_event_loop
+from surge.s3.api import Entry, ListOptions, list_pages
 from surge.s3.listing import CommonPrefix
 
 

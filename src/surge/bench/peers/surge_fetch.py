@@ -14,8 +14,9 @@ from ._common import Outcome, emit
 
 def run(urls: list[str], *, concurrency: int, timeout: float, cafile: str | None) -> list[Outcome]:
     """Fetch ``urls`` with surge's engine; one outcome per URL, in order."""
-    from surge.bulk.engine import FetchOptions, as_items, new_event_loop
+    from surge.bulk.engine import FetchOptions, as_items
     from surge.bulk.engine import run as run_engine
+    from surge.loops import new_event_loop
 
     opts = FetchOptions(
         concurrency=concurrency,

@@ -125,6 +125,20 @@ def fmt_ns(ns: float | None) -> str:
 
 
 @dataclass
+class Target:
+    """One of an issue's targets, judged from a run's own numbers."""
+
+    name: str
+    wanted: str
+    measured: str
+    met: bool | None  # None: could not be checked
+
+    def line(self) -> str:
+        verdict = {True: "MET", False: "NOT MET", None: "NOT CHECKED"}[self.met]
+        return f"{verdict:<11}  {self.name}: {self.measured} (target: {self.wanted})"
+
+
+@dataclass
 class Table:
     """A plain-text table with aligned columns, for stdout.
 

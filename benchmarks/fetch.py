@@ -135,7 +135,7 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any
 
-from _common import Table, machine_info, write_json
+from _common import Table, Target, machine_info, write_json
 from fetch_clients import CLIENTS
 
 SECTIONS = ("sim", "keepalive", "tls", "input")
@@ -711,18 +711,6 @@ def run_input(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # -- targets ---------------------------------------------------------------------------------
-
-
-@dataclass
-class Target:
-    name: str
-    wanted: str
-    measured: str
-    met: bool | None  # None: could not be checked
-
-    def line(self) -> str:
-        verdict = {True: "MET", False: "NOT MET", None: "NOT CHECKED"}[self.met]
-        return f"{verdict:<11}  {self.name}: {self.measured} (target: {self.wanted})"
 
 
 def cheaper_aiohttp(clients: dict[str, Any]) -> tuple[str, float] | None:

@@ -121,6 +121,7 @@ from typing import Any, Protocol
 
 from _common import (
     Table,
+    Target,
     best_of,
     fmt_ns,
     fmt_s,
@@ -807,18 +808,6 @@ def run_contention(
 
 
 # -- targets ---------------------------------------------------------------------------
-
-
-@dataclass
-class Target:
-    name: str
-    wanted: str
-    measured: str
-    met: bool | None  # None: could not be checked
-
-    def line(self) -> str:
-        verdict = {True: "MET", False: "NOT MET", None: "NOT CHECKED"}[self.met]
-        return f"{verdict:<11}  {self.name}: {self.measured} (target: {self.wanted})"
 
 
 def check_targets(results: dict[str, Any], av: Available) -> list[Target]:

@@ -369,16 +369,7 @@ def run_sim(args: argparse.Namespace) -> dict[str, Any]:
                     continue
                 wanted = spread(urls, sample) if sample is not None else urls
                 s = score(result, wanted, timeout=timeout)
-                row.update(
-                    ok=s.ok,
-                    lost=s.lost,
-                    answerable=s.answerable,
-                    borderline=s.borderline,
-                    late=s.beyond_deadline,
-                    errors=dict(s.errors),
-                    lost_by=dict(s.lost_by),
-                    x_bound=result.wall_s / bound,
-                )
+                row.update(score_fields(s, result.wall_s / bound))
                 mark = "~" if result.extrapolated else ""
                 of = f" (of {len(wanted)})" if sample is not None else ""
                 detail = fmt_counts(s.lost_by)
@@ -404,16 +395,7 @@ def run_sim(args: argparse.Namespace) -> dict[str, Any]:
                 cli = run_cli_sim(urls, concurrency, timeout, args.limit)
                 wanted_cli = urls
                 s = score(cli.pop("outcomes"), wanted_cli, timeout=timeout)
-                cli.update(
-                    ok=s.ok,
-                    lost=s.lost,
-                    answerable=s.answerable,
-                    borderline=s.borderline,
-                    late=s.beyond_deadline,
-                    errors=dict(s.errors),
-                    lost_by=dict(s.lost_by),
-                    x_bound=cli["wall_s"] / bound,
-                )
+                cli.update(score_fields(s, cli["wall_s"] / bound))
                 size["cli"] = cli
                 table.add(
                     "surge fetch (CLI)",
@@ -453,6 +435,20 @@ def run_sim(args: argparse.Namespace) -> dict[str, Any]:
         table.print()
         results["sizes"][str(n)] = size
     return results
+
+
+def score_fields(s: Any, x_bound: float) -> dict[str, Any]:
+    """A run's score (surge.bench.peers.runner.score) as the JSON row's fields."""
+    return {
+        "ok": s.ok,
+        "lost": s.lost,
+        "answerable": s.answerable,
+        "borderline": s.borderline,
+        "late": s.beyond_deadline,
+        "errors": dict(s.errors),
+        "lost_by": dict(s.lost_by),
+        "x_bound": x_bound,
+    }
 
 
 def run_cli_sim(

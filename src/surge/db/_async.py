@@ -20,10 +20,11 @@ from typing import Any, Literal
 
 from surge.db._drivers import (
     MYSQL_GONE,
-    PG_GONE,
     DatabaseURL,
+    PsycopgState,
     _mysql_tls,
     mysql_connect_params,
+    pg_connect_params,
     readable,
 )
 from surge.db._pool import LIFETIME_SHARE, _Record
@@ -31,7 +32,7 @@ from surge.errors import UsageError
 from surge.pool import AsyncPool
 
 
-class AsyncPsycopg:
+class AsyncPsycopg(PsycopgState):
     """What the async pool needs from psycopg's ``AsyncConnection``."""
 
     name = "psycopg"
@@ -44,30 +45,9 @@ class AsyncPsycopg:
         self.fatal, self.tuples_ok = pq.ExecStatus.FATAL_ERROR, pq.ExecStatus.TUPLES_OK
 
     async def connect(self, url: DatabaseURL, autocommit: bool, extra: dict[str, Any]) -> Any:
-        params: dict[str, Any] = {"dbname": url.database, "user": url.user}
-        if url.password is not None:
-            params["password"] = url.password
-        host = url.options.get("host") or url.host
-        if host:
-            params["host"] = host
-        if url.port:
-            params["port"] = url.port
-        params.update((k, v) for k, v in url.options.items() if k != "host")
-        params["autocommit"] = autocommit
-        params.update(extra)
-        connect = self.module.AsyncConnection.connect
-        return await connect(**{k: v for k, v in params.items() if v is not None})
-
-    def in_transaction(self, conn: Any) -> bool:
-        return bool(conn.pgconn.transaction_status != self.idle)
-
-    def is_closed(self, conn: Any) -> bool:
-        return bool(conn.closed or conn.broken)
-
-    def has_input(self, conn: Any) -> bool:
-        # An idle psycopg connection's socket is not watched by the loop: bytes or
-        # EOF that arrived while idle are still there to see.
-        return readable(conn.pgconn.socket)
+        return await self.module.AsyncConnection.connect(
+            **pg_connect_params(url, autocommit, extra)
+        )
 
     async def _exec(self, conn: Any, query: bytes) -> Any:
         """One simple-protocol query without psycopg's BEGIN, awaited on the loop."""
@@ -82,13 +62,6 @@ class AsyncPsycopg:
         result = await self._exec(conn, b"")  # an empty query: one round trip
         if conn.pgconn.status != self.ok or result is None or result.status == self.fatal:
             raise self.module.OperationalError("the connection is broken")
-
-    def is_disconnect(self, error: BaseException, conn: Any) -> bool:
-        if not isinstance(error, self.module.Error | OSError):
-            return False
-        if getattr(error, "sqlstate", None) in PG_GONE:
-            return True
-        return bool(conn.broken or conn.pgconn.status != self.ok)
 
     async def server_idle_timeout(self, conn: Any) -> float | None:
         result = await self._exec(

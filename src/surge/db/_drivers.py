@@ -238,29 +238,32 @@ class PyMySQL(Driver):
         return float(row[0]) if row else None
 
 
-class Psycopg(Driver):
-    name = "psycopg"
+def pg_connect_params(url: DatabaseURL, autocommit: bool, extra: dict[str, Any]) -> dict[str, Any]:
+    """psycopg's connect keywords from a ``postgresql://`` URL (sync and async)."""
+    params: dict[str, Any] = {"dbname": url.database, "user": url.user}
+    if url.password is not None:
+        params["password"] = url.password
+    host = url.options.get("host") or url.host  # ?host=/run/postgresql: a socket dir
+    if host:
+        params["host"] = host
+    if url.port:
+        params["port"] = url.port
+    for key, value in url.options.items():
+        if key != "host":
+            params[key] = value  # libpq's own: sslmode, sslrootcert, application_name, ...
+    params["autocommit"] = autocommit
+    params.update(extra)
+    return {k: v for k, v in params.items() if v is not None}
 
-    def __init__(self) -> None:
-        self.module = importlib.import_module("psycopg")
-        self.idle = self.module.pq.TransactionStatus.IDLE
-        self.ok = self.module.pq.ConnStatus.OK
 
-    def connect(self, url: DatabaseURL, autocommit: bool, extra: dict[str, Any]) -> Any:
-        params: dict[str, Any] = {"dbname": url.database, "user": url.user}
-        if url.password is not None:
-            params["password"] = url.password
-        host = url.options.get("host") or url.host  # ?host=/run/postgresql: a socket dir
-        if host:
-            params["host"] = host
-        if url.port:
-            params["port"] = url.port
-        for key, value in url.options.items():
-            if key != "host":
-                params[key] = value  # libpq's own: sslmode, sslrootcert, application_name, ...
-        params["autocommit"] = autocommit
-        params.update(extra)
-        return self.module.connect(**{k: v for k, v in params.items() if v is not None})
+class PsycopgState:
+    """What the sync and async psycopg drivers read alike, with no I/O: libpq's
+    transaction status, the connection's state, its socket, and which errors mean
+    the server is gone. The driver sets ``module``, ``idle`` and ``ok``."""
+
+    module: Any
+    idle: Any  # pq.TransactionStatus.IDLE
+    ok: Any  # pq.ConnStatus.OK
 
     def in_transaction(self, conn: Any) -> bool:
         # libpq's status of the last ReadyForQuery: IDLE, INTRANS, INERROR (or
@@ -271,7 +274,29 @@ class Psycopg(Driver):
         return bool(conn.closed or conn.broken)
 
     def has_input(self, conn: Any) -> bool:
+        # An idle connection's socket is watched by no loop: bytes or EOF that
+        # arrived while idle are still there to see.
         return readable(conn.pgconn.socket)
+
+    def is_disconnect(self, error: BaseException, conn: Any) -> bool:
+        if not isinstance(error, self.module.Error | OSError):
+            return False  # the application's own exception: says nothing of the server
+        if getattr(error, "sqlstate", None) in PG_GONE:
+            return True
+        # psycopg marks a connection broken when the server or the network cut it.
+        return bool(conn.broken or conn.pgconn.status != self.ok)
+
+
+class Psycopg(PsycopgState, Driver):
+    name = "psycopg"
+
+    def __init__(self) -> None:
+        self.module = importlib.import_module("psycopg")
+        self.idle = self.module.pq.TransactionStatus.IDLE
+        self.ok = self.module.pq.ConnStatus.OK
+
+    def connect(self, url: DatabaseURL, autocommit: bool, extra: dict[str, Any]) -> Any:
+        return self.module.connect(**pg_connect_params(url, autocommit, extra))
 
     def ping(self, conn: Any) -> None:
         # An empty query: one round trip, no statement run, no transaction opened.
@@ -283,14 +308,6 @@ class Psycopg(Driver):
                 "the connection is broken: "
                 + (result.error_message or b"").decode(errors="replace").strip()
             )
-
-    def is_disconnect(self, error: BaseException, conn: Any) -> bool:
-        if not isinstance(error, self.module.Error | OSError):
-            return False  # the application's own exception: says nothing of the server
-        if getattr(error, "sqlstate", None) in PG_GONE:
-            return True
-        # psycopg marks a connection broken when the server or the network cut it.
-        return bool(conn.broken or conn.pgconn.status != self.ok)
 
     def server_idle_timeout(self, conn: Any) -> float | None:
         # idle_session_timeout (PostgreSQL 14+) closes sessions idle outside a

@@ -20,6 +20,7 @@ SUBCOMMANDS = {
     "fetch": "surge.bulk.cli:fetch_command",
     "s3": "surge.s3.cli:s3_group",
     "sim": "surge.sim.cli:sim_command",
+    "trace": "surge.trace.cli:trace_command",
 }
 
 

@@ -31,7 +31,12 @@ from surge.bulk.inputs import InputItem, read_inputs
 from surge.bulk.outputs import LineSet, RecordWriter, done_lines, open_writer
 from surge.bulk.summary import Summary
 from surge.errors import UsageError
+from surge.http.client import parse_header
 from surge.loops import new_event_loop
+from surge.trace.har import HarWriter
+from surge.trace.html import write_html
+from surge.trace.recorder import DEFAULT_ROWS, TraceRecorder
+from surge.trace.tracer import Tee
 
 #: File descriptors kept for everything but sockets (files, DNS threads, the loop).
 FD_HEADROOM = 64
@@ -74,6 +79,19 @@ FD_HEADROOM = 64
 )
 @click.option("--max-connecting", default=256, show_default=True, help="Handshakes in flight.")
 @click.option("--resume", is_flag=True, help="Skip inputs already recorded in OUT; append.")
+@click.option(
+    "--trace",
+    "trace_path",
+    metavar="PAGE.html",
+    help="Write a waterfall page: phases per request, requests in flight, time by phase.",
+)
+@click.option(
+    "--trace-rows",
+    default=DEFAULT_ROWS,
+    show_default=True,
+    help="Waterfall rows at most (a uniform sample beyond; the summary counts every request).",
+)
+@click.option("--har", "har_path", metavar="FILE.har", help="Write each request to a HAR 1.2 file.")
 @click.option("--no-progress", is_flag=True, help="No progress line, even on a terminal.")
 @click.option("-q", "--quiet", is_flag=True, help="No summary either.")
 def fetch_command(
@@ -98,6 +116,9 @@ def fetch_command(
     max_filesize: int,
     max_connecting: int,
     resume: bool,
+    trace_path: str | None,
+    trace_rows: int,
+    har_path: str | None,
     no_progress: bool,
     quiet: bool,
 ) -> None:
@@ -116,20 +137,23 @@ def fetch_command(
             follow_redirects=follow,
             max_redirects=max_redirs,
             method=method,
-            headers=[_parse_header(h) for h in headers],
+            headers=[parse_header(h) for h in headers],
             resolve=list(resolve),
             cafile=cacert,
             insecure=insecure,
             body_cap=max_filesize,
             max_connecting=max_connecting,
         )
-        opts.client()  # validates --resolve and the headers now, not mid-run
+        client = opts.client()  # validates --resolve and the headers now, not mid-run
+        if cacert is not None:
+            client.ssl_context  # noqa: B018 - loads --cacert now: a bad file is exit 2
         fmt = fmt or ("csv" if output and output.lower().endswith(".csv") else "jsonl")
         if resume and not output:
             raise UsageError("--resume needs -o OUT (the file to resume)")
         done = done_lines(output, fmt) if resume and output and os.path.exists(output) else None
         items = read_inputs(input_path, column=column, template=template, input_format=input_format)
         opts.concurrency = fit_concurrency(opts.concurrency)
+        recorder, har = _tracers(trace_path, trace_rows, har_path, opts, input_path)
         writer = open_writer(output, fmt, append=bool(resume))
     except UsageError as e:
         _die(str(e))
@@ -145,8 +169,17 @@ def fetch_command(
             failure = e
     if progress is not None:
         progress.close()
+    # Written whatever stopped the run: a trace of an interrupted run is still a trace.
+    if har is not None:
+        har.close()
+    if recorder is not None and trace_path is not None:
+        write_html(recorder.data(), trace_path)
     if not quiet:
         click.echo(summary.render(time.perf_counter() - started), err=True)
+        if trace_path is not None:
+            click.echo(f"  trace   {trace_path}", err=True)
+        if har_path is not None:
+            click.echo(f"  HAR     {har_path}", err=True)
     if failure is not None:
         _die(str(failure))
     if stopped_by is not None:
@@ -155,6 +188,35 @@ def fetch_command(
             f"surge fetch: stopped by {name}; the records written are kept (--resume)", err=True
         )
         sys.exit(128 + stopped_by)  # as a shell reports it: 130 for Ctrl-C, 143 for SIGTERM
+
+
+def _tracers(
+    trace_path: str | None,
+    rows: int,
+    har_path: str | None,
+    opts: FetchOptions,
+    input_path: str,
+) -> tuple[TraceRecorder | None, HarWriter | None]:
+    """The --trace recorder and the --har writer, hooked into ``opts``; files that
+    cannot be written are usage errors now, not after an hour's run."""
+    if rows < 1:
+        raise UsageError(f"--trace-rows must be at least 1, not {rows}")
+    recorder = har = None
+    for path in (trace_path, har_path):
+        if path is not None:
+            try:
+                with open(path, "a"):
+                    pass
+            except OSError as e:
+                raise UsageError(f"{path}: cannot write: {e.strerror}") from None
+    if trace_path is not None:
+        recorder = TraceRecorder(rows=rows, title=f"surge fetch {input_path}")
+    if har_path is not None:
+        har = HarWriter(har_path, method=opts.method)
+    tracers = [t for t in (recorder, har) if t is not None]
+    if tracers:
+        opts.trace = tracers[0] if len(tracers) == 1 else Tee(*tracers)
+    return recorder, har
 
 
 def _run(
@@ -256,13 +318,6 @@ def fit_concurrency(wanted: int) -> int:
         err=True,
     )
     return fitted
-
-
-def _parse_header(text: str) -> tuple[str, str]:
-    name, sep, value = text.partition(":")
-    if not sep or not name.strip() or " " in name.strip():
-        raise UsageError(f"-H {text!r}: expected 'Name: value'")
-    return name.strip(), value.strip()
 
 
 def _die(message: str) -> None:

@@ -34,6 +34,7 @@ from surge.gc_tuning import relaxed_gc
 from surge.http.client import Client
 from surge.http.timings import Timings
 from surge.loops import iterate_in_thread
+from surge.trace.tracer import Tracer
 
 #: Error classes worth another attempt: the network or the server may do better.
 RETRYABLE_ERRORS = frozenset(
@@ -66,6 +67,8 @@ class FetchOptions:
     max_connecting: int = 256
     keep_body: bool = False  # put the body (text) into the record
     relax_gc: bool = True  # see surge.gc_tuning
+    #: Given every record with its raw timings (surge.trace: --trace, --har).
+    trace: Tracer | None = None
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -173,7 +176,10 @@ async def fetch_one(client: Client, item: Item, opts: FetchOptions) -> Record:
             if e.error_class in RETRYABLE_ERRORS and attempts <= opts.retries:
                 await asyncio.sleep(_backoff(opts, attempts))
                 continue
-            return _record(item, start, attempts, e.status, e, e.final_url, e.bytes, e.timings)
+            record = _record(item, start, attempts, e.status, e, e.final_url, e.bytes, e.timings)
+            if opts.trace is not None:
+                opts.trace.add(record, start, start + record["elapsed_ms"] / 1000, e.timings)
+            return record
         attempts += response.attempts
         if response.status in RETRYABLE_STATUSES and attempts <= opts.retries:
             await asyncio.sleep(_backoff(opts, attempts))
@@ -188,6 +194,8 @@ async def fetch_one(client: Client, item: Item, opts: FetchOptions) -> Record:
             response.bytes,
             response.timings,
         )
+        if opts.trace is not None:
+            opts.trace.add(record, start, start + record["elapsed_ms"] / 1000, response.timings)
         if opts.keep_body:
             record["body"] = response.text()
         return record

@@ -4,13 +4,11 @@ of a million latencies)."""
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-#: Histogram buckets grow by 2**(1/16) (~4.4%): percentiles within ~2.2%.
-_STEPS_PER_DOUBLING = 16
+from surge.histogram import LogHistogram
 
 
 class Summary:
@@ -19,8 +17,7 @@ class Summary:
         self.statuses: Counter[int] = Counter()
         self.errors: Counter[str] = Counter()
         self.skipped = 0  # inputs already in the output (--resume)
-        self._buckets: Counter[int] = Counter()
-        self.max_ms = 0.0
+        self.latency = LogHistogram()
 
     def add(self, record: Mapping[str, Any]) -> None:
         self.records += 1
@@ -32,22 +29,11 @@ class Summary:
             self.errors[error] += 1
         elapsed = record.get("elapsed_ms")
         if elapsed is not None and error != "invalid_url":
-            self._buckets[_bucket(elapsed)] += 1
-            if elapsed > self.max_ms:
-                self.max_ms = elapsed
+            self.latency.add(elapsed)
 
     def percentile(self, p: float) -> float | None:
         """The latency (ms) below which ``p`` percent of the timed records fall."""
-        total = sum(self._buckets.values())
-        if not total:
-            return None
-        rank = math.ceil(total * p / 100.0)
-        seen = 0
-        for bucket in sorted(self._buckets):
-            seen += self._buckets[bucket]
-            if seen >= rank:
-                return min(_upper(bucket), self.max_ms)
-        return self.max_ms  # pragma: no cover - unreachable
+        return self.latency.percentile(p)
 
     def as_dict(self, wall_s: float) -> dict[str, Any]:
         return {
@@ -59,7 +45,7 @@ class Summary:
             "errors": dict(self.errors.most_common()),
             "p50_ms": _round(self.percentile(50)),
             "p95_ms": _round(self.percentile(95)),
-            "max_ms": _round(self.max_ms) if self.records else None,
+            "max_ms": _round(self.latency.max) if self.records else None,
         }
 
     def render(self, wall_s: float) -> str:
@@ -78,14 +64,6 @@ class Summary:
                 f"  max {d['max_ms']:,.0f} ms"
             )
         return "\n".join(lines)
-
-
-def _bucket(ms: float) -> int:
-    return math.floor(math.log2(max(ms, 0.001)) * _STEPS_PER_DOUBLING)
-
-
-def _upper(bucket: int) -> float:
-    return float(2 ** ((bucket + 1) / _STEPS_PER_DOUBLING))
 
 
 def _round(value: float | None) -> float | None:

@@ -119,7 +119,10 @@ def make_ssl_context(cafile: str | None = None, *, insecure: bool = False) -> ss
     """One context per configuration, built once: building one loads the CA store,
     which costs milliseconds (OpenSSL 3 made it several times slower, cpython
     #95031), so a context per request or per connection is a classic slowdown."""
-    context = ssl.create_default_context(cafile=cafile)
+    try:
+        context = ssl.create_default_context(cafile=cafile)
+    except (OSError, ssl.SSLError) as e:  # the CA file named by --cacert: a usage error
+        raise UsageError(f"{cafile}: cannot load CA certificates: {e}") from None
     if insecure:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
@@ -403,6 +406,9 @@ class Client:
         loop = asyncio.get_running_loop()
         if self._deadlines is None:
             self._deadlines = Deadlines(loop)
+        # Built (once per client) before the clock of any phase starts: loading
+        # the CA store takes milliseconds, which are no part of the TCP connect.
+        ssl_context = self.ssl_context if scheme == "https" else None
         timings.dns_start = perf_counter()
         addresses = self.resolver.cached(host, port)
         if addresses is None:  # a real lookup: only then a timeout (~10 us each)
@@ -420,7 +426,7 @@ class Client:
                     return await HTTPConnection.open(
                         key,
                         addresses,
-                        ssl_context=self.ssl_context if scheme == "https" else None,
+                        ssl_context=ssl_context,
                         server_hostname=host,
                         timings=timings,
                         deadlines=self._deadlines,
@@ -455,6 +461,14 @@ def _header_block(
             raise UsageError(f"bad header {name!r}: {value!r}")
         lines.append(f"{name}: {value}")
     return "".join(line + "\r\n" for line in lines).encode("latin-1")
+
+
+def parse_header(text: str) -> tuple[str, str]:
+    """A ``-H 'Name: value'`` flag (curl's form) as a (name, value) pair."""
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip() or " " in name.strip():
+        raise UsageError(f"-H {text!r}: expected 'Name: value'")
+    return name.strip(), value.strip()
 
 
 def _request_head(method: str, target: URL, header_block: bytes, body: bytes | None) -> bytes:
@@ -493,4 +507,5 @@ def _next_hop(previous: Timings) -> Timings:
     """A redirect's timings continue the same clock; phases are the last hop's."""
     timings = Timings(previous.queued)
     timings.started = previous.started
+    timings.hop_start = perf_counter()
     return timings

@@ -32,6 +32,7 @@ class Timings:
         "dns_start",
         "done",
         "first_byte",
+        "hop_start",
         "queued",
         "sent",
         "started",
@@ -42,6 +43,8 @@ class Timings:
     def __init__(self, queued: float) -> None:
         self.queued = queued  # created: waiting for a slot or a connection
         self.started: float | None = None  # holds what it waited for; the clock runs
+        #: After a redirect: when this hop began (``started`` is the first hop's).
+        self.hop_start: float | None = None
         self.dns_start: float | None = None
         self.dns_end: float | None = None
         #: The TCP connect began (after any wait for a handshake slot).

@@ -1,0 +1,284 @@
+"""``surge trace URL [URL ...]``: a few requests, each with an httpstat-like
+breakdown of where its time went (DNS, TCP, TLS, server processing, transfer).
+
+The URLs run one after another on one client, as curl runs several URLs of one
+command line: a second request to a host reuses the connection and shows no DNS,
+TCP or TLS (``--no-reuse`` opens a new connection for each).  ``--json`` prints
+one object per request per line, with curl's ``-w`` timers beside surge's phases
+(see :mod:`surge.http.timings` for the mapping).  Exit status: 0 when every
+request got a response, 1 when any failed, 2 for a usage error.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from time import perf_counter
+from typing import Any
+
+import click
+
+from surge.errors import RequestError, UsageError
+from surge.http.client import Client, Response, parse_header
+from surge.http.timings import Timings
+from surge.loops import new_event_loop
+
+
+@click.command("trace")
+@click.argument("urls", nargs=-1, required=True, metavar="URL [URL ...]")
+@click.option("-n", "--count", default=1, show_default=True, help="Requests per URL.")
+@click.option("--no-reuse", is_flag=True, help="A new connection for every request.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per request per line.")
+@click.option(
+    "-X", "--method", default="GET", show_default=True, type=click.Choice(["GET", "HEAD"])
+)
+@click.option("-H", "--header", "headers", multiple=True, metavar="'Name: value'")
+@click.option("-L", "--location", "follow", is_flag=True, help="Follow redirects.")
+@click.option(
+    "--resolve", multiple=True, metavar="HOST:PORT:ADDR", help="HOST may be * or *.suffix."
+)
+@click.option("--cacert", type=click.Path(dir_okay=False), help="CA certificates (PEM) to trust.")
+@click.option("-k", "--insecure", is_flag=True, help="Do not verify TLS certificates.")
+@click.option("--connect-timeout", default=10.0, show_default=True, help="Seconds for DNS+TCP+TLS.")
+@click.option("--max-time", default=30.0, show_default=True, help="Seconds per request, all in.")
+@click.option("--no-headers", is_flag=True, help="Do not print the response headers.")
+def trace_command(
+    urls: tuple[str, ...],
+    count: int,
+    no_reuse: bool,
+    as_json: bool,
+    method: str,
+    headers: tuple[str, ...],
+    follow: bool,
+    resolve: tuple[str, ...],
+    cacert: str | None,
+    insecure: bool,
+    connect_timeout: float,
+    max_time: float,
+    no_headers: bool,
+) -> None:
+    """Request each URL and show where its time went, phase by phase."""
+    try:
+        if count < 1:
+            raise UsageError(f"--count must be at least 1, not {count}")
+        options: dict[str, Any] = {
+            "headers": [parse_header(h) for h in headers],
+            "follow_redirects": follow,
+            "resolve": list(resolve),
+            "cafile": cacert,
+            "insecure": insecure,
+            "connect_timeout": connect_timeout,
+            "max_time": max_time,
+        }
+        # Checks the flags now; and --no-reuse's clients share one TLS context, as
+        # one client's connections do: a new connection each time, not a new CA load.
+        options["ssl_context"] = Client(**options).ssl_context
+    except UsageError as e:
+        click.echo(f"surge trace: error: {e}", err=True)
+        sys.exit(2)
+    color = sys.stdout.isatty() and not as_json
+    loop = new_event_loop()
+    try:
+        results = loop.run_until_complete(_requests(urls, count, no_reuse, method, options))
+    finally:
+        loop.close()
+    for n, (url, outcome, end) in enumerate(results):
+        if as_json:
+            click.echo(json.dumps(as_record(url, outcome, end)))
+        else:
+            if n:
+                click.echo()
+            click.echo(render(url, outcome, end, color=color, headers=not no_headers))
+    if any(isinstance(outcome, RequestError) for _, outcome, _ in results):
+        sys.exit(1)
+
+
+Outcome = Response | RequestError
+
+
+async def _requests(
+    urls: tuple[str, ...], count: int, no_reuse: bool, method: str, options: dict[str, Any]
+) -> list[tuple[str, Outcome, float]]:
+    """(url, response or error, when it ended) for each request, in order."""
+    results: list[tuple[str, Outcome, float]] = []
+    client = Client(**options)
+    try:
+        for url in urls:
+            for _ in range(count):
+                if no_reuse and results:
+                    await client.close()
+                    client = Client(**options)
+                outcome: Outcome
+                try:
+                    outcome = await client.request(method, url)
+                except RequestError as e:
+                    outcome = e
+                results.append((url, outcome, perf_counter()))
+    finally:
+        await client.close()
+    return results
+
+
+# -- curl's -w timers ------------------------------------------------------------------------
+
+#: curl's cumulative timers, each the time from the request's start to an event.
+CURL_TIMERS = (
+    "time_namelookup",
+    "time_connect",
+    "time_appconnect",
+    "time_pretransfer",
+    "time_starttransfer",
+    "time_total",
+)
+
+
+def curl_timers(timings: Timings, *, tls: bool, end: float) -> dict[str, float]:
+    """curl's ``-w`` timers, in seconds from the request's start, from surge's
+    timestamps; ``end``: when the request finished or failed.  As curl reports
+    them: a step a reused connection skipped takes the previous timer's value
+    (its namelookup and connect are ~0); ``time_appconnect`` is 0 without TLS; a
+    failed request's timers past the failure are 0 and ``time_total`` is the time
+    to the failure."""
+    t0 = timings.queued
+    events = (
+        ("time_namelookup", timings.dns_end),
+        ("time_connect", timings.tcp_end),
+        ("time_appconnect", timings.tls_end),
+        ("time_pretransfer", timings.sent),
+        ("time_starttransfer", timings.first_byte),
+    )
+    reached = max((i for i, (_, when) in enumerate(events) if when is not None), default=-1)
+    failed = timings.done is None
+    values: dict[str, float] = {}
+    last = 0.0
+    for i, (name, when) in enumerate(events):
+        if when is not None:
+            last = max(last, when - t0)
+        values[name] = 0.0 if failed and i > reached else round(last, 6)
+    values["time_total"] = round((timings.done if timings.done is not None else end) - t0, 6)
+    if not tls:
+        values["time_appconnect"] = 0.0
+    return values
+
+
+def as_record(url: str, outcome: Outcome, end: float) -> dict[str, Any]:
+    """The ``--json`` object of one request."""
+    timings = outcome.timings
+    final = outcome.final_url if isinstance(outcome, Response) else outcome.final_url or url
+    tls = str(final).startswith("https:")
+    record: dict[str, Any] = {"url": url, "final_url": final}
+    if isinstance(outcome, Response):
+        record.update(
+            status=outcome.status,
+            reason=_reason(outcome),
+            http_version=outcome.http_version,
+            error=None,
+            error_detail=None,
+            bytes=outcome.bytes,
+            headers=outcome.headers,
+        )
+    else:
+        record.update(
+            status=outcome.status,
+            reason=None,
+            http_version=None,
+            error=outcome.error_class,
+            error_detail=outcome.detail,
+            bytes=outcome.bytes,
+            headers=[],
+        )
+    record["new_connection"] = timings is not None and timings.connect_start is not None
+    record["timings"] = timings.phases_ms() if timings is not None else None
+    record["curl"] = curl_timers(timings, tls=tls, end=end) if timings is not None else None
+    return record
+
+
+def _reason(response: Response) -> str:
+    status_line = response.head.split(b"\r\n", 1)[0].decode("latin-1")
+    parts = status_line.split(" ", 2)
+    return parts[2] if len(parts) == 3 else ""
+
+
+# -- the terminal picture ------------------------------------------------------------------
+
+_COLUMNS = (
+    "DNS Lookup",
+    "TCP Connection",
+    "TLS Handshake",
+    "Server Processing",
+    "Content Transfer",
+)
+_PHASE_KEYS = ("dns_ms", "connect_ms", "tls_ms", "ttfb_ms", "body_ms")
+_MARKS = ("namelookup", "connect", "pretransfer", "starttransfer", "total")
+
+
+def render(
+    url: str, outcome: Outcome, end: float, *, color: bool = False, headers: bool = True
+) -> str:
+    """httpstat's picture of one request: the phases side by side, then the
+    cumulative timers under the boundary each one ends at."""
+    record = as_record(url, outcome, end)
+
+    def paint(text: str, code: str) -> str:
+        return f"\x1b[{code}m{text}\x1b[0m" if color else text
+
+    lines = []
+    how = "new connection" if record["new_connection"] else "reused connection"
+    lines.append(paint(url, "1") + f"  ({how})")
+    if record["final_url"] != url:
+        lines.append(f"final URL {record['final_url']}")
+    if isinstance(outcome, Response):
+        head = outcome.head.decode("latin-1").split("\r\n")
+        lines.append(paint(head[0], "32" if outcome.status < 400 else "33"))
+        if headers:
+            for line in head[1:]:
+                if line:
+                    name, _, value = line.partition(":")
+                    lines.append(paint(name, "90") + ":" + value)
+        lines.append(f"body: {outcome.bytes:,} bytes on the wire")
+    else:
+        lines.append(paint(f"FAILED: {outcome.error_class}: {outcome.detail}", "31"))
+    phases = record["timings"] or dict.fromkeys(_PHASE_KEYS)
+    curl = record["curl"] or {}
+    cells = [_fmt(phases[k]) for k in _PHASE_KEYS]
+    widths = [max(len(c), len(h)) + 2 for c, h in zip(cells, _COLUMNS, strict=True)]
+    lines.append("")
+    lines.append(" " + "".join(h.center(w) + " " for h, w in zip(_COLUMNS, widths, strict=True)))
+    bar = "[" + "|".join(paint(c.center(w), "36") for c, w in zip(cells, widths, strict=True))
+    lines.append(bar + "]")
+    # The cumulative timers, each under the boundary its phase ends at.
+    edges = []
+    position = 0
+    for w in widths:
+        position += w + 1
+        edges.append(position)
+    cumulative = [
+        curl.get("time_namelookup"),
+        curl.get("time_connect"),
+        curl.get("time_pretransfer"),
+        curl.get("time_starttransfer"),
+        curl.get("time_total"),
+    ]
+    lines.append(_ruler(edges, 0))
+    for i, (mark, seconds) in enumerate(zip(_MARKS, cumulative, strict=True)):
+        text = f"{mark}:{_fmt(None if seconds is None else seconds * 1000)}"
+        line = _ruler(edges, i + 1).ljust(edges[-1] + 1)
+        start = max(0, edges[i] + 1 - len(text))  # ends where its boundary's bar was
+        lines.append((line[:start] + paint(text, "36") + line[start + len(text) :]).rstrip())
+    return "\n".join(lines)
+
+
+def _ruler(edges: list[int], skip: int) -> str:
+    """Vertical bars at the boundaries from ``skip`` on."""
+    chars = [" "] * (edges[-1] + 1)
+    for edge in edges[skip:]:
+        chars[edge] = "|"
+    return "".join(chars).rstrip()
+
+
+def _fmt(ms: float | None) -> str:
+    if ms is None:
+        return "-"
+    if ms >= 1000:
+        return f"{ms / 1000:.2f} s"
+    return f"{ms:.1f} ms" if ms >= 1 else f"{ms:.2f} ms"

@@ -1,0 +1,141 @@
+"""``surge fetch --trace/--har`` end to end: the page and the HAR say what the run did."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from tests.trace.conftest import RESOLVE, surge
+from tests.trace.test_recorder import record, timings_at
+
+from surge.sim import SimInfo
+from surge.testing.browser import Chromium
+from surge.trace import TraceRecorder, write_html
+
+#: Hosts with known fates: fine, slow, redirected, failing in each phase.
+NAMES = [
+    *(f"a{n}.delay-20.sim" for n in range(20)),
+    "delay-300.sim",
+    "redirect-2.sim",
+    "status-500.sim",
+    "reset.sim",
+    "garbage.sim",
+    "hang.sim",
+]
+
+
+def run_traced(sim: SimInfo, tmp: Path, *extra: str, tls: bool = True) -> dict[str, Path]:
+    urls = [sim.url(n, tls=tls) for n in NAMES] + ["http://127.0.0.1:1/refused", "nonsense"]
+    source = tmp / "urls.txt"
+    source.write_text("\n".join(urls) + "\n")
+    paths = {"out": tmp / "out.jsonl", "page": tmp / "trace.html", "har": tmp / "trace.har"}
+    done = surge(
+        "fetch", str(source), "-o", str(paths["out"]), "--trace", str(paths["page"]),
+        "--har", str(paths["har"]), "--resolve", RESOLVE, "--cacert", sim.cafile,
+        "--max-time", "1", "-L", "-c", "16", *extra,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"trace   {paths['page']}" in done.stderr
+    return paths
+
+
+@pytest.fixture(scope="module")
+def traced(sim: SimInfo, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return run_traced(sim, tmp_path_factory.mktemp("traced"))
+
+
+def test_har_has_one_valid_entry_per_record(traced: dict[str, Path]) -> None:
+    records = {r["line"]: r for r in map(json.loads, traced["out"].read_text().splitlines())}
+    har = json.loads(traced["har"].read_text())["log"]
+    assert har["version"] == "1.2" and har["creator"]["name"] == "surge"
+    entries = {e["_line"]: e for e in har["entries"]}
+    assert entries.keys() == records.keys()
+    for line, entry in entries.items():
+        r = records[line]
+        datetime.fromisoformat(entry["startedDateTime"])
+        t = entry["timings"]
+        assert set(t) == {"blocked", "dns", "connect", "ssl", "send", "wait", "receive"}
+        # time is the sum of the timings (ssl counted inside connect) and the duration
+        total = sum(v for k, v in t.items() if k != "ssl" and v != -1)
+        assert abs(entry["time"] - total) < 0.01
+        assert entry["time"] <= r["elapsed_ms"] + 0.01
+        assert entry.get("_error") == r["error"]
+        if r["error"] is None:
+            assert entry["response"]["status"] == r["status"]
+            assert t["wait"] >= 0 and t["receive"] >= 0
+        else:
+            assert entry["response"]["status"] == 0
+        if t["ssl"] != -1:
+            assert t["connect"] >= t["ssl"]
+    by_host = {e["request"]["url"].split("/")[2].split(":")[0]: e for e in har["entries"]}
+    assert 300 <= by_host["delay-300.sim"]["timings"]["wait"] < 900
+    assert by_host["hang.sim"]["_error"] == "read_timeout"
+    assert by_host["hang.sim"]["timings"]["wait"] >= 900  # it failed waiting
+    assert by_host["a0.delay-20.sim"]["timings"]["ssl"] > 0  # a new TLS connection
+
+
+def test_page_summary_counts_every_request(traced: dict[str, Path]) -> None:
+    page = traced["page"].read_text()
+    start = page.index('id="trace-data">') + len('id="trace-data">')
+    data = json.loads(page[start : page.index("</script>", start)])
+    records = [json.loads(x) for x in traced["out"].read_text().splitlines()]
+    assert data["requests"] == len(records) == len(data["rows"])
+    errors: dict[str, int] = {}
+    for r in records:
+        if r["error"]:
+            errors[r["error"]] = errors.get(r["error"], 0) + 1
+    assert data["errors"] == errors
+    assert data["mean_in_flight"] > 3  # 16 at a time, mostly waiting on 20 ms servers
+
+
+def test_the_page_draws_in_a_real_browser(traced: dict[str, Path], browser: Chromium) -> None:
+    expression = """({
+        rows: document.querySelectorAll('#waterfall .row').length,
+        failed: document.querySelectorAll('#waterfall .row.failed').length,
+        lines: [...document.querySelectorAll('#waterfall .row')].map(r => +r.dataset.line),
+        bars: document.querySelectorAll('#waterfall .row rect').length,
+        phases: document.querySelectorAll('#phase-table tr').length,
+        inFlight: document.querySelectorAll('#timeline path').length,
+        verdict: document.getElementById('verdict').innerText,
+    })"""
+    page = browser.load(traced["page"], expression=expression, screenshot=True)
+    assert page.errors == []
+    records = [json.loads(x) for x in traced["out"].read_text().splitlines()]
+    drawn = page.value
+    assert drawn["rows"] == len(records)
+    assert sorted(drawn["lines"]) == sorted(r["line"] for r in records)
+    assert drawn["failed"] == sum(1 for r in records if r["error"])
+    assert drawn["bars"] >= 3 * len(records) - 10  # several phases per request
+    assert drawn["phases"] == 1 + 8
+    assert drawn["inFlight"] == 1
+    assert "dominant phase" in drawn["verdict"]
+    assert page.screenshot is not None and page.screenshot.startswith(b"\x89PNG")
+
+
+def test_a_large_trace_is_sampled_and_still_draws(tmp_path: Path, browser: Chromium) -> None:
+    recorder = TraceRecorder(rows=2000)
+    for n in range(1, 50_001):
+        start = recorder.clock0 + n * 0.0001
+        recorder.add(record(n), start, start + 0.05, timings_at(start, 0.05))
+    write_html(recorder.data(), str(tmp_path / "big.html"))
+    page = browser.load(
+        tmp_path / "big.html",
+        expression="[document.querySelectorAll('#waterfall .row').length,"
+        " document.getElementById('sample-note').textContent]",
+    )
+    assert page.errors == []
+    rows, note = page.value
+    assert rows == 2000
+    assert "sample of 2,000 of the 50,000 requests" in note
+
+
+def test_trace_files_that_cannot_be_written_are_usage_errors(tmp_path: Path) -> None:
+    source = tmp_path / "urls.txt"
+    source.write_text("http://127.0.0.1:1/\n")
+    done = surge("fetch", str(source), "--trace", str(tmp_path / "missing" / "t.html"))
+    assert done.returncode == 2
+    assert "missing/t.html: cannot write" in done.stderr
+    done = surge("fetch", str(source), "--trace", str(tmp_path / "t.html"), "--trace-rows", "0")
+    assert done.returncode == 2 and "--trace-rows" in done.stderr

@@ -167,6 +167,7 @@ class Chromium:
         *,
         expression: str | None = None,
         screenshot: bool = False,
+        full_page: bool = True,
         width: int = 1280,
         height: int = 900,
     ) -> Page:
@@ -200,7 +201,7 @@ class Chromium:
             if screenshot:
                 shot = self._send(
                     "Page.captureScreenshot",
-                    {"format": "png", "captureBeyondViewport": True},
+                    {"format": "png", "captureBeyondViewport": full_page},
                     session=session,
                 )
                 page.screenshot = base64.b64decode(shot["data"])
@@ -278,10 +279,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--screenshot", metavar="OUT.png")
     parser.add_argument("--width", type=int, default=1280)
     parser.add_argument("--height", type=int, default=900)
+    parser.add_argument("--viewport-only", action="store_true", help="Not the whole page.")
     args = parser.parse_args(argv)
     with Chromium() as browser:
         page = browser.load(
-            args.page, screenshot=bool(args.screenshot), width=args.width, height=args.height
+            args.page,
+            screenshot=bool(args.screenshot),
+            full_page=not args.viewport_only,
+            width=args.width,
+            height=args.height,
         )
     for error in page.errors:
         print(error)

@@ -81,7 +81,7 @@ class Timeline:
         if failed:
             e[4] += 1
 
-    def series(self, max_points: int = 300) -> dict[str, Any]:
+    def series(self, max_points: int = 150) -> dict[str, Any]:
         """Per display bucket (adjacent buckets merged, exactly, down to at most
         ``max_points``): mean requests in flight, completions and failures per second."""
         group = max(1, -(-len(self.buckets) // max_points))

@@ -8,10 +8,11 @@ the count.  Used by the run summary (bulk/) and the trace's phase table (trace/)
 from __future__ import annotations
 
 import math
-from collections import Counter
 
 #: Buckets per doubling of the value: 16 gives percentiles within ~2.2%.
 STEPS_PER_DOUBLING = 16
+#: The bucket of every value up to 0.001 (a microsecond, in milliseconds).
+_FLOOR = math.floor(math.log2(0.001) * STEPS_PER_DOUBLING)
 
 
 class LogHistogram:
@@ -20,13 +21,14 @@ class LogHistogram:
     __slots__ = ("_buckets", "count", "max", "total")
 
     def __init__(self) -> None:
-        self._buckets: Counter[int] = Counter()
+        self._buckets: dict[int, int] = {}
         self.count = 0
         self.total = 0.0
         self.max = 0.0
 
     def add(self, value: float) -> None:
-        self._buckets[math.floor(math.log2(max(value, 0.001)) * STEPS_PER_DOUBLING)] += 1
+        bucket = math.floor(math.log2(value) * STEPS_PER_DOUBLING) if value > 0.001 else _FLOOR
+        self._buckets[bucket] = self._buckets.get(bucket, 0) + 1
         self.count += 1
         self.total += value
         if value > self.max:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import IO, Any
 
 from surge import __version__
@@ -52,18 +51,15 @@ class HarWriter:
         head = {"version": "1.2", "creator": creator, "pages": []}
         # The document up to the entries array, which the adds then fill.
         self._file.write(json.dumps({"log": head})[:-2] + ',"entries":[\n')
+        self._clock = _Clock(self.wall0 - self.clock0)
 
     def add(
         self, record: Mapping[str, Any], start: float, end: float, timings: Timings | None
     ) -> None:
         if self._file is None:
             raise ValueError(f"{self.path}: the HAR file is closed")
-        entry = har_entry(
-            record, start, end, timings, method=self.method, wall=self.wall0 - self.clock0
-        )
-        if self.entries:
-            self._file.write(",\n")
-        self._file.write(json.dumps(entry, separators=(",", ":")))
+        entry = entry_json(record, start, end, timings, method=self.method, clock=self._clock)
+        self._file.write(",\n" + entry if self.entries else entry)
         self.entries += 1
 
     def close(self) -> None:
@@ -79,6 +75,95 @@ class HarWriter:
         self.close()
 
 
+class _Clock:
+    """perf_counter seconds -> HAR's ISO 8601 ``startedDateTime``, the formatted
+    second cached: a run's entries mostly share their second with the previous."""
+
+    def __init__(self, offset: float) -> None:
+        self.offset = offset  # Unix time minus perf_counter
+        self._second = -1
+        self._prefix = ""
+
+    def iso(self, when: float) -> str:
+        unix = self.offset + when
+        second = int(unix)
+        if second != self._second:
+            self._second = second
+            self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        return "%s.%03dZ" % (self._prefix, int((unix - second) * 1000))  # noqa: UP031
+
+
+# One entry: a template filled with %, not json.dumps of a nested dict, which cost
+# several times more per request (strings go through json.dumps, so are escaped).
+_ENTRY = (
+    '{"startedDateTime":"%s","time":%s,'
+    '"request":{"method":"%s","url":%s,"httpVersion":"HTTP/1.1","cookies":[],"headers":[],'
+    '"queryString":[],"headersSize":-1,"bodySize":0},'
+    '"response":{"status":%d,"statusText":"","httpVersion":"%s","cookies":[],"headers":[],'
+    '"content":{"size":%d,"mimeType":""},"redirectURL":%s,"headersSize":-1,"bodySize":%d},'
+    '"cache":{},"timings":{"blocked":%s,"dns":%s,"connect":%s,"ssl":%s,"send":%s,"wait":%s,'
+    '"receive":%s},"_line":%s,"_attempts":%s%s}'
+)
+
+
+def entry_json(
+    record: Mapping[str, Any],
+    start: float,
+    end: float,
+    timings: Timings | None,
+    *,
+    method: str,
+    clock: _Clock,
+) -> str:
+    """The HAR entry of one request, as compact JSON."""
+    url = str(record["url"])
+    final = str(record.get("final_url") or url)
+    tls = final.startswith("https:")
+    parts = segments(start, end, timings, tls=tls)
+    spent = [s * 1000.0 for s in durations(parts)]
+    happened = present(timings, tls=tls)
+    timed = [round(spent[i], 3) if happened[i] or spent[i] > 0 else -1 for i in range(len(spent))]
+    blocked = round(spent[EARLIER] + spent[QUEUED], 3)
+    ssl = timed[TLS]
+    connect = timed[CONNECT]
+    if connect != -1 and ssl != -1:
+        connect = round(connect + ssl, 3)  # HAR: connect includes ssl
+    har = (blocked, timed[DNS], connect, timed[SEND], timed[WAIT], timed[RECEIVE])
+    total = round(sum(v for v in har if v != -1), 3)
+    status = record.get("status")
+    error = record.get("error")
+    size = int(record.get("bytes") or 0)
+    extra = ""
+    if error is not None:
+        extra = ',"_error":%s,"_error_detail":%s' % (  # noqa: UP031
+            json.dumps(error),
+            json.dumps(record.get("error_detail")),
+        )
+        if status is not None:
+            extra += ',"_status":%d' % status  # noqa: UP031 - the status seen before it failed
+    return _ENTRY % (
+        clock.iso(start),
+        total,
+        method,
+        json.dumps(url),
+        int(status) if status is not None and error is None else 0,
+        "HTTP/1.1" if status is not None else "",
+        size,
+        json.dumps(final if final != url else ""),
+        size if status is not None else -1,
+        blocked,
+        timed[DNS],
+        connect,
+        ssl,
+        timed[SEND],
+        timed[WAIT],
+        timed[RECEIVE],
+        json.dumps(record.get("line")),
+        json.dumps(record.get("attempts")),
+        extra,
+    )
+
+
 def har_entry(
     record: Mapping[str, Any],
     start: float,
@@ -88,67 +173,9 @@ def har_entry(
     method: str,
     wall: float,
 ) -> dict[str, Any]:
-    """The HAR entry of one request; ``wall`` turns the request clock into Unix time."""
-    url = str(record["url"])
-    final = str(record.get("final_url") or url)
-    tls = final.startswith("https:")
-    parts = segments(start, end, timings, tls=tls)
-    spent = [s * 1000.0 for s in durations(parts)]
-    happened = present(timings, tls=tls)
-
-    def ms(index: int) -> float:
-        return round(spent[index], 3) if happened[index] or spent[index] > 0 else -1
-
-    blocked = round(spent[EARLIER] + spent[QUEUED], 3)
-    ssl = ms(TLS)
-    connect = ms(CONNECT)
-    if connect != -1 and ssl != -1:
-        connect = round(connect + ssl, 3)  # HAR: connect includes ssl
-    har_timings = {
-        "blocked": blocked,
-        "dns": ms(DNS),
-        "connect": connect,
-        "ssl": ssl,
-        "send": ms(SEND),
-        "wait": ms(WAIT),
-        "receive": ms(RECEIVE),
-    }
-    total = sum(v for k, v in har_timings.items() if k != "ssl" and v != -1)
-    status = record.get("status")
-    error = record.get("error")
-    started = datetime.fromtimestamp(wall + start, UTC).isoformat(timespec="milliseconds")
-    entry: dict[str, Any] = {
-        "startedDateTime": started.replace("+00:00", "Z"),
-        "time": round(total, 3),
-        "request": {
-            "method": method,
-            "url": url,
-            "httpVersion": "HTTP/1.1",
-            "cookies": [],
-            "headers": [],
-            "queryString": [],
-            "headersSize": -1,
-            "bodySize": 0,
-        },
-        "response": {
-            "status": int(status) if status is not None and error is None else 0,
-            "statusText": "",
-            "httpVersion": "HTTP/1.1" if status is not None else "",
-            "cookies": [],
-            "headers": [],
-            "content": {"size": int(record.get("bytes") or 0), "mimeType": ""},
-            "redirectURL": final if final != url else "",
-            "headersSize": -1,
-            "bodySize": int(record.get("bytes") or 0) if status is not None else -1,
-        },
-        "cache": {},
-        "timings": har_timings,
-        "_line": record.get("line"),
-        "_attempts": record.get("attempts"),
-    }
-    if error is not None:
-        entry["_error"] = error
-        entry["_error_detail"] = record.get("error_detail")
-        if status is not None:
-            entry["_status"] = status  # the status seen before the failure
+    """The HAR entry of one request as a dict; ``wall`` turns the request clock
+    (perf_counter) into Unix time."""
+    entry: dict[str, Any] = json.loads(
+        entry_json(record, start, end, timings, method=method, clock=_Clock(wall))
+    )
     return entry

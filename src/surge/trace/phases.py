@@ -55,42 +55,43 @@ def segments(start: float, end: float, timings: Timings | None, *, tls: bool) ->
     t = timings
     if t.done is not None:
         end = t.done
+    hop = t.hop_start  # after a redirect: the earlier hops, then this one's wait
     # (when, the phase that begins then), in the order they happen; None: did not.
-    marks: list[tuple[float | None, int]] = [
-        (start, EARLIER),  # earlier attempts: until this attempt's request() began
-        (t.queued, QUEUED),
-    ]
-    if t.hop_start is not None:  # after a redirect: the earlier hops, then this one's wait
-        marks += [(t.started, EARLIER), (t.hop_start, QUEUED)]
-    marks += [
+    # (A tuple and one loop with no calls: this runs for every record of a traced run.)
+    marks = (
+        (t.queued, QUEUED),  # before: earlier attempts, until this request() began
+        (t.started if hop is not None else None, EARLIER),
+        (hop, QUEUED),
         (t.dns_start, DNS),
         (t.dns_end, QUEUED),  # a wait for a handshake slot, if any
         (t.connect_start, CONNECT),
         (t.tcp_end, TLS if tls else QUEUED),
-    ]
-    if tls:
-        marks.append((t.tls_end, QUEUED))
-    marks += [(t.connected, SEND), (t.sent, WAIT), (t.first_byte, RECEIVE)]
+        (t.tls_end if tls else None, QUEUED),
+        (t.connected, SEND),
+        (t.sent, WAIT),
+        (t.first_byte, RECEIVE),
+    )
     out: list[Segment] = []
     phase, since = EARLIER, start
     for when, then in marks:
         if when is None:
             continue
-        when = min(max(when, since), end)  # clocks never run backwards here
-        if when > since:
-            _append(out, phase, since, when)
-            since = when
+        if when > since:  # clocks never run backwards here: earlier marks are ignored
+            if when > end:
+                when = end
+            if when > since:
+                if out and out[-1][0] == phase:  # adjacent segments of one phase are one
+                    out[-1] = (phase, out[-1][1], when)
+                else:
+                    out.append((phase, since, when))
+                since = when
         phase = then
     if end > since:
-        _append(out, phase, since, end)
+        if out and out[-1][0] == phase:
+            out[-1] = (phase, out[-1][1], end)
+        else:
+            out.append((phase, since, end))
     return out
-
-
-def _append(out: list[Segment], phase: int, begin: float, finish: float) -> None:
-    if out and out[-1][0] == phase:  # adjacent segments of one phase are one
-        out[-1] = (phase, out[-1][1], finish)
-    else:
-        out.append((phase, begin, finish))
 
 
 def durations(parts: list[Segment]) -> list[float]:
@@ -103,8 +104,8 @@ def durations(parts: list[Segment]) -> list[float]:
 
 def present(timings: Timings | None, *, tls: bool) -> list[bool]:
     """Which phases happened at all (a reused connection has no dns, connect, tls;
-    HAR says -1 for those, not 0)."""
-    happened = [True, True, False, False, False, True, True, True]
+    HAR says -1 for those, not 0).  ``earlier`` happened when it took any time."""
+    happened = [False, True, False, False, False, True, True, True]
     if timings is not None:
         happened[DNS] = timings.dns_start is not None
         happened[CONNECT] = timings.connect_start is not None

@@ -26,7 +26,7 @@ from typing import Any
 
 from surge.histogram import LogHistogram
 from surge.http.timings import Timings
-from surge.trace.phases import PHASES, durations, present, segments
+from surge.trace.phases import PHASES, present, segments
 
 #: Timeline buckets at most; beyond, buckets double in width (pairs merge).
 MAX_BUCKETS = 1000
@@ -55,13 +55,14 @@ class Timeline:
         self.buckets: list[list[float]] = []
 
     def _bucket(self, t: float) -> list[float]:
-        index = int(max(t, 0.0) / self.width)
+        index = int(t / self.width)
         while index >= self.max_buckets:
             self._halve()
             index //= 2
-        while len(self.buckets) <= index:
-            self.buckets.append([0, 0.0, 0, 0.0, 0])
-        return self.buckets[index]
+        buckets = self.buckets
+        if len(buckets) <= index:
+            buckets.extend([0, 0.0, 0, 0.0, 0] for _ in range(index + 1 - len(buckets)))
+        return buckets[index]
 
     def _halve(self) -> None:
         self.buckets = _merged(self.buckets, 2)
@@ -69,13 +70,14 @@ class Timeline:
 
     def add(self, start: float, end: float, failed: bool) -> None:
         """One request in flight over ``[start, end]`` (seconds since the run began)."""
-        start = max(start, 0.0)
-        end = max(end, start)
-        self._bucket(end)  # widen first, so that both land in the final buckets
-        b = self._bucket(start)
+        if start < 0.0:
+            start = 0.0
+        if end < start:
+            end = start
+        e = self._bucket(end)  # widens first, so that the start lands in a final bucket
+        b = self.buckets[int(start / self.width)]
         b[0] += 1
         b[1] += start
-        e = self._bucket(end)
         e[2] += 1
         e[3] += end
         if failed:
@@ -174,12 +176,16 @@ class TraceRecorder:
         seconds), and its last attempt's timings."""
         tls = str(record.get("final_url") or record["url"]).startswith("https:")
         parts = segments(start, end, timings, tls=tls)
-        end = parts[-1][2] if parts else start
-        spent = durations(parts)
-        happened = present(timings, tls=tls)
-        for index, seconds in enumerate(spent):
-            if seconds > 0 or happened[index]:
-                self.phases[index].add(seconds * 1000.0)
+        if parts:
+            end = parts[-1][2]
+        spent = [0.0] * len(PHASES)
+        for phase, begin, finish in parts:
+            spent[phase] += finish - begin
+        histograms = self.phases
+        for index, happened in enumerate(present(timings, tls=tls)):
+            seconds = spent[index]
+            if seconds > 0.0 or happened:
+                histograms[index].add(seconds * 1000.0)
         error = record.get("error")
         status = record.get("status")
         if error is not None:
@@ -190,14 +196,16 @@ class TraceRecorder:
         rel_end = end - self.clock0
         self.timeline.add(rel_start, rel_end, error is not None)
         self.busy_s += end - start
-        self.last_end = max(self.last_end, rel_end)
+        if rel_end > self.last_end:
+            self.last_end = rel_end
         self.count += 1
 
-        keep = len(self.rows) < self.max_rows
-        slot = -1
-        if not keep:
-            slot = self._random.randrange(self.count)
-            keep = slot < self.max_rows
+        # Reservoir sampling: the n-th request replaces a random row with
+        # probability rows/n, so every request is drawn with the same chance.
+        slot = len(self.rows)
+        if slot >= self.max_rows:
+            slot = int(self._random.random() * self.count)
+        keep = slot < self.max_rows
         slow = len(self._slowest) < SLOWEST or end - start > self._slowest[0][0]
         if not (keep or slow):
             return
@@ -213,7 +221,7 @@ class TraceRecorder:
             parts=[(p, round((b - a) * 1000.0, 3)) for p, a, b in parts],
         )
         if keep:
-            if slot < 0:
+            if slot == len(self.rows):
                 self.rows.append(row)
             else:
                 self.rows[slot] = row

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -139,3 +143,29 @@ def test_trace_files_that_cannot_be_written_are_usage_errors(tmp_path: Path) -> 
     assert "missing/t.html: cannot write" in done.stderr
     done = surge("fetch", str(source), "--trace", str(tmp_path / "t.html"), "--trace-rows", "0")
     assert done.returncode == 2 and "--trace-rows" in done.stderr
+
+
+def test_an_interrupted_run_still_writes_its_trace(sim: SimInfo, tmp_path: Path) -> None:
+    urls = [sim.url(f"q{n}.delay-10.sim") for n in range(30)] + [sim.url("hang.sim")] * 5
+    source = tmp_path / "urls.txt"
+    source.write_text("\n".join(urls) + "\n")
+    out, page, har = tmp_path / "out.jsonl", tmp_path / "t.html", tmp_path / "t.har"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "surge.cli", "fetch", str(source), "-o", str(out),
+         "--trace", str(page), "--har", str(har), "--resolve", RESOLVE, "--max-time", "60"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (
+        not out.exists() or len(out.read_text().splitlines()) < 30
+    ):
+        time.sleep(0.1)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 130, stderr
+    written = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(written) == 30  # the hung five never finished
+    text = page.read_text()
+    start = text.index('id="trace-data">') + len('id="trace-data">')
+    assert json.loads(text[start : text.index("</script>", start)])["requests"] == 30
+    assert len(json.loads(har.read_text())["log"]["entries"]) == 30

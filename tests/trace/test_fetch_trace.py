@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import signal
 import subprocess
 import sys
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.trace.conftest import RESOLVE, surge
 from tests.trace.test_recorder import record, timings_at
 
 from surge.sim import SimInfo
-from surge.testing.browser import Chromium
+from surge.testing.browser import BrowserError, Chromium
 from surge.trace import TraceRecorder, write_html
 
 #: Hosts with known fates: fine, slow, redirected, failing in each phase.
@@ -23,7 +26,7 @@ NAMES = [
     *(f"a{n}.delay-20.sim" for n in range(20)),
     "delay-300.sim",
     "redirect-2.sim",
-    "status-500.sim",
+    "status-503.sim",  # retried once (--retries 1), answering 503 again
     "reset.sim",
     "garbage.sim",
     "hang.sim",
@@ -38,7 +41,7 @@ def run_traced(sim: SimInfo, tmp: Path, *extra: str, tls: bool = True) -> dict[s
     done = surge(
         "fetch", str(source), "-o", str(paths["out"]), "--trace", str(paths["page"]),
         "--har", str(paths["har"]), "--resolve", RESOLVE, "--cacert", sim.cafile,
-        "--max-time", "1", "-L", "-c", "16", *extra,
+        "--max-time", "1", "-L", "-c", "16", "--retries", "1", *extra,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert f"trace   {paths['page']}" in done.stderr
@@ -50,34 +53,50 @@ def traced(sim: SimInfo, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
     return run_traced(sim, tmp_path_factory.mktemp("traced"))
 
 
-def test_har_has_one_valid_entry_per_record(traced: dict[str, Path]) -> None:
+def test_har_has_one_valid_entry_per_request_and_hop(traced: dict[str, Path]) -> None:
     records = {r["line"]: r for r in map(json.loads, traced["out"].read_text().splitlines())}
     har = json.loads(traced["har"].read_text())["log"]
     assert har["version"] == "1.2" and har["creator"]["name"] == "surge"
-    entries = {e["_line"]: e for e in har["entries"]}
-    assert entries.keys() == records.keys()
-    for line, entry in entries.items():
+    by_line: dict[int, list[dict[str, Any]]] = {}
+    for entry in har["entries"]:
+        by_line.setdefault(entry["_line"], []).append(entry)
+    assert by_line.keys() == records.keys()
+    for line, entries in by_line.items():
         r = records[line]
-        datetime.fromisoformat(entry["startedDateTime"])
-        t = entry["timings"]
-        assert set(t) == {"blocked", "dns", "connect", "ssl", "send", "wait", "receive"}
-        # time is the sum of the timings (ssl counted inside connect) and the duration
-        total = sum(v for k, v in t.items() if k != "ssl" and v != -1)
-        assert abs(entry["time"] - total) < 0.01
-        assert entry["time"] <= r["elapsed_ms"] + 0.01
-        assert entry.get("_error") == r["error"]
-        if r["error"] is None:
-            assert entry["response"]["status"] == r["status"]
-            assert t["wait"] >= 0 and t["receive"] >= 0
-        else:
-            assert entry["response"]["status"] == 0
-        if t["ssl"] != -1:
-            assert t["connect"] >= t["ssl"]
-    by_host = {e["request"]["url"].split("/")[2].split(":")[0]: e for e in har["entries"]}
-    assert 300 <= by_host["delay-300.sim"]["timings"]["wait"] < 900
-    assert by_host["hang.sim"]["_error"] == "read_timeout"
-    assert by_host["hang.sim"]["timings"]["wait"] >= 900  # it failed waiting
+        assert [e["_hop"] for e in entries] == list(range(len(entries)))
+        for entry in entries:
+            datetime.fromisoformat(entry["startedDateTime"])
+            t = entry["timings"]
+            assert set(t) == {"blocked", "dns", "connect", "ssl", "send", "wait", "receive"}
+            # HAR 1.2: send, wait, receive "must have non-negative values"
+            assert min(t["send"], t["wait"], t["receive"], t["blocked"]) >= 0
+            # time is the sum of the timings (ssl counted inside connect)
+            total = sum(v for k, v in t.items() if k != "ssl" and v != -1)
+            assert abs(entry["time"] - total) < 0.01
+            if t["ssl"] != -1:
+                assert t["connect"] >= t["ssl"]
+        assert sum(e["time"] for e in entries) <= r["elapsed_ms"] + 0.01
+        last = entries[-1]
+        assert last.get("_error") == r["error"] and last["response"]["redirectURL"] == ""
+        assert last["response"]["status"] == (r["status"] if r["error"] is None else 0)
+    # a redirect chain: one entry per hop, each 3xx pointing at the next
+    chain = next(es for es in by_line.values() if "redirect-2.sim" in es[0]["request"]["url"])
+    assert [e["response"]["status"] for e in chain] == [302, 301, 200]
+    for entry, following in itertools.pairwise(chain):
+        assert entry["response"]["redirectURL"] == following["request"]["url"]
+    assert chain[2]["request"]["url"].split("/")[2].startswith("redirect-0.sim")
+    by_host = {
+        es[-1]["request"]["url"].split("/")[2].split(":")[0]: es[-1] for es in by_line.values()
+    }
+    assert by_host["delay-300.sim"]["timings"]["wait"] >= 300
+    hang = by_host["hang.sim"]
+    assert hang["_error"] == "read_timeout" and hang["_attempts"] == 2
+    # it failed waiting for a response: its last phase is wait, receive never began
+    assert hang["timings"]["wait"] > 0 and hang["timings"]["receive"] == 0
+    # retried: the first attempt (1 s and its back-off) is blocked time
+    assert hang["timings"]["blocked"] >= 1000 and hang["time"] >= 2000
     assert by_host["a0.delay-20.sim"]["timings"]["ssl"] > 0  # a new TLS connection
+    assert by_host["status-503.sim"]["_attempts"] == 2
 
 
 def test_page_summary_counts_every_request(traced: dict[str, Path]) -> None:
@@ -91,7 +110,13 @@ def test_page_summary_counts_every_request(traced: dict[str, Path]) -> None:
         if r["error"]:
             errors[r["error"]] = errors.get(r["error"], 0) + 1
     assert data["errors"] == errors
-    assert data["mean_in_flight"] > 3  # 16 at a time, mostly waiting on 20 ms servers
+    assert max(data["timeline"]["in_flight"]) > 8  # 16 at a time, waiting on 20 ms servers
+    assert 1 < data["mean_in_flight"] < 16
+    assert data["loop_lag"]["samples"] > 0  # the run's event loop was watched
+    earlier = next(p for p in data["phases"] if p["phase"] == "earlier")
+    # retried: more attempts than hops (the redirect's hops count as attempts too)
+    retried = [r for r in records if r["attempts"] > 1 and r["final_url"] in (None, r["url"])]
+    assert earlier["requests"] == len(retried) > 0
 
 
 def test_the_page_draws_in_a_real_browser(traced: dict[str, Path], browser: Chromium) -> None:
@@ -169,3 +194,24 @@ def test_an_interrupted_run_still_writes_its_trace(sim: SimInfo, tmp_path: Path)
     start = text.index('id="trace-data">') + len('id="trace-data">')
     assert json.loads(text[start : text.index("</script>", start)])["requests"] == 30
     assert len(json.loads(har.read_text())["log"]["entries"]) == 30
+
+
+@pytest.mark.parametrize("concurrency", [1, 8])
+def test_the_page_says_whether_requests_ran_concurrently(
+    sim: SimInfo, tmp_path: Path, browser: Chromium, concurrency: int
+) -> None:
+    """The issue's 'at a glance': one at a time is called out, concurrency is not."""
+    source = tmp_path / "urls.txt"
+    source.write_text("\n".join(sim.url(f"s{n}.delay-30.sim") for n in range(8)) + "\n")
+    page = tmp_path / "t.html"
+    done = surge("fetch", str(source), "-o", os.devnull, "--trace", str(page), "--resolve",
+                 RESOLVE, "-c", str(concurrency))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    shown = browser.load(page, expression="document.getElementById('verdict').innerText")
+    assert shown.errors == []
+    assert ("one after another" in shown.value) == (concurrency == 1), shown.value
+
+
+def test_a_missing_page_is_an_error_not_a_blank_pass(tmp_path: Path, browser: Chromium) -> None:
+    with pytest.raises(BrowserError, match="ERR_FILE_NOT_FOUND"):
+        browser.load(tmp_path / "nothing-here.html")

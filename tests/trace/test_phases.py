@@ -19,6 +19,7 @@ from surge.trace.phases import (
     TLS,
     WAIT,
     durations,
+    hops,
     present,
     segments,
 )
@@ -67,15 +68,27 @@ def test_a_reused_connection_skips_dns_connect_tls() -> None:
     assert not happened[DNS] and not happened[CONNECT] and not happened[TLS]
 
 
-def test_retries_and_redirect_hops_are_earlier_time() -> None:
-    t = Timings(20.0)  # this attempt began at 20; the input was picked up at 0
-    t.started = 21.0  # the first hop's network work
-    t.hop_start = 25.0  # this (last) hop
-    t.connected = 26.0
-    t.sent, t.first_byte, t.done = 26.5, 27.0, 28.0
-    spent = durations(segments(0.0, 28.0, t, tls=False))
-    assert spent[EARLIER] == 20.0 + 4.0  # earlier attempts, then the earlier hops
-    assert spent[QUEUED] == 1.0 + 1.0
+def test_retries_are_earlier_time_and_redirect_hops_have_their_own_phases() -> None:
+    first = Timings(20.0)  # the last attempt began at 20; the input was picked up at 0
+    first.started = first.dns_start = 21.0
+    first.dns_end = first.connect_start = 21.5
+    first.tcp_end = first.connected = 22.0
+    first.sent, first.first_byte, first.done = 22.5, 23.5, 24.0
+    first.url, first.status = "http://a.example/", 301
+    last = Timings(20.0)
+    last.started, last.hop_start, last.previous = 21.0, 25.0, first
+    last.connected = 26.0  # a reused connection: no dns, connect
+    last.sent, last.first_byte, last.done = 26.5, 27.0, 28.0
+    spent = durations(segments(0.0, 28.5, last, tls=False, retried=True))
+    assert spent[EARLIER] == 20.0  # the attempts before the last, with their back-off
+    assert spent[QUEUED] == 1.0 + 2.0  # before the first hop; between the hops
+    assert spent[DNS] == 0.5 and spent[CONNECT] == 0.5
+    assert spent[WAIT] == 1.0 + 0.5 and spent[RECEIVE] == 0.5 + 1.0
+    chain = hops(0.0, 28.5, last, url="http://b.example/", retried=True)
+    assert [(h.begin, h.end) for h in chain] == [(0.0, 24.0), (24.0, 28.0)]
+    assert [h.timings for h in chain] == [first, last]
+    # without a retry, the moment before the first hop is queued, not "earlier"
+    assert durations(segments(0.0, 28.5, last, tls=False))[EARLIER] == 0.0
 
 
 def test_a_failure_ends_in_the_phase_it_failed_in() -> None:

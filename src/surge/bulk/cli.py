@@ -36,7 +36,7 @@ from surge.loops import new_event_loop
 from surge.trace.har import HarWriter
 from surge.trace.html import write_html
 from surge.trace.recorder import DEFAULT_ROWS, TraceRecorder
-from surge.trace.tracer import Tee
+from surge.trace.tracer import Tee, Tracer
 
 #: File descriptors kept for everything but sockets (files, DNS threads, the loop).
 FD_HEADROOM = 64
@@ -153,8 +153,13 @@ def fetch_command(
         done = done_lines(output, fmt) if resume and output and os.path.exists(output) else None
         items = read_inputs(input_path, column=column, template=template, input_format=input_format)
         opts.concurrency = fit_concurrency(opts.concurrency)
-        recorder, har = _tracers(trace_path, trace_rows, har_path, opts, input_path)
+        if trace_rows < 1:
+            raise UsageError(f"--trace-rows must be at least 1, not {trace_rows}")
+        for path in (trace_path, har_path):
+            _check_writable(path)
         writer = open_writer(output, fmt, append=bool(resume))
+        # Opened last, so that a usage error above leaves no empty trace files.
+        recorder, har = _tracers(trace_path, trace_rows, har_path, opts, input_path)
     except UsageError as e:
         _die(str(e))
     progress = Progress(input_path) if sys.stderr.isatty() and not no_progress else None
@@ -162,24 +167,29 @@ def fetch_command(
     started = time.perf_counter()
     stopped_by: int | None = None
     failure: UsageError | None = None
-    with writer:
-        try:
-            stopped_by = _run(opts, _skip_done(items, done, summary), writer, summary, progress)
-        except UsageError as e:
-            failure = e
+    try:
+        with writer:
+            try:
+                stopped_by = _run(opts, _skip_done(items, done, summary), writer, summary, progress)
+            except UsageError as e:
+                failure = e
+    finally:
+        # Written whatever stopped the run: a trace of an interrupted run is still
+        # a trace, and a HAR left without its closing brackets is not JSON.
+        if har is not None:
+            har.close()
+        if recorder is not None and trace_path is not None:
+            write_html(recorder.data(), trace_path)
     if progress is not None:
         progress.close()
-    # Written whatever stopped the run: a trace of an interrupted run is still a trace.
-    if har is not None:
-        har.close()
-    if recorder is not None and trace_path is not None:
-        write_html(recorder.data(), trace_path)
     if not quiet:
         click.echo(summary.render(time.perf_counter() - started), err=True)
         if trace_path is not None:
             click.echo(f"  trace   {trace_path}", err=True)
         if har_path is not None:
             click.echo(f"  HAR     {har_path}", err=True)
+    if har is not None and har.error is not None:
+        failure = failure or UsageError(f"{har_path}: writing the HAR failed: {har.error}")
     if failure is not None:
         _die(str(failure))
     if stopped_by is not None:
@@ -190,6 +200,21 @@ def fetch_command(
         sys.exit(128 + stopped_by)  # as a shell reports it: 130 for Ctrl-C, 143 for SIGTERM
 
 
+def _check_writable(path: str | None) -> None:
+    """A file the run will write: a usage error now, not after an hour's run (and
+    without creating or truncating it yet)."""
+    if path is None:
+        return
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise UsageError(f"{path}: cannot write: is a directory")
+    if not folder.is_dir():
+        raise UsageError(f"{path}: cannot write: no such directory {str(folder)!r}")
+    if not os.access(target if target.exists() else folder, os.W_OK):
+        raise UsageError(f"{path}: cannot write: permission denied")
+
+
 def _tracers(
     trace_path: str | None,
     rows: int,
@@ -197,23 +222,16 @@ def _tracers(
     opts: FetchOptions,
     input_path: str,
 ) -> tuple[TraceRecorder | None, HarWriter | None]:
-    """The --trace recorder and the --har writer, hooked into ``opts``; files that
-    cannot be written are usage errors now, not after an hour's run."""
-    if rows < 1:
-        raise UsageError(f"--trace-rows must be at least 1, not {rows}")
+    """The --trace recorder and the --har writer, hooked into ``opts``."""
     recorder = har = None
-    for path in (trace_path, har_path):
-        if path is not None:
-            try:
-                with open(path, "a"):
-                    pass
-            except OSError as e:
-                raise UsageError(f"{path}: cannot write: {e.strerror}") from None
     if trace_path is not None:
         recorder = TraceRecorder(rows=rows, title=f"surge fetch {input_path}")
     if har_path is not None:
-        har = HarWriter(har_path, method=opts.method)
-    tracers = [t for t in (recorder, har) if t is not None]
+        try:
+            har = HarWriter(har_path, method=opts.method)
+        except OSError as e:
+            raise UsageError(f"{har_path}: cannot write: {e.strerror}") from None
+    tracers: list[Tracer] = [t for t in (recorder, har) if t is not None]
     if tracers:
         opts.trace = tracers[0] if len(tracers) == 1 else Tee(*tracers)
     return recorder, har

@@ -34,7 +34,7 @@ from surge.gc_tuning import relaxed_gc
 from surge.http.client import Client
 from surge.http.timings import Timings
 from surge.loops import iterate_in_thread
-from surge.trace.tracer import Tracer
+from surge.trace.tracer import LAG_EVERY, Tracer
 
 #: Error classes worth another attempt: the network or the server may do better.
 RETRYABLE_ERRORS = frozenset(
@@ -152,11 +152,14 @@ async def run(client: Client, items: Iterator[Item], opts: FetchOptions) -> Asyn
 
     with relaxed_gc(opts.relax_gc):
         supervisor = asyncio.create_task(supervise())
+        watcher = None if opts.trace is None else asyncio.create_task(watch_lag(opts.trace))
         try:
             while (record := await results.get()) is not None:
                 yield record
             await supervisor  # re-raises a worker's unexpected exception
         finally:
+            if watcher is not None:
+                watcher.cancel()
             if not supervisor.done():
                 supervisor.cancel()
                 await asyncio.gather(supervisor, return_exceptions=True)
@@ -164,9 +167,21 @@ async def run(client: Client, items: Iterator[Item], opts: FetchOptions) -> Asyn
         raise failure[0]
 
 
+async def watch_lag(tracer: Tracer) -> None:
+    """Tell the tracer how late the loop runs a timer: on a busy client every
+    phase that ends with an event (a connect, a first byte) waits for the loop,
+    and a trace that does not say so shows client CPU as network time."""
+    loop = asyncio.get_running_loop()
+    while True:
+        due = loop.time() + LAG_EVERY
+        await asyncio.sleep(LAG_EVERY)
+        tracer.loop_lag(perf_counter(), max(0.0, loop.time() - due))
+
+
 async def fetch_one(client: Client, item: Item, opts: FetchOptions) -> Record:
     """One input to one record, with retries; never raises for a remote failure."""
     attempts = 0
+    retried = False
     start = perf_counter()
     while True:
         try:
@@ -175,14 +190,17 @@ async def fetch_one(client: Client, item: Item, opts: FetchOptions) -> Record:
             attempts += max(e.attempts, 1)
             if e.error_class in RETRYABLE_ERRORS and attempts <= opts.retries:
                 await asyncio.sleep(_backoff(opts, attempts))
+                retried = True
                 continue
             record = _record(item, start, attempts, e.status, e, e.final_url, e.bytes, e.timings)
             if opts.trace is not None:
-                opts.trace.add(record, start, start + record["elapsed_ms"] / 1000, e.timings)
+                end = start + record["elapsed_ms"] / 1000
+                opts.trace.add(record, start, end, e.timings, retried)
             return record
         attempts += response.attempts
         if response.status in RETRYABLE_STATUSES and attempts <= opts.retries:
             await asyncio.sleep(_backoff(opts, attempts))
+            retried = True
             continue
         record = _record(
             item,
@@ -195,7 +213,8 @@ async def fetch_one(client: Client, item: Item, opts: FetchOptions) -> Record:
             response.timings,
         )
         if opts.trace is not None:
-            opts.trace.add(record, start, start + record["elapsed_ms"] / 1000, response.timings)
+            end = start + record["elapsed_ms"] / 1000
+            opts.trace.add(record, start, end, response.timings, retried)
         if opts.keep_body:
             record["body"] = response.text()
         return record

@@ -342,11 +342,13 @@ class Client:
                 _annotate(error, url, target.url, timings, attempts)
                 raise error
             try:
-                target = target.join(location)
+                next_target = target.join(location)
             except RequestError as e:
                 e.detail = f"redirect to an invalid URL: {location[:200]!r}"
                 _annotate(e, url, target.url, timings, attempts)
                 raise
+            timings.url, timings.status = target.url, status  # for traces: hop by hop
+            target = next_target
             if status == 303 or (status in (301, 302) and method == "POST"):
                 method, body = "GET", None
             timings = _next_hop(timings)
@@ -504,8 +506,10 @@ def _reset_attempt(timings: Timings) -> None:
 
 
 def _next_hop(previous: Timings) -> Timings:
-    """A redirect's timings continue the same clock; phases are the last hop's."""
+    """A redirect's timings continue the same clock; phases are the last hop's, and
+    the earlier hops stay reachable through ``previous`` (the trace draws them)."""
     timings = Timings(previous.queued)
     timings.started = previous.started
     timings.hop_start = perf_counter()
+    timings.previous = previous
     return timings

@@ -33,18 +33,25 @@ class Timings:
         "done",
         "first_byte",
         "hop_start",
+        "previous",
         "queued",
         "sent",
         "started",
+        "status",
         "tcp_end",
         "tls_end",
+        "url",
     )
 
     def __init__(self, queued: float) -> None:
         self.queued = queued  # created: waiting for a slot or a connection
         self.started: float | None = None  # holds what it waited for; the clock runs
-        #: After a redirect: when this hop began (``started`` is the first hop's).
+        #: After a redirect: when this hop began (``started`` is the first hop's),
+        #: and the hop before it, whose ``url`` and ``status`` say where it went.
         self.hop_start: float | None = None
+        self.previous: Timings | None = None
+        self.url: str | None = None  # set on a hop that redirected
+        self.status: int | None = None  # set on a hop that redirected
         self.dns_start: float | None = None
         self.dns_end: float | None = None
         #: The TCP connect began (after any wait for a handshake slot).
@@ -66,8 +73,18 @@ class Timings:
             "body_ms": _ms(self.first_byte, self.done),
         }
 
+    def hops(self) -> list[Timings]:
+        """Every hop's timings, the first first (one, without redirects)."""
+        chain: list[Timings] = []
+        hop: Timings | None = self
+        while hop is not None:
+            chain.append(hop)
+            hop = hop.previous
+        chain.reverse()
+        return chain
+
     def as_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.__slots__}
+        return {name: getattr(self, name) for name in self.__slots__ if name != "previous"}
 
 
 def _ms(start: float | None, end: float | None) -> float | None:

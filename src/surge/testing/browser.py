@@ -24,7 +24,7 @@ import json
 import os
 import selectors
 import shutil
-import subprocess
+import signal
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -91,29 +91,33 @@ class Chromium:
             f"--user-data-dir={self._profile.name}",
             "about:blank",
         ]
-        # The browser's ends of the two pipes, moved to fds >= 10 so that putting
-        # them on 3 and 4 in the child cannot overwrite one with the other.
+        # The browser's ends of the two pipes go to fds 3 and 4 with posix_spawn's
+        # file actions (no preexec_fn: that is unsafe in a process with threads,
+        # such as a test run serving the simulated web).  They are first moved to
+        # fds >= 10, so that neither dup2 can overwrite the other's source.
         to_browser_r, self._to_browser = os.pipe()
         self._from_browser, from_browser_w = os.pipe()
-        child_ends = [
-            fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in (to_browser_r, from_browser_w)
-        ]
+        ends = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in (to_browser_r, from_browser_w)]
         os.close(to_browser_r)
         os.close(from_browser_w)
+        log = self._log.fileno()
         try:
-            self._process = subprocess.Popen(
+            self._pid = os.posix_spawn(
+                found,
                 args,
-                stdin=subprocess.DEVNULL,
-                stdout=self._log,
-                stderr=self._log,
-                # Every fd Python opens is close-on-exec; only 3 and 4, made in the
-                # child just before exec, reach Chromium.
-                close_fds=False,
-                preexec_fn=_pipes_at_3_and_4(*child_ends),
+                os.environ,
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, log, 1),
+                    (os.POSIX_SPAWN_DUP2, log, 2),
+                    (os.POSIX_SPAWN_DUP2, ends[0], 3),
+                    (os.POSIX_SPAWN_DUP2, ends[1], 4),
+                ],
             )
         finally:
-            for fd in child_ends:
+            for fd in ends:
                 os.close(fd)
+        self._exit: int | None = None
         self._buffer = b""
         self._next_id = 0
         self._events: list[dict[str, Any]] = []
@@ -186,7 +190,9 @@ class Chromium:
                 {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
                 session=session,
             )
-            self._send("Page.navigate", {"url": url}, session=session)
+            navigated = self._send("Page.navigate", {"url": url}, session=session)
+            if navigated.get("errorText"):
+                raise BrowserError(f"{path}: {navigated['errorText']}")
             self._wait_event("Page.loadEventFired", session)
             page = Page()
             if expression is not None:
@@ -235,15 +241,26 @@ class Chromium:
         self._log.flush()
         return (Path(self._profile.name) / "chromium.log").read_text(errors="replace")
 
+    def _wait(self, timeout: float) -> bool:
+        """Reap the browser within ``timeout`` seconds; True when it has exited."""
+        deadline = time.monotonic() + timeout
+        while self._exit is None:
+            pid, status = os.waitpid(self._pid, os.WNOHANG)
+            if pid:
+                self._exit = status
+                break
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
     def close(self) -> None:
-        if self._process.poll() is None:
+        if self._exit is None:
             with contextlib.suppress(BrowserError, OSError):
                 self._send("Browser.close")
-            try:
-                self._process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
+            if not self._wait(10):
+                os.kill(self._pid, signal.SIGKILL)
+                self._wait(10)
         self._selector.close()
         for fd in (self._to_browser, self._from_browser):
             with contextlib.suppress(OSError):
@@ -263,16 +280,6 @@ class Chromium:
         self.close()
 
 
-def _pipes_at_3_and_4(read_fd: int, write_fd: int) -> Any:
-    """In the child, before exec: the protocol's pipes onto the fds Chromium uses."""
-
-    def move() -> None:
-        os.dup2(read_fd, 3)  # inheritable: these two survive the exec
-        os.dup2(write_fd, 4)
-
-    return move
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Render a page in headless Chromium.")
     parser.add_argument("page")
@@ -281,14 +288,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--height", type=int, default=900)
     parser.add_argument("--viewport-only", action="store_true", help="Not the whole page.")
     args = parser.parse_args(argv)
-    with Chromium() as browser:
-        page = browser.load(
-            args.page,
-            screenshot=bool(args.screenshot),
-            full_page=not args.viewport_only,
-            width=args.width,
-            height=args.height,
-        )
+    try:
+        with Chromium() as browser:
+            page = browser.load(
+                args.page,
+                screenshot=bool(args.screenshot),
+                full_page=not args.viewport_only,
+                width=args.width,
+                height=args.height,
+            )
+    except BrowserError as e:
+        print(f"surge.testing.browser: {e}")
+        return 2
     for error in page.errors:
         print(error)
     if args.screenshot and page.screenshot is not None:

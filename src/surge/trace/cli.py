@@ -130,34 +130,54 @@ CURL_TIMERS = (
     "time_starttransfer",
     "time_total",
 )
+#: ... and the hops before the last, under -L.
+TIME_REDIRECT = "time_redirect"
 
 
-def curl_timers(timings: Timings, *, tls: bool, end: float) -> dict[str, float]:
-    """curl's ``-w`` timers, in seconds from the request's start, from surge's
+def hop_timers(hop: Timings, *, tls: bool, end: float) -> dict[str, float]:
+    """One hop's curl ``-w`` timers, in seconds from the hop's start, from surge's
     timestamps; ``end``: when the request finished or failed.  As curl reports
     them: a step a reused connection skipped takes the previous timer's value
     (its namelookup and connect are ~0); ``time_appconnect`` is 0 without TLS; a
     failed request's timers past the failure are 0 and ``time_total`` is the time
     to the failure."""
-    t0 = timings.queued
+    t0 = hop.hop_start if hop.hop_start is not None else hop.queued
     events = (
-        ("time_namelookup", timings.dns_end),
-        ("time_connect", timings.tcp_end),
-        ("time_appconnect", timings.tls_end),
-        ("time_pretransfer", timings.sent),
-        ("time_starttransfer", timings.first_byte),
+        ("time_namelookup", hop.dns_end),
+        ("time_connect", hop.tcp_end),
+        ("time_appconnect", hop.tls_end),
+        ("time_pretransfer", hop.sent),
+        ("time_starttransfer", hop.first_byte),
     )
     reached = max((i for i, (_, when) in enumerate(events) if when is not None), default=-1)
-    failed = timings.done is None
+    failed = hop.done is None
     values: dict[str, float] = {}
     last = 0.0
     for i, (name, when) in enumerate(events):
         if when is not None:
             last = max(last, when - t0)
         values[name] = 0.0 if failed and i > reached else round(last, 6)
-    values["time_total"] = round((timings.done if timings.done is not None else end) - t0, 6)
+    values["time_total"] = round((hop.done if hop.done is not None else end) - t0, 6)
     if not tls:
         values["time_appconnect"] = 0.0
+    return values
+
+
+def curl_timers(timings: Timings, *, tls: bool, end: float) -> dict[str, float]:
+    """curl's ``-w`` timers for a whole request.  Under ``-L`` curl adds each
+    hop's timers together ("when a redirect is followed, the time from each
+    request is added together", its documentation of every CURLINFO_*_TIME) and
+    reports the hops before the last as ``time_redirect``; so does this."""
+    chain = timings.hops()
+    totals = dict.fromkeys(CURL_TIMERS, 0.0)
+    for n, hop in enumerate(chain):
+        last = n == len(chain) - 1
+        hop_tls = tls if last else str(hop.url).startswith("https:")
+        for name, value in hop_timers(hop, tls=hop_tls, end=end).items():
+            totals[name] += value
+    values = {name: round(value, 6) for name, value in totals.items()}
+    hop_start = chain[-1].hop_start
+    values["time_redirect"] = round(hop_start - timings.queued, 6) if hop_start else 0.0
     return values
 
 
@@ -225,7 +245,15 @@ def render(
     lines = []
     how = "new connection" if record["new_connection"] else "reused connection"
     lines.append(paint(url, "1") + f"  ({how})")
-    if record["final_url"] != url:
+    timings = outcome.timings
+    chain = timings.hops() if timings is not None else []
+    if len(chain) > 1:  # the picture is the last hop's; the hops before, in a line
+        steps = " -> ".join(f"{hop.url} ({hop.status})" for hop in chain[:-1])
+        lines.append(
+            f"after {len(chain) - 1} redirect(s) in {_fmt(record['curl']['time_redirect'] * 1000)}:"
+            f" {steps} -> {record['final_url']}"
+        )
+    elif record["final_url"] != url:
         lines.append(f"final URL {record['final_url']}")
     if isinstance(outcome, Response):
         head = outcome.head.decode("latin-1").split("\r\n")
@@ -239,7 +267,8 @@ def render(
     else:
         lines.append(paint(f"FAILED: {outcome.error_class}: {outcome.detail}", "31"))
     phases = record["timings"] or dict.fromkeys(_PHASE_KEYS)
-    curl = record["curl"] or {}
+    tls = str(record["final_url"]).startswith("https:")
+    curl = hop_timers(chain[-1], tls=tls, end=end) if chain else {}  # the last hop's
     cells = [_fmt(phases[k]) for k in _PHASE_KEYS]
     widths = [max(len(c), len(h)) + 2 for c, h in zip(cells, _COLUMNS, strict=True)]
     lines.append("")

@@ -1,16 +1,22 @@
 """HAR 1.2 (http://www.softwareishard.com/blog/har-12-spec/), streamed to a file.
 
-One entry per request, written as its record is made, so a million requests
-need no list in memory.  ``timings`` are the standard fields, from the same
-phases as the waterfall (:mod:`surge.trace.phases`): ``blocked`` (surge's
-queues, earlier attempts and redirect hops), ``dns``, ``connect`` (which, as
-the spec says, includes ``ssl``), ``ssl``, ``send``, ``wait``, ``receive``;
--1 for a phase that did not happen (a reused connection has no dns, connect or
-ssl).  ``time`` is their sum (``ssl`` counted once, inside ``connect``) and equals
-the request's duration.  A failed request has ``response.status`` 0 and, as
-browsers' exports do, the error in ``_error`` (surge's error class) and
-``_error_detail``.  Bodies and headers are not recorded: ``headersSize`` and
-``bodySize`` are -1 (unknown) where surge does not count them.
+One entry per request and hop (a followed redirect is an entry with its 3xx
+status and ``redirectURL``, then the next hop's, as browsers export them),
+written as its record is made, so a million requests need no list in memory;
+entries are therefore in completion order, not sorted by ``startedDateTime``
+(the spec prefers sorted, for faster imports, and does not require it).
+``timings`` are the standard fields, from the same phases as the waterfall
+(:mod:`surge.trace.phases`): ``blocked`` (surge's queues; for a first hop after
+``--retries``, the earlier attempts and their back-off too), ``dns``,
+``connect`` (which, as the spec says, includes ``ssl``), ``ssl``, ``send``,
+``wait``, ``receive``.  ``blocked``, ``dns``, ``connect`` and ``ssl`` are -1 when
+they did not happen (a reused connection has no dns, connect or ssl); ``send``,
+``wait`` and ``receive`` must be non-negative, so a request that failed before
+them has 0.  ``time`` is their sum (``ssl`` counted once, inside ``connect``)
+and equals the hop's duration.  A failed request has ``response.status`` 0 and,
+as browsers' exports do, the error in ``_error`` (surge's error class) and
+``_error_detail``.  Headers and bodies are not recorded: ``headersSize`` is -1
+(unknown), and so is ``bodySize`` where surge did not count it (earlier hops).
 """
 
 from __future__ import annotations
@@ -31,14 +37,18 @@ from surge.trace.phases import (
     SEND,
     TLS,
     WAIT,
+    Hop,
     durations,
+    hops,
     present,
-    segments,
 )
 
 
 class HarWriter:
-    """``add`` each request; ``close`` finishes the JSON document."""
+    """``add`` each request; ``close`` finishes the JSON document.
+
+    A write that fails (a full disk) does not stop the run: the writer keeps the
+    error in :attr:`error`, writes nothing more, and the caller reports it."""
 
     def __init__(self, path: str, *, method: str = "GET") -> None:
         self.path = path
@@ -46,26 +56,52 @@ class HarWriter:
         self.clock0 = time.perf_counter()
         self.wall0 = time.time()
         self.entries = 0
+        self.error: OSError | None = None
         self._file: IO[str] | None = open(path, "w", encoding="utf-8")  # noqa: SIM115
         creator = {"name": "surge", "version": __version__}
         head = {"version": "1.2", "creator": creator, "pages": []}
         # The document up to the entries array, which the adds then fill.
-        self._file.write(json.dumps({"log": head})[:-2] + ',"entries":[\n')
+        self._write(json.dumps({"log": head})[:-2] + ',"entries":[\n')
         self._clock = _Clock(self.wall0 - self.clock0)
 
+    def _write(self, text: str) -> None:
+        if self._file is None or self.error is not None:
+            return
+        try:
+            self._file.write(text)
+        except OSError as e:
+            self.error = e
+
     def add(
-        self, record: Mapping[str, Any], start: float, end: float, timings: Timings | None
+        self,
+        record: Mapping[str, Any],
+        start: float,
+        end: float,
+        timings: Timings | None,
+        retried: bool = False,
     ) -> None:
         if self._file is None:
             raise ValueError(f"{self.path}: the HAR file is closed")
-        entry = entry_json(record, start, end, timings, method=self.method, clock=self._clock)
-        self._file.write(",\n" + entry if self.entries else entry)
-        self.entries += 1
+        url = str(record.get("final_url") or record["url"])
+        chain = hops(start, end, timings, url=url, retried=retried)
+        for n, hop in enumerate(chain):
+            following = chain[n + 1] if n + 1 < len(chain) else None
+            entry = entry_json(
+                record, hop, following, method=self.method, clock=self._clock, hop_index=n
+            )
+            self._write(",\n" + entry if self.entries else entry)
+            self.entries += 1
+
+    def loop_lag(self, when: float, lag: float) -> None:
+        """HAR has no place for it (the page shows it)."""
 
     def close(self) -> None:
         if self._file is not None:
-            self._file.write("\n]}}\n")
-            self._file.close()
+            self._write("\n]}}\n")
+            try:
+                self._file.close()
+            except OSError as e:
+                self.error = self.error or e
             self._file = None
 
     def __enter__(self) -> HarWriter:
@@ -102,69 +138,84 @@ _ENTRY = (
     '"response":{"status":%d,"statusText":"","httpVersion":"%s","cookies":[],"headers":[],'
     '"content":{"size":%d,"mimeType":""},"redirectURL":%s,"headersSize":-1,"bodySize":%d},'
     '"cache":{},"timings":{"blocked":%s,"dns":%s,"connect":%s,"ssl":%s,"send":%s,"wait":%s,'
-    '"receive":%s},"_line":%s,"_attempts":%s%s}'
+    '"receive":%s},"_line":%s,"_attempts":%s,"_hop":%d%s}'
 )
 
 
 def entry_json(
     record: Mapping[str, Any],
-    start: float,
-    end: float,
-    timings: Timings | None,
+    hop: Hop,
+    following: Hop | None,
     *,
     method: str,
     clock: _Clock,
+    hop_index: int = 0,
 ) -> str:
-    """The HAR entry of one request, as compact JSON."""
-    url = str(record["url"])
-    final = str(record.get("final_url") or url)
-    tls = final.startswith("https:")
-    parts = segments(start, end, timings, tls=tls)
-    spent = [s * 1000.0 for s in durations(parts)]
-    happened = present(timings, tls=tls)
-    timed = [round(spent[i], 3) if happened[i] or spent[i] > 0 else -1 for i in range(len(spent))]
+    """The HAR entry of one hop of a request, as compact JSON; ``following``:
+    the hop its redirect led to (None for the last)."""
+    spent = [s * 1000.0 for s in durations(hop.parts)]
+    happened = present(hop.timings, tls=hop.tls)
+
+    def optional(i: int) -> float:
+        return round(spent[i], 3) if happened[i] or spent[i] > 0 else -1
+
     blocked = round(spent[EARLIER] + spent[QUEUED], 3)
-    ssl = timed[TLS]
-    connect = timed[CONNECT]
+    ssl = optional(TLS)
+    connect = optional(CONNECT)
     if connect != -1 and ssl != -1:
         connect = round(connect + ssl, 3)  # HAR: connect includes ssl
-    har = (blocked, timed[DNS], connect, timed[SEND], timed[WAIT], timed[RECEIVE])
-    total = round(sum(v for v in har if v != -1), 3)
-    status = record.get("status")
-    error = record.get("error")
-    size = int(record.get("bytes") or 0)
+    # send, wait and receive "must have non-negative values": 0 when never reached
+    send, wait, receive = (round(spent[i], 3) for i in (SEND, WAIT, RECEIVE))
+    total = round(
+        sum(v for v in (blocked, optional(DNS), connect, send, wait, receive) if v > 0), 3
+    )
     extra = ""
-    if error is not None:
-        extra = ',"_error":%s,"_error_detail":%s' % (  # noqa: UP031
-            json.dumps(error),
-            json.dumps(record.get("error_detail")),
-        )
-        if status is not None:
-            extra += ',"_status":%d' % status  # noqa: UP031 - the status seen before it failed
+    if following is not None:  # a redirect this hop answered, then followed
+        assert hop.timings is not None
+        url = str(hop.timings.url)
+        status, error, version = hop.timings.status, None, "HTTP/1.1"
+        redirect = str(following.timings.url if following.timings and following.timings.url
+                       else record.get("final_url") or "")  # fmt: skip
+        size, body_size = 0, -1
+    else:
+        url = str(record.get("final_url") or record["url"]) if hop_index else str(record["url"])
+        status, error = record.get("status"), record.get("error")
+        version = "HTTP/1.1" if status is not None else ""
+        redirect = ""
+        size = int(record.get("bytes") or 0)
+        body_size = size if status is not None else -1
+        if error is not None:
+            extra = ',"_error":%s,"_error_detail":%s' % (  # noqa: UP031
+                json.dumps(error),
+                json.dumps(record.get("error_detail")),
+            )
+            if status is not None:
+                extra += ',"_status":%d' % status  # noqa: UP031 - the status before it failed
     return _ENTRY % (
-        clock.iso(start),
+        clock.iso(hop.begin),
         total,
         method,
         json.dumps(url),
         int(status) if status is not None and error is None else 0,
-        "HTTP/1.1" if status is not None else "",
+        version,
         size,
-        json.dumps(final if final != url else ""),
-        size if status is not None else -1,
+        json.dumps(redirect),
+        body_size,
         blocked,
-        timed[DNS],
+        optional(DNS),
         connect,
         ssl,
-        timed[SEND],
-        timed[WAIT],
-        timed[RECEIVE],
+        send,
+        wait,
+        receive,
         json.dumps(record.get("line")),
         json.dumps(record.get("attempts")),
+        hop_index,
         extra,
     )
 
 
-def har_entry(
+def har_entries(
     record: Mapping[str, Any],
     start: float,
     end: float,
@@ -172,10 +223,23 @@ def har_entry(
     *,
     method: str,
     wall: float,
-) -> dict[str, Any]:
-    """The HAR entry of one request as a dict; ``wall`` turns the request clock
-    (perf_counter) into Unix time."""
-    entry: dict[str, Any] = json.loads(
-        entry_json(record, start, end, timings, method=method, clock=_Clock(wall))
-    )
-    return entry
+    retried: bool = False,
+) -> list[dict[str, Any]]:
+    """The HAR entries of one request (one per hop) as dicts; ``wall`` turns the
+    request clock (perf_counter) into Unix time."""
+    url = str(record.get("final_url") or record["url"])
+    chain = hops(start, end, timings, url=url, retried=retried)
+    clock = _Clock(wall)
+    return [
+        json.loads(
+            entry_json(
+                record,
+                hop,
+                chain[n + 1] if n + 1 < len(chain) else None,
+                method=method,
+                clock=clock,
+                hop_index=n,
+            )
+        )
+        for n, hop in enumerate(chain)
+    ]

@@ -9,8 +9,7 @@ between.  The phases, in the order they happen:
 ==========  ==============================================================  ==========
 phase       what the request was doing                                      HAR field
 ==========  ==============================================================  ==========
-earlier     earlier attempts and their back-off (``--retries``), and the     blocked
-            hops before a redirect's last one
+earlier     earlier attempts and their back-off (``--retries``)              blocked
 queued      waiting for a connection slot or a handshake slot (surge's own  blocked
             queues), and handing a new connection over
 dns         resolving the host                                              dns
@@ -23,9 +22,15 @@ receive     reading the rest of the response                                rece
 
 A failed request ends in the phase it failed in (a connect timeout ends in
 ``connect``, a read timeout in ``wait``); its last segment runs to ``end``.
+
+A followed redirect is several hops, each with its own phases (the client links
+a hop's timings to the previous hop's): the waterfall row runs through all of
+them, HAR writes one entry per hop as browsers do.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from surge.http.timings import Timings
 
@@ -45,23 +50,70 @@ EARLIER, QUEUED, DNS, CONNECT, TLS, SEND, WAIT, RECEIVE = range(len(PHASES))
 Segment = tuple[int, float, float]
 
 
-def segments(start: float, end: float, timings: Timings | None, *, tls: bool) -> list[Segment]:
-    """Consecutive, non-empty segments covering ``[start, end]`` (``end`` is moved
-    to the response's last byte when there is one).  ``tls``: the last hop's URL
-    is https, so the time between the TCP connect and the connection being ready
-    is the TLS handshake."""
-    if timings is None:
-        return [(QUEUED, start, end)] if end > start else []
-    t = timings
-    if t.done is not None:
-        end = t.done
-    hop = t.hop_start  # after a redirect: the earlier hops, then this one's wait
+@dataclass
+class Hop:
+    """One request/response exchange of a request: its timings, when it began and
+    ended on the request's clock, its URL's scheme, and its phases."""
+
+    timings: Timings | None
+    begin: float
+    end: float
+    tls: bool
+    parts: list[Segment]
+
+
+def hops(
+    start: float, end: float, timings: Timings | None, *, url: str, retried: bool = False
+) -> list[Hop]:
+    """The hops of a request that started at ``start`` and whose record was made
+    at ``end``; ``url`` is the last hop's (its scheme says whether it used TLS),
+    ``retried``: earlier attempts came before the last one (``start`` is the
+    first's), and their time is ``earlier``.  The hops' parts are contiguous
+    from ``start`` to the last byte (or ``end`` for a failure)."""
+    chain = timings.hops() if timings is not None else [None]
+    out: list[Hop] = []
+    begin = start
+    for n, hop in enumerate(chain):
+        last = n == len(chain) - 1
+        # A hop ends at its last byte (the record is made a little after); a
+        # failed last hop at ``end``.
+        stop = max(hop.done if hop is not None and hop.done is not None else end, begin)
+        tls = url.startswith("https:") if last or hop is None else str(hop.url).startswith("https:")
+        before = EARLIER if retried and n == 0 else QUEUED
+        out.append(
+            Hop(hop, begin, stop, tls, _hop_segments(begin, stop, hop, tls=tls, before=before))
+        )
+        begin = stop
+    return out
+
+
+def segments(
+    start: float, end: float, timings: Timings | None, *, tls: bool, retried: bool = False
+) -> list[Segment]:
+    """Consecutive, non-empty segments covering the request, every hop, from
+    ``start`` to its last byte (or ``end``): :func:`hops` joined."""
+    out: list[Segment] = []
+    url = "https:" if tls else "http:"
+    for hop in hops(start, end, timings, url=url, retried=retried):
+        for phase, begin, finish in hop.parts:
+            if out and out[-1][0] == phase and out[-1][2] == begin:
+                out[-1] = (phase, out[-1][1], finish)
+            else:
+                out.append((phase, begin, finish))
+    return out
+
+
+def _hop_segments(
+    start: float, end: float, t: Timings | None, *, tls: bool, before: int
+) -> list[Segment]:
+    """One hop's segments from ``start`` to ``end``; ``before``: the phase of the
+    time before the hop's own first timestamp."""
+    if t is None:
+        return [(before, start, end)] if end > start else []
     # (when, the phase that begins then), in the order they happen; None: did not.
     # (A tuple and one loop with no calls: this runs for every record of a traced run.)
     marks = (
-        (t.queued, QUEUED),  # before: earlier attempts, until this request() began
-        (t.started if hop is not None else None, EARLIER),
-        (hop, QUEUED),
+        (t.queued, QUEUED),  # this attempt's request() began (the first hop's)
         (t.dns_start, DNS),
         (t.dns_end, QUEUED),  # a wait for a handshake slot, if any
         (t.connect_start, CONNECT),
@@ -72,7 +124,7 @@ def segments(start: float, end: float, timings: Timings | None, *, tls: bool) ->
         (t.first_byte, RECEIVE),
     )
     out: list[Segment] = []
-    phase, since = EARLIER, start
+    phase, since = before, start
     for when, then in marks:
         if when is None:
             continue
@@ -103,9 +155,10 @@ def durations(parts: list[Segment]) -> list[float]:
 
 
 def present(timings: Timings | None, *, tls: bool) -> list[bool]:
-    """Which phases happened at all (a reused connection has no dns, connect, tls;
-    HAR says -1 for those, not 0).  ``earlier`` happened when it took any time."""
-    happened = [False, True, False, False, False, True, True, True]
+    """Which phases one hop went through at all (a reused connection has no dns,
+    connect, tls; HAR says -1 for those, not 0).  ``earlier`` and ``queued``
+    happened when they took any time (the caller knows)."""
+    happened = [False, False, False, False, False, False, False, False]
     if timings is not None:
         happened[DNS] = timings.dns_start is not None
         happened[CONNECT] = timings.connect_start is not None
@@ -113,6 +166,4 @@ def present(timings: Timings | None, *, tls: bool) -> list[bool]:
         happened[SEND] = timings.connected is not None
         happened[WAIT] = timings.sent is not None
         happened[RECEIVE] = timings.first_byte is not None
-    else:
-        happened[SEND] = happened[WAIT] = happened[RECEIVE] = False
     return happened

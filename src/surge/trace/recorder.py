@@ -26,7 +26,7 @@ from typing import Any
 
 from surge.histogram import LogHistogram
 from surge.http.timings import Timings
-from surge.trace.phases import PHASES, present, segments
+from surge.trace.phases import PHASES, Segment, hops, present
 
 #: Timeline buckets at most; beyond, buckets double in width (pairs merge).
 MAX_BUCKETS = 1000
@@ -45,14 +45,16 @@ class Timeline:
     times.  From these the area under "requests in flight" over bucket *i* is
     exact: ``n_i * w + sum over starts in i of (B_i - t) - sum over ends in i of
     (B_i - t)``, where ``n_i`` is the number in flight when the bucket opens and
-    ``B_i`` its closing time; merging two buckets adds their fields.
+    ``B_i`` its closing time; merging two buckets adds their fields.  Also the
+    worst event-loop lag seen in the bucket (merging keeps the larger).
     """
 
     def __init__(self, *, max_buckets: int = MAX_BUCKETS, width: float = FIRST_WIDTH) -> None:
         self.max_buckets = max_buckets
         self.width = width
-        # per bucket: [starts, start time sum, ends, end time sum, failed ends]
+        # per bucket: [starts, start time sum, ends, end time sum, failed ends, max lag]
         self.buckets: list[list[float]] = []
+        self.last = 0.0  # the latest time seen
 
     def _bucket(self, t: float) -> list[float]:
         index = int(t / self.width)
@@ -61,7 +63,7 @@ class Timeline:
             index //= 2
         buckets = self.buckets
         if len(buckets) <= index:
-            buckets.extend([0, 0.0, 0, 0.0, 0] for _ in range(index + 1 - len(buckets)))
+            buckets.extend([0, 0.0, 0, 0.0, 0, 0.0] for _ in range(index + 1 - len(buckets)))
         return buckets[index]
 
     def _halve(self) -> None:
@@ -82,31 +84,60 @@ class Timeline:
         e[3] += end
         if failed:
             e[4] += 1
+        if end > self.last:
+            self.last = end
+
+    def lag(self, when: float, lag: float) -> None:
+        """The event loop ran a timer ``lag`` seconds late at ``when``."""
+        if when < 0.0:
+            return
+        bucket = self._bucket(when)
+        if lag > bucket[5]:
+            bucket[5] = lag
 
     def series(self, max_points: int = 150) -> dict[str, Any]:
         """Per display bucket (adjacent buckets merged, exactly, down to at most
-        ``max_points``): mean requests in flight, completions and failures per second."""
+        ``max_points``): mean requests in flight, completions and failures per
+        second, and the worst loop lag (ms).  The last bucket is measured over the
+        part of it the run lasted."""
         group = max(1, -(-len(self.buckets) // max_points))
         w = self.width * group
         merged = _merged(self.buckets, group)
-        in_flight, done, failed = [], [], []
+        in_flight, done, failed, lag = [], [], [], []
         open_now = 0.0
-        for i, (starts, start_sum, ends, end_sum, fails) in enumerate(merged):
+        for i, (starts, start_sum, ends, end_sum, fails, worst) in enumerate(merged):
             closes = (i + 1) * w
             area = open_now * w + (starts * closes - start_sum) - (ends * closes - end_sum)
-            in_flight.append(round(area / w, 3))
-            done.append(round(ends / w, 3))
-            failed.append(round(fails / w, 3))
+            # the run's last moment may fall inside the last bucket: rates over its part
+            span = min(w, self.last - i * w) if i == len(merged) - 1 else w
+            span = span if span >= w / 100 else w  # too thin a part to take a mean over
+            still_open = open_now + starts - ends  # 0 once every request has ended
+            in_flight.append(round((area - still_open * (w - span)) / span, 3))
+            # a rate over a thin last part would be a spike of noise: per bucket
+            per = span if span >= w / 2 else w
+            done.append(round(ends / per, 3))
+            failed.append(round(fails / per, 3))
+            lag.append(round(worst * 1000.0, 3))
             open_now += starts - ends
-        return {"width_s": w, "in_flight": in_flight, "done_per_s": done, "failed_per_s": failed}
+        return {
+            "width_s": w,
+            "in_flight": in_flight,
+            "done_per_s": done,
+            "failed_per_s": failed,
+            "lag_ms": lag,
+        }
 
 
 def _merged(buckets: list[list[float]], group: int) -> list[list[float]]:
-    """Every ``group`` adjacent buckets as one (all their fields add up)."""
-    return [
-        [sum(b[k] for b in buckets[i : i + group]) for k in range(5)]
-        for i in range(0, len(buckets), group)
-    ]
+    """Every ``group`` adjacent buckets as one: counts and sums add up, the lag is
+    the larger."""
+    out = []
+    for i in range(0, len(buckets), group):
+        chunk = buckets[i : i + group]
+        merged = [sum(b[k] for b in chunk) for k in range(5)]
+        merged.append(max(b[5] for b in chunk))
+        out.append(merged)
+    return out
 
 
 @dataclass
@@ -164,27 +195,38 @@ class TraceRecorder:
         self.count = 0
         self.busy_s = 0.0  # the sum of all requests' durations
         self.last_end = 0.0
+        self.first_start: float | None = None
         self.phases = [LogHistogram() for _ in PHASES]
         self.statuses: Counter[int] = Counter()
         self.errors: Counter[str] = Counter()
         self.timeline = Timeline()
+        self.lag = LogHistogram()  # the event loop's lateness, ms
 
     def add(
-        self, record: Mapping[str, Any], start: float, end: float, timings: Timings | None
+        self,
+        record: Mapping[str, Any],
+        start: float,
+        end: float,
+        timings: Timings | None,
+        retried: bool = False,
     ) -> None:
         """One finished request: its record, when it started and ended (perf_counter
-        seconds), and its last attempt's timings."""
-        tls = str(record.get("final_url") or record["url"]).startswith("https:")
-        parts = segments(start, end, timings, tls=tls)
+        seconds), its last attempt's timings, whether earlier attempts came first."""
+        url = str(record.get("final_url") or record["url"])
+        parts: list[Segment] = []
+        happened = [False] * len(PHASES)
+        for hop in hops(start, end, timings, url=url, retried=retried):
+            parts += hop.parts
+            for index, did in enumerate(present(hop.timings, tls=hop.tls)):
+                happened[index] = happened[index] or did
         if parts:
             end = parts[-1][2]
         spent = [0.0] * len(PHASES)
         for phase, begin, finish in parts:
             spent[phase] += finish - begin
         histograms = self.phases
-        for index, happened in enumerate(present(timings, tls=tls)):
-            seconds = spent[index]
-            if seconds > 0.0 or happened:
+        for index, seconds in enumerate(spent):
+            if seconds > 0.0 or happened[index]:
                 histograms[index].add(seconds * 1000.0)
         error = record.get("error")
         status = record.get("status")
@@ -198,6 +240,8 @@ class TraceRecorder:
         self.busy_s += end - start
         if rel_end > self.last_end:
             self.last_end = rel_end
+        if self.first_start is None or rel_start < self.first_start:
+            self.first_start = rel_start
         self.count += 1
 
         # Reservoir sampling: the n-th request replaces a random row with
@@ -218,7 +262,7 @@ class TraceRecorder:
             bytes=int(record.get("bytes") or 0),
             attempts=int(record.get("attempts") or 1),
             start_ms=round(rel_start * 1000.0, 3),
-            parts=[(p, round((b - a) * 1000.0, 3)) for p, a, b in parts],
+            parts=_merged_parts(parts),
         )
         if keep:
             if slot == len(self.rows):
@@ -232,9 +276,15 @@ class TraceRecorder:
             else:
                 heapq.heapreplace(self._slowest, item)
 
+    def loop_lag(self, when: float, lag: float) -> None:
+        """How late the run's event loop ran a timer (see surge.trace.tracer)."""
+        self.lag.add(lag * 1000.0)
+        self.timeline.lag(when - self.clock0, lag)
+
     def data(self) -> dict[str, Any]:
         """Everything the page draws, as JSON-ready values."""
-        wall = self.last_end
+        first = self.first_start or 0.0
+        wall = self.last_end - first
         total_ms = self.busy_s * 1000.0
         phases = []
         for name, hist in zip(PHASES, self.phases, strict=True):
@@ -257,7 +307,14 @@ class TraceRecorder:
             "title": self.title,
             "started": self.wall0,
             "requests": self.count,
+            "first_start_s": round(first, 6),
             "wall_s": round(wall, 6),
+            "loop_lag": {
+                "samples": self.lag.count,
+                "p50_ms": _round(self.lag.percentile(50)),
+                "p99_ms": _round(self.lag.percentile(99)),
+                "max_ms": _round(self.lag.max) if self.lag.count else None,
+            },
             "mean_in_flight": round(self.busy_s / wall, 3) if wall > 0 else 0.0,
             "phases": phases,
             "statuses": {str(k): v for k, v in sorted(self.statuses.items())},
@@ -277,6 +334,18 @@ class TraceRecorder:
             "rows": [r.as_json() for r in rows],
             "slowest": [item[2].as_json() for item in slowest],
         }
+
+
+def _merged_parts(parts: list[Segment]) -> list[tuple[int, float]]:
+    """(phase, ms) runs, adjacent runs of one phase (across hops) as one."""
+    out: list[tuple[int, float]] = []
+    for phase, begin, finish in parts:
+        ms = (finish - begin) * 1000.0
+        if out and out[-1][0] == phase:
+            out[-1] = (phase, out[-1][1] + ms)
+        else:
+            out.append((phase, ms))
+    return [(phase, round(ms, 3)) for phase, ms in out]
 
 
 def _round(value: float | None) -> float | None:

@@ -19,15 +19,27 @@ environment (gevent patches a whole process):
 
 Each child then calls ``surge.doctor.run_checks()`` on itself: the statuses in the
 table are what the doctor says about the live process.  The lower bound of a run
-is one delay.  Results go to ``benchmarks/results/doctor.json``.
+is one delay.
+
+Then ``pymysql-ssl-per-connect``: ``--connects`` PyMySQL connects (login, no query)
+to a throwaway MariaDB on loopback that offers TLS (``surge.testing``; skipped
+when MariaDB is not installed), with no TLS options (PyMySQL's "preferred" TLS:
+a new SSLContext and the system CA store loaded per connect), with one shared
+``ssl=context`` (the same unverified TLS, what ``surge.db`` does), and with
+``ssl_disabled=True``; the median connect of each, and the doctor's verdict on
+three connections of that kind held open.  Results go to
+``benchmarks/results/doctor.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import ssl
+import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -90,10 +102,55 @@ def run_environment(setup: str, port: int, cafile: str, hosts: int, delay_ms: in
     return json.loads(done.stdout.splitlines()[-1])
 
 
+def pymysql_connects(connects: int) -> dict[str, Any] | None:
+    """Median seconds per PyMySQL connect in each TLS setup, and the doctor's verdict."""
+    import pymysql
+
+    import surge.doctor
+    from surge.testing import ServerNotInstalled, mariadb
+
+    shared = ssl.create_default_context()  # "preferred": encrypt, verify nothing
+    shared.check_hostname = False
+    shared.verify_mode = ssl.CERT_NONE
+    setups: dict[str, dict[str, Any]] = {
+        "no TLS options (PyMySQL default)": {},
+        "ssl=<one shared SSLContext>": {"ssl": shared},
+        "ssl_disabled=True": {"ssl_disabled": True},
+    }
+    try:
+        with mariadb(tls=True) as server:
+            login = {
+                "host": server.host,
+                "port": server.port,
+                "user": server.user,
+                "password": server.password,
+                "database": server.database,
+            }
+            results = {}
+            for name, options in setups.items():
+                pymysql.connect(**login, **options).close()  # warm: the server's caches
+                times = []
+                for _ in range(connects):
+                    started = time.perf_counter()
+                    connection = pymysql.connect(**login, **options)
+                    times.append(time.perf_counter() - started)
+                    connection.close()
+                held = [pymysql.connect(**login, **options) for _ in range(3)]
+                [finding] = surge.doctor.run_checks(only=["pymysql-ssl-per-connect"])
+                for connection in held:
+                    connection.close()
+                results[name] = {"median_s": statistics.median(times), "doctor": finding.status}
+    except ServerNotInstalled as e:
+        print(f"pymysql: skipped ({e})")
+        return None
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--hosts", type=int, default=20, help="HTTPS hosts fetched at once")
     parser.add_argument("--delay-ms", type=int, default=300, help="each host's answer delay")
+    parser.add_argument("--connects", type=int, default=30, help="PyMySQL connects per setup")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="JSON results path")
     args = parser.parse_args()
     try:
@@ -120,8 +177,26 @@ def main() -> None:
             )
     table.note(f"lower bound: one delay, {args.delay_ms / 1000:.2f} s")
     table.print()
-    info = machine_info(["gevent", "grequests", "requests", "urllib3", "pyopenssl"])
-    payload = {"machine": info, "hosts": args.hosts, "delay_ms": args.delay_ms, "results": results}
+
+    connects = pymysql_connects(args.connects)
+    if connects is not None:
+        table = Table(
+            f"PyMySQL connect to MariaDB on loopback (TLS offered), median of {args.connects}",
+            ["setup", "ms per connect", "pymysql-ssl-per-connect (3 held open)"],
+        )
+        for name, result in connects.items():
+            table.add(name, f"{result['median_s'] * 1000:.2f}", result["doctor"])
+        table.note("fail: the connections held open each built a context of their own;")
+        table.note("warn: none did, but PyMySQL's default (no TLS options) would")
+        table.print()
+    info = machine_info(["gevent", "grequests", "requests", "urllib3", "pyopenssl", "pymysql"])
+    payload = {
+        "machine": info,
+        "hosts": args.hosts,
+        "delay_ms": args.delay_ms,
+        "grequests": results,
+        "pymysql_connects": connects,
+    }
     print(f"wrote {write_json(args.out, payload)}")
 
 

@@ -218,6 +218,14 @@ def test_without_uvloop_and_httptools_both_warn() -> None:
     assert "httptools" in findings["http-parser"]["fix"]
 
 
+def test_a_program_on_asyncios_own_loop_is_told_so_without_a_warning() -> None:
+    findings = checked_after("import asyncio", "event-loop")
+    loop = findings["event-loop"]
+    assert loop["status"] == "ok"
+    assert loop["measured"]["asyncio_policy"].startswith("asyncio")
+    assert "uvloop.run()" in loop["message"]
+
+
 # -- measurements ------------------------------------------------------------------------------
 
 
@@ -247,7 +255,7 @@ def test_live_pymysql_connections_with_a_context_each_fail(mariadb_server: DBSer
     )
     finding = findings["pymysql-ssl-per-connect"]
     assert finding["status"] == "fail", finding
-    assert finding["measured"]["live_contexts"] == 3
+    assert finding["measured"]["live_own_contexts"] == 3
     # surge.db's pool hands every connection the one context it built: not a failure.
     findings = checked_after(
         "import surge.db\n"
@@ -258,14 +266,14 @@ def test_live_pymysql_connections_with_a_context_each_fail(mariadb_server: DBSer
     finding = findings["pymysql-ssl-per-connect"]
     assert finding["status"] == "warn", finding
     assert finding["measured"]["live_connections_with_context"] == 3
-    assert finding["measured"]["live_contexts"] == 1
+    assert finding["measured"]["live_own_contexts"] == 0
 
 
 # -- the API itself ----------------------------------------------------------------------------
 
 
 def test_a_check_that_raises_is_a_warn_finding(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(context: Any) -> surge.doctor.Finding:
+    def broken(context: Any) -> Any:
         raise OSError("no /proc here")
 
     monkeypatch.setitem(checks._CHECKS, "fd-limit", broken)

@@ -9,6 +9,8 @@ import os
 import sys
 import textwrap
 import time
+import warnings
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -47,11 +49,21 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class _Verdict:
+    """What a check returns; ``run_checks`` adds the id it was registered under."""
+
+    status: Status
+    message: str
+    fix: str = ""
+    measured: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class _Context:
     concurrency: int | None
 
 
-_Check = Callable[[_Context], Finding]
+_Check = Callable[[_Context], _Verdict]
 _CHECKS: dict[str, _Check] = {}
 
 
@@ -88,16 +100,16 @@ def run_checks(
         if check_id not in wanted:
             continue
         try:
-            findings.append(_CHECKS[check_id](context))
+            verdict = _CHECKS[check_id](context)
         except Exception as e:  # a broken check is a finding, not a crash
-            findings.append(
-                Finding(
-                    check_id,
-                    "warn",
-                    f"the check itself failed: {type(e).__name__}: {e}",
-                    "report this to surge's maintainers with the message",
-                )
+            verdict = _Verdict(
+                "warn",
+                f"the check itself failed: {type(e).__name__}: {e}",
+                "report this to surge's maintainers with the message",
             )
+        findings.append(
+            Finding(check_id, verdict.status, verdict.message, verdict.fix, verdict.measured)
+        )
     return findings
 
 
@@ -128,13 +140,11 @@ def _gevent_saved() -> dict[str, dict[str, Any]]:
 
 
 @_check("pyopenssl-injected")
-def _check_pyopenssl(context: _Context) -> Finding:
-    check_id = "pyopenssl-injected"
+def _check_pyopenssl(context: _Context) -> _Verdict:
     injected = _pyopenssl_injected()
     installed = importlib.util.find_spec("OpenSSL") is not None
     if injected is None:
-        return Finding(
-            check_id,
+        return _Verdict(
             "ok",
             "urllib3 is not imported in this process, so nothing is injected into it"
             + (" (pyOpenSSL is installed: check inside your program)" if installed else ""),
@@ -144,7 +154,7 @@ def _check_pyopenssl(context: _Context) -> Finding:
             {"pyopenssl_installed": installed},
         )
     if not injected:
-        return Finding(check_id, "ok", "urllib3 uses the standard ssl module", "", {})
+        return _Verdict("ok", "urllib3 uses the standard ssl module", "", {})
     fix = (
         "remove the call to urllib3.contrib.pyopenssl.inject_into_urllib3() (or call "
         "extract_from_urllib3()); the ssl module has had SNI since Python 3.2 and urllib3 "
@@ -152,8 +162,7 @@ def _check_pyopenssl(context: _Context) -> Finding:
     )
     select_patched = "select" in _gevent_saved()
     if "socket" in _gevent_saved() and not select_patched:
-        return Finding(
-            check_id,
+        return _Verdict(
             "fail",
             "urllib3 is using pyOpenSSL under gevent with select unpatched: every TLS read "
             "that must wait calls the blocking select/poll (urllib3.util.wait_for_read), "
@@ -161,8 +170,7 @@ def _check_pyopenssl(context: _Context) -> Finding:
             fix + "; and let gevent patch select (patch_all() without select=False)",
             {"gevent_select_patched": False},
         )
-    return Finding(
-        check_id,
+    return _Verdict(
         "warn",
         "urllib3 is using pyOpenSSL: every TLS read and write goes through a Python "
         "wrapper over cffi instead of the ssl module's C code",
@@ -236,15 +244,13 @@ def _some(names: list[str], limit: int = 4) -> str:
 
 
 @_check("gevent-late-patch")
-def _check_gevent_late(context: _Context) -> Finding:
-    check_id = "gevent-late-patch"
+def _check_gevent_late(context: _Context) -> _Verdict:
     saved = _gevent_saved()
     if not any(module_name in saved for module_name in _IO_MODULES):
-        return Finding(check_id, "ok", "gevent has not patched socket, ssl or select here")
+        return _Verdict("ok", "gevent has not patched socket, ssl or select here")
     found = _unpatched_references(saved)
     if not any(found.values()):
-        return Finding(
-            check_id,
+        return _Verdict(
             "ok",
             "gevent patched before anything bound the originals of socket, ssl and select",
             "",
@@ -256,7 +262,7 @@ def _check_gevent_late(context: _Context) -> Finding:
     if found["subclasses"]:
         parts.append(f"subclasses of unpatched classes: {_some(found['subclasses'])}")
     if found["objects"]:
-        parts.append(f"objects made before patching: {_some(found['objects'])}")
+        parts.append(f"objects of the unpatched classes: {_some(found['objects'])}")
     if any(name.endswith("(ssl.SSLContext)") for name in found["bound"]):
         # Measured with requests imported before patch_all(): 20 of 20 HTTPS requests
         # raised RecursionError in SSLContext's options setter.
@@ -264,8 +270,7 @@ def _check_gevent_late(context: _Context) -> Finding:
             "an SSLContext bound before patching makes HTTPS requests fail with "
             "RecursionError (gevent#1016)"
         )
-    return Finding(
-        check_id,
+    return _Verdict(
         "fail",
         "gevent patched after ssl/socket were imported and used; what was taken before "
         "is still the blocking original: " + "; ".join(parts),
@@ -277,26 +282,22 @@ def _check_gevent_late(context: _Context) -> Finding:
 
 
 @_check("gevent-partial-patch")
-def _check_gevent_partial(context: _Context) -> Finding:
-    check_id = "gevent-partial-patch"
+def _check_gevent_partial(context: _Context) -> _Verdict:
     saved = _gevent_saved()
     if "socket" not in saved:
-        return Finding(check_id, "ok", "gevent has not patched socket here")
+        return _Verdict("ok", "gevent has not patched socket here")
     missing = [
         module_name for module_name in ("ssl", "select", "selectors") if module_name not in saved
     ]
     measured: dict[str, Any] = {"patched": sorted(saved), "unpatched_io": missing}
     if not missing:
-        return Finding(
-            check_id, "ok", "gevent patched socket, ssl, select and selectors", "", measured
-        )
+        return _Verdict("ok", "gevent patched socket, ssl, select and selectors", "", measured)
     fix = (
         "patch all of them: gevent.monkey.patch_all() with socket, ssl and select left on "
         "(grequests patches with select=False: patch_all() yourself before importing it)"
     )
     if "ssl" in missing:
-        return Finding(
-            check_id,
+        return _Verdict(
             "fail",
             "gevent patched socket but not ssl: TLS sockets are the standard library's "
             "blocking ones, so every HTTPS handshake and read stops every greenlet",
@@ -305,8 +306,7 @@ def _check_gevent_partial(context: _Context) -> Finding:
         )
     injected = _pyopenssl_injected()
     status: Status = "fail" if injected else "warn"
-    return Finding(
-        check_id,
+    return _Verdict(
         status,
         f"gevent patched socket but not {' or '.join(missing)}: whatever waits with "
         "select/poll blocks every greenlet"
@@ -325,12 +325,11 @@ def _check_gevent_partial(context: _Context) -> Finding:
 
 
 @_check("fd-limit")
-def _check_fd_limit(context: _Context) -> Finding:
-    check_id = "fd-limit"
+def _check_fd_limit(context: _Context) -> _Verdict:
     try:
         import resource
     except ImportError:  # pragma: no cover - Windows
-        return Finding(check_id, "ok", "no RLIMIT_NOFILE on this platform")
+        return _Verdict("ok", "no RLIMIT_NOFILE on this platform")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     unlimited = resource.RLIM_INFINITY
     concurrency = context.concurrency or TYPICAL_CONCURRENCY
@@ -342,8 +341,7 @@ def _check_fd_limit(context: _Context) -> Finding:
         "needed": needed,
     }
     if soft == unlimited or soft >= needed:
-        return Finding(
-            check_id,
+        return _Verdict(
             "ok",
             f"the open-files limit ({'unlimited' if soft == unlimited else soft}) holds "
             f"{concurrency:,} connections and {FD_HEADROOM} more files",
@@ -363,8 +361,7 @@ def _check_fd_limit(context: _Context) -> Finding:
             "/etc/security/limits.conf), then the soft one"
         )
     given = context.concurrency is not None
-    return Finding(
-        check_id,
+    return _Verdict(
         "fail" if given else "warn",
         f"the open-files limit is {soft}: {concurrency:,} connections"
         + ("" if given else " (a typical bulk concurrency)")
@@ -388,14 +385,12 @@ def _installed(module: str) -> str | None:
 
 
 @_check("event-loop")
-def _check_event_loop(context: _Context) -> Finding:
-    check_id = "event-loop"
+def _check_event_loop(context: _Context) -> _Verdict:
     if sys.platform == "win32":  # pragma: no cover - no uvloop there
-        return Finding(check_id, "ok", "uvloop does not run on Windows; asyncio's loop it is")
+        return _Verdict("ok", "uvloop does not run on Windows; asyncio's loop it is")
     version = _installed("uvloop")
     if version is None:
-        return Finding(
-            check_id,
+        return _Verdict(
             "warn",
             "uvloop is not installed: asyncio programs (and surge's engine) run on asyncio's "
             "default loop, which spends several times more CPU per socket event",
@@ -405,38 +400,36 @@ def _check_event_loop(context: _Context) -> Finding:
     measured: dict[str, Any] = {"uvloop": version}
     asyncio = sys.modules.get("asyncio")
     if asyncio is not None:  # only when the program loaded it: importing it imports ssl
-        measured["asyncio_policy"] = type(asyncio.get_event_loop_policy()).__module__
-    return Finding(
-        check_id,
+        with warnings.catch_warnings():  # policies are deprecated from Python 3.14
+            warnings.simplefilter("ignore", DeprecationWarning)
+            measured["asyncio_policy"] = type(asyncio.get_event_loop_policy()).__module__
+    on_default_loop = not measured.get("asyncio_policy", "uvloop").startswith("uvloop")
+    return _Verdict(
         "ok",
-        f"uvloop {version} is installed (surge's engine uses it"
+        f"uvloop {version} is installed and surge's engine uses it"
         + (
-            "; asyncio.run() in this process uses asyncio's own loop: uvloop.run() would not"
-            if not measured.get("asyncio_policy", "uvloop").startswith("uvloop")
+            "; asyncio.run() in this process still runs asyncio's own loop (uvloop.run() "
+            "or uvloop.install() would not)"
+            if on_default_loop
             else ""
-        )
-        + ")",
+        ),
         "",
         measured,
     )
 
 
 @_check("http-parser")
-def _check_http_parser(context: _Context) -> Finding:
-    check_id = "http-parser"
+def _check_http_parser(context: _Context) -> _Verdict:
     version = _installed("httptools")
     if version is None:
-        return Finding(
-            check_id,
+        return _Verdict(
             "warn",
             "httptools (the C llhttp parser) is not installed: surge's HTTP client needs it, "
             "and pure-Python parsing costs more CPU than the request itself at bulk rates",
             "pip install httptools (or 'surge[http]')",
             {"httptools": None},
         )
-    return Finding(
-        check_id, "ok", f"httptools {version} (llhttp) is installed", "", {"httptools": version}
-    )
+    return _Verdict("ok", f"httptools {version} (llhttp) is installed", "", {"httptools": version})
 
 
 # -- measurements ----------------------------------------------------------------------------
@@ -501,8 +494,7 @@ def _measure(name: str, needs: str) -> dict[str, Any]:
 
 
 @_check("ssl-context-cost")
-def _check_ssl_context(context: _Context) -> Finding:
-    check_id = "ssl-context-cost"
+def _check_ssl_context(context: _Context) -> _Verdict:
     measured = _measure("ssl", needs="ssl")
     cost = measured["ms"]
     fix = (
@@ -514,9 +506,8 @@ def _check_ssl_context(context: _Context) -> Finding:
         f"({measured['openssl']})"
     )
     if cost < SSL_CONTEXT_WARN_MS:
-        return Finding(check_id, "ok", message, fix, measured)
-    return Finding(
-        check_id,
+        return _Verdict("ok", message, fix, measured)
+    return _Verdict(
         "warn",
         message + f": 1,000 connections that each build one spend {cost:.0f} s on it "
         "(OpenSSL 3 loads CA stores ~5-10x slower than 1.1.1, cpython#95031)",
@@ -526,9 +517,10 @@ def _check_ssl_context(context: _Context) -> Finding:
 
 
 def _live_pymysql_contexts() -> tuple[int, int]:
-    """(open PyMySQL connections that built or were given an SSL context, distinct
-    contexts among them).  The context is built before the server says whether it
-    offers TLS, so a connection that ended up in plain text counts too: it paid."""
+    """(open PyMySQL connections that built or were given an SSL context, how many of
+    them hold a context no other one shares).  The context is built before the
+    server says whether it offers TLS, so a connection that ended up in plain text
+    counts too: it paid."""
     connections = sys.modules.get("pymysql.connections")
     base = getattr(connections, "Connection", None)
     if not isinstance(base, type):
@@ -539,41 +531,38 @@ def _live_pymysql_contexts() -> tuple[int, int]:
             ctx = getattr(connection, "ctx", None)
             if ctx is not None and getattr(connection, "_sock", None) is not None:  # open
                 contexts.append(ctx)
-    return len(contexts), len({id(ctx) for ctx in contexts})
+    users = Counter(id(ctx) for ctx in contexts)
+    return len(contexts), sum(1 for count in users.values() if count == 1)
 
 
 @_check("pymysql-ssl-per-connect")
-def _check_pymysql(context: _Context) -> Finding:
-    check_id = "pymysql-ssl-per-connect"
+def _check_pymysql(context: _Context) -> _Verdict:
     if "pymysql" not in sys.modules and importlib.util.find_spec("pymysql") is None:
-        return Finding(check_id, "ok", "PyMySQL is not installed")
+        return _Verdict("ok", "PyMySQL is not installed")
     fix = (
         "build one ssl.SSLContext and pass ssl=context to every pymysql.connect() (or "
         "ssl_disabled=True where TLS is not wanted), or use a pool that does: "
         "surge.db.pool('mysql://...') builds one per pool"
     )
-    live, distinct = _live_pymysql_contexts()
+    live, own = _live_pymysql_contexts()
     measured = _measure("pymysql", needs="pymysql")
-    measured.update(live_connections_with_context=live, live_contexts=distinct)
-    if live >= 2 and distinct == live:
-        return Finding(
-            check_id,
+    measured.update(live_connections_with_context=live, live_own_contexts=own)
+    if own >= 2:
+        return _Verdict(
             "fail",
-            f"{live} open PyMySQL connections hold {distinct} SSL contexts: each connect "
-            f"built its own (~{measured['ms']:.0f} ms of CPU each here)",
+            f"{own} of the {live} open PyMySQL connections here hold an SSL context of their "
+            f"own: each of those connects built one (~{measured['ms']:.0f} ms each here)",
             fix,
             measured,
         )
     if not measured["context_per_connect"]:
-        return Finding(
-            check_id,
+        return _Verdict(
             "ok",
             f"PyMySQL {measured['version']} builds no SSL context when given no TLS options",
             "",
             measured,
         )
-    return Finding(
-        check_id,
+    return _Verdict(
         "warn",
         f"PyMySQL {measured['version']} builds a new SSLContext and loads the system CA store "
         f"on every connect given no TLS options (its 'preferred' TLS): {measured['ms']:.1f} ms "

@@ -193,22 +193,24 @@ def _unpatched_references(saved: dict[str, dict[str, Any]]) -> dict[str, list[st
         for name, original in saved.get(module_name, {}).items():
             if callable(original):
                 originals.setdefault(id(original), f"{module_name}.{name}")
-    # gevent's own modules hold the originals on purpose; so do the C modules they
-    # come from (_socket), and each patched module holds its own under other names.
-    skipped = ("gevent", "_socket", "_ssl")
+
+    def holds_them_on_purpose(module_name: str) -> bool:
+        # gevent's own modules, and the C modules the originals come from (_socket).
+        return module_name in ("gevent", "_socket", "_ssl") or module_name.startswith("gevent.")
 
     bound: list[str] = []
     seen: set[int] = set()  # a module under two names (requests.packages.urllib3) once
     for module_name, module in list(sys.modules.items()):
         namespace = getattr(module, "__dict__", None)
-        if not isinstance(namespace, dict) or module_name.startswith(skipped):
+        if not isinstance(namespace, dict) or holds_them_on_purpose(module_name):
             continue
         if id(module) in seen:
             continue
         seen.add(id(module))
         for attribute, value in list(namespace.items()):
             origin = originals.get(id(value))
-            # ssl holding socket's originals is the classic case (ssl imported first).
+            # A module holds its own originals under other names; ssl holding
+            # socket's is the classic case (ssl imported before patching).
             if origin is not None and origin.partition(".")[0] != module_name:
                 bound.append(f"{module_name}.{attribute} ({origin})")
 
@@ -222,7 +224,7 @@ def _unpatched_references(saved: dict[str, dict[str, Any]]) -> dict[str, list[st
         f"{sub.__module__}.{sub.__qualname__} ({originals[id(base)]})"
         for base in classes
         for sub in base.__subclasses__()
-        if id(sub) not in originals and not sub.__module__.startswith(skipped)
+        if id(sub) not in originals and not holds_them_on_purpose(sub.__module__)
     )
 
     objects: dict[str, int] = {}

@@ -281,9 +281,10 @@ def test_a_check_that_raises_is_a_warn_finding(monkeypatch: pytest.MonkeyPatch) 
     assert finding.status == "warn" and "OSError: no /proc here" in finding.message
 
 
-def test_an_unknown_check_id_is_a_usage_error() -> None:
+def test_an_unknown_check_id_is_a_usage_error_and_one_id_may_be_a_string() -> None:
     with pytest.raises(ValueError, match="no-such-check"):
         surge.doctor.run_checks(only=["no-such-check"])
+    assert [finding.id for finding in surge.doctor.run_checks(only="fd-limit")] == ["fd-limit"]
 
 
 def test_the_table_shows_a_fix_only_where_something_is_wrong() -> None:

@@ -87,9 +87,11 @@ def run_checks(
 
     ``concurrency``: the number of connections the program means to hold open
     (``fd-limit`` then fails below it; without it, warns below a typical 1,000).
-    ``only``: the ids of the checks to run (all by default).  A check that raises
+    ``only``: the id or ids of the checks to run (all by default).  A check that raises
     becomes a ``warn`` finding naming the error; it never stops the others.
     """
+    if isinstance(only, str):  # one id, not its characters
+        only = [only]
     wanted = list(_CHECKS) if only is None else list(only)
     unknown = [check_id for check_id in wanted if check_id not in _CHECKS]
     if unknown:

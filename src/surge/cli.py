@@ -17,6 +17,7 @@ from surge import __version__
 #: name -> "module:attribute" of a click command.
 SUBCOMMANDS = {
     "demo": "surge.bench.demo:demo_command",
+    "doctor": "surge.doctor.cli:doctor_command",
     "fetch": "surge.bulk.cli:fetch_command",
     "s3": "surge.s3.cli:s3_group",
     "sim": "surge.sim.cli:sim_command",

@@ -1,0 +1,30 @@
+"""Environment checks: what in this interpreter silently makes network I/O slow, and the fix.
+
+``surge doctor`` checks the interpreter it runs in; ``surge.doctor.run_checks()``
+called inside an application (after its imports and any gevent patching) checks
+the live process: what gevent patched and when, whether urllib3 runs on pyOpenSSL,
+the open-files limit, PyMySQL connections holding a TLS context each.
+
+Each check returns one ``Finding`` with a stable ``id``, a ``status`` and a ``fix``:
+
+* ``fail`` - I/O is being serialised or requests will fail here (gevent patching
+  that leaves sockets blocking, pyOpenSSL waiting in an unpatched ``select``,
+  fewer file descriptors than the concurrency asked for, live connections that
+  each built a TLS context);
+* ``warn`` - slower than it needs to be (pyOpenSSL without gevent, no uvloop or
+  httptools, a TLS context that costs milliseconds to build, PyMySQL's per-connect
+  context) or a limit below a typical concurrency;
+* ``ok`` - nothing found.
+
+Looking must not change what is looked at: patching gevent *after* ``ssl`` was
+imported is one of the problems, so this module imports neither gevent nor
+urllib3 nor ssl nor asyncio.  The state checks read ``sys.modules`` and run
+first; the two measurements that need ``ssl`` or PyMySQL run last, in this
+process when those are already imported, else in a child interpreter.
+"""
+
+from __future__ import annotations
+
+from surge.doctor.checks import Finding, Status, check_ids, exit_status, format_table, run_checks
+
+__all__ = ["Finding", "Status", "check_ids", "exit_status", "format_table", "run_checks"]

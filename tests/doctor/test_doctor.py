@@ -1,0 +1,302 @@
+"""surge doctor: each bad environment is built for real in a fresh interpreter
+(pyOpenSSL injected, gevent patched late or partially, a low open-files limit,
+PyMySQL connections each with a context of their own), then checked there."""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import surge.doctor
+from surge.doctor import checks
+from surge.testing import DBServer
+
+Findings = dict[str, dict[str, Any]]
+
+
+def checked_after(setup: str, *only: str, timeout: float = 60) -> Findings:
+    """Run ``setup`` in a fresh interpreter, then ``run_checks(only=...)`` there."""
+    code = (
+        f"{setup}\n"
+        "import json, surge.doctor\n"
+        f"findings = surge.doctor.run_checks(only={list(only)!r})\n"
+        "print(json.dumps([finding.to_dict() for finding in findings]))\n"
+    )
+    # -W ignore: gevent's own MonkeyPatchWarning and urllib3's deprecations are not the point.
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, done.stderr
+    findings = json.loads(done.stdout.splitlines()[-1])
+    assert [finding["id"] for finding in findings] == list(only)
+    return {finding["id"]: finding for finding in findings}
+
+
+def doctor_cli(*args: str, preexec: Callable[[], None] | None = None) -> tuple[int, Findings]:
+    done = subprocess.run(
+        [sys.executable, "-m", "surge.cli", "doctor", "--json", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=preexec,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    findings = json.loads(done.stdout)["findings"]
+    return done.returncode, {finding["id"]: finding for finding in findings}
+
+
+def limit_open_files(soft: int, hard: int | None = None) -> Callable[[], None]:
+    def preexec() -> None:
+        _, current_hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, current_hard if hard is None else hard))
+
+    return preexec
+
+
+GEVENT = ("pyopenssl-injected", "gevent-late-patch", "gevent-partial-patch")
+INJECT = "import urllib3.contrib.pyopenssl; urllib3.contrib.pyopenssl.inject_into_urllib3()"
+
+
+# -- the good environment ---------------------------------------------------------------------
+
+
+def test_a_good_environment_passes_every_state_check_and_exits_0() -> None:
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    enough = 2048
+    if hard != resource.RLIM_INFINITY and hard < enough:
+        pytest.skip(f"the hard open-files limit here is {hard}, below {enough}")
+    status, findings = doctor_cli(preexec=limit_open_files(enough))
+    assert list(findings) == surge.doctor.check_ids()
+    assert status == 0
+    for check_id in (*GEVENT, "fd-limit", "event-loop", "http-parser"):
+        assert findings[check_id]["status"] == "ok", findings[check_id]
+    # Measurements: a number whatever the status (OpenSSL 3 makes it a warn).
+    cost = findings["ssl-context-cost"]
+    assert cost["measured"]["ms"] > 0 and cost["status"] in ("ok", "warn")
+    assert "reuse" in cost["fix"]
+
+
+def test_gevent_patched_first_is_ok_even_when_requests_comes_later() -> None:
+    findings = checked_after(
+        "from gevent import monkey; monkey.patch_all()\nimport requests, asyncio", *GEVENT
+    )
+    assert {finding["status"] for finding in findings.values()} == {"ok"}
+
+
+def test_looking_imports_neither_ssl_nor_gevent_nor_urllib3() -> None:
+    # A late gevent patch is about ssl imported too early: run_checks() must not be the one.
+    code = (
+        "import sys, surge.doctor\n"
+        "surge.doctor.run_checks()\n"
+        "print(sorted(m for m in ('ssl', 'gevent', 'urllib3', 'asyncio', 'pymysql') "
+        "if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+# -- pyOpenSSL ----------------------------------------------------------------------------------
+
+
+def test_pyopenssl_injected_into_urllib3_warns_and_extracting_it_clears_it() -> None:
+    findings = checked_after(INJECT, "pyopenssl-injected")
+    assert findings["pyopenssl-injected"]["status"] == "warn"
+    assert "extract_from_urllib3" in findings["pyopenssl-injected"]["fix"]
+    findings = checked_after(
+        f"{INJECT}\nurllib3.contrib.pyopenssl.extract_from_urllib3()", "pyopenssl-injected"
+    )
+    assert findings["pyopenssl-injected"]["status"] == "ok"
+
+
+def test_pyopenssl_under_grequests_patching_fails_both_checks() -> None:
+    # The write-up's job: grequests' patch_all(thread=False, select=False), then pyOpenSSL,
+    # whose TLS reads wait in the still-blocking select.
+    findings = checked_after(f"import grequests\n{INJECT}", *GEVENT)
+    assert findings["pyopenssl-injected"]["status"] == "fail"
+    assert findings["gevent-partial-patch"]["status"] == "fail"
+    assert "pyOpenSSL" in findings["gevent-partial-patch"]["message"]
+    assert findings["gevent-late-patch"]["status"] == "ok"
+
+
+# -- gevent ----------------------------------------------------------------------------------
+
+
+def test_patching_after_import_ssl_fails_naming_what_ssl_bound() -> None:
+    findings = checked_after("import ssl\nfrom gevent import monkey; monkey.patch_all()", *GEVENT)
+    late = findings["gevent-late-patch"]
+    assert late["status"] == "fail"
+    assert "ssl.socket (socket.socket)" in late["measured"]["bound"]
+    assert "patch_all()" in late["fix"]
+    assert findings["gevent-partial-patch"]["status"] == "ok"
+
+
+def test_patching_after_import_requests_names_urllib3s_unpatched_sslcontext() -> None:
+    findings = checked_after(
+        "import requests\nfrom gevent import monkey; monkey.patch_all()", "gevent-late-patch"
+    )
+    bound = findings["gevent-late-patch"]["measured"]["bound"]
+    assert "urllib3.util.ssl_.SSLContext (ssl.SSLContext)" in bound
+    # requests.packages.urllib3 is the same module under a second name: named once.
+    assert not any(name.startswith("requests.packages.") for name in bound)
+
+
+def test_a_context_made_before_patching_is_an_unpatched_object() -> None:
+    findings = checked_after(
+        "import ssl\ncontext = ssl.create_default_context()\n"
+        "from gevent import monkey; monkey.patch_all()",
+        "gevent-late-patch",
+    )
+    assert findings["gevent-late-patch"]["measured"]["objects"] == ["1 ssl.SSLContext"]
+
+
+def test_grequests_partial_patch_warns_select_unpatched() -> None:
+    findings = checked_after("import grequests", "gevent-partial-patch")
+    partial = findings["gevent-partial-patch"]
+    assert partial["status"] == "warn"
+    assert partial["measured"]["unpatched_io"] == ["select", "selectors"]
+
+
+def test_socket_patched_without_ssl_fails() -> None:
+    findings = checked_after(
+        "from gevent import monkey; monkey.patch_all(ssl=False)", "gevent-partial-patch"
+    )
+    assert findings["gevent-partial-patch"]["status"] == "fail"
+    assert findings["gevent-partial-patch"]["measured"]["unpatched_io"] == ["ssl"]
+
+
+# -- limits and fast parts --------------------------------------------------------------------
+
+
+def test_open_files_below_the_concurrency_asked_for_fails_with_exit_1() -> None:
+    status, findings = doctor_cli("--concurrency", "1000", preexec=limit_open_files(256))
+    fd = findings["fd-limit"]
+    assert status == 1
+    assert fd["status"] == "fail"
+    assert fd["measured"]["soft"] == 256 and fd["measured"]["needed"] == 1000 + checks.FD_HEADROOM
+    assert "ulimit -n 1064" in fd["fix"]
+
+
+def test_open_files_below_a_typical_concurrency_warns() -> None:
+    _, findings = doctor_cli(preexec=limit_open_files(256))
+    assert findings["fd-limit"]["status"] == "warn"
+    _, findings = doctor_cli("--concurrency", "100", preexec=limit_open_files(256))
+    assert findings["fd-limit"]["status"] == "ok"
+
+
+def test_a_hard_limit_below_the_need_says_where_to_raise_it() -> None:
+    _, findings = doctor_cli("-c", "500", preexec=limit_open_files(256, 256))
+    assert findings["fd-limit"]["status"] == "fail"
+    assert "LimitNOFILE" in findings["fd-limit"]["fix"]
+
+
+def test_the_headroom_is_the_one_surge_fetch_keeps() -> None:
+    from surge.bulk.cli import FD_HEADROOM
+
+    assert checks.FD_HEADROOM == FD_HEADROOM
+
+
+def test_without_uvloop_and_httptools_both_warn() -> None:
+    # A None in sys.modules makes a module unimportable, as if not installed.
+    findings = checked_after(
+        "import sys; sys.modules['uvloop'] = sys.modules['httptools'] = None",
+        "event-loop",
+        "http-parser",
+    )
+    assert findings["event-loop"]["status"] == "warn"
+    assert "uvloop" in findings["event-loop"]["fix"]
+    assert findings["http-parser"]["status"] == "warn"
+    assert "httptools" in findings["http-parser"]["fix"]
+
+
+def test_a_program_on_asyncios_own_loop_is_told_so_without_a_warning() -> None:
+    findings = checked_after("import asyncio", "event-loop")
+    loop = findings["event-loop"]
+    assert loop["status"] == "ok"
+    assert loop["measured"]["asyncio_policy"].startswith("asyncio")
+    assert "uvloop.run()" in loop["message"]
+
+
+# -- measurements ------------------------------------------------------------------------------
+
+
+def test_ssl_context_cost_is_measured_in_process_once_ssl_is_imported() -> None:
+    findings = checked_after("import ssl", "ssl-context-cost")
+    measured = findings["ssl-context-cost"]["measured"]
+    assert measured["ms"] > 0 and measured["openssl"].startswith(("OpenSSL", "LibreSSL"))
+
+
+def test_pymysql_default_builds_a_context_per_connect() -> None:
+    findings = checked_after("", "pymysql-ssl-per-connect")
+    finding = findings["pymysql-ssl-per-connect"]
+    assert finding["measured"]["context_per_connect"] is True
+    assert finding["status"] == "warn"
+    assert "ssl=context" in finding["fix"]
+
+
+def test_live_pymysql_connections_with_a_context_each_fail(mariadb_server: DBServer) -> None:
+    login = (
+        f"user={mariadb_server.user!r}, password={mariadb_server.password!r}, "
+        f"host={mariadb_server.host!r}, port={mariadb_server.port}, "
+        f"database={mariadb_server.database!r}"
+    )
+    findings = checked_after(
+        f"import pymysql\nconnections = [pymysql.connect({login}) for _ in range(3)]",
+        "pymysql-ssl-per-connect",
+    )
+    finding = findings["pymysql-ssl-per-connect"]
+    assert finding["status"] == "fail", finding
+    assert finding["measured"]["live_own_contexts"] == 3
+    # surge.db's pool hands every connection the one context it built: not a failure.
+    findings = checked_after(
+        "import surge.db\n"
+        f"pool = surge.db.pool({mariadb_server.url!r})\n"
+        "held = [pool.acquire() for _ in range(3)]",
+        "pymysql-ssl-per-connect",
+    )
+    finding = findings["pymysql-ssl-per-connect"]
+    assert finding["status"] == "warn", finding
+    assert finding["measured"]["live_connections_with_context"] == 3
+    assert finding["measured"]["live_own_contexts"] == 0
+
+
+# -- the API itself ----------------------------------------------------------------------------
+
+
+def test_a_check_that_raises_is_a_warn_finding(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(context: Any) -> Any:
+        raise OSError("no /proc here")
+
+    monkeypatch.setitem(checks._CHECKS, "fd-limit", broken)
+    [finding] = surge.doctor.run_checks(only=["fd-limit"])
+    assert finding.status == "warn" and "OSError: no /proc here" in finding.message
+
+
+def test_an_unknown_check_id_is_a_usage_error_and_one_id_may_be_a_string() -> None:
+    with pytest.raises(ValueError, match="no-such-check"):
+        surge.doctor.run_checks(only=["no-such-check"])
+    assert [finding.id for finding in surge.doctor.run_checks(only="fd-limit")] == ["fd-limit"]
+
+
+def test_the_table_shows_a_fix_only_where_something_is_wrong() -> None:
+    table = surge.doctor.format_table(
+        [
+            surge.doctor.Finding("a-check", "ok", "fine", "nothing to do"),
+            surge.doctor.Finding("another", "fail", "broken", "do this"),
+        ]
+    )
+    assert table.splitlines() == [
+        "OK    a-check  fine",
+        "FAIL  another  broken",
+        "               fix: do this",
+    ]
+    assert surge.doctor.exit_status([surge.doctor.Finding("x", "warn", "m")]) == 0

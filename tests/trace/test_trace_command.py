@@ -102,6 +102,9 @@ def test_redirect_timers_follow_curls_rules(sim: SimInfo) -> None:
 def test_a_second_request_reuses_the_connection(sim: SimInfo) -> None:
     first, second = surge_trace(sim, "-n", "2", sim.url("delay-5.sim", tls=True))
     assert first["new_connection"] and not second["new_connection"]
+    port = sim.https_port
+    assert first["remote"] == second["remote"] == f"127.0.0.1:{port}"
+    assert first["tls"]["version"].startswith("TLSv1.") and first["tls"]["alpn"] == "http/1.1"
     assert second["timings"]["tls_ms"] is None and second["timings"]["connect_ms"] is None
 
 

@@ -53,6 +53,7 @@ class Response:
         "attempts",
         "body",
         "bytes",
+        "connection",
         "final_url",
         "head",
         "http_version",
@@ -85,6 +86,8 @@ class Response:
         self.attempts = attempts
         self.redirects = redirects
         self.http_version = "1.1"
+        #: The connection it came on (its ``address``, and ``tls`` for https).
+        self.connection: HTTPConnection | None = None
 
     @property
     def raw_headers(self) -> list[tuple[bytes, bytes]]:
@@ -312,6 +315,7 @@ class Client:
             response = Response(
                 url, target.url, status, conn.head, b"", conn.body_bytes, timings, attempts, 0
             )
+            response.connection = conn
             if conn.keep_alive and not conn.closed:  # conn.reusable, inlined
                 pool.release_nowait(conn)  # no reset callback: no need to await
             else:

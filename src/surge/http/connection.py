@@ -70,6 +70,9 @@ class HTTPConnection(asyncio.Protocol):
         self.keep_alive = False
         self.content_encoding: bytes | None = None
         self._until_close = False
+        #: Where it connected (address, port), and for TLS (version, cipher, ALPN).
+        self.address: tuple[str, int] | None = None
+        self.tls: tuple[str | None, str | None, str | None] | None = None
 
     # -- opening -----------------------------------------------------------------------
 
@@ -107,6 +110,7 @@ class HTTPConnection(asyncio.Protocol):
             assert error is not None
             raise error
         timings.tcp_end = perf_counter()
+        protocol.address = (address, port)
         if ssl_context is not None:
             try:
                 tls_transport = await loop.start_tls(
@@ -126,6 +130,14 @@ class HTTPConnection(asyncio.Protocol):
                 raise RequestError("tls_error", "TLS handshake: connection closed")
             protocol.transport = tls_transport
             timings.tls_end = perf_counter()
+            tls = tls_transport.get_extra_info("ssl_object")
+            if tls is not None:  # once per connection, for `surge trace`
+                cipher = tls.cipher()
+                protocol.tls = (
+                    tls.version(),
+                    cipher[0] if cipher else None,
+                    tls.selected_alpn_protocol(),
+                )
         protocol.connect_timings = timings
         return protocol
 

@@ -208,6 +208,13 @@ def as_record(url: str, outcome: Outcome, end: float) -> dict[str, Any]:
             headers=[],
         )
     record["new_connection"] = timings is not None and timings.connect_start is not None
+    conn = outcome.connection if isinstance(outcome, Response) else None
+    address = conn.address if conn is not None else None
+    record["remote"] = f"{address[0]}:{address[1]}" if address else None
+    tls_info = conn.tls if conn is not None else None
+    record["tls"] = (
+        dict(zip(("version", "cipher", "alpn"), tls_info, strict=True)) if tls_info else None
+    )
     record["timings"] = timings.phases_ms() if timings is not None else None
     record["curl"] = curl_timers(timings, tls=tls, end=end) if timings is not None else None
     return record
@@ -244,6 +251,13 @@ def render(
 
     lines = []
     how = "new connection" if record["new_connection"] else "reused connection"
+    if record["remote"]:
+        how += f" to {record['remote']}"
+    if record["tls"]:
+        tls = record["tls"]
+        how += f", {tls['version']} {tls['cipher']}" + (
+            f", ALPN {tls['alpn']}" if tls["alpn"] else ""
+        )
     lines.append(paint(url, "1") + f"  ({how})")
     timings = outcome.timings
     chain = timings.hops() if timings is not None else []

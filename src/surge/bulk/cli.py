@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import resource
 import signal
 import sys
 import threading
@@ -28,13 +27,11 @@ import click
 
 from surge.bulk.engine import FetchOptions, run
 from surge.bulk.inputs import InputItem, read_inputs
+from surge.bulk.limits import fit_open_files, open_files_limit
 from surge.bulk.outputs import LineSet, RecordWriter, done_lines, open_writer
 from surge.bulk.summary import Summary
 from surge.errors import UsageError
 from surge.loops import new_event_loop
-
-#: File descriptors kept for everything but sockets (files, DNS threads, the loop).
-FD_HEADROOM = 64
 
 
 @click.command("fetch")
@@ -236,25 +233,15 @@ def _skip_done(
 
 
 def fit_concurrency(wanted: int) -> int:
-    """Raise the soft open-files limit to the hard one; if that still cannot hold
-    ``wanted`` sockets, lower the concurrency and say so (rather than fail every
-    request past the limit with EMFILE, as every client tested did at 5,000)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        soft = hard
-    elif hard == resource.RLIM_INFINITY and soft != resource.RLIM_INFINITY:
-        target = max(soft, wanted + FD_HEADROOM)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        soft = target
-    if soft == resource.RLIM_INFINITY or wanted + FD_HEADROOM <= soft:
-        return wanted
-    fitted = max(1, soft - FD_HEADROOM)
-    click.echo(
-        f"surge fetch: the open-files limit is {soft}; lowering concurrency from "
-        f"{wanted} to {fitted} (raise it with 'ulimit -n')",
-        err=True,
-    )
+    """Raise the open-files limit as far as it goes; if that still cannot hold
+    ``wanted`` sockets, lower the concurrency and say so (see surge.bulk.limits)."""
+    fitted = fit_open_files(wanted)
+    if fitted < wanted:
+        click.echo(
+            f"surge fetch: the open-files limit is {open_files_limit()}; lowering concurrency "
+            f"from {wanted} to {fitted} (raise it with 'ulimit -n')",
+            err=True,
+        )
     return fitted
 
 

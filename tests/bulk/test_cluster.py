@@ -1,11 +1,21 @@
-"""``surge.fetch_on_cluster`` on a real Dask LocalCluster (two worker processes on
-127.0.0.1), against the simulated web on loopback."""
+"""``surge fetch --cluster`` and ``surge.fetch_on_cluster`` on a real Dask LocalCluster.
+
+One cluster of two worker processes on 127.0.0.1 serves the module (its
+address goes to the CLI as ``--cluster tcp://...``); one test starts its own
+through ``--cluster local:2``.  Everything runs against the simulated web on
+loopback.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +23,7 @@ import surge
 from surge.bulk.cluster import run_shards
 from surge.bulk.engine import FetchOptions
 from surge.bulk.inputs import InputItem
-from surge.sim import SimInfo, running
+from surge.sim import SimInfo, behaviour, hosts, running
 
 distributed = pytest.importorskip("distributed")
 
@@ -39,6 +49,48 @@ def client() -> Iterator[distributed.Client]:
         distributed.Client(cluster) as dask_client,
     ):
         yield dask_client
+
+
+def surge_fetch(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "surge.cli", "fetch", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def records(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def outcomes(path: Path) -> dict[object, tuple[object, object]]:
+    got = records(path)
+    assert len({r["line"] for r in got}) == len(got)  # no line twice
+    return {r["line"]: (r["status"], r["error"]) for r in got}
+
+
+def test_cluster_records_equal_a_single_process_run(
+    sim: SimInfo, client: distributed.Client, tmp_path: Path
+) -> None:
+    names = [*hosts(200), "status-404.sim", "reset.sim", "garbage.sim", "hang.sim"]
+    lines = [sim.url(h) for h in names] + ["not a url"]
+    source = tmp_path / "urls.txt"
+    source.write_text("\n".join(lines) + "\n")
+    common = [str(source), "-c", "50", "--max-time", "1", "-L", "--resolve", RESOLVE]
+    single, clustered = tmp_path / "single.jsonl", tmp_path / "cluster.jsonl"
+    done = surge_fetch(*common, "-o", str(single))
+    assert done.returncode == 0, done.stderr
+    address = client.scheduler.address
+    done = surge_fetch(*common, "-o", str(clustered), "--cluster", address, "--shard-size", "30")
+    assert done.returncode == 0, done.stderr
+    assert "records in" in done.stderr  # the summary, as in a single-process run
+    one, many = outcomes(single), outcomes(clustered)
+    assert sorted(many) == list(range(1, len(lines) + 1))  # every input exactly once
+    for n, name in enumerate(names, 1):
+        if behaviour(name).expected(1.0)[1] is None or behaviour(name).service_ms < 800:
+            assert many[n] == one[n] == behaviour(name).expected(1.0), name
+    assert many[len(lines)] == one[len(lines)] == (None, "invalid_url")
 
 
 def test_input_is_read_a_few_shards_ahead_at_most(sim: SimInfo, client: distributed.Client) -> None:
@@ -81,3 +133,97 @@ def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(
     assert sorted(seen) == list(range(1, 601))  # each input exactly once
     client.wait_for_workers(2, timeout=60)  # the nanny restarts it, for the next tests
     assert killed not in client.run(os.getpid).values()
+
+
+def test_an_interrupted_local_cluster_run_resumes_to_the_exact_file(
+    sim: SimInfo, client: distributed.Client, tmp_path: Path
+) -> None:
+    import psutil
+
+    n = 600
+    source = tmp_path / "urls.txt"
+    source.write_text("".join(sim.url(f"r{i}--delay-200.sim") + "\n" for i in range(n)))
+    out = tmp_path / "out.jsonl"
+    args = [str(source), "-o", str(out), "-c", "10", "--shard-size", "20", "--resolve", RESOLVE]
+    first = subprocess.Popen(
+        [sys.executable, "-m", "surge.cli", "fetch", *args, "--cluster", "local:2"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while (not out.exists() or out.stat().st_size < 2000) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    workers = psutil.Process(first.pid).children(recursive=True)
+    assert workers  # the local cluster's worker processes
+    first.send_signal(signal.SIGINT)
+    _, err = first.communicate(timeout=60)
+    assert first.returncode == 130, err
+    assert "the records written are kept" in err
+    _, alive = psutil.wait_procs(workers, timeout=15)  # the cluster was closed
+    assert not alive, [w.cmdline() for w in alive]
+    partial = len(records(out))
+    assert 0 < partial < n
+    second = surge_fetch(*args, "--resume", "--cluster", client.scheduler.address)
+    assert second.returncode == 0, second.stderr
+    assert sorted(r["line"] for r in records(out)) == list(range(1, n + 1))
+    assert "already done" in second.stderr
+
+
+def test_a_bad_input_line_exits_2_and_keeps_what_came_before(
+    sim: SimInfo, client: distributed.Client, tmp_path: Path
+) -> None:
+    source = tmp_path / "in.jsonl"
+    good = [json.dumps({"url": sim.url("status-200.sim", f"/{i}")}) for i in range(5)]
+    source.write_text("\n".join([*good, '{"url": oops', *good]) + "\n")
+    out = tmp_path / "out.jsonl"
+    done = surge_fetch(
+        str(source), "-o", str(out), "--resolve", RESOLVE, "--cluster", client.scheduler.address
+    )
+    assert done.returncode == 2
+    assert "in.jsonl:6:" in done.stderr
+    assert sorted(r["line"] for r in records(out)) == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize(
+    ("cluster", "message"),
+    [
+        ("local:0", "at least one worker"),
+        ("local:two", "expected local:N"),
+        ("tcp://127.0.0.1:1", "cannot reach the scheduler"),
+    ],
+)
+def test_a_bad_cluster_is_a_usage_error_that_leaves_out_alone(
+    tmp_path: Path, cluster: str, message: str
+) -> None:
+    source, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
+    source.write_text("http://status-200.sim/\n")
+    out.write_text("kept\n")
+    env = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "2s"}
+    command = ["fetch", str(source), "-o", str(out), "--cluster", cluster]
+    done = subprocess.run(
+        [sys.executable, "-m", "surge.cli", *command],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env=env,
+    )
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and len(done.stderr.splitlines()) == 1
+    assert out.read_text() == "kept\n"
+
+
+def test_without_dask_cluster_is_a_usage_error_naming_the_extra(tmp_path: Path) -> None:
+    source = tmp_path / "in.txt"
+    source.write_text("http://status-200.sim/\n")
+    script = (
+        "import sys; sys.modules['distributed'] = None; "  # as if not installed
+        "from surge.cli import main; main()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, "fetch", str(source), "--cluster", "local:1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "pip install 'surge[cluster]'" in done.stderr

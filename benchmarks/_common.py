@@ -11,12 +11,15 @@ installed" rather than crash at import time.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import gc
 import json
 import math
 import os
 import platform
+import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -27,7 +30,9 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "ChildRun",
     "Table",
+    "Target",
     "Timer",
     "best_of",
     "fmt_ns",
@@ -35,6 +40,8 @@ __all__ = [
     "gc_paused",
     "machine_info",
     "percentile",
+    "run_child",
+    "surge_command",
     "timer",
     "write_json",
 ]
@@ -251,3 +258,83 @@ def write_json(path: str | os.PathLike[str], payload: Any) -> Path:
     tmp.write_text(json.dumps(clean(payload), indent=2, allow_nan=False) + "\n", "utf-8")
     tmp.replace(target)
     return target
+
+
+# -- child processes ---------------------------------------------------------------
+
+#: Seconds between two RSS samples of a child (run_child(poll_rss=True)).
+RSS_POLL_S = 0.25
+
+
+@dataclass
+class ChildRun:
+    """How a child process went: exit status, wall, CPU (wait4), peak RSS, killed."""
+
+    status: int | None
+    wall_s: float
+    cpu_s: float
+    maxrss_bytes: int
+    killed: bool
+    rss_samples: list[tuple[float, int]]
+
+
+def run_child(
+    command: list[str], limit_s: float, *, poll_rss: bool = False, stdout: int | None = None
+) -> tuple[ChildRun, subprocess.Popen[bytes]]:
+    """Run ``command`` in its own process group, reap it with ``os.wait4`` (killing the
+    group at ``limit_s``), optionally polling its RSS; stderr goes to a pipe-free file."""
+    rss: list[tuple[float, int]] = []
+    started = time.perf_counter()
+    child = subprocess.Popen(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=stdout if stdout is not None else subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    watched = None
+    if poll_rss:
+        import psutil
+
+        with contextlib.suppress(psutil.Error):
+            watched = psutil.Process(child.pid)
+    deadline = time.monotonic() + limit_s
+    killed = False
+    next_poll = 0.0
+    while True:
+        pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+        if pid != 0:
+            break
+        now = time.monotonic()
+        if now >= deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+            killed = True
+            pid, status, usage = os.wait4(child.pid, 0)
+            break
+        if watched is not None and now >= next_poll:
+            next_poll = now + RSS_POLL_S
+            with contextlib.suppress(Exception):
+                rss.append((time.perf_counter() - started, int(watched.memory_info().rss)))
+        time.sleep(0.01 if watched is None else 0.02)
+    wall = time.perf_counter() - started
+    child.returncode = os.waitstatus_to_exitcode(status)
+    return (
+        ChildRun(
+            status=child.returncode,
+            wall_s=wall,
+            cpu_s=usage.ru_utime + usage.ru_stime,
+            maxrss_bytes=int(usage.ru_maxrss) * 1024,
+            killed=killed,
+            rss_samples=rss,
+        ),
+        child,
+    )
+
+
+def surge_command() -> list[str]:
+    """The ``surge`` console script of this interpreter (else the same via ``-c``)."""
+    script = Path(sys.executable).parent / "surge"
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-c", "import sys; from surge.cli import main; sys.exit(main())"]

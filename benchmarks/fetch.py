@@ -119,23 +119,19 @@ script in under two minutes: its numbers judge nothing.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from time import perf_counter
 from typing import Any
 
-from _common import Table, Target, machine_info, write_json
+from _common import Table, Target, machine_info, run_child, surge_command, write_json
 from fetch_clients import CLIENTS
 
 SECTIONS = ("sim", "keepalive", "tls", "input")
@@ -160,8 +156,6 @@ TLS_CLIENTS = KEEPALIVE_CLIENTS
 INFLIGHT = 16
 #: One line in this many of the input file is a real simulated host.
 REAL_EVERY = 100_000
-#: Seconds between two RSS samples of the input run.
-RSS_POLL_S = 0.25
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY")
 
 
@@ -181,80 +175,6 @@ def fmt_counts(counter: dict[str, int] | Counter[str]) -> str:
 
 
 # -- child processes -----------------------------------------------------------------------
-
-
-@dataclass
-class ChildRun:
-    """How a child process went: exit status, wall, CPU (wait4), peak RSS, killed."""
-
-    status: int | None
-    wall_s: float
-    cpu_s: float
-    maxrss_bytes: int
-    killed: bool
-    rss_samples: list[tuple[float, int]]
-
-
-def run_child(
-    command: list[str], limit_s: float, *, poll_rss: bool = False, stdout: int | None = None
-) -> tuple[ChildRun, subprocess.Popen[bytes]]:
-    """Run ``command`` in its own process group, reap it with ``os.wait4`` (killing the
-    group at ``limit_s``), optionally polling its RSS; stderr goes to a pipe-free file."""
-    rss: list[tuple[float, int]] = []
-    started = perf_counter()
-    child = subprocess.Popen(
-        command,
-        stdin=subprocess.DEVNULL,
-        stdout=stdout if stdout is not None else subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    watched = None
-    if poll_rss:
-        import psutil
-
-        with contextlib.suppress(psutil.Error):
-            watched = psutil.Process(child.pid)
-    deadline = time.monotonic() + limit_s
-    killed = False
-    next_poll = 0.0
-    while True:
-        pid, status, usage = os.wait4(child.pid, os.WNOHANG)
-        if pid != 0:
-            break
-        now = time.monotonic()
-        if now >= deadline:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(child.pid, signal.SIGKILL)
-            killed = True
-            pid, status, usage = os.wait4(child.pid, 0)
-            break
-        if watched is not None and now >= next_poll:
-            next_poll = now + RSS_POLL_S
-            with contextlib.suppress(Exception):
-                rss.append((perf_counter() - started, int(watched.memory_info().rss)))
-        time.sleep(0.01 if watched is None else 0.02)
-    wall = perf_counter() - started
-    child.returncode = os.waitstatus_to_exitcode(status)
-    return (
-        ChildRun(
-            status=child.returncode,
-            wall_s=wall,
-            cpu_s=usage.ru_utime + usage.ru_stime,
-            maxrss_bytes=int(usage.ru_maxrss) * 1024,
-            killed=killed,
-            rss_samples=rss,
-        ),
-        child,
-    )
-
-
-def surge_command() -> list[str]:
-    """The ``surge`` console script of this interpreter (else the same via ``-c``)."""
-    script = Path(sys.executable).parent / "surge"
-    if script.exists():
-        return [str(script)]
-    return [sys.executable, "-c", "import sys; from surge.cli import main; sys.exit(main())"]
 
 
 def run_client(

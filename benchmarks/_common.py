@@ -11,6 +11,7 @@ installed" rather than crash at import time.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import datetime as _dt
 import gc
@@ -30,7 +31,13 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "PROXY_VARIABLES",
     "ChildRun",
+    "announce",
+    "payload",
+    "print_targets",
+    "read_outcomes",
+    "surge_fetch_sim",
     "Table",
     "Target",
     "Timer",
@@ -39,10 +46,14 @@ __all__ = [
     "fmt_s",
     "gc_paused",
     "machine_info",
+    "parse_count",
+    "parse_sections",
     "percentile",
+    "progress",
     "run_child",
     "surge_command",
     "timer",
+    "write_invalid_input",
     "write_json",
 ]
 
@@ -332,9 +343,136 @@ def run_child(
     )
 
 
+def surge_fetch_sim(
+    input_path: str, out_path: str, concurrency: int, timeout: float, *extra: str
+) -> list[str]:
+    """``surge fetch`` of a file of simulated hosts as the benchmarks run it: ``-L``,
+    ``timeout`` as both deadlines, ``*.sim`` resolved to 127.0.0.1, no summary."""
+    return [
+        *surge_command(),
+        "fetch",
+        input_path,
+        "-o",
+        out_path,
+        "-q",
+        "-c",
+        str(concurrency),
+        "--max-time",
+        f"{timeout:g}",
+        "--connect-timeout",
+        f"{timeout:g}",
+        "-L",
+        "--resolve",
+        "*.sim:*:127.0.0.1",
+        *extra,
+    ]
+
+
+def read_outcomes(path: str) -> list[Any]:
+    """The ``surge.bench.peers.Outcome`` of each whole record of a JSONL output."""
+    from surge.bench.peers import Outcome  # here: importing _common needs no surge
+
+    outcomes = []
+    with open(path) as out:
+        for line in out:
+            if not line.endswith("\n"):
+                break
+            record = json.loads(line)
+            error = record["error"]
+            status = record["status"] if error is None else None
+            outcomes.append(Outcome(record["url"], status, error, record["elapsed_ms"]))
+    return outcomes
+
+
 def surge_command() -> list[str]:
     """The ``surge`` console script of this interpreter (else the same via ``-c``)."""
     script = Path(sys.executable).parent / "surge"
     if script.exists():
         return [str(script)]
     return [sys.executable, "-c", "import sys; from surge.cli import main; sys.exit(main())"]
+
+
+# -- arguments, inputs, environment ------------------------------------------------
+
+#: Proxy settings every benchmark drops: all traffic is to 127.0.0.1.
+PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY")
+
+
+def progress(message: str) -> None:
+    """A progress line on stderr (tables go to stdout)."""
+    print(f"  .. {message}", file=sys.stderr, flush=True)
+
+
+def parse_count(text: str) -> int:
+    """``"10k"`` -> 10000, ``"1M"`` -> 1000000, ``"2,500"`` -> 2500."""
+    text = text.strip().lower().replace("_", "").replace(",", "")
+    scale = {"k": 1_000, "m": 1_000_000}.get(text[-1:], 1)
+    return int(float(text[:-1] if scale != 1 else text) * scale)
+
+
+def parse_sections(
+    parser: argparse.ArgumentParser, only: str | None, sections: Sequence[str]
+) -> list[str]:
+    """The sections ``--only`` names (comma-separated; all when None), checked."""
+    chosen = [s.strip() for s in (only or ",".join(sections)).split(",") if s.strip()]
+    unknown = set(chosen) - set(sections)
+    if unknown:
+        parser.error(f"unknown section(s) {', '.join(sorted(unknown))}; choose from {sections}")
+    return chosen
+
+
+def write_invalid_input(path: str, lines: int, http_port: int, real_every: int) -> None:
+    """``lines`` URLs, almost all ``http://h<i>.invalid/`` (surge's resolver fails
+    ``.invalid`` at once, RFC 6761), one in ``real_every`` a simulated host."""
+    chunk = 200_000
+    with open(path, "w") as out:
+        for start in range(0, lines, chunk):
+            stop = min(lines, start + chunk)
+            block = [f"http://h{i}.invalid/\n" for i in range(start, stop)]
+            first = start + (real_every // 2 - start) % real_every
+            for i in range(first, stop, real_every):
+                block[i - start] = f"http://r{i}--status-200.sim:{http_port}/\n"
+            out.write("".join(block))
+
+
+# -- a script's frame --------------------------------------------------------------
+
+
+def announce(title: str, info: dict[str, Any], quick: bool) -> None:
+    """The first line of a run: what ran, on what machine, under what load."""
+    print(
+        f"{title} -- {info['cpu_model']}, {info['cpu_count']} cores, "
+        f"load {info['load_average']}, Python {info['python']}, "
+        f"{'quick' if quick else 'full'} run\n",
+        flush=True,
+    )
+
+
+def print_targets(targets: Sequence[Target], quick: bool) -> None:
+    print("targets" + (" (quick run: sizes too small to judge)" if quick else ""))
+    for target in targets:
+        print("  " + target.line())
+
+
+def payload(
+    name: str,
+    info: dict[str, Any],
+    settings: dict[str, Any],
+    results: dict[str, Any],
+    targets: Sequence[Target],
+    started: float,
+    **extra: Any,
+) -> dict[str, Any]:
+    """What a script writes to its JSON file (``started``: its perf_counter at start)."""
+    from dataclasses import asdict
+
+    return {
+        "benchmark": name,
+        "machine": info,
+        "load_average_after": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "settings": settings,
+        **extra,
+        "results": results,
+        "targets": [asdict(t) for t in targets],
+        "elapsed_s": time.perf_counter() - started,
+    }

@@ -16,12 +16,13 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import surge
 from surge.bulk.cluster import run_shards
-from surge.bulk.engine import FetchOptions
+from surge.bulk.engine import FetchOptions, as_items
 from surge.bulk.inputs import InputItem
 from surge.sim import SimInfo, behaviour, hosts, running
 
@@ -113,26 +114,52 @@ def test_input_is_read_a_few_shards_ahead_at_most(sim: SimInfo, client: distribu
     assert merged == read == 400
 
 
+def _set_allowed_failures(n: int, dask_scheduler: Any) -> int:
+    old: int = dask_scheduler.allowed_failures
+    dask_scheduler.allowed_failures = n
+    return old
+
+
+@pytest.mark.parametrize(
+    "allowed_failures", [3, 0], ids=["dask-reruns-the-shard", "surge-resubmits-the-shard"]
+)
 def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(
-    sim: SimInfo, client: distributed.Client
+    sim: SimInfo, client: distributed.Client, allowed_failures: int
 ) -> None:
     # 600 hosts of 200 ms, 20 in flight per worker, shards of 50: ~3 s of work,
     # so the kill, after the first shard is back, lands with shards running.
+    # Dask reruns a task whose worker died (3 times by default); with 0 allowed
+    # failures it gives up at once (KilledWorker) and surge submits the shard again.
     urls = [sim.url(f"k{i}--delay-200.sim") for i in range(600)]
+    opts = FetchOptions(concurrency=20, resolve=[RESOLVE])
     seen: list[int] = []
+    attempts: list[int] = []
     killed = None
-    for record in surge.fetch_on_cluster(
-        client, urls, shard_size=50, concurrency=20, resolve=[RESOLVE]
-    ):
-        seen.append(record["line"])
-        if killed is None:
-            busy = [w for w, keys in client.processing().items() if keys]
-            assert busy, "no shard running to kill a worker under"
-            killed = client.run(os.getpid, workers=[busy[0]])[busy[0]]
-            os.kill(killed, signal.SIGKILL)
+    old = client.run_on_scheduler(_set_allowed_failures, allowed_failures)
+    try:
+        for shard in run_shards(client, as_items(urls), opts, shard_size=50):
+            seen += [record["line"] for record in shard.records]
+            attempts.append(shard.attempts)
+            if killed is None:
+                busy = [w for w, keys in client.processing().items() if keys]
+                assert busy, "no shard running to kill a worker under"
+                killed = client.run(os.getpid, workers=[busy[0]])[busy[0]]
+                os.kill(killed, signal.SIGKILL)
+    finally:
+        client.run_on_scheduler(_set_allowed_failures, old)
+        client.wait_for_workers(2, timeout=60)  # the nanny restarts it, for the next tests
     assert sorted(seen) == list(range(1, 601))  # each input exactly once
-    client.wait_for_workers(2, timeout=60)  # the nanny restarts it, for the next tests
     assert killed not in client.run(os.getpid).values()
+    assert max(attempts) == (1 if allowed_failures else 2)
+
+
+def test_fetch_on_cluster_yields_one_record_per_input(
+    sim: SimInfo, client: distributed.Client
+) -> None:
+    urls = [sim.url("status-200.sim", f"/{i}") for i in range(30)] + ["not a url"]
+    got = list(surge.fetch_on_cluster(client, urls, shard_size=7, resolve=[RESOLVE]))
+    assert sorted(r["line"] for r in got) == list(range(1, 32))
+    assert {(r["status"], r["error"]) for r in got} == {(200, None), (None, "invalid_url")}
 
 
 def test_an_interrupted_local_cluster_run_resumes_to_the_exact_file(

@@ -171,6 +171,7 @@ def fetch_command(
         started = time.perf_counter()
         stopped_by: int | None = None
         failure: UsageError | None = None
+        broken: Exception | None = None  # the cluster could not complete the job
         pending = _skip_done(items, done, summary)
         with writer:
             try:
@@ -184,12 +185,21 @@ def fetch_command(
                     stopped_by = stop.signum
             except UsageError as e:
                 failure = e
+            except Exception as e:
+                from surge.bulk.cluster import ShardFailed
+
+                if not isinstance(e, ShardFailed):
+                    raise
+                broken = e
         if progress is not None:
             progress.close()
         if not quiet:
             click.echo(summary.render(time.perf_counter() - started), err=True)
         if failure is not None:
             _die(str(failure))
+        if broken is not None:
+            click.echo(f"surge fetch: {broken}; the records written are kept (--resume)", err=True)
+            sys.exit(1)
         if stopped_by is not None:
             name = signal.Signals(stopped_by).name
             click.echo(

@@ -125,6 +125,10 @@ def connect(address: str, *, threads_per_worker: int = 2) -> Iterator[Client]:
         yield client
 
 
+class ShardFailed(RuntimeError):
+    """A shard failed :data:`MAX_SHARD_ATTEMPTS` times: the job cannot complete."""
+
+
 @dataclass
 class ShardResult:
     """One shard's records, as merged by :func:`run_shards`, and how it went."""
@@ -230,9 +234,9 @@ def run_shards(
                 # Dask reruns a task whose worker died by itself; this is it giving
                 # up (allowed-failures), or a cluster restart that cancelled it.
                 if entry.attempts >= MAX_SHARD_ATTEMPTS:
-                    raise RuntimeError(
-                        f"shard of input lines {entry.items[0].line}-{entry.items[-1].line} "
-                        f"failed {entry.attempts} times, last: {error!r}"
+                    raise ShardFailed(
+                        f"the shard of input lines {entry.items[0].line}-{entry.items[-1].line} "
+                        f"failed {entry.attempts} times; last: {error}"
                     ) from error
                 submit(shard, entry.items, entry.attempts + 1)
                 continue

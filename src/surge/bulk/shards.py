@@ -12,9 +12,9 @@ inputs on that queue and waits for their records.  The concurrency bound is
 the engine's, so it holds per worker process however many threads the worker
 has.  With two or more threads a second shard's inputs wait in the queue
 while the first one's run: when the first shard is down to its slowest hosts
-(a hang waits out ``max_time``: 3 s of a 7 s run of 10,000 simulated hosts),
-its finished requests' slots go straight to the next shard's inputs instead
-of idling until the last straggler returns.
+(a host that hangs waits out ``max_time``, 30 s by default), its finished
+requests' slots go straight to the next shard's inputs instead of idling
+until the last straggler returns.
 
 A task that Dask cancels (the client stopped, or the worker is closing) is
 noticed within :data:`CANCEL_POLL_S`: its inputs still queued are dropped and

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 
 import surge
+from surge.bulk import shards as shard_engines
 from surge.bulk.cluster import run_shards
 from surge.bulk.engine import FetchOptions, as_items
 from surge.bulk.inputs import InputItem
@@ -160,6 +162,43 @@ def test_fetch_on_cluster_yields_one_record_per_input(
     got = list(surge.fetch_on_cluster(client, urls, shard_size=7, resolve=[RESOLVE]))
     assert sorted(r["line"] for r in got) == list(range(1, 32))
     assert {(r["status"], r["error"]) for r in got} == {(200, None), (None, "invalid_url")}
+
+
+def test_a_stopped_job_stops_its_running_shards(sim: SimInfo, client: distributed.Client) -> None:
+    # Hosts that never answer, 10 at a time, a 60 s deadline: a shard left to run
+    # would keep its worker's engine busy for minutes. Stopped, its tasks are
+    # cancelled, drop their queued inputs, and the engines close after LINGER_S.
+    urls = [sim.url(f"h{i}--hang.sim") for i in range(200)]
+    opts = FetchOptions(concurrency=10, max_time=60, resolve=[RESOLVE])
+    stop = threading.Event()
+
+    def stop_once_running() -> None:
+        deadline = time.monotonic() + 30
+        while not any(client.processing().values()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # the shards are on their engines by now
+        stop.set()
+
+    stopper = threading.Thread(target=stop_once_running)
+    stopper.start()
+    assert list(run_shards(client, as_items(urls), opts, shard_size=50, stop=stop)) == []
+    stopper.join()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        running = client.run(lambda: len(shard_engines._engines))
+        if not any(running.values()):
+            break
+        time.sleep(0.2)
+    assert not any(running.values()), running
+
+
+def test_fetch_without_cluster_does_not_import_dask() -> None:
+    script = (
+        "import sys, surge, surge.bulk.cli; "
+        "assert 'distributed' not in sys.modules and 'dask' not in sys.modules"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
 
 
 def test_an_interrupted_local_cluster_run_resumes_to_the_exact_file(

@@ -11,12 +11,16 @@ installed" rather than crash at import time.
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import datetime as _dt
 import gc
 import json
 import math
 import os
 import platform
+import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -27,15 +31,29 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "PROXY_VARIABLES",
+    "ChildRun",
+    "announce",
+    "payload",
+    "print_targets",
+    "read_outcomes",
+    "surge_fetch_sim",
     "Table",
+    "Target",
     "Timer",
     "best_of",
     "fmt_ns",
     "fmt_s",
     "gc_paused",
     "machine_info",
+    "parse_count",
+    "parse_sections",
     "percentile",
+    "progress",
+    "run_child",
+    "surge_command",
     "timer",
+    "write_invalid_input",
     "write_json",
 ]
 
@@ -251,3 +269,210 @@ def write_json(path: str | os.PathLike[str], payload: Any) -> Path:
     tmp.write_text(json.dumps(clean(payload), indent=2, allow_nan=False) + "\n", "utf-8")
     tmp.replace(target)
     return target
+
+
+# -- child processes ---------------------------------------------------------------
+
+#: Seconds between two RSS samples of a child (run_child(poll_rss=True)).
+RSS_POLL_S = 0.25
+
+
+@dataclass
+class ChildRun:
+    """How a child process went: exit status, wall, CPU (wait4), peak RSS, killed."""
+
+    status: int | None
+    wall_s: float
+    cpu_s: float
+    maxrss_bytes: int
+    killed: bool
+    rss_samples: list[tuple[float, int]]
+
+
+def run_child(
+    command: list[str], limit_s: float, *, poll_rss: bool = False, stdout: int | None = None
+) -> tuple[ChildRun, subprocess.Popen[bytes]]:
+    """Run ``command`` in its own process group, reap it with ``os.wait4`` (killing the
+    group at ``limit_s``), optionally polling its RSS; stderr goes to a pipe-free file."""
+    rss: list[tuple[float, int]] = []
+    started = time.perf_counter()
+    child = subprocess.Popen(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=stdout if stdout is not None else subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    watched = None
+    if poll_rss:
+        import psutil
+
+        with contextlib.suppress(psutil.Error):
+            watched = psutil.Process(child.pid)
+    deadline = time.monotonic() + limit_s
+    killed = False
+    next_poll = 0.0
+    while True:
+        pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+        if pid != 0:
+            break
+        now = time.monotonic()
+        if now >= deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+            killed = True
+            pid, status, usage = os.wait4(child.pid, 0)
+            break
+        if watched is not None and now >= next_poll:
+            next_poll = now + RSS_POLL_S
+            with contextlib.suppress(Exception):
+                rss.append((time.perf_counter() - started, int(watched.memory_info().rss)))
+        time.sleep(0.01 if watched is None else 0.02)
+    wall = time.perf_counter() - started
+    child.returncode = os.waitstatus_to_exitcode(status)
+    return (
+        ChildRun(
+            status=child.returncode,
+            wall_s=wall,
+            cpu_s=usage.ru_utime + usage.ru_stime,
+            maxrss_bytes=int(usage.ru_maxrss) * 1024,
+            killed=killed,
+            rss_samples=rss,
+        ),
+        child,
+    )
+
+
+def surge_fetch_sim(
+    input_path: str, out_path: str, concurrency: int, timeout: float, *extra: str
+) -> list[str]:
+    """``surge fetch`` of a file of simulated hosts as the benchmarks run it: ``-L``,
+    ``timeout`` as both deadlines, ``*.sim`` resolved to 127.0.0.1, no summary."""
+    return [
+        *surge_command(),
+        "fetch",
+        input_path,
+        "-o",
+        out_path,
+        "-q",
+        "-c",
+        str(concurrency),
+        "--max-time",
+        f"{timeout:g}",
+        "--connect-timeout",
+        f"{timeout:g}",
+        "-L",
+        "--resolve",
+        "*.sim:*:127.0.0.1",
+        *extra,
+    ]
+
+
+def read_outcomes(path: str) -> list[Any]:
+    """The ``surge.bench.peers.Outcome`` of each whole record of a JSONL output."""
+    from surge.bench.peers import Outcome  # here: importing _common needs no surge
+
+    outcomes = []
+    with open(path) as out:
+        for line in out:
+            if not line.endswith("\n"):
+                break
+            record = json.loads(line)
+            error = record["error"]
+            status = record["status"] if error is None else None
+            outcomes.append(Outcome(record["url"], status, error, record["elapsed_ms"]))
+    return outcomes
+
+
+def surge_command() -> list[str]:
+    """The ``surge`` console script of this interpreter (else the same via ``-c``)."""
+    script = Path(sys.executable).parent / "surge"
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-c", "import sys; from surge.cli import main; sys.exit(main())"]
+
+
+# -- arguments, inputs, environment ------------------------------------------------
+
+#: Proxy settings every benchmark drops: all traffic is to 127.0.0.1.
+PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY")
+
+
+def progress(message: str) -> None:
+    """A progress line on stderr (tables go to stdout)."""
+    print(f"  .. {message}", file=sys.stderr, flush=True)
+
+
+def parse_count(text: str) -> int:
+    """``"10k"`` -> 10000, ``"1M"`` -> 1000000, ``"2,500"`` -> 2500."""
+    text = text.strip().lower().replace("_", "").replace(",", "")
+    scale = {"k": 1_000, "m": 1_000_000}.get(text[-1:], 1)
+    return int(float(text[:-1] if scale != 1 else text) * scale)
+
+
+def parse_sections(
+    parser: argparse.ArgumentParser, only: str | None, sections: Sequence[str]
+) -> list[str]:
+    """The sections ``--only`` names (comma-separated; all when None), checked."""
+    chosen = [s.strip() for s in (only or ",".join(sections)).split(",") if s.strip()]
+    unknown = set(chosen) - set(sections)
+    if unknown:
+        parser.error(f"unknown section(s) {', '.join(sorted(unknown))}; choose from {sections}")
+    return chosen
+
+
+def write_invalid_input(path: str, lines: int, http_port: int, real_every: int) -> None:
+    """``lines`` URLs, almost all ``http://h<i>.invalid/`` (surge's resolver fails
+    ``.invalid`` at once, RFC 6761), one in ``real_every`` a simulated host."""
+    chunk = 200_000
+    with open(path, "w") as out:
+        for start in range(0, lines, chunk):
+            stop = min(lines, start + chunk)
+            block = [f"http://h{i}.invalid/\n" for i in range(start, stop)]
+            first = start + (real_every // 2 - start) % real_every
+            for i in range(first, stop, real_every):
+                block[i - start] = f"http://r{i}--status-200.sim:{http_port}/\n"
+            out.write("".join(block))
+
+
+# -- a script's frame --------------------------------------------------------------
+
+
+def announce(title: str, info: dict[str, Any], quick: bool) -> None:
+    """The first line of a run: what ran, on what machine, under what load."""
+    print(
+        f"{title} -- {info['cpu_model']}, {info['cpu_count']} cores, "
+        f"load {info['load_average']}, Python {info['python']}, "
+        f"{'quick' if quick else 'full'} run\n",
+        flush=True,
+    )
+
+
+def print_targets(targets: Sequence[Target], quick: bool) -> None:
+    print("targets" + (" (quick run: sizes too small to judge)" if quick else ""))
+    for target in targets:
+        print("  " + target.line())
+
+
+def payload(
+    name: str,
+    info: dict[str, Any],
+    settings: dict[str, Any],
+    results: dict[str, Any],
+    targets: Sequence[Target],
+    started: float,
+    **extra: Any,
+) -> dict[str, Any]:
+    """What a script writes to its JSON file (``started``: its perf_counter at start)."""
+    from dataclasses import asdict
+
+    return {
+        "benchmark": name,
+        "machine": info,
+        "load_average_after": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "settings": settings,
+        **extra,
+        "results": results,
+        "targets": [asdict(t) for t in targets],
+        "elapsed_s": time.perf_counter() - started,
+    }

@@ -119,23 +119,35 @@ script in under two minutes: its numbers judge nothing.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from time import perf_counter
 from typing import Any
 
-from _common import Table, Target, machine_info, write_json
+from _common import (
+    PROXY_VARIABLES,
+    Table,
+    Target,
+    announce,
+    machine_info,
+    parse_count,
+    parse_sections,
+    payload,
+    print_targets,
+    progress,
+    read_outcomes,
+    run_child,
+    surge_command,
+    surge_fetch_sim,
+    write_invalid_input,
+    write_json,
+)
 from fetch_clients import CLIENTS
 
 SECTIONS = ("sim", "keepalive", "tls", "input")
@@ -160,13 +172,6 @@ TLS_CLIENTS = KEEPALIVE_CLIENTS
 INFLIGHT = 16
 #: One line in this many of the input file is a real simulated host.
 REAL_EVERY = 100_000
-#: Seconds between two RSS samples of the input run.
-RSS_POLL_S = 0.25
-PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY")
-
-
-def progress(message: str) -> None:
-    print(f"  .. {message}", file=sys.stderr, flush=True)
 
 
 def fmt_num(value: float | None, digits: int = 2) -> str:
@@ -181,80 +186,6 @@ def fmt_counts(counter: dict[str, int] | Counter[str]) -> str:
 
 
 # -- child processes -----------------------------------------------------------------------
-
-
-@dataclass
-class ChildRun:
-    """How a child process went: exit status, wall, CPU (wait4), peak RSS, killed."""
-
-    status: int | None
-    wall_s: float
-    cpu_s: float
-    maxrss_bytes: int
-    killed: bool
-    rss_samples: list[tuple[float, int]]
-
-
-def run_child(
-    command: list[str], limit_s: float, *, poll_rss: bool = False, stdout: int | None = None
-) -> tuple[ChildRun, subprocess.Popen[bytes]]:
-    """Run ``command`` in its own process group, reap it with ``os.wait4`` (killing the
-    group at ``limit_s``), optionally polling its RSS; stderr goes to a pipe-free file."""
-    rss: list[tuple[float, int]] = []
-    started = perf_counter()
-    child = subprocess.Popen(
-        command,
-        stdin=subprocess.DEVNULL,
-        stdout=stdout if stdout is not None else subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    watched = None
-    if poll_rss:
-        import psutil
-
-        with contextlib.suppress(psutil.Error):
-            watched = psutil.Process(child.pid)
-    deadline = time.monotonic() + limit_s
-    killed = False
-    next_poll = 0.0
-    while True:
-        pid, status, usage = os.wait4(child.pid, os.WNOHANG)
-        if pid != 0:
-            break
-        now = time.monotonic()
-        if now >= deadline:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(child.pid, signal.SIGKILL)
-            killed = True
-            pid, status, usage = os.wait4(child.pid, 0)
-            break
-        if watched is not None and now >= next_poll:
-            next_poll = now + RSS_POLL_S
-            with contextlib.suppress(Exception):
-                rss.append((perf_counter() - started, int(watched.memory_info().rss)))
-        time.sleep(0.01 if watched is None else 0.02)
-    wall = perf_counter() - started
-    child.returncode = os.waitstatus_to_exitcode(status)
-    return (
-        ChildRun(
-            status=child.returncode,
-            wall_s=wall,
-            cpu_s=usage.ru_utime + usage.ru_stime,
-            maxrss_bytes=int(usage.ru_maxrss) * 1024,
-            killed=killed,
-            rss_samples=rss,
-        ),
-        child,
-    )
-
-
-def surge_command() -> list[str]:
-    """The ``surge`` console script of this interpreter (else the same via ``-c``)."""
-    script = Path(sys.executable).parent / "surge"
-    if script.exists():
-        return [str(script)]
-    return [sys.executable, "-c", "import sys; from surge.cli import main; sys.exit(main())"]
 
 
 def run_client(
@@ -455,39 +386,13 @@ def run_cli_sim(
     urls: list[str], concurrency: int, timeout: float, limit_s: float
 ) -> dict[str, Any]:
     """``surge fetch`` over ``urls`` through the command line: wall, CPU, outcomes."""
-    from surge.bench.peers import Outcome
-
     with tempfile.TemporaryDirectory(prefix="surge-bench-cli-") as directory:
         in_path = os.path.join(directory, "urls.txt")
         out_path = os.path.join(directory, "out.jsonl")
         Path(in_path).write_text("".join(u + "\n" for u in urls))
-        command = [
-            *surge_command(),
-            "fetch",
-            in_path,
-            "-o",
-            out_path,
-            "-q",
-            "-c",
-            str(concurrency),
-            "--max-time",
-            f"{timeout:g}",
-            "--connect-timeout",
-            f"{timeout:g}",
-            "-L",
-            "--resolve",
-            "*.sim:*:127.0.0.1",
-        ]
+        command = surge_fetch_sim(in_path, out_path, concurrency, timeout)
         run, _ = run_child(command, limit_s)
-        outcomes = []
-        with open(out_path) as out:
-            for line in out:
-                if not line.endswith("\n"):
-                    break
-                record = json.loads(line)
-                error = record["error"]
-                status = record["status"] if error is None else None
-                outcomes.append(Outcome(record["url"], status, error, record["elapsed_ms"]))
+        outcomes = read_outcomes(out_path)
     return {
         "command": " ".join(command[-15:]),
         "wall_s": run.wall_s,
@@ -624,19 +529,6 @@ def run_tls(args: argparse.Namespace) -> dict[str, Any]:
 # -- section 4: a 10M-line input -------------------------------------------------------------
 
 
-def write_input(path: str, lines: int, http_port: int) -> None:
-    """``lines`` URLs, almost all ``http://h<i>.invalid/``, one in REAL_EVERY a sim host."""
-    chunk = 200_000
-    with open(path, "w") as out:
-        for start in range(0, lines, chunk):
-            stop = min(lines, start + chunk)
-            block = [f"http://h{i}.invalid/\n" for i in range(start, stop)]
-            first = start + (REAL_EVERY // 2 - start) % REAL_EVERY
-            for i in range(first, stop, REAL_EVERY):
-                block[i - start] = f"http://r{i}--status-200.sim:{http_port}/\n"
-            out.write("".join(block))
-
-
 def run_input(args: argparse.Namespace) -> dict[str, Any]:
     from surge.sim import background
 
@@ -660,7 +552,7 @@ def run_input(args: argparse.Namespace) -> dict[str, Any]:
             path = os.path.join(tmp, "urls.txt")
             progress(f"input: writing {lines:,} lines")
             started = perf_counter()
-            write_input(path, lines, sim.http_port)
+            write_invalid_input(path, lines, sim.http_port, REAL_EVERY)
             write_s = perf_counter() - started
             progress(f"input: surge fetch over {lines:,} lines")
             command = [*surge_command(), "fetch", path, "-o", os.devnull, "-q"]
@@ -987,12 +879,6 @@ def draw_chart(results: dict[str, Any], path: Path) -> Path | None:
 # -- command line ----------------------------------------------------------------------------------
 
 
-def parse_count(text: str) -> int:
-    text = text.strip().lower().replace("_", "").replace(",", "")
-    scale = {"k": 1_000, "m": 1_000_000}.get(text[-1:], 1)
-    return int(float(text[:-1] if scale != 1 else text) * scale)
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Benchmark surge fetch and surge.http.Client against requests, aiohttp, "
@@ -1015,11 +901,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--input-budget", type=float, default=600.0, help="input: skip a size predicted longer"
     )
     args = parser.parse_args(argv)
-    only = [s.strip() for s in (args.only or ",".join(SECTIONS)).split(",") if s.strip()]
-    unknown = set(only) - set(SECTIONS)
-    if unknown:
-        parser.error(f"unknown section(s) {', '.join(sorted(unknown))}; choose from {SECTIONS}")
-    args.only = only
+    args.only = parse_sections(parser, args.only, SECTIONS)
     quick = args.quick
     args.hosts = [
         parse_count(h) for h in (args.hosts or ("100,300" if quick else "1k,10k")).split(",")
@@ -1043,12 +925,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ.pop(variable, None)
     packages = ["surge", "aiohttp", "httpx", "pycurl", "pyreqwest", "requests", "grequests"]
     info = machine_info([*packages, "gevent", "uvloop", "httptools"])
-    print(
-        f"surge fetch benchmark -- {info['cpu_model']}, {info['cpu_count']} cores, "
-        f"load {info['load_average']}, Python {info['python']}, "
-        f"{'quick' if args.quick else 'full'} run\n",
-        flush=True,
-    )
+    announce("surge fetch benchmark", info, args.quick)
     started = perf_counter()
     results: dict[str, Any] = {}
     if "sim" in args.only:
@@ -1060,21 +937,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "input" in args.only:
         results["input"] = run_input(args)
     targets = check_targets(results)
-    print("targets" + (" (quick run: sizes too small to judge)" if args.quick else ""))
-    for t in targets:
-        print("  " + t.line())
+    print_targets(targets, args.quick)
     out = Path(args.out)
-    payload = {
-        "benchmark": "fetch",
-        "machine": info,
-        "load_average_after": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-        "settings": vars(args),
-        "clients": CLIENTS,
-        "results": results,
-        "targets": [asdict(t) for t in targets],
-        "elapsed_s": perf_counter() - started,
-    }
-    path = write_json(out, payload)
+    path = write_json(
+        out, payload("fetch", info, vars(args), results, targets, started, clients=CLIENTS)
+    )
     print(f"\nwrote {path}", end="")
     if not args.no_chart:
         chart = draw_chart(results, out.with_suffix(".png"))

@@ -4,7 +4,8 @@
     for record in surge.fetch_all(["https://example.com/", ...], concurrency=500):
         print(record["url"], record["status"], record["error"])
 
-``surge.fetch`` (async iterator) and ``surge.fetch_all`` (plain iterator) are
+``surge.fetch`` (async iterator), ``surge.fetch_all`` (plain iterator) and
+``surge.fetch_on_cluster`` (a plain iterator over a Dask cluster's shards) are
 loaded on first use, so ``import surge`` stays cheap.
 """
 
@@ -14,7 +15,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "fetch", "fetch_all"]
+__all__ = ["__version__", "fetch", "fetch_all", "fetch_on_cluster"]
 
 
 def __getattr__(name: str) -> Any:
@@ -22,4 +23,8 @@ def __getattr__(name: str) -> Any:
         from surge.bulk import engine
 
         return getattr(engine, name)
+    if name == "fetch_on_cluster":
+        from surge.bulk import cluster
+
+        return cluster.fetch_on_cluster
     raise AttributeError(f"module 'surge' has no attribute {name!r}")

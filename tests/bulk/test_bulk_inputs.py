@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import pickle
 import sys
 import tracemalloc
 from pathlib import Path
@@ -402,3 +403,9 @@ def test_a_million_lines_stream_in_constant_memory(tmp_path: Path) -> None:
     assert count == 1_000_000
     assert item == InputItem(1_000_000, "site999999.example", "http://site999999.example/")
     assert peak < 2_000_000, f"peak traced memory {peak:,} bytes"
+
+
+def test_input_items_survive_pickling() -> None:
+    # Shards of items travel to Dask workers pickled (surge fetch --cluster).
+    items = [InputItem(1, "example.com", "http://example.com/"), InputItem(7, "x", "http://x/")]
+    assert pickle.loads(pickle.dumps(items)) == items

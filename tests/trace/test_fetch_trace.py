@@ -215,3 +215,11 @@ def test_the_page_says_whether_requests_ran_concurrently(
 def test_a_missing_page_is_an_error_not_a_blank_pass(tmp_path: Path, browser: Chromium) -> None:
     with pytest.raises(BrowserError, match="ERR_FILE_NOT_FOUND"):
         browser.load(tmp_path / "nothing-here.html")
+
+
+def test_tracing_a_cluster_run_is_a_usage_error(tmp_path: Path) -> None:
+    source = tmp_path / "urls.txt"
+    source.write_text("http://127.0.0.1:1/\n")
+    done = surge("fetch", str(source), "--cluster", "local:1", "--trace", str(tmp_path / "t.html"))
+    assert done.returncode == 2 and "not available with --cluster" in done.stderr
+    assert not (tmp_path / "t.html").exists()

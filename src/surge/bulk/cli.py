@@ -9,13 +9,17 @@ Exit status: 0 when the run completed (remote failures are data), 2 for a
 usage error or an input that cannot be read or parsed (the message names the
 file and line; records already written are kept), 130 when interrupted (143 for
 SIGTERM; the records written so far are kept, and ``--resume`` carries on from them).
+
+``--cluster ADDRESS`` (a Dask scheduler, or ``local:N``) runs the same job in
+shards on a Dask cluster (:mod:`surge.bulk.cluster`); this process stays the
+only writer, and everything above holds there too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-import resource
 import signal
 import sys
 import threading
@@ -28,6 +32,7 @@ import click
 
 from surge.bulk.engine import FetchOptions, run
 from surge.bulk.inputs import InputItem, read_inputs
+from surge.bulk.limits import fit_open_files, open_files_limit
 from surge.bulk.outputs import LineSet, RecordWriter, done_lines, open_writer
 from surge.bulk.summary import Summary
 from surge.errors import UsageError
@@ -37,9 +42,6 @@ from surge.trace.har import HarWriter
 from surge.trace.html import write_html
 from surge.trace.recorder import DEFAULT_ROWS, TraceRecorder
 from surge.trace.tracer import Tee, Tracer
-
-#: File descriptors kept for everything but sockets (files, DNS threads, the loop).
-FD_HEADROOM = 64
 
 
 @click.command("fetch")
@@ -78,6 +80,18 @@ FD_HEADROOM = 64
     "--max-filesize", default=10 * 1024 * 1024, show_default=True, help="Body cap, bytes."
 )
 @click.option("--max-connecting", default=256, show_default=True, help="Handshakes in flight.")
+@click.option(
+    "--cluster",
+    metavar="ADDRESS",
+    help="Run on a Dask cluster: a scheduler (tcp://host:8786), or local:N worker processes.",
+)
+@click.option(
+    "--shard-size",
+    type=int,
+    default=10_000,
+    show_default=True,
+    help="--cluster: inputs per task.",
+)
 @click.option("--resume", is_flag=True, help="Skip inputs already recorded in OUT; append.")
 @click.option(
     "--trace",
@@ -115,6 +129,8 @@ def fetch_command(
     input_format: str | None,
     max_filesize: int,
     max_connecting: int,
+    cluster: str | None,
+    shard_size: int,
     resume: bool,
     trace_path: str | None,
     trace_rows: int,
@@ -127,76 +143,116 @@ def fetch_command(
     INPUT holds one URL or domain per line, or is a CSV (such as a top-sites list
     'rank,domain') or JSONL with a 'url' field.
     """
-    try:
-        opts = FetchOptions(
-            concurrency=concurrency,
-            per_host=per_host,
-            max_time=max_time,
-            connect_timeout=connect_timeout,
-            retries=retries,
-            follow_redirects=follow,
-            max_redirects=max_redirs,
-            method=method,
-            headers=[parse_header(h) for h in headers],
-            resolve=list(resolve),
-            cafile=cacert,
-            insecure=insecure,
-            body_cap=max_filesize,
-            max_connecting=max_connecting,
-        )
-        client = opts.client()  # validates --resolve and the headers now, not mid-run
-        if cacert is not None:
-            client.ssl_context  # noqa: B018 - loads --cacert now: a bad file is exit 2
-        fmt = fmt or ("csv" if output and output.lower().endswith(".csv") else "jsonl")
-        if resume and not output:
-            raise UsageError("--resume needs -o OUT (the file to resume)")
-        done = done_lines(output, fmt) if resume and output and os.path.exists(output) else None
-        items = read_inputs(input_path, column=column, template=template, input_format=input_format)
-        opts.concurrency = fit_concurrency(opts.concurrency)
-        if trace_rows < 1:
-            raise UsageError(f"--trace-rows must be at least 1, not {trace_rows}")
-        for path in (trace_path, har_path):
-            _check_writable(path)
-        writer = open_writer(output, fmt, append=bool(resume))
-        # Opened last, so that a usage error above leaves no empty trace files.
-        recorder, har = _tracers(trace_path, trace_rows, har_path, opts, input_path)
-    except UsageError as e:
-        _die(str(e))
-    progress = Progress(input_path) if sys.stderr.isatty() and not no_progress else None
-    summary = Summary()
-    started = time.perf_counter()
-    stopped_by: int | None = None
-    failure: UsageError | None = None
-    try:
-        with writer:
-            try:
-                stopped_by = _run(opts, _skip_done(items, done, summary), writer, summary, progress)
-            except UsageError as e:
-                failure = e
-    finally:
-        # Written whatever stopped the run: a trace of an interrupted run is still
-        # a trace, and a HAR left without its closing brackets is not JSON.
-        if har is not None:
-            har.close()
-        if recorder is not None and trace_path is not None:
-            write_html(recorder.data(), trace_path)
-    if progress is not None:
-        progress.close()
-    if not quiet:
-        click.echo(summary.render(time.perf_counter() - started), err=True)
-        if trace_path is not None:
-            click.echo(f"  trace   {trace_path}", err=True)
-        if har_path is not None:
-            click.echo(f"  HAR     {har_path}", err=True)
-    if har is not None and har.error is not None:
-        failure = failure or UsageError(f"{har_path}: writing the HAR failed: {har.error}")
-    if failure is not None:
-        _die(str(failure))
-    if stopped_by is not None:
-        name = signal.Signals(stopped_by).name
-        click.echo(
-            f"surge fetch: stopped by {name}; the records written are kept (--resume)", err=True
-        )
+    with contextlib.ExitStack() as resources:
+        stop: _Stop | None = None
+        if cluster is not None:
+            # Installed before the cluster starts: a signal from here on stops the
+            # job between shards, and the cluster is closed on the way out.
+            stop = resources.enter_context(_stop_on_signals())
+        try:
+            opts = FetchOptions(
+                concurrency=concurrency,
+                per_host=per_host,
+                max_time=max_time,
+                connect_timeout=connect_timeout,
+                retries=retries,
+                follow_redirects=follow,
+                max_redirects=max_redirs,
+                method=method,
+                headers=[parse_header(h) for h in headers],
+                resolve=list(resolve),
+                cafile=cacert,
+                insecure=insecure,
+                body_cap=max_filesize,
+                max_connecting=max_connecting,
+            )
+            client = opts.client()  # validates --resolve and the headers now, not mid-run
+            if cacert is not None:
+                client.ssl_context  # noqa: B018 - loads --cacert now: a bad file is exit 2
+            fmt = fmt or ("csv" if output and output.lower().endswith(".csv") else "jsonl")
+            if resume and not output:
+                raise UsageError("--resume needs -o OUT (the file to resume)")
+            if shard_size < 1:
+                raise UsageError(f"--shard-size must be at least 1, not {shard_size}")
+            if trace_rows < 1:
+                raise UsageError(f"--trace-rows must be at least 1, not {trace_rows}")
+            if cluster is not None and (trace_path or har_path):
+                # The timings live in the workers' processes; shards return records.
+                raise UsageError("--trace and --har are not available with --cluster yet")
+            for path in (trace_path, har_path):
+                _check_writable(path)
+            done = done_lines(output, fmt) if resume and output and os.path.exists(output) else None
+            items = read_inputs(
+                input_path, column=column, template=template, input_format=input_format
+            )
+            dask_client = None
+            if cluster is None:
+                opts.concurrency = fit_concurrency(opts.concurrency)
+            else:
+                # Connected before OUT is opened: a wrong address leaves OUT alone.
+                from surge.bulk.cluster import connect
+
+                dask_client = resources.enter_context(connect(cluster))
+            writer = open_writer(output, fmt, append=bool(resume))
+            # Opened last, so that a usage error above leaves no empty trace files.
+            recorder, har = _tracers(trace_path, trace_rows, har_path, opts, input_path)
+        except UsageError as e:
+            _die(str(e))
+        progress = Progress(input_path) if sys.stderr.isatty() and not no_progress else None
+        summary = Summary()
+        started = time.perf_counter()
+        stopped_by: int | None = None
+        failure: UsageError | None = None
+        broken: Exception | None = None  # the cluster could not complete the job
+        pending = _skip_done(items, done, summary)
+        try:
+            with writer:
+                try:
+                    if dask_client is None:
+                        stopped_by = _run(opts, pending, writer, summary, progress)
+                    else:
+                        assert stop is not None
+                        _run_on_cluster(
+                            dask_client, opts, shard_size, pending, writer, summary, progress, stop
+                        )
+                        stopped_by = stop.signum
+                except UsageError as e:
+                    failure = e
+                except Exception as e:
+                    from surge.bulk.cluster import ShardFailed
+
+                    if not isinstance(e, ShardFailed):
+                        raise
+                    broken = e
+        finally:
+            # Written whatever stopped the run: a trace of an interrupted run is still
+            # a trace, and a HAR left without its closing brackets is not JSON.
+            if har is not None:
+                har.close()
+            if recorder is not None and trace_path is not None:
+                write_html(recorder.data(), trace_path)
+        if progress is not None:
+            progress.close()
+        if not quiet:
+            click.echo(summary.render(time.perf_counter() - started), err=True)
+            if trace_path is not None:
+                click.echo(f"  trace   {trace_path}", err=True)
+            if har_path is not None:
+                click.echo(f"  HAR     {har_path}", err=True)
+        if har is not None and har.error is not None:
+            failure = failure or UsageError(f"{har_path}: writing the HAR failed: {har.error}")
+        if failure is not None:
+            _die(str(failure))
+        if broken is not None:
+            click.echo(f"surge fetch: {broken}; the records written are kept (--resume)", err=True)
+            sys.exit(1)
+        if stopped_by is not None:
+            name = signal.Signals(stopped_by).name
+            click.echo(
+                f"surge fetch: stopped by {name}; the records written are kept (--resume)",
+                err=True,
+            )
+    if stopped_by is not None:  # after the cluster (if any) is closed
         sys.exit(128 + stopped_by)  # as a shell reports it: 130 for Ctrl-C, 143 for SIGTERM
 
 
@@ -302,6 +358,67 @@ def _run(
     return stopped_by
 
 
+def _run_on_cluster(
+    client: Any,
+    opts: FetchOptions,
+    shard_size: int,
+    items: Iterator[InputItem],
+    writer: RecordWriter,
+    summary: Summary,
+    progress: Progress | None,
+    stop: _Stop,
+) -> None:
+    """Merge the cluster's shards into ``writer`` as they return, until done or stopped."""
+    from surge.bulk.cluster import run_shards
+
+    lowered = False
+    for shard in run_shards(client, items, opts, shard_size=shard_size, stop=stop):
+        for record in shard.records:
+            writer.write(record)
+            summary.add(record)
+        writer.flush()  # a shard at a time: on disk before the next one is awaited
+        if progress is not None:
+            progress.update(summary)
+        if shard.concurrency < opts.concurrency and not lowered:
+            lowered = True
+            click.echo(
+                f"surge fetch: worker {shard.worker} runs {shard.concurrency} requests at a "
+                f"time, not {opts.concurrency}: its open-files limit is too low",
+                err=True,
+            )
+
+
+class _Stop(threading.Event):
+    """Set by SIGINT or SIGTERM; ``signum`` says which came first."""
+
+    signum: int | None = None
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[_Stop]:
+    """SIGINT and SIGTERM set the event instead of raising wherever the main thread is
+    (half-way through a write, say); a second one kills at once, as the first would have."""
+    stop = _Stop()
+
+    def handle(signum: int, frame: object) -> None:
+        if stop.is_set():
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        stop.signum = signum
+        stop.set()
+
+    previous = {signum: signal.signal(signum, handle) for signum in _STOP_SIGNALS}
+    try:
+        yield stop
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
 def _skip_done(
     items: Iterator[InputItem], done: LineSet | None, summary: Summary
 ) -> Iterator[InputItem]:
@@ -316,25 +433,15 @@ def _skip_done(
 
 
 def fit_concurrency(wanted: int) -> int:
-    """Raise the soft open-files limit to the hard one; if that still cannot hold
-    ``wanted`` sockets, lower the concurrency and say so (rather than fail every
-    request past the limit with EMFILE, as every client tested did at 5,000)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        soft = hard
-    elif hard == resource.RLIM_INFINITY and soft != resource.RLIM_INFINITY:
-        target = max(soft, wanted + FD_HEADROOM)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        soft = target
-    if soft == resource.RLIM_INFINITY or wanted + FD_HEADROOM <= soft:
-        return wanted
-    fitted = max(1, soft - FD_HEADROOM)
-    click.echo(
-        f"surge fetch: the open-files limit is {soft}; lowering concurrency from "
-        f"{wanted} to {fitted} (raise it with 'ulimit -n')",
-        err=True,
-    )
+    """Raise the open-files limit as far as it goes; if that still cannot hold
+    ``wanted`` sockets, lower the concurrency and say so (see surge.bulk.limits)."""
+    fitted = fit_open_files(wanted)
+    if fitted < wanted:
+        click.echo(
+            f"surge fetch: the open-files limit is {open_files_limit()}; lowering concurrency "
+            f"from {wanted} to {fitted} (raise it with 'ulimit -n')",
+            err=True,
+        )
     return fitted
 
 

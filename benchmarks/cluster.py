@@ -1,0 +1,666 @@
+"""Benchmark ``surge fetch --cluster`` (Dask) against one surge process, on the simulated web.
+
+Run it from the repository root::
+
+    python benchmarks/cluster.py                 # full run (~6 minutes on 2 cores)
+    python benchmarks/cluster.py --quick         # smoke run, small sizes (~1.5 minutes)
+    python benchmarks/cluster.py --only sim --hosts 30k
+
+The peer is the single-process ``surge fetch``: the question is what the
+cluster path costs and gains, not how surge compares with other clients
+(``benchmarks/fetch.py`` answers that).  Nothing leaves the machine: the
+simulated web (:mod:`surge.sim`) runs on 127.0.0.1 in a process of its own
+(``surge.sim.background()``), every name ``*.sim`` is resolved to it with
+``--resolve``.  Tables go to stdout, progress to stderr, every number and the
+machine's description to ``benchmarks/results/cluster.json`` (``--out``).
+The machine kind is a shared 2-core Firecracker microVM: the simulated web, the
+client and the workers all share the 2 cores.
+
+Section 1, "sim": ``--hosts`` (80,000) generic hosts, one process vs ``local:2``
+    ``surge.sim.hosts(n)`` (seed 0: 85 % 200s after a long-tailed delay, the rest
+    404/500s, redirects, hangs, resets...), plain HTTP, ``--timeout`` (3 s) as
+    both ``--max-time`` and ``--connect-timeout``, ``-L``.  Each row is the
+    ``surge fetch`` command line in a child process; wall is the whole process
+    as a user sees it (start-up, the LocalCluster's start and close included),
+    CPU that of the whole process tree (the workers are the CLI's children).
+    Rows: one process at ``-c C`` (``--concurrency``, 1,000); ``--cluster
+    local:2`` at ``-c C`` per worker, as the flags apply (2C in flight); and
+    ``local:2`` at ``-c C/2`` per worker (C in flight in all, the same as one
+    process).  Columns: ok / lost / borderline as ``surge.bench.peers.runner.score``
+    counts them (lost: hosts that answer within the deadline that got no
+    answer), and whether every input line has exactly one record.
+    Then the shard overhead: the same job through ``surge.bulk.cluster.run_shards``
+    (the API the CLI uses) in a child process on ``local:2`` at ``-c C``,
+    shards of ``--shard-size`` (10,000).  For every shard the client stamps
+    ``submitted`` and ``received`` and the worker ``started`` and ``finished``
+    (``time.time()``: one clock, one machine); the overhead of a shard is
+    ``(received - submitted) - (finished - started)``: scheduling, moving the
+    shard's inputs and records, and the client's wake-up.  With at most one
+    shard per worker thread in flight no shard waits for a thread, so nothing
+    else is in it.  It is set against the task's run time and, more strictly,
+    against the shard's share of worker time (job wall x workers / shards: a
+    task's run time includes queueing behind the other shard on its engine);
+    the larger fraction is judged.  Also measured there: each worker's CPU (``getrusage`` in the
+    worker, via ``client.run``), so hosts per worker CPU-second of this mix.
+    Targets: ``local:2`` wall <= one process's wall (at the flags' per-worker
+    concurrency); mean overhead per shard < 1 % of the mean shard run time.
+
+Section 2, "memory": a 1M-line input through the cluster path
+    A file of ``http://h<i>.invalid/`` lines (surge's resolver fails ``.invalid``
+    at once, RFC 6761: fast local failures) with one line in 100,000 a real
+    sim host, at ``--lines`` sizes (200k and 1M).  The scheduler and two
+    workers of 2 threads are separate processes (``dask scheduler``, ``dask
+    worker --nworkers 2``), so that the client's and the scheduler's memory are
+    apart; ``surge fetch FILE -o /dev/null -q --cluster tcp://...`` runs with
+    its RSS polled every 0.25 s, and the scheduler's RSS is polled alongside.
+    Target: flat -- the peak RSS of the client and of the scheduler at 1M
+    lines within 10 % of their peak at 200k lines.
+
+Section 3, "saturation": where one worker's CPU saturates
+    ``local:1`` (one worker process, 2 threads) through ``run_shards`` on
+    ``--fast-hosts`` (40,000) distinct ``f<i>--status-200.sim`` hosts (no delay,
+    a 1 KiB body) at ``-c C``: records per worker CPU-second is the rate at
+    which that worker's core is fully busy, with the HTTP work at its cheapest.
+    Section 1's generic-mix number (redirects, gzip, failures) is the other end.
+
+``--quick`` shrinks every size to smoke-test the script: its numbers judge nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from statistics import mean, median
+from time import perf_counter
+from typing import Any
+
+from _common import (
+    PROXY_VARIABLES,
+    Table,
+    Target,
+    announce,
+    machine_info,
+    parse_count,
+    parse_sections,
+    payload,
+    percentile,
+    print_targets,
+    progress,
+    read_outcomes,
+    run_child,
+    surge_command,
+    surge_fetch_sim,
+    write_invalid_input,
+    write_json,
+)
+
+SECTIONS = ("sim", "memory", "saturation")
+HERE = Path(__file__).resolve().parent
+DEFAULT_OUT = HERE / "results" / "cluster.json"
+RESOLVE = "*.sim:*:127.0.0.1"
+#: One line in this many of the memory section's input is a real simulated host.
+REAL_EVERY = 100_000
+
+
+def mb(value: float) -> str:
+    return f"{value / 2**20:,.0f} MB"
+
+
+# -- the API child: a job through run_shards, with every shard's stamps -----------------------
+
+
+def api_child(spec_path: str) -> None:
+    """``--child SPEC``: run one cluster job through the API; print its numbers as JSON."""
+    from surge.bulk.cluster import connect, run_shards
+    from surge.bulk.engine import FetchOptions
+    from surge.bulk.inputs import read_inputs
+    from surge.bulk.outputs import open_writer
+
+    spec = json.loads(Path(spec_path).read_text())
+    opts = FetchOptions(
+        concurrency=spec["concurrency"],
+        max_time=spec["timeout"],
+        connect_timeout=spec["timeout"],
+        follow_redirects=True,
+        resolve=[RESOLVE],
+    )
+    started = perf_counter()
+    shards: list[dict[str, Any]] = []
+    with connect(spec["cluster"]) as client:
+        up = perf_counter()
+        cpu_before = client.run(_worker_cpu)
+        with open_writer(spec["out"], "jsonl") as writer:
+            for shard in run_shards(
+                client, read_inputs(spec["input"]), opts, shard_size=spec["shard_size"]
+            ):
+                for record in shard.records:
+                    writer.write(record)
+                row = {k: v for k, v in vars(shard).items() if k != "records"}
+                row["records"] = len(shard.records)
+                shards.append(row)
+        done = perf_counter()
+        cpu_after = client.run(_worker_cpu)
+    worker_cpu = {w: cpu_after[w] - cpu_before[w] for w in cpu_after if w in cpu_before}
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    print(
+        json.dumps(
+            {
+                "start_s": up - started,
+                "run_s": done - up,
+                "records": sum(s["records"] for s in shards),
+                "worker_cpu_s": worker_cpu,
+                "client_cpu_s": own.ru_utime + own.ru_stime,
+                "shards": shards,
+            }
+        )
+    )
+
+
+def _worker_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_api(
+    input_path: str, cluster: str, concurrency: int, timeout: float, shard_size: int, limit: float
+) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="surge-bench-cluster-") as tmp:
+        spec_path = os.path.join(tmp, "spec.json")
+        out_path = os.path.join(tmp, "out.jsonl")
+        Path(spec_path).write_text(
+            json.dumps(
+                {
+                    "input": input_path,
+                    "out": out_path,
+                    "cluster": cluster,
+                    "concurrency": concurrency,
+                    "timeout": timeout,
+                    "shard_size": shard_size,
+                }
+            )
+        )
+        result_path = os.path.join(tmp, "result.json")
+        with open(result_path, "wb") as result:
+            run, _ = run_child(
+                [sys.executable, __file__, "--child", spec_path], limit, stdout=result.fileno()
+            )
+        text = Path(result_path).read_text().strip()
+        lines = check_lines(out_path)
+    if run.killed or not text:
+        return {"error": f"exit status {run.status}, killed={run.killed}"}
+    data: dict[str, Any] = json.loads(text.splitlines()[-1])
+    data["wall_s"] = run.wall_s
+    data["lines_once"] = lines
+    return data
+
+
+def shard_overheads(shards: list[dict[str, Any]], workers: int, job_s: float) -> dict[str, Any]:
+    """Per-shard overhead against the task's run time and against its share of worker time.
+
+    With two threads on one engine a task's run time includes queueing behind the
+    other shard; a shard's share (job wall x workers / shards) has no such padding,
+    so the stricter of the two fractions is the one judged.
+    """
+    runs = [s["finished"] - s["started"] for s in shards]
+    over = [(s["received"] - s["submitted"]) - (s["finished"] - s["started"]) for s in shards]
+    starts = [s["started"] - s["submitted"] for s in shards]
+    returns = [s["received"] - s["finished"] for s in shards]
+    ordered = sorted(over)
+    return {
+        "shards": len(shards),
+        "mean_run_s": mean(runs),
+        "median_run_s": median(runs),
+        "mean_overhead_s": mean(over),
+        "p50_overhead_s": percentile(ordered, 50),
+        "p95_overhead_s": percentile(ordered, 95),
+        "max_overhead_s": ordered[-1],
+        "mean_start_delay_s": mean(starts),
+        "mean_return_delay_s": mean(returns),
+        "overhead_vs_run": mean(over) / mean(runs),
+        "share_s": job_s * workers / len(shards),
+        "overhead_vs_share": mean(over) / (job_s * workers / len(shards)),
+        "overhead_fraction": max(
+            mean(over) / mean(runs), mean(over) * len(shards) / (job_s * workers)
+        ),
+        "resubmitted": sum(1 for s in shards if s["attempts"] > 1),
+    }
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def check_lines(path: str) -> dict[str, Any]:
+    """How many records, and whether every line number appears exactly once."""
+    lines: list[int] = []
+    with contextlib.suppress(FileNotFoundError), open(path) as out:
+        for line in out:
+            if line.endswith("\n"):
+                lines.append(json.loads(line)["line"])
+    unique = len(set(lines))
+    return {
+        "records": len(lines),
+        "distinct_lines": unique,
+        "exactly_once": unique == len(lines) and (not lines or max(lines) == unique),
+    }
+
+
+# -- section 1: one process vs local:2 -------------------------------------------------------
+
+
+def run_sim(args: argparse.Namespace) -> dict[str, Any]:
+    from surge.bench.peers.runner import score
+    from surge.sim import background, hosts
+
+    n, c, timeout = args.hosts, args.concurrency, args.timeout
+    half = max(1, c // 2)
+    rows = [
+        ("one process", c, []),
+        ("local:2", c, ["--cluster", "local:2", "--shard-size", str(args.shard_size)]),
+        (
+            "local:2, same total",
+            half,
+            ["--cluster", "local:2", "--shard-size", str(args.shard_size)],
+        ),
+    ]
+    results: dict[str, Any] = {"hosts": n, "concurrency": c, "timeout_s": timeout, "rows": {}}
+    table = Table(
+        f"sim: {n:,} generic hosts, plain HTTP, timeout {timeout:g} s, surge fetch -L "
+        f"(shards of {args.shard_size:,})",
+        ["run", "-c", "in flight", "wall s", "vs one", "cpu s", "ok", "lost", "borderline", "once"],
+    )
+    with background(seed=0) as sim, tempfile.TemporaryDirectory(prefix="surge-bench-c-") as tmp:
+        urls = [sim.url(h) for h in hosts(n)]
+        input_path = os.path.join(tmp, "urls.txt")
+        Path(input_path).write_text("".join(u + "\n" for u in urls))
+        one_wall = None
+        for name, conc, extra in rows:
+            progress(f"sim: {name} (-c {conc})")
+            out_path = os.path.join(tmp, "out.jsonl")
+            run, _ = run_child(
+                surge_fetch_sim(input_path, out_path, conc, timeout, *extra), args.limit
+            )
+            s = score(read_outcomes(out_path), urls, timeout=timeout)
+            lines = check_lines(out_path)
+            one_wall = one_wall or run.wall_s
+            workers = 2 if extra else 1
+            results["rows"][name] = {
+                "concurrency": conc,
+                "in_flight": conc * workers,
+                "wall_s": run.wall_s,
+                "cpu_s": run.cpu_s,
+                "exit_status": run.status,
+                "killed": run.killed,
+                "ok": s.ok,
+                "lost": s.lost,
+                "answerable": s.answerable,
+                "borderline": s.borderline,
+                "lost_by": dict(s.lost_by),
+                **lines,
+            }
+            table.add(
+                name,
+                f"{conc:,}",
+                f"{conc * workers:,}",
+                f"{run.wall_s:.2f}",
+                f"{run.wall_s / one_wall:.2f}x",
+                f"{run.cpu_s:.1f}",
+                f"{s.ok:,}",
+                f"{s.lost:,}",
+                f"{s.borderline:,}",
+                "yes" if lines["exactly_once"] and lines["records"] == n else "NO",
+            )
+        table.note("wall: the whole surge fetch process (start-up, cluster start and close);")
+        table.note("cpu: its process tree (workers included); lost: answerable hosts not answered.")
+        table.print()
+
+        progress(f"sim: shard overhead, run_shards on local:2 at -c {c}")
+        api = run_api(input_path, "local:2", c, timeout, args.shard_size, args.limit)
+    results["api"] = api
+    if "shards" in api:
+        over = shard_overheads(api["shards"], len(api["worker_cpu_s"]), api["run_s"])
+        results["overhead"] = over
+        worker_cpu = sum(api["worker_cpu_s"].values())
+        results["hosts_per_worker_cpu_s"] = api["records"] / worker_cpu if worker_cpu else None
+        t = Table(
+            f"sim: per shard, run_shards on local:2 at -c {c} ({over['shards']} shards of "
+            f"{args.shard_size:,})",
+            ["", "mean", "p50", "p95", "max"],
+        )
+        t.add("shard run s (worker)", f"{over['mean_run_s']:.3f}", f"{over['median_run_s']:.3f}")
+        t.add(
+            "overhead ms",
+            f"{over['mean_overhead_s'] * 1e3:.1f}",
+            f"{over['p50_overhead_s'] * 1e3:.1f}",
+            f"{over['p95_overhead_s'] * 1e3:.1f}",
+            f"{over['max_overhead_s'] * 1e3:.1f}",
+        )
+        t.add("  submit -> start ms", f"{over['mean_start_delay_s'] * 1e3:.1f}")
+        t.add("  finish -> received ms", f"{over['mean_return_delay_s'] * 1e3:.1f}")
+        t.add("shard's share of worker time s", f"{over['share_s']:.3f}")
+        t.note(
+            f"overhead / task run time {over['overhead_vs_run'] * 100:.2f} %, / share of worker "
+            f"time {over['overhead_vs_share'] * 100:.2f} %; cluster start "
+            f"{api['start_s']:.2f} s, job {api['run_s']:.2f} s; worker CPU "
+            f"{worker_cpu:.1f} s = {results['hosts_per_worker_cpu_s']:,.0f} hosts per "
+            f"worker CPU-second; client CPU {api['client_cpu_s']:.1f} s"
+        )
+        t.print()
+    return results
+
+
+# -- section 2: memory over a 1M-line input ---------------------------------------------------
+
+
+@contextlib.contextmanager
+def dask_processes(tmp: str, workers: int, threads: int) -> Iterator[tuple[str, int]]:
+    """A ``dask scheduler`` and ``dask worker --nworkers N`` as separate processes."""
+    dask = str(Path(sys.executable).parent / "dask")
+    scheduler_file = os.path.join(tmp, "scheduler.json")
+    log = open(os.path.join(tmp, "dask.log"), "wb")  # noqa: SIM115 - closed below
+    scheduler = subprocess.Popen(
+        [
+            dask,
+            "scheduler",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--no-dashboard",
+            "--scheduler-file",
+            scheduler_file,
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )
+    worker = None
+    try:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(scheduler_file) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.2)
+        address = json.loads(Path(scheduler_file).read_text())["address"]
+        worker = subprocess.Popen(
+            [
+                dask,
+                "worker",
+                address,
+                "--nworkers",
+                str(workers),
+                "--nthreads",
+                str(threads),
+                "--no-dashboard",
+                "--host",
+                "127.0.0.1",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+        from distributed import Client
+
+        with Client(address) as client:
+            client.wait_for_workers(workers, timeout=60)
+        yield address, scheduler.pid
+    finally:
+        for process in (worker, scheduler):
+            if process is not None:
+                process.terminate()
+                try:
+                    process.wait(20)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+        log.close()
+
+
+def poll_rss(process: Any, stop: threading.Event, samples: list[tuple[float, int]]) -> None:
+    """Append (seconds, RSS) of a psutil ``process`` every 0.25 s until ``stop`` is set."""
+    import psutil
+
+    t0 = perf_counter()
+    while not stop.wait(0.25):
+        with contextlib.suppress(psutil.Error):
+            samples.append((perf_counter() - t0, process.memory_info().rss))
+
+
+def run_memory(args: argparse.Namespace) -> dict[str, Any]:
+    import psutil
+
+    from surge.sim import background
+
+    table = Table(
+        f"memory: surge fetch FILE -o /dev/null --cluster tcp://... (one line in {REAL_EVERY:,} "
+        "a real host, the rest http://h<i>.invalid/); scheduler and 2 workers x 2 threads apart",
+        [
+            "lines",
+            "wall s",
+            "records/s",
+            "client peak",
+            "client at 10%",
+            "at 50%",
+            "at 90%",
+            "scheduler peak",
+            "sched at 10%",
+            "at 90%",
+            "exit",
+        ],
+    )
+    results: dict[str, Any] = {"real_every": REAL_EVERY, "sizes": {}}
+    with (
+        background(seed=0) as sim,
+        tempfile.TemporaryDirectory(prefix="surge-bench-mem-") as tmp,
+        dask_processes(tmp, 2, 2) as (address, scheduler_pid),
+    ):
+        scheduler = psutil.Process(scheduler_pid)
+        for lines in sorted(set(args.lines)):
+            path = os.path.join(tmp, "urls.txt")
+            progress(f"memory: writing {lines:,} lines")
+            write_invalid_input(path, lines, sim.http_port, REAL_EVERY)
+            samples: list[tuple[float, int]] = []
+            stop = threading.Event()
+            poller = threading.Thread(target=poll_rss, args=(scheduler, stop, samples), daemon=True)
+            poller.start()
+            progress(f"memory: surge fetch --cluster over {lines:,} lines")
+            command = [*surge_command(), "fetch", path, "-o", os.devnull, "-q"]
+            command += ["-c", str(args.concurrency), "--resolve", RESOLVE, "--cluster", address]
+            command += ["--shard-size", str(args.shard_size)]
+            run, _ = run_child(command, args.limit, poll_rss=True)
+            stop.set()
+            poller.join()
+            os.unlink(path)
+            client_rss = [rss for _, rss in run.rss_samples]
+            sched_rss = [rss for _, rss in samples]
+
+            def at(values: list[int], fraction: float) -> int:
+                return values[min(len(values) - 1, int(len(values) * fraction))] if values else 0
+
+            row = {
+                "lines": lines,
+                "wall_s": run.wall_s,
+                "records_per_s": lines / run.wall_s,
+                "cpu_s": run.cpu_s,
+                "client_peak_rss_bytes": max([run.maxrss_bytes, *client_rss]),
+                "client_rss_samples": run.rss_samples,
+                "scheduler_peak_rss_bytes": max(sched_rss, default=0),
+                "scheduler_rss_samples": samples,
+                "exit_status": run.status,
+                "killed": run.killed,
+            }
+            results["sizes"][str(lines)] = row
+            table.add(
+                f"{lines:,}",
+                f"{run.wall_s:,.1f}",
+                f"{lines / run.wall_s:,.0f}",
+                mb(row["client_peak_rss_bytes"]),
+                mb(at(client_rss, 0.1)),
+                mb(at(client_rss, 0.5)),
+                mb(at(client_rss, 0.9)),
+                mb(row["scheduler_peak_rss_bytes"]),
+                mb(at(sched_rss, 0.1)),
+                mb(at(sched_rss, 0.9)),
+                "killed" if run.killed else str(run.status),
+            )
+    table.note("client peak = max(kernel ru_maxrss, RSS polled every 0.25 s); wall includes")
+    table.note("the client's start-up and connecting; the cluster was started before.")
+    table.print()
+    return results
+
+
+# -- section 3: one worker's CPU ---------------------------------------------------------------
+
+
+def run_saturation(args: argparse.Namespace) -> dict[str, Any]:
+    from surge.sim import background
+
+    n, c = args.fast_hosts, args.concurrency
+    with background(seed=0) as sim, tempfile.TemporaryDirectory(prefix="surge-bench-sat-") as tmp:
+        input_path = os.path.join(tmp, "urls.txt")
+        Path(input_path).write_text(
+            "".join(sim.url(f"f{i}--status-200.sim") + "\n" for i in range(n))
+        )
+        progress(f"saturation: run_shards on local:1 over {n:,} fast hosts at -c {c}")
+        api = run_api(input_path, "local:1", c, args.timeout, args.shard_size, args.limit)
+    result: dict[str, Any] = {"hosts": n, "concurrency": c, "api": api}
+    if "shards" in api:
+        worker_cpu = sum(api["worker_cpu_s"].values())
+        result["worker_cpu_s"] = worker_cpu
+        result["hosts_per_s"] = api["records"] / api["run_s"]
+        result["hosts_per_worker_cpu_s"] = api["records"] / worker_cpu
+        result["worker_busy"] = worker_cpu / api["run_s"]
+        table = Table(
+            f"saturation: one worker process (local:1, 2 threads), {n:,} fast hosts, -c {c}",
+            ["hosts/s achieved", "worker CPU s", "worker busy", "hosts per worker CPU-s"],
+        )
+        table.add(
+            f"{result['hosts_per_s']:,.0f}",
+            f"{worker_cpu:.1f}",
+            f"{result['worker_busy'] * 100:.0f} %",
+            f"{result['hosts_per_worker_cpu_s']:,.0f}",
+        )
+        table.note("hosts per worker CPU-second: the rate at which that worker's core is full.")
+        table.print()
+    return result
+
+
+# -- targets -----------------------------------------------------------------------------------
+
+
+def check_targets(results: dict[str, Any]) -> list[Target]:
+    targets: list[Target] = []
+    sim = results.get("sim")
+    if sim:
+        rows = sim["rows"]
+        one, two = rows.get("one process"), rows.get("local:2")
+        if one and two:
+            ratio = two["wall_s"] / one["wall_s"]
+            targets.append(
+                Target(
+                    f"1a. local:2 wall vs one process, {sim['hosts']:,} hosts, "
+                    f"-c {sim['concurrency']}",
+                    "<= 1.0x",
+                    f"{two['wall_s']:.2f} s / {one['wall_s']:.2f} s = {ratio:.2f}x "
+                    f"(lost {two['lost']} vs {one['lost']}, once: {two['exactly_once']})",
+                    ratio <= 1.0 and two["exactly_once"] and two["lost"] <= one["lost"],
+                )
+            )
+        over = sim.get("overhead")
+        if over:
+            targets.append(
+                Target(
+                    "1b. scheduler overhead per shard vs the shard's run time",
+                    "< 1 %",
+                    f"{over['mean_overhead_s'] * 1e3:.1f} ms per shard = "
+                    f"{over['overhead_vs_run'] * 100:.2f} % of its task's "
+                    f"{over['mean_run_s']:.2f} s, "
+                    f"{over['overhead_vs_share'] * 100:.2f} % of its {over['share_s']:.2f} s share "
+                    "of worker time",
+                    over["overhead_fraction"] < 0.01,
+                )
+            )
+        else:
+            targets.append(Target("1b. overhead per shard", "< 1 %", "no API run", None))
+    memory = results.get("memory")
+    if memory:
+        sizes = sorted(memory["sizes"].values(), key=lambda v: v["lines"])
+        if len(sizes) >= 2:
+            small, big = sizes[0], sizes[-1]
+            for key, label in (("client", "2a. client"), ("scheduler", "2b. scheduler")):
+                a = small[f"{key}_peak_rss_bytes"]
+                b = big[f"{key}_peak_rss_bytes"]
+                targets.append(
+                    Target(
+                        f"{label} peak RSS, {big['lines']:,} vs {small['lines']:,} lines",
+                        "flat (within 10 %)",
+                        f"{mb(b)} vs {mb(a)} = {b / a:.2f}x",
+                        b <= 1.10 * a and not big["killed"] and big["exit_status"] == 0,
+                    )
+                )
+    return targets
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Benchmark surge fetch --cluster (Dask) against one surge process on the "
+        "simulated web (see the module docstring)."
+    )
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
+    parser.add_argument("--only", help=f"comma-separated sections: {','.join(SECTIONS)}")
+    parser.add_argument("--out", default=str(DEFAULT_OUT), help="JSON path")
+    parser.add_argument("--hosts", help="sim: generic hosts (80k)")
+    parser.add_argument("--concurrency", type=int, default=1000, help="-c (1000)")
+    parser.add_argument("--timeout", type=float, default=3.0, help="sim: seconds per request (3)")
+    parser.add_argument("--shard-size", type=int, default=10_000, help="inputs per shard (10k)")
+    parser.add_argument("--lines", help="memory: input sizes (200k,1M)")
+    parser.add_argument("--fast-hosts", help="saturation: hosts (40k)")
+    parser.add_argument("--limit", type=float, default=600.0, help="seconds before a kill (600)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.only = parse_sections(parser, args.only, SECTIONS)
+    quick = args.quick
+    args.hosts = parse_count(args.hosts or ("6k" if quick else "80k"))
+    args.lines = [
+        parse_count(s) for s in (args.lines or ("20k,100k" if quick else "200k,1M")).split(",")
+    ]
+    args.fast_hosts = parse_count(args.fast_hosts or ("4k" if quick else "40k"))
+    if quick:
+        args.shard_size = min(args.shard_size, 1_000)
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.child:
+        api_child(args.child)
+        return 0
+    for variable in PROXY_VARIABLES:  # every child inherits this environment
+        os.environ.pop(variable, None)
+    info = machine_info(["surge", "dask", "distributed", "uvloop", "httptools", "psutil"])
+    announce("surge fetch --cluster benchmark", info, args.quick)
+    started = perf_counter()
+    results: dict[str, Any] = {}
+    if "sim" in args.only:
+        results["sim"] = run_sim(args)
+    if "memory" in args.only:
+        results["memory"] = run_memory(args)
+    if "saturation" in args.only:
+        results["saturation"] = run_saturation(args)
+    targets = check_targets(results)
+    print_targets(targets, args.quick)
+    path = write_json(args.out, payload("cluster", info, vars(args), results, targets, started))
+    print(f"\nwrote {path} in {perf_counter() - started:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,266 @@
+"""What a Dask worker process runs for ``surge fetch --cluster``: shards, on one engine.
+
+:func:`run_shard` is the Dask task: a list of inputs in, their records out.
+Dask runs tasks on the threads of a worker's pool, where no event loop runs
+(an aiohttp session made there finds none: dask/dask #9738), and a task's
+thread is not the place for one: a shard must not end with its slowest host.
+
+So each worker process keeps one engine per job -- an event loop on a thread
+of its own, one :class:`~surge.http.client.Client`, and ``concurrency`` fetcher
+tasks pulling inputs from one FIFO queue -- and a shard task only puts its
+inputs on that queue and waits for their records.  The concurrency bound is
+the engine's, so it holds per worker process however many threads the worker
+has.  With two or more threads a second shard's inputs wait in the queue
+while the first one's run: when the first shard is down to its slowest hosts
+(a host that hangs waits out ``max_time``, 30 s by default), its finished
+requests' slots go straight to the next shard's inputs instead of idling
+until the last straggler returns.
+
+A task that Dask cancels (the client stopped, or the worker is closing) is
+noticed within :data:`CANCEL_POLL_S`: its inputs still queued are dropped and
+the task ends, rather than running its shard to the end for nobody (a worker
+waits for its running tasks before it closes).
+
+The engine lives while shards of its job are active, and :data:`LINGER_S`
+after the last one, so consecutive shards share it; then it closes its
+connections and its thread ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from surge.bulk.engine import FetchOptions, Record, fetch_one
+from surge.bulk.inputs import InputItem
+from surge.bulk.limits import fit_open_files
+from surge.gc_tuning import relaxed_gc
+from surge.http.client import Client
+from surge.loops import new_event_loop
+
+#: Seconds an engine outlives the last active shard of its job.
+LINGER_S = 2.0
+#: How often a shard's task asks whether Dask still wants its result.
+CANCEL_POLL_S = 0.2
+#: Seconds to wait for an engine's loop to start or stop.
+_THREAD_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class ShardOutcome:
+    """A shard's records and where and when the worker ran it (for stats)."""
+
+    records: list[Record]
+    started: float  # time.time() on the worker when the task began
+    finished: float  # ... and when its last record was done
+    worker: str  # "host:pid"
+    concurrency: int  # what the worker's engine ran with (lower if its open-files limit is)
+
+
+def run_shard(job: str, items: Sequence[InputItem], opts: FetchOptions) -> ShardOutcome:
+    """The Dask task: fetch ``items`` on this process's engine for ``job``."""
+    started = time.time()
+    engine = _acquire(job, opts)
+    try:
+        records = engine.run(items, _cancel_test())
+    finally:
+        _release(job, engine)
+    return ShardOutcome(
+        records,
+        started,
+        time.time(),
+        f"{socket.gethostname()}:{os.getpid()}",
+        engine.opts.concurrency,
+    )
+
+
+class ShardCancelled(Exception):
+    """Dask no longer wants the shard's result: the job stopped, or the worker closes."""
+
+
+def _cancel_test() -> Callable[[], bool] | None:
+    """Whether Dask has given up on the calling task (None when not in a Dask task)."""
+    try:
+        from distributed import get_worker
+        from distributed.core import Status
+
+        worker = get_worker()
+        key = worker.get_current_task()
+    except (ImportError, ValueError, KeyError):
+        return None
+
+    def cancelled() -> bool:
+        if worker.status not in (Status.running, Status.paused):
+            return True
+        task = worker.state.tasks.get(key)
+        return task is None or task.state in ("cancelled", "released")
+
+    return cancelled
+
+
+class _Shard:
+    """One shard's records as they complete; ``done`` is set when all are in."""
+
+    __slots__ = ("done", "error", "expected", "records")
+
+    def __init__(self, expected: int) -> None:
+        self.expected = expected
+        self.records: list[Record] = []
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        if expected == 0:
+            self.done.set()
+
+    def add(self, record: Record) -> None:
+        self.records.append(record)
+        if len(self.records) == self.expected:
+            self.done.set()
+
+    def fail(self, error: BaseException) -> None:
+        if self.error is None:
+            self.error = error
+        self.done.set()
+
+
+class _Engine:
+    """An event loop on its own thread: one HTTP client, ``concurrency`` fetchers, a queue."""
+
+    def __init__(self, opts: FetchOptions) -> None:
+        self.opts = replace(opts, concurrency=fit_open_files(opts.concurrency))
+        self.active = 0  # shards running on it (guarded by the registry's lock)
+        self.closing: asyncio.TimerHandle | None = None
+        self._loop = new_event_loop()
+        self._queue: asyncio.Queue[tuple[InputItem, _Shard]] | None = None
+        self._stop: asyncio.Future[None] | None = None
+        self._started = threading.Event()
+        self._failure: list[BaseException] = []
+        self._thread = threading.Thread(target=self._main, name="surge-shard-engine", daemon=True)
+        self._thread.start()
+        if not self._started.wait(_THREAD_TIMEOUT_S):
+            raise RuntimeError("surge's shard engine did not start")
+        if self._failure:
+            raise self._failure[0]
+
+    def _main(self) -> None:
+        try:
+            self._loop.run_until_complete(self._serve())
+        except BaseException as error:  # handed to the thread that waits for the start
+            self._failure.append(error)
+        finally:
+            self._started.set()
+            self._loop.close()
+
+    async def _serve(self) -> None:
+        self._queue = asyncio.Queue()
+        self._stop = self._loop.create_future()
+        with relaxed_gc(self.opts.relax_gc):
+            async with self.opts.client() as client:
+                fetchers = [
+                    asyncio.create_task(self._fetch(client)) for _ in range(self.opts.concurrency)
+                ]
+                self._started.set()
+                try:
+                    await self._stop
+                finally:
+                    for fetcher in fetchers:
+                        fetcher.cancel()
+                    await asyncio.gather(*fetchers, return_exceptions=True)
+
+    async def _fetch(self, client: Client) -> None:
+        assert self._queue is not None
+        while True:
+            item, shard = await self._queue.get()
+            if shard.error is not None:
+                continue  # the shard failed already: its other inputs are moot
+            try:
+                record = await fetch_one(client, item, self.opts)
+            except Exception as error:  # a bug, not a remote failure: fail the shard
+                shard.fail(error)
+            else:
+                shard.add(record)
+
+    def _enqueue(self, items: Sequence[InputItem], shard: _Shard) -> None:
+        assert self._queue is not None
+        for item in items:
+            self._queue.put_nowait((item, shard))
+
+    def run(
+        self, items: Sequence[InputItem], cancelled: Callable[[], bool] | None = None
+    ) -> list[Record]:
+        """Fetch ``items`` (from a task's thread); their records, in completion order.
+
+        ``cancelled`` is asked every :data:`CANCEL_POLL_S`; once it says yes, the
+        shard's queued inputs are dropped and :class:`ShardCancelled` is raised.
+        """
+        shard = _Shard(len(items))
+        self._loop.call_soon_threadsafe(self._enqueue, items, shard)
+        while not shard.done.wait(CANCEL_POLL_S if cancelled is not None else None):
+            if cancelled is not None and cancelled():
+                shard.fail(ShardCancelled("the shard's task was cancelled"))
+        if shard.error is not None:
+            raise shard.error
+        return shard.records
+
+    def call_soon(self, callback: Callable[..., object], *args: object) -> None:
+        """Run ``callback(*args)`` on the engine's loop (from any thread)."""
+        self._loop.call_soon_threadsafe(callback, *args)
+
+    def call_later(self, delay: float, callback: Callable[[], object]) -> asyncio.TimerHandle:
+        """On the engine's loop only: run ``callback`` ``delay`` seconds from now."""
+        return self._loop.call_later(delay, callback)
+
+    def stop(self) -> None:
+        """End the loop (from any thread); the fetchers are cancelled, connections closed."""
+
+        def set_stop() -> None:
+            if self._stop is not None and not self._stop.done():
+                self._stop.set_result(None)
+
+        self._loop.call_soon_threadsafe(set_stop)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(_THREAD_TIMEOUT_S)
+
+
+# -- one engine per job and process --------------------------------------------------------
+
+_lock = threading.Lock()
+_engines: dict[str, _Engine] = {}
+
+
+def _acquire(job: str, opts: FetchOptions) -> _Engine:
+    with _lock:
+        engine = _engines.get(job)
+        if engine is None:
+            engine = _engines[job] = _Engine(opts)
+        engine.active += 1
+        if engine.closing is not None:
+            engine.call_soon(engine.closing.cancel)
+            engine.closing = None
+        return engine
+
+
+def _release(job: str, engine: _Engine) -> None:
+    with _lock:
+        engine.active -= 1
+        if engine.active == 0:
+            engine.call_soon(_linger, job, engine)
+
+
+def _linger(job: str, engine: _Engine) -> None:
+    # On the engine's loop: close it LINGER_S from now unless a shard comes first.
+    with _lock:
+        if engine.active == 0 and engine.closing is None and _engines.get(job) is engine:
+            engine.closing = engine.call_later(LINGER_S, lambda: _close_if_idle(job, engine))
+
+
+def _close_if_idle(job: str, engine: _Engine) -> None:
+    with _lock:
+        if engine.active != 0 or _engines.get(job) is not engine:
+            return
+        del _engines[job]
+    engine.stop()

@@ -1,0 +1,295 @@
+"""``surge fetch --cluster`` and ``surge.fetch_on_cluster`` on a real Dask LocalCluster.
+
+One cluster of two worker processes on 127.0.0.1 serves the module (its
+address goes to the CLI as ``--cluster tcp://...``); one test starts its own
+through ``--cluster local:2``.  Everything runs against the simulated web on
+loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import surge
+from surge.bulk import shards as shard_engines
+from surge.bulk.cluster import run_shards
+from surge.bulk.engine import FetchOptions, as_items
+from surge.bulk.inputs import InputItem
+from surge.sim import SimInfo, behaviour, hosts, running
+
+distributed = pytest.importorskip("distributed")
+
+RESOLVE = "*.sim:*:127.0.0.1"
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[SimInfo]:
+    with running() as info:
+        yield info
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[distributed.Client]:
+    with (
+        distributed.LocalCluster(
+            n_workers=2,
+            threads_per_worker=2,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+        ) as cluster,
+        distributed.Client(cluster) as dask_client,
+    ):
+        yield dask_client
+
+
+def surge_fetch(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "surge.cli", "fetch", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def records(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def outcomes(path: Path) -> dict[object, tuple[object, object]]:
+    got = records(path)
+    assert len({r["line"] for r in got}) == len(got)  # no line twice
+    return {r["line"]: (r["status"], r["error"]) for r in got}
+
+
+def test_cluster_records_equal_a_single_process_run(
+    sim: SimInfo, client: distributed.Client, tmp_path: Path
+) -> None:
+    names = [*hosts(200), "status-404.sim", "reset.sim", "garbage.sim", "hang.sim"]
+    lines = [sim.url(h) for h in names] + ["not a url"]
+    source = tmp_path / "urls.txt"
+    source.write_text("\n".join(lines) + "\n")
+    common = [str(source), "-c", "50", "--max-time", "1", "-L", "--resolve", RESOLVE]
+    single, clustered = tmp_path / "single.jsonl", tmp_path / "cluster.jsonl"
+    done = surge_fetch(*common, "-o", str(single))
+    assert done.returncode == 0, done.stderr
+    address = client.scheduler.address
+    done = surge_fetch(*common, "-o", str(clustered), "--cluster", address, "--shard-size", "30")
+    assert done.returncode == 0, done.stderr
+    assert "records in" in done.stderr  # the summary, as in a single-process run
+    one, many = outcomes(single), outcomes(clustered)
+    assert sorted(many) == list(range(1, len(lines) + 1))  # every input exactly once
+    for n, name in enumerate(names, 1):
+        if behaviour(name).expected(1.0)[1] is None or behaviour(name).service_ms < 800:
+            assert many[n] == one[n] == behaviour(name).expected(1.0), name
+    assert many[len(lines)] == one[len(lines)] == (None, "invalid_url")
+
+
+def test_input_is_read_a_few_shards_ahead_at_most(sim: SimInfo, client: distributed.Client) -> None:
+    read = 0
+
+    def inputs() -> Iterator[InputItem]:
+        nonlocal read
+        for i in range(1, 401):
+            read += 1
+            url = sim.url(f"b{i}--status-200.sim")
+            yield InputItem(i, url, url)
+
+    opts = FetchOptions(concurrency=10, resolve=[RESOLVE])
+    merged = 0
+    for shard in run_shards(client, inputs(), opts, shard_size=20, max_in_flight=3):
+        merged += len(shard.records)
+        # In flight: 3 shards at most, so the reading is never more than 3 ahead.
+        assert read - merged <= 3 * 20
+        assert shard.attempts == 1 and shard.last_line - shard.first_line == 19
+    assert merged == read == 400
+
+
+def _set_allowed_failures(n: int, dask_scheduler: Any) -> int:
+    old: int = dask_scheduler.allowed_failures
+    dask_scheduler.allowed_failures = n
+    return old
+
+
+@pytest.mark.parametrize(
+    "allowed_failures", [3, 0], ids=["dask-reruns-the-shard", "surge-resubmits-the-shard"]
+)
+def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(
+    sim: SimInfo, client: distributed.Client, allowed_failures: int
+) -> None:
+    # 600 hosts of 200 ms, 20 in flight per worker, shards of 50: ~3 s of work,
+    # so the kill, after the first shard is back, lands with shards running.
+    # Dask reruns a task whose worker died (3 times by default); with 0 allowed
+    # failures it gives up at once (KilledWorker) and surge submits the shard again.
+    urls = [sim.url(f"k{i}--delay-200.sim") for i in range(600)]
+    opts = FetchOptions(concurrency=20, resolve=[RESOLVE])
+    seen: list[int] = []
+    attempts: list[int] = []
+    killed = None
+    old = client.run_on_scheduler(_set_allowed_failures, allowed_failures)
+    try:
+        for shard in run_shards(client, as_items(urls), opts, shard_size=50):
+            seen += [record["line"] for record in shard.records]
+            attempts.append(shard.attempts)
+            if killed is None:
+                busy = [w for w, keys in client.processing().items() if keys]
+                assert busy, "no shard running to kill a worker under"
+                killed = client.run(os.getpid, workers=[busy[0]])[busy[0]]
+                os.kill(killed, signal.SIGKILL)
+    finally:
+        client.run_on_scheduler(_set_allowed_failures, old)
+        client.wait_for_workers(2, timeout=60)  # the nanny restarts it, for the next tests
+    assert sorted(seen) == list(range(1, 601))  # each input exactly once
+    assert killed not in client.run(os.getpid).values()
+    assert max(attempts) == (1 if allowed_failures else 2)
+
+
+def test_fetch_on_cluster_yields_one_record_per_input(
+    sim: SimInfo, client: distributed.Client
+) -> None:
+    urls = [sim.url("status-200.sim", f"/{i}") for i in range(30)] + ["not a url"]
+    got = list(surge.fetch_on_cluster(client, urls, shard_size=7, resolve=[RESOLVE]))
+    assert sorted(r["line"] for r in got) == list(range(1, 32))
+    assert {(r["status"], r["error"]) for r in got} == {(200, None), (None, "invalid_url")}
+
+
+def test_a_stopped_job_stops_its_running_shards(sim: SimInfo, client: distributed.Client) -> None:
+    # Hosts that never answer, 10 at a time, a 60 s deadline: a shard left to run
+    # would keep its worker's engine busy for minutes. Stopped, its tasks are
+    # cancelled, drop their queued inputs, and the engines close after LINGER_S.
+    urls = [sim.url(f"h{i}--hang.sim") for i in range(200)]
+    opts = FetchOptions(concurrency=10, max_time=60, resolve=[RESOLVE])
+    stop = threading.Event()
+
+    def stop_once_running() -> None:
+        deadline = time.monotonic() + 30
+        while not any(client.processing().values()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # the shards are on their engines by now
+        stop.set()
+
+    stopper = threading.Thread(target=stop_once_running)
+    stopper.start()
+    assert list(run_shards(client, as_items(urls), opts, shard_size=50, stop=stop)) == []
+    stopper.join()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        running = client.run(lambda: len(shard_engines._engines))
+        if not any(running.values()):
+            break
+        time.sleep(0.2)
+    assert not any(running.values()), running
+
+
+def test_fetch_without_cluster_does_not_import_dask() -> None:
+    script = (
+        "import sys, surge, surge.bulk.cli; "
+        "assert 'distributed' not in sys.modules and 'dask' not in sys.modules"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_an_interrupted_local_cluster_run_resumes_to_the_exact_file(
+    sim: SimInfo, client: distributed.Client, tmp_path: Path
+) -> None:
+    import psutil
+
+    n = 600
+    source = tmp_path / "urls.txt"
+    source.write_text("".join(sim.url(f"r{i}--delay-200.sim") + "\n" for i in range(n)))
+    out = tmp_path / "out.jsonl"
+    args = [str(source), "-o", str(out), "-c", "10", "--shard-size", "20", "--resolve", RESOLVE]
+    first = subprocess.Popen(
+        [sys.executable, "-m", "surge.cli", "fetch", *args, "--cluster", "local:2"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while (not out.exists() or out.stat().st_size < 2000) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    workers = psutil.Process(first.pid).children(recursive=True)
+    assert workers  # the local cluster's worker processes
+    first.send_signal(signal.SIGINT)
+    _, err = first.communicate(timeout=60)
+    assert first.returncode == 130, err
+    assert "the records written are kept" in err
+    _, alive = psutil.wait_procs(workers, timeout=15)  # the cluster was closed
+    assert not alive, [w.cmdline() for w in alive]
+    partial = len(records(out))
+    assert 0 < partial < n
+    second = surge_fetch(*args, "--resume", "--cluster", client.scheduler.address)
+    assert second.returncode == 0, second.stderr
+    assert sorted(r["line"] for r in records(out)) == list(range(1, n + 1))
+    assert "already done" in second.stderr
+
+
+def test_a_bad_input_line_exits_2_and_keeps_what_came_before(
+    sim: SimInfo, client: distributed.Client, tmp_path: Path
+) -> None:
+    source = tmp_path / "in.jsonl"
+    good = [json.dumps({"url": sim.url("status-200.sim", f"/{i}")}) for i in range(5)]
+    source.write_text("\n".join([*good, '{"url": oops', *good]) + "\n")
+    out = tmp_path / "out.jsonl"
+    done = surge_fetch(
+        str(source), "-o", str(out), "--resolve", RESOLVE, "--cluster", client.scheduler.address
+    )
+    assert done.returncode == 2
+    assert "in.jsonl:6:" in done.stderr
+    assert sorted(r["line"] for r in records(out)) == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize(
+    ("cluster", "message"),
+    [
+        ("local:0", "at least one worker"),
+        ("local:two", "expected local:N"),
+        ("tcp://127.0.0.1:1", "cannot reach the scheduler"),
+    ],
+)
+def test_a_bad_cluster_is_a_usage_error_that_leaves_out_alone(
+    tmp_path: Path, cluster: str, message: str
+) -> None:
+    source, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
+    source.write_text("http://status-200.sim/\n")
+    out.write_text("kept\n")
+    env = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "2s"}
+    command = ["fetch", str(source), "-o", str(out), "--cluster", cluster]
+    done = subprocess.run(
+        [sys.executable, "-m", "surge.cli", *command],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env=env,
+    )
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and len(done.stderr.splitlines()) == 1
+    assert out.read_text() == "kept\n"
+
+
+def test_without_dask_cluster_is_a_usage_error_naming_the_extra(tmp_path: Path) -> None:
+    source = tmp_path / "in.txt"
+    source.write_text("http://status-200.sim/\n")
+    script = (
+        "import sys; sys.modules['distributed'] = None; "  # as if not installed
+        "from surge.cli import main; main()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, "fetch", str(source), "--cluster", "local:1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "pip install 'surge[cluster]'" in done.stderr

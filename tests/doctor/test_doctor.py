@@ -85,6 +85,11 @@ def test_a_good_environment_passes_every_state_check_and_exits_0() -> None:
     assert "reuse" in cost["fix"]
 
 
+def test_without_gevent_patching_the_gevent_checks_are_ok() -> None:
+    findings = checked_after("import gevent", *GEVENT)
+    assert {finding["status"] for finding in findings.values()} == {"ok"}
+
+
 def test_gevent_patched_first_is_ok_even_when_requests_comes_later() -> None:
     findings = checked_after(
         "from gevent import monkey; monkey.patch_all()\nimport requests, asyncio", *GEVENT
@@ -177,8 +182,20 @@ def test_socket_patched_without_ssl_fails() -> None:
     findings = checked_after(
         "from gevent import monkey; monkey.patch_all(ssl=False)", "gevent-partial-patch"
     )
-    assert findings["gevent-partial-patch"]["status"] == "fail"
-    assert findings["gevent-partial-patch"]["measured"]["unpatched_io"] == ["ssl"]
+    partial = findings["gevent-partial-patch"]
+    assert partial["status"] == "fail"
+    assert partial["measured"]["unpatched_io"] == ["ssl"]
+    # It does not block: the standard ssl cannot wrap gevent's sockets at all.
+    assert "TypeError" in partial["message"] and "blocks" not in partial["message"]
+
+
+def test_gevent_in_use_with_socket_unpatched_fails() -> None:
+    findings = checked_after("from gevent import monkey; monkey.patch_all(socket=False)", *GEVENT)
+    partial = findings["gevent-partial-patch"]
+    assert partial["status"] == "fail", partial
+    assert partial["measured"]["unpatched_io"] == ["socket"]
+    assert "_gevent_saved_patch_all_module_settings" not in partial["measured"]["patched"]
+    assert "select" in partial["measured"]["patched"]
 
 
 # -- limits and fast parts --------------------------------------------------------------------

@@ -5,10 +5,12 @@ PyMySQL connections each with a context of their own), then checked there."""
 from __future__ import annotations
 
 import json
+import os
 import resource
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,25 +22,39 @@ from surge.testing import DBServer
 Findings = dict[str, dict[str, Any]]
 
 
-def checked_after(setup: str, *only: str, timeout: float = 60) -> Findings:
-    """Run ``setup`` in a fresh interpreter, then ``run_checks(only=...)`` there."""
+def checked_after(
+    setup: str, *only: str, timeout: float = 60, pythonpath: str | None = None
+) -> Findings:
+    """Run ``setup`` in a fresh interpreter, then ``run_checks(only=...)`` there
+    (``pythonpath``: a folder put first on that interpreter's and its children's path)."""
     code = (
         f"{setup}\n"
         "import json, surge.doctor\n"
         f"findings = surge.doctor.run_checks(only={list(only)!r})\n"
         "print(json.dumps([finding.to_dict() for finding in findings]))\n"
     )
+    env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [pythonpath, env.get("PYTHONPATH")]))
     # -W ignore: gevent's own MonkeyPatchWarning and urllib3's deprecations are not the point.
     done = subprocess.run(
         [sys.executable, "-W", "ignore", "-c", code],
         capture_output=True,
         text=True,
         timeout=timeout,
+        env=env,
     )
     assert done.returncode == 0, done.stderr
     findings = json.loads(done.stdout.splitlines()[-1])
     assert [finding["id"] for finding in findings] == list(only)
     return {finding["id"]: finding for finding in findings}
+
+
+def printed_by(code: str) -> str:
+    """What ``code`` prints in a fresh interpreter."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
 
 
 def doctor_cli(*args: str, preexec: Callable[[], None] | None = None) -> tuple[int, Findings]:
@@ -82,7 +98,7 @@ def test_a_good_environment_passes_every_state_check_and_exits_0() -> None:
     # Measurements: a number whatever the status (OpenSSL 3 makes it a warn).
     cost = findings["ssl-context-cost"]
     assert cost["measured"]["ms"] > 0 and cost["status"] in ("ok", "warn")
-    assert "reuse" in cost["fix"]
+    assert ("reuse" in cost["fix"]) == (cost["status"] == "warn")
 
 
 def test_without_gevent_patching_the_gevent_checks_are_ok() -> None:
@@ -98,16 +114,19 @@ def test_gevent_patched_first_is_ok_even_when_requests_comes_later() -> None:
 
 
 def test_looking_imports_neither_ssl_nor_gevent_nor_urllib3() -> None:
-    # A late gevent patch is about ssl imported too early: run_checks() must not be the one.
+    # A late gevent patch is about modules imported too early: run_checks() must not be
+    # the one importing them (its children are spawned without subprocess, its versions
+    # read without importlib.metadata).
+    watched = (
+        "ssl", "gevent", "urllib3", "asyncio", "pymysql", "uvloop", "httptools",
+        "socket", "select", "selectors", "threading", "subprocess", "signal",
+    )  # fmt: skip
     code = (
         "import sys, surge.doctor\n"
         "surge.doctor.run_checks()\n"
-        "print(sorted(m for m in ('ssl', 'gevent', 'urllib3', 'asyncio', 'pymysql') "
-        "if m in sys.modules))"
+        f"print(sorted(m for m in {watched!r} if m in sys.modules))"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]"
+    assert printed_by(code) == "[]"
 
 
 # -- pyOpenSSL ----------------------------------------------------------------------------------
@@ -246,8 +265,52 @@ def test_a_program_on_asyncios_own_loop_is_told_so_without_a_warning() -> None:
     findings = checked_after("import asyncio", "event-loop")
     loop = findings["event-loop"]
     assert loop["status"] == "ok"
-    assert loop["measured"]["asyncio_policy"].startswith("asyncio")
+    assert loop["measured"]["asyncio_policy"] is None
     assert "uvloop.run()" in loop["message"]
+
+
+def test_looking_creates_no_event_loop_policy() -> None:
+    code = (
+        "import asyncio, surge.doctor\n"
+        "surge.doctor.run_checks(only='event-loop')\n"
+        "print(asyncio.events._event_loop_policy)"
+    )
+    assert printed_by(code) == "None"
+
+
+def test_a_program_inside_uvloop_run_is_on_uvloop() -> None:
+    findings = checked_after(
+        "import uvloop, surge.doctor\n"
+        "async def look():\n"
+        "    return surge.doctor.run_checks(only='event-loop')\n"
+        "inside = uvloop.run(look())[0]\n"
+        "assert inside.measured['running_loop'].startswith('uvloop'), inside\n"
+        "assert 'asyncio' not in inside.message, inside",
+        "event-loop",
+    )
+    assert findings["event-loop"]["status"] == "ok"
+
+
+def broken_package(folder: Path, name: str) -> str:
+    """A package called ``name`` that is found but raises on import (a broken build)."""
+    (folder / name).mkdir()
+    (folder / name / "__init__.py").write_text(
+        f"raise ImportError('{name}: undefined symbol in the compiled extension')\n"
+    )
+    return str(folder)
+
+
+def test_uvloop_found_but_broken_warns_and_httptools_broken_fails(tmp_path: Path) -> None:
+    pythonpath = broken_package(tmp_path, "uvloop")
+    broken_package(tmp_path, "httptools")
+    findings = checked_after("", "event-loop", "http-parser", pythonpath=pythonpath)
+    loop, parser = findings["event-loop"], findings["http-parser"]
+    assert loop["status"] == "warn", loop
+    assert "undefined symbol" in loop["measured"]["uvloop_import_error"]
+    assert "cannot be imported" in loop["message"]
+    # surge's HTTP client imports httptools unconditionally: no fallback to run on.
+    assert parser["status"] == "fail", parser
+    assert "undefined symbol" in parser["measured"]["import_error"]
 
 
 # -- measurements ------------------------------------------------------------------------------
@@ -259,15 +322,58 @@ def test_ssl_context_cost_is_measured_in_process_once_ssl_is_imported() -> None:
     assert measured["ms"] > 0 and measured["openssl"].startswith(("OpenSSL", "LibreSSL"))
 
 
-def test_pymysql_default_builds_a_context_per_connect() -> None:
+def test_the_ssl_measurement_runs_in_an_interpreter_without_surge() -> None:
+    # The child gets the measurement's own code, no surge import and no PYTHONPATH:
+    # here it is the system Python, where surge is not installed.
+    system_python = "/usr/bin/python3"
+    if not os.access(system_python, os.X_OK):
+        pytest.skip(f"no {system_python}")
+    if subprocess.run([system_python, "-c", "import surge"], capture_output=True).returncode == 0:
+        pytest.skip(f"surge is importable in {system_python}")
+    findings = checked_after(f"import sys; sys.executable = {system_python!r}", "ssl-context-cost")
+    measured = findings["ssl-context-cost"]["measured"]
+    assert measured["skipped"] is None and measured["ms"] > 0
+
+
+def test_measurements_are_skipped_when_sys_executable_is_not_python() -> None:
+    # Under uWSGI, mod_wsgi or PyInstaller sys.executable is the host program.
+    findings = checked_after(
+        "import sys; sys.executable = '/usr/bin/uwsgi'", "event-loop", "ssl-context-cost"
+    )
+    cost = findings["ssl-context-cost"]
+    assert cost["status"] == "ok" and cost["measured"]["ms"] is None
+    assert "not a Python interpreter" in cost["measured"]["skipped"]
+    assert findings["event-loop"]["status"] == "ok"
+
+
+def test_pymysql_installed_but_not_imported_is_ok() -> None:
     findings = checked_after("", "pymysql-ssl-per-connect")
     finding = findings["pymysql-ssl-per-connect"]
-    assert finding["measured"]["context_per_connect"] is True
-    assert finding["status"] == "warn"
-    assert "ssl=context" in finding["fix"]
+    assert finding["status"] == "ok" and finding["fix"] == ""
+    assert finding["measured"]["imported"] is False
+    assert "run_checks() inside the program" in finding["message"]
 
 
-def test_live_pymysql_connections_with_a_context_each_fail(mariadb_server: DBServer) -> None:
+def test_looking_for_pymysql_connections_does_not_touch_proxies() -> None:
+    # isinstance() would read __class__: evaluating Django's SimpleLazyObject, or raising.
+    findings = checked_after(
+        "import pymysql\n"
+        "class Proxy:\n"
+        "    @property\n"
+        "    def __class__(self):\n"
+        "        raise RuntimeError('evaluated')\n"
+        "proxy = Proxy()",
+        "pymysql-ssl-per-connect",
+    )
+    finding = findings["pymysql-ssl-per-connect"]
+    assert finding["status"] == "ok", finding
+    assert finding["measured"]["live_connections"] == 0
+
+
+def test_live_pymysql_connections_each_built_a_context_by_default_warn(
+    start_mariadb: Callable[..., DBServer],
+) -> None:
+    mariadb_server = start_mariadb(tls=True)  # TLS optional: every way of connecting works
     login = (
         f"user={mariadb_server.user!r}, password={mariadb_server.password!r}, "
         f"host={mariadb_server.host!r}, port={mariadb_server.port}, "
@@ -278,19 +384,44 @@ def test_live_pymysql_connections_with_a_context_each_fail(mariadb_server: DBSer
         "pymysql-ssl-per-connect",
     )
     finding = findings["pymysql-ssl-per-connect"]
-    assert finding["status"] == "fail", finding
-    assert finding["measured"]["live_own_contexts"] == 3
-    # surge.db's pool hands every connection the one context it built: not a failure.
+    assert finding["status"] == "warn", finding
+    assert finding["measured"]["built_by_default"] == 3
+    assert "ssl=context" in finding["fix"]
+    # Correct code is ok: one shared context, a long-lived context each, TLS off.
+    unverified = (
+        "import ssl\n"
+        "def unverified():\n"
+        "    context = ssl.create_default_context()\n"
+        "    context.check_hostname = False\n"
+        "    context.verify_mode = ssl.CERT_NONE\n"
+        "    return context\n"
+        "shared = unverified()\n"
+    )
+    for made, given_tls in [
+        ("[pymysql.connect(ssl=shared, {login}) for _ in range(3)]", 3),
+        ("[pymysql.connect(ssl=unverified(), {login}) for _ in range(2)]", 2),
+        ("[pymysql.connect(ssl_disabled=True, {login}) for _ in range(3)]", 0),
+    ]:
+        findings = checked_after(
+            f"import pymysql\n{unverified}connections = {made.format(login=login)}",
+            "pymysql-ssl-per-connect",
+        )
+        finding = findings["pymysql-ssl-per-connect"]
+        assert finding["status"] == "ok", (made, finding)
+        assert finding["measured"]["given_tls"] == given_tls
+        assert finding["measured"]["built_by_default"] == 0
+    # surge.db's pool with no TLS options hands every connection the one context it built.
+    no_tls_options = mariadb_server.url.partition("?")[0]
     findings = checked_after(
         "import surge.db\n"
-        f"pool = surge.db.pool({mariadb_server.url!r})\n"
+        f"pool = surge.db.pool({no_tls_options!r})\n"
         "held = [pool.acquire() for _ in range(3)]",
         "pymysql-ssl-per-connect",
     )
     finding = findings["pymysql-ssl-per-connect"]
-    assert finding["status"] == "warn", finding
-    assert finding["measured"]["live_connections_with_context"] == 3
-    assert finding["measured"]["live_own_contexts"] == 0
+    assert finding["status"] == "ok", finding
+    assert finding["measured"]["live_connections"] == 3
+    assert finding["measured"]["default_shared"] == 3
 
 
 # -- the API itself ----------------------------------------------------------------------------

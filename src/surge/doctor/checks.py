@@ -6,11 +6,10 @@ import gc
 import importlib.util
 import json
 import os
+import re
 import sys
 import textwrap
 import time
-import warnings
-from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -401,202 +400,380 @@ def _check_fd_limit(context: _Context) -> _Verdict:
     )
 
 
-def _installed(module: str) -> str | None:
-    """The installed version of ``module``'s distribution, or None if it cannot be imported."""
-    if importlib.util.find_spec(module) is None:
+def _version(module: str) -> str | None:
+    """The version of the distribution that installs ``module``, None when it is not
+    found.  Read from the ``*.dist-info/METADATA`` beside the module, not with
+    importlib.metadata: that imports email.utils and with it socket and threading."""
+    spec = importlib.util.find_spec(module)
+    if spec is None:
         return None
-    from importlib import metadata
-
-    try:
-        return metadata.version(module)
-    except metadata.PackageNotFoundError:
+    if not spec.origin or not os.path.isabs(spec.origin):
         return "unknown version"
+    folder = os.path.dirname(spec.origin)
+    if spec.submodule_search_locations is not None:  # a package: its parent folder
+        folder = os.path.dirname(folder)
+    prefix = module.lower().replace("-", "_") + "-"
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return "unknown version"
+    for entry in entries:
+        if entry.lower().startswith(prefix) and entry.endswith(".dist-info"):
+            try:
+                with open(os.path.join(folder, entry, "METADATA"), encoding="utf-8") as lines:
+                    for line in lines:
+                        if line.startswith("Version:"):
+                            return line.partition(":")[2].strip()
+                        if not line.strip():  # end of the headers
+                            break
+            except OSError:
+                continue
+    return "unknown version"
 
 
-@_check("event-loop")
-def _check_event_loop(context: _Context) -> _Verdict:
-    if sys.platform == "win32":  # pragma: no cover - no uvloop there
-        return _Verdict("ok", "uvloop does not run on Windows; asyncio's loop it is")
-    version = _installed("uvloop")
-    if version is None:
-        return _Verdict(
-            "warn",
-            "uvloop is not installed: asyncio programs (and surge's engine) run on asyncio's "
-            "default loop, which spends several times more CPU per socket event",
-            "pip install uvloop (or 'surge[http]'); surge uses it by itself when installed",
-            {"uvloop": None},
-        )
-    measured: dict[str, Any] = {"uvloop": version}
-    asyncio = sys.modules.get("asyncio")
-    if asyncio is not None:  # only when the program loaded it: importing it imports ssl
-        with warnings.catch_warnings():  # policies are deprecated from Python 3.14
-            warnings.simplefilter("ignore", DeprecationWarning)
-            measured["asyncio_policy"] = type(asyncio.get_event_loop_policy()).__module__
-    on_default_loop = not measured.get("asyncio_policy", "uvloop").startswith("uvloop")
-    return _Verdict(
-        "ok",
-        f"uvloop {version} is installed and surge's engine uses it"
-        + (
-            "; asyncio.run() in this process still runs asyncio's own loop (uvloop.run() "
-            "or uvloop.install() would not)"
-            if on_default_loop
-            else ""
-        ),
-        "",
-        measured,
-    )
+# -- probes: code run here when what it imports is loaded, else in a child interpreter -------
 
+#: A probe is source code that defines ``measure() -> dict``.  It is self-contained
+#: (the child imports no surge: surge may not be importable there, and its
+#: subpackages named like the standard library's must not shadow them).
+_SSL_COST_PROBE = """
+import ssl, time
 
-@_check("http-parser")
-def _check_http_parser(context: _Context) -> _Verdict:
-    version = _installed("httptools")
-    if version is None:
-        return _Verdict(
-            "warn",
-            "httptools (the C llhttp parser) is not installed: surge's HTTP client needs it, "
-            "and pure-Python parsing costs more CPU than the request itself at bulk rates",
-            "pip install httptools (or 'surge[http]')",
-            {"httptools": None},
-        )
-    return _Verdict("ok", f"httptools {version} (llhttp) is installed", "", {"httptools": version})
-
-
-# -- measurements ----------------------------------------------------------------------------
-
-
-def _measure_ssl_context() -> dict[str, Any]:
-    import ssl
-
+def measure():
     costs = []
     for _ in range(3):
         started = time.perf_counter()
         ssl.create_default_context()
         costs.append((time.perf_counter() - started) * 1000)
     return {"ms": round(min(costs), 2), "openssl": ssl.OPENSSL_VERSION}
+"""
 
 
-def _measure_pymysql() -> dict[str, Any]:
-    """What PyMySQL's constructor does about TLS when given no TLS options: it builds
-    its context there, so ``defer_connect=True`` measures it without a server."""
-    import pymysql.connections
+def _import_probe(module: str) -> str:
+    return f"""
+import importlib
 
-    contexts, costs = [], []
-    for _ in range(2):
-        started = time.perf_counter()
-        connection = pymysql.connections.Connection(defer_connect=True)
-        costs.append((time.perf_counter() - started) * 1000)
-        contexts.append(getattr(connection, "ctx", None))
-    per_connect = contexts[0] is not None and contexts[0] is not contexts[1]
+def measure():
+    try:
+        importlib.import_module({module!r})
+    except Exception as e:
+        return {{"error": f"{{type(e).__name__}}: {{e}}"}}
+    return {{"error": None}}
+"""
+
+
+#: Seconds a child interpreter may take (one measurement or one import).
+CHILD_TIMEOUT = 15.0
+
+#: What ``sys.executable`` is called when it is a Python interpreter; under uWSGI,
+#: mod_wsgi or a PyInstaller bundle it is the host program, which must not be run.
+_PYTHON_NAME = re.compile(r"(python|pypy)[0-9.]*[a-z]?(\.exe)?", re.IGNORECASE)
+
+
+def _child_interpreter() -> str | None:
+    """``sys.executable`` when it looks like a Python interpreter, else None."""
+    executable = sys.executable
+    if not executable or getattr(sys, "frozen", False):
+        return None
+    if not _PYTHON_NAME.fullmatch(os.path.basename(executable)):
+        return None
+    return executable if os.access(executable, os.X_OK) else None
+
+
+def _probe(code: str, *, here: bool) -> dict[str, Any] | str:
+    """Run ``code``'s ``measure()`` in this process when ``here`` (what it imports is
+    already loaded), else in a child interpreter.  A str says why it was not run."""
+    if here:
+        namespace: dict[str, Any] = {}
+        exec(code, namespace)  # surge's own constant source, never input
+        result: dict[str, Any] = namespace["measure"]()
+        return result
+    executable = _child_interpreter()
+    if executable is None:
+        return f"not run: sys.executable ({sys.executable or 'empty'}) is not a Python interpreter"
+    status, out, err = _run_child(
+        executable, code + "\nimport json\nprint(json.dumps(measure()))\n", CHILD_TIMEOUT
+    )
+    if status is None:
+        return f"not run: the child interpreter took more than {CHILD_TIMEOUT:.0f} s"
+    if status != 0:
+        last = (err.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"the child interpreter failed: {last}")
+    result = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def _run_child(executable: str, code: str, timeout: float) -> tuple[int | None, str, str]:
+    """Run ``executable -c code``: (exit status or None on timeout, stdout, stderr).
+
+    os.posix_spawn, not subprocess: importing subprocess imports threading, select,
+    selectors and signal into the program being looked at."""
+    if not hasattr(os, "posix_spawn"):  # pragma: no cover - Windows
+        import subprocess
+
+        try:
+            done = subprocess.run(
+                [executable, "-c", code], capture_output=True, text=True, timeout=timeout
+            )
+        except subprocess.TimeoutExpired:
+            return None, "", ""
+        return done.returncode, done.stdout, done.stderr
+    out_read, out_write = os.pipe()
+    err_read, err_write = os.pipe()
+    try:
+        pid = os.posix_spawn(
+            executable,
+            [executable, "-c", code],
+            os.environ,
+            file_actions=[
+                (os.POSIX_SPAWN_DUP2, out_write, 1),
+                (os.POSIX_SPAWN_DUP2, err_write, 2),
+            ],
+        )
+    finally:
+        os.close(out_write)
+        os.close(err_write)
+    try:
+        deadline = time.monotonic() + timeout
+        status: int | None = None
+        while status is None:
+            # The output is one short JSON line or one traceback: the pipes do not fill.
+            done_pid, wait_status = os.waitpid(pid, os.WNOHANG)
+            if done_pid:
+                status = os.waitstatus_to_exitcode(wait_status)
+            elif time.monotonic() > deadline:
+                os.kill(pid, 9)  # SIGKILL (the signal module is not imported here)
+                os.waitpid(pid, 0)
+                return None, "", ""
+            else:
+                time.sleep(0.005)
+        return status, _read_all(out_read), _read_all(err_read)
+    finally:
+        os.close(out_read)
+        os.close(err_read)
+
+
+def _read_all(fd: int) -> str:
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def _import_error(module: str) -> str | None:
+    """Why ``module`` (found installed) cannot be imported, None when it can (or
+    could not be tried).  Tried in a child: importing uvloop here would import
+    asyncio and ssl into the program."""
+    if sys.modules.get(module) is not None:
+        return None
+    result = _probe(_import_probe(module), here=False)
+    return None if isinstance(result, str) else result["error"]
+
+
+@_check("event-loop")
+def _check_event_loop(context: _Context) -> _Verdict:
+    if sys.platform == "win32":  # pragma: no cover - no uvloop there
+        return _Verdict("ok", "uvloop does not run on Windows; asyncio's loop it is")
+    version = _version("uvloop")
+    measured: dict[str, Any] = {"uvloop": version, "uvloop_import_error": None}
+    measured.update(_asyncio_in_use())
+    if version is None:
+        return _Verdict(
+            "warn",
+            "uvloop is not installed: asyncio programs (and surge's engine) run on asyncio's "
+            "default loop, which spends several times more CPU per socket event",
+            "pip install uvloop (or 'surge[http]'); surge uses it by itself when installed",
+            measured,
+        )
+    error = _import_error("uvloop")
+    if error is not None:
+        measured["uvloop_import_error"] = error
+        return _Verdict(
+            "warn",
+            f"uvloop {version} is installed but cannot be imported ({error}): surge's engine "
+            "falls back to asyncio's default loop",
+            "reinstall it: pip install --force-reinstall uvloop",
+            measured,
+        )
+    running = measured["running_loop"]
+    if running is not None:
+        on_default_loop = not running.startswith("uvloop")
+        where = "the loop running this code is asyncio's own" if on_default_loop else ""
+    else:
+        policy = measured["asyncio_policy"]
+        on_default_loop = policy is None or not policy.startswith("uvloop")
+        where = (
+            "asyncio.run() in this process still runs asyncio's own loop (uvloop.run() "
+            "or uvloop.install() would not)"
+            if on_default_loop and "asyncio" in sys.modules
+            else ""
+        )
+    return _Verdict(
+        "ok",
+        f"uvloop {version} is installed and surge's engine uses it"
+        + (f"; {where}" if where else ""),
+        "",
+        measured,
+    )
+
+
+def _asyncio_in_use() -> dict[str, str | None]:
+    """The module of the loop running this code and of the installed event loop policy
+    (None: none running / asyncio's default, not yet created).  Read without calling
+    get_event_loop_policy(), which would create the policy it reports."""
+    asyncio = sys.modules.get("asyncio")  # only when loaded: importing it imports ssl
+    if asyncio is None:
+        return {"running_loop": None, "asyncio_policy": None}
+    loop = asyncio._get_running_loop()
+    policy = getattr(getattr(asyncio, "events", None), "_event_loop_policy", None)
     return {
-        # pymysql.__version__ is the mysqlclient version it poses as (for Django).
-        "version": getattr(pymysql, "VERSION_STRING", None),
-        "context_per_connect": per_connect,
-        "ms": round(min(costs), 2),
+        "running_loop": None if loop is None else type(loop).__module__,
+        "asyncio_policy": None if policy is None else type(policy).__module__,
     }
 
 
-_MEASUREMENTS: dict[str, Callable[[], dict[str, Any]]] = {
-    "ssl": _measure_ssl_context,
-    "pymysql": _measure_pymysql,
-}
+@_check("http-parser")
+def _check_http_parser(context: _Context) -> _Verdict:
+    version = _version("httptools")
+    measured: dict[str, Any] = {"httptools": version, "import_error": None}
+    fix = "pip install httptools (or 'surge[http]')"
+    if version is None:
+        return _Verdict(
+            "warn",
+            "httptools (the C llhttp parser) is not installed: surge's HTTP client (surge "
+            "fetch, trace, s3) imports it and will not start without it",
+            fix,
+            measured,
+        )
+    error = _import_error("httptools")
+    if error is not None:
+        measured["import_error"] = error
+        return _Verdict(
+            "fail",
+            f"httptools {version} is installed but cannot be imported ({error}): surge's "
+            "HTTP client imports it unconditionally and fails to start",
+            "reinstall it: pip install --force-reinstall httptools",
+            measured,
+        )
+    return _Verdict("ok", f"httptools {version} (llhttp) is installed", "", measured)
 
 
-def _measure(name: str, needs: str) -> dict[str, Any]:
-    """Run a measurement here if ``needs`` is already imported, else in a child
-    interpreter, so that looking never imports ssl or a driver into the program."""
-    if needs in sys.modules:
-        return _MEASUREMENTS[name]()
-    import subprocess
-
-    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_parent, env.get("PYTHONPATH")]))
-    code = f"import json, surge.doctor.checks as d; print(json.dumps(d._MEASUREMENTS[{name!r}]()))"
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
-    )
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise RuntimeError(f"measuring in a child interpreter failed: {last}")
-    result: dict[str, Any] = json.loads(done.stdout)
-    return result
+# -- measurements ----------------------------------------------------------------------------
 
 
 @_check("ssl-context-cost")
 def _check_ssl_context(context: _Context) -> _Verdict:
-    measured = _measure("ssl", needs="ssl")
+    result = _probe(_SSL_COST_PROBE, here="ssl" in sys.modules)
+    if isinstance(result, str):
+        return _Verdict(
+            "ok",
+            f"building an SSLContext was not measured ({result}); call "
+            "surge.doctor.run_checks() inside the program after it imports ssl to measure it",
+            "",
+            {"ms": None, "openssl": None, "skipped": result},
+        )
+    measured = {**result, "skipped": None}
     cost = measured["ms"]
-    fix = (
-        "build one ssl.SSLContext per configuration and reuse it for every connection "
-        "(requests/urllib3: one Session; aiohttp: one connector; PyMySQL: ssl=context)"
-    )
     message = (
         f"building an SSLContext with the default CAs costs {cost:.1f} ms here "
         f"({measured['openssl']})"
     )
     if cost < SSL_CONTEXT_WARN_MS:
-        return _Verdict("ok", message, fix, measured)
+        return _Verdict("ok", message, "", measured)
     return _Verdict(
         "warn",
         message + f": 1,000 connections that each build one spend {cost:.0f} s on it "
         "(OpenSSL 3 loads CA stores ~5-10x slower than 1.1.1, cpython#95031)",
-        fix,
+        "build one ssl.SSLContext per configuration and reuse it for every connection "
+        "(requests/urllib3: one Session; aiohttp: one connector; PyMySQL: ssl=context)",
         measured,
     )
 
 
-def _live_pymysql_contexts() -> tuple[int, int]:
-    """(open PyMySQL connections that built or were given an SSL context, how many of
-    them hold a context no other one shares).  The context is built before the
-    server says whether it offers TLS, so a connection that ended up in plain text
-    counts too: it paid."""
-    connections = sys.modules.get("pymysql.connections")
-    base = getattr(connections, "Connection", None)
+def _live_pymysql_connections() -> dict[str, int]:
+    """The open PyMySQL connections in this process, by where their TLS context came
+    from.  PyMySQL (1.1.1+) given no TLS options connects in its "preferred" mode:
+    it builds a context with ``ssl.create_default_context()`` in the constructor and
+    sets ``_ssl_required = False``; given ``ssl=`` (a context or a dict) or any
+    ``ssl_*`` option it sets ``_ssl_required = True``, and ``ssl_disabled=True``
+    leaves it without ``ctx``.  So a context next to ``_ssl_required is False`` is one
+    PyMySQL built on that connect, whatever the server then chose - unless it is
+    shared: surge.db's pool overrides ``_create_ssl_ctx`` to hand every connection of
+    the pool one such context.  Counted: ``built_by_default`` (a context of its own),
+    ``default_shared``, ``given_tls`` and ``without_tls``."""
+    counts = {
+        "live_connections": 0,
+        "built_by_default": 0,
+        "default_shared": 0,
+        "given_tls": 0,
+        "without_tls": 0,
+    }
+    base = getattr(sys.modules.get("pymysql.connections"), "Connection", None)
     if not isinstance(base, type):
-        return 0, 0
-    contexts = []
+        return counts
+    default_users: dict[int, int] = {}  # id(context) -> connections holding it
     for connection in gc.get_objects():
-        if isinstance(connection, base):
-            ctx = getattr(connection, "ctx", None)
-            if ctx is not None and getattr(connection, "_sock", None) is not None:  # open
-                contexts.append(ctx)
-    users = Counter(id(ctx) for ctx in contexts)
-    return len(contexts), sum(1 for count in users.values() if count == 1)
+        # type(), not isinstance(): isinstance reads __class__, which evaluates lazy
+        # proxies (Django's SimpleLazyObject) and raises from broken ones.
+        if not issubclass(type(connection), base):
+            continue
+        if getattr(connection, "_sock", None) is None:  # closed, or never connected
+            continue
+        counts["live_connections"] += 1
+        if getattr(connection, "ctx", None) is None:
+            counts["without_tls"] += 1
+        elif getattr(connection, "_ssl_required", True) is False:
+            context_id = id(connection.ctx)
+            default_users[context_id] = default_users.get(context_id, 0) + 1
+        else:
+            counts["given_tls"] += 1
+    for users in default_users.values():
+        counts["built_by_default" if users == 1 else "default_shared"] += users
+    return counts
 
 
 @_check("pymysql-ssl-per-connect")
 def _check_pymysql(context: _Context) -> _Verdict:
-    if "pymysql" not in sys.modules and importlib.util.find_spec("pymysql") is None:
-        return _Verdict("ok", "PyMySQL is not installed")
-    fix = (
-        "build one ssl.SSLContext and pass ssl=context to every pymysql.connect() (or "
-        "ssl_disabled=True where TLS is not wanted), or use a pool that does: "
-        "surge.db.pool('mysql://...') builds one per pool"
-    )
-    live, own = _live_pymysql_contexts()
-    measured = _measure("pymysql", needs="pymysql")
-    measured.update(live_connections_with_context=live, live_own_contexts=own)
-    if own >= 2:
-        return _Verdict(
-            "fail",
-            f"{own} of the {live} open PyMySQL connections here hold an SSL context of their "
-            f"own: each of those connects built one (~{measured['ms']:.0f} ms each here)",
-            fix,
-            measured,
-        )
-    if not measured["context_per_connect"]:
+    pymysql = sys.modules.get("pymysql")
+    if pymysql is None:
+        version = _version("pymysql")
         return _Verdict(
             "ok",
-            f"PyMySQL {measured['version']} builds no SSL context when given no TLS options",
+            "PyMySQL is not installed"
+            if version is None
+            else f"PyMySQL {version} is installed but not imported here: call "
+            "surge.doctor.run_checks() inside the program to see its connections",
             "",
+            {"version": version, "imported": False, **_live_pymysql_connections()},
+        )
+    # pymysql.__version__ is the mysqlclient version it poses as (for Django).
+    version = getattr(pymysql, "VERSION_STRING", None) or _version("pymysql")
+    counts = _live_pymysql_connections()
+    measured: dict[str, Any] = {"version": version, "imported": True, **counts}
+    built, live = counts["built_by_default"], counts["live_connections"]
+    if built >= 2:
+        return _Verdict(
+            "warn",
+            f"{built} of the {live} open PyMySQL connections here were made with no TLS "
+            "options, so PyMySQL built each its own SSLContext and loaded the system CA "
+            "store on connect (ssl-context-cost: what one costs here); every new connect "
+            "made that way pays it again",
+            "build one ssl.SSLContext and pass ssl=context to every pymysql.connect() (or "
+            "ssl_disabled=True where TLS is not wanted), or use a pool that does: "
+            "surge.db.pool('mysql://...') builds one per pool",
             measured,
         )
     return _Verdict(
-        "warn",
-        f"PyMySQL {measured['version']} builds a new SSLContext and loads the system CA store "
-        f"on every connect given no TLS options (its 'preferred' TLS): {measured['ms']:.1f} ms "
-        "per connect here, many times the login itself",
-        fix,
+        "ok",
+        f"PyMySQL {version}: {live} open connection(s) here"
+        + (
+            f": {counts['given_tls']} given their TLS options, {counts['default_shared']} "
+            f"sharing one default context, {counts['without_tls']} without TLS, {built} "
+            "with a context PyMySQL built for it"
+            if live
+            else ""
+        ),
+        "",
         measured,
     )
 

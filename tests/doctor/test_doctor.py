@@ -33,16 +33,13 @@ def checked_after(
         f"findings = surge.doctor.run_checks(only={list(only)!r})\n"
         "print(json.dumps([finding.to_dict() for finding in findings]))\n"
     )
-    env = dict(os.environ)
-    if pythonpath is not None:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [pythonpath, env.get("PYTHONPATH")]))
     # -W ignore: gevent's own MonkeyPatchWarning and urllib3's deprecations are not the point.
     done = subprocess.run(
         [sys.executable, "-W", "ignore", "-c", code],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=env,
+        env=with_pythonpath(pythonpath),
     )
     assert done.returncode == 0, done.stderr
     findings = json.loads(done.stdout.splitlines()[-1])
@@ -57,16 +54,33 @@ def printed_by(code: str) -> str:
     return done.stdout.strip()
 
 
-def doctor_cli(*args: str, preexec: Callable[[], None] | None = None) -> tuple[int, Findings]:
+def with_pythonpath(folder: str | None) -> dict[str, str]:
+    """This environment, with ``folder`` first on the path (of children too)."""
+    env = dict(os.environ)
+    if folder is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [folder, env.get("PYTHONPATH")]))
+    return env
+
+
+def doctor_cli(
+    *args: str, preexec: Callable[[], None] | None = None, pythonpath: str | None = None
+) -> tuple[int, Findings]:
     done = subprocess.run(
         [sys.executable, "-m", "surge.cli", "doctor", "--json", *args],
         capture_output=True,
         text=True,
         timeout=60,
         preexec_fn=preexec,
+        env=with_pythonpath(pythonpath),
     )
-    assert done.returncode in (0, 1), done.stderr
-    findings = json.loads(done.stdout)["findings"]
+    assert done.returncode in (0, 1, 2), done.stderr
+    payload = json.loads(done.stdout)
+    assert payload["schema"] == 1
+    findings = payload["findings"]
+    # The shape scripts rely on: each id's measured keys, whatever the outcome; no fix on ok.
+    for finding in findings:
+        assert list(finding["measured"]) == list(checks._MEASURES[finding["id"]]), finding
+        assert finding["status"] != "ok" or finding["fix"] == "", finding
     return done.returncode, {finding["id"]: finding for finding in findings}
 
 
@@ -220,11 +234,14 @@ def test_gevent_in_use_with_socket_unpatched_fails() -> None:
 # -- limits and fast parts --------------------------------------------------------------------
 
 
-def test_open_files_below_the_concurrency_asked_for_fails_with_exit_1() -> None:
+def test_a_soft_limit_the_process_may_raise_warns() -> None:
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1064:
+        pytest.skip(f"the hard open-files limit here is {hard}, below 1064")
     status, findings = doctor_cli("--concurrency", "1000", preexec=limit_open_files(256))
     fd = findings["fd-limit"]
-    assert status == 1
-    assert fd["status"] == "fail"
+    assert fd["status"] == "warn", fd
+    assert status == 0
     assert fd["measured"]["soft"] == 256 and fd["measured"]["needed"] == 1000 + checks.FD_HEADROOM
     assert "ulimit -n 1064" in fd["fix"]
 
@@ -236,10 +253,13 @@ def test_open_files_below_a_typical_concurrency_warns() -> None:
     assert findings["fd-limit"]["status"] == "ok"
 
 
-def test_a_hard_limit_below_the_need_says_where_to_raise_it() -> None:
-    _, findings = doctor_cli("-c", "500", preexec=limit_open_files(256, 256))
+def test_a_hard_limit_below_the_concurrency_fails_with_exit_1() -> None:
+    status, findings = doctor_cli("-c", "500", preexec=limit_open_files(256, 256))
     assert findings["fd-limit"]["status"] == "fail"
+    assert status == 1
     assert "LimitNOFILE" in findings["fd-limit"]["fix"]
+    _, findings = doctor_cli(preexec=limit_open_files(256, 256))
+    assert findings["fd-limit"]["status"] == "warn"  # below a typical concurrency only
 
 
 def test_the_headroom_is_the_one_surge_fetch_keeps() -> None:
@@ -434,6 +454,27 @@ def test_a_check_that_raises_is_a_warn_finding(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setitem(checks._CHECKS, "fd-limit", broken)
     [finding] = surge.doctor.run_checks(only=["fd-limit"])
     assert finding.status == "warn" and "OSError: no /proc here" in finding.message
+    assert finding.error == "OSError: no /proc here"
+    assert list(finding.measured) == list(checks._MEASURES["fd-limit"])
+    assert surge.doctor.exit_status([finding]) == 2
+
+
+def test_the_cli_exits_2_when_a_check_itself_crashed(tmp_path: Path) -> None:
+    # A uvloop whose import kills the interpreter: the import probe's child dies, and
+    # event-loop cannot say anything about it.
+    (tmp_path / "uvloop").mkdir()
+    (tmp_path / "uvloop" / "__init__.py").write_text("import os\nos._exit(3)\n")
+    status, findings = doctor_cli(pythonpath=str(tmp_path))
+    loop = findings["event-loop"]
+    assert loop["status"] == "warn" and "child interpreter failed" in loop["error"], loop
+    # Nothing fails here (no gevent, no -c for fd-limit to fail against): exit 2.
+    assert status == 2
+
+
+@pytest.mark.parametrize("concurrency", [0, -5, 2.5, "1000", True])
+def test_a_concurrency_that_is_not_a_positive_int_is_a_usage_error(concurrency: Any) -> None:
+    with pytest.raises(ValueError, match="concurrency"):
+        surge.doctor.run_checks(concurrency=concurrency, only="fd-limit")
 
 
 def test_an_unknown_check_id_is_a_usage_error_and_one_id_may_be_a_string() -> None:
@@ -455,3 +496,6 @@ def test_the_table_shows_a_fix_only_where_something_is_wrong() -> None:
         "               fix: do this",
     ]
     assert surge.doctor.exit_status([surge.doctor.Finding("x", "warn", "m")]) == 0
+    failed = surge.doctor.Finding("y", "fail", "m")
+    crashed = surge.doctor.Finding("z", "warn", "m", error="OSError: x")
+    assert surge.doctor.exit_status([failed, crashed]) == 1

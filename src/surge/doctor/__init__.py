@@ -5,15 +5,16 @@ called inside an application (after its imports and any gevent patching) checks
 the live process: what gevent patched and when, whether urllib3 runs on pyOpenSSL,
 the open-files limit, PyMySQL connections holding a TLS context each.
 
-Each check returns one ``Finding`` with a stable ``id``, a ``status`` and a ``fix``:
+Each check returns one ``Finding`` with a stable ``id``, a ``status`` and a ``fix``
+(``error`` is set when the check itself raised; the CLI then exits 2):
 
 * ``fail`` - I/O is being serialised or requests will fail here (gevent patching
   that leaves sockets blocking or TLS failing, pyOpenSSL waiting in an unpatched
-  ``select``, fewer file descriptors than the concurrency asked for, httptools
+  ``select``, a hard open-files limit below the concurrency asked for, httptools
   installed but broken);
 * ``warn`` - slower than it needs to be (pyOpenSSL without gevent, no uvloop or
   httptools, a TLS context that costs milliseconds to build, PyMySQL connections
-  that each built one) or a limit below a typical concurrency;
+  that each built one) or a limit below what is needed that can still be raised;
 * ``ok`` - nothing found.
 
 Looking must not change what is looked at: patching gevent *after* ``ssl`` was

@@ -35,13 +35,16 @@ _IO_MODULES = ("socket", "ssl", "select", "selectors")
 @dataclass(frozen=True)
 class Finding:
     """One check's result: ``id`` is stable (scripts may match on it), ``fix`` says
-    what to do (empty when there is nothing to do), ``measured`` holds the numbers."""
+    what to do (empty on ``ok``), ``measured`` holds the numbers (the same keys for
+    every finding of one id, None where not known), ``error`` the exception the
+    check itself raised (its status is then ``warn``), else None."""
 
     id: str
     status: Status
     message: str
     fix: str = ""
     measured: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -64,11 +67,14 @@ class _Context:
 
 _Check = Callable[[_Context], _Verdict]
 _CHECKS: dict[str, _Check] = {}
+#: Each check's ``measured`` keys: its findings carry exactly these.
+_MEASURES: dict[str, tuple[str, ...]] = {}
 
 
-def _check(check_id: str) -> Callable[[_Check], _Check]:
+def _check(check_id: str, measures: tuple[str, ...]) -> Callable[[_Check], _Check]:
     def register(function: _Check) -> _Check:
         _CHECKS[check_id] = function
+        _MEASURES[check_id] = measures
         return function
 
     return register
@@ -84,11 +90,16 @@ def run_checks(
 ) -> list[Finding]:
     """Check this interpreter and return one ``Finding`` per check, in order.
 
-    ``concurrency``: the number of connections the program means to hold open
-    (``fd-limit`` then fails below it; without it, warns below a typical 1,000).
-    ``only``: the id or ids of the checks to run (all by default).  A check that raises
-    becomes a ``warn`` finding naming the error; it never stops the others.
+    ``concurrency``: the number of connections the program means to hold open, an
+    int >= 1 (``fd-limit`` then fails when the hard limit is below it; without it,
+    warns below a typical 1,000).  ``only``: the id or ids of the checks to run (all
+    by default).  A check that raises becomes a ``warn`` finding with its ``error``
+    set; it never stops the others.
     """
+    if concurrency is not None and (
+        isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+    ):
+        raise ValueError(f"concurrency must be an int >= 1, not {concurrency!r}")
     if isinstance(only, str):  # one id, not its characters
         only = [only]
     wanted = list(_CHECKS) if only is None else list(only)
@@ -100,16 +111,33 @@ def run_checks(
     for check_id in _CHECKS:  # registration order: state checks before measurements
         if check_id not in wanted:
             continue
+        keys = _MEASURES.get(check_id, ())
         try:
             verdict = _CHECKS[check_id](context)
+            unregistered = sorted(set(verdict.measured) - set(keys))
+            if unregistered:
+                raise RuntimeError(f"measured keys not registered: {', '.join(unregistered)}")
         except Exception as e:  # a broken check is a finding, not a crash
-            verdict = _Verdict(
-                "warn",
-                f"the check itself failed: {type(e).__name__}: {e}",
-                "report this to surge's maintainers with the message",
+            error = f"{type(e).__name__}: {e}"
+            findings.append(
+                Finding(
+                    check_id,
+                    "warn",
+                    f"the check itself failed: {error}",
+                    "report this to surge's maintainers with the message",
+                    dict.fromkeys(keys),
+                    error,
+                )
             )
+            continue
         findings.append(
-            Finding(check_id, verdict.status, verdict.message, verdict.fix, verdict.measured)
+            Finding(
+                check_id,
+                verdict.status,
+                verdict.message,
+                "" if verdict.status == "ok" else verdict.fix,
+                {key: verdict.measured.get(key) for key in keys},
+            )
         )
     return findings
 
@@ -143,28 +171,36 @@ def _gevent_saved() -> dict[str, dict[str, Any]]:
     return {name: items for name, items in saved.items() if not name.startswith("_gevent")}
 
 
-@_check("pyopenssl-injected")
+@_check("pyopenssl-injected", ("pyopenssl_installed", "injected", "gevent_select_patched"))
 def _check_pyopenssl(context: _Context) -> _Verdict:
     injected = _pyopenssl_injected()
     installed = importlib.util.find_spec("OpenSSL") is not None
+    select_patched = "select" in _gevent_saved()
+    measured = {
+        "pyopenssl_installed": installed,
+        "injected": injected,
+        "gevent_select_patched": select_patched,
+    }
     if injected is None:
         return _Verdict(
             "ok",
             "urllib3 is not imported in this process, so nothing is injected into it"
-            + (" (pyOpenSSL is installed: check inside your program)" if installed else ""),
-            "call surge.doctor.run_checks() inside the program, after its imports, to see"
-            if installed
-            else "",
-            {"pyopenssl_installed": installed},
+            + (
+                " (pyOpenSSL is installed: call surge.doctor.run_checks() inside the "
+                "program, after its imports, to see)"
+                if installed
+                else ""
+            ),
+            "",
+            measured,
         )
     if not injected:
-        return _Verdict("ok", "urllib3 uses the standard ssl module", "", {})
+        return _Verdict("ok", "urllib3 uses the standard ssl module", "", measured)
     fix = (
         "remove the call to urllib3.contrib.pyopenssl.inject_into_urllib3() (or call "
         "extract_from_urllib3()); the ssl module has had SNI since Python 3.2 and urllib3 "
         "no longer recommends pyOpenSSL"
     )
-    select_patched = "select" in _gevent_saved()
     if "socket" in _gevent_saved() and not select_patched:
         return _Verdict(
             "fail",
@@ -172,14 +208,14 @@ def _check_pyopenssl(context: _Context) -> _Verdict:
             "that must wait calls the blocking select/poll (urllib3.util.wait_for_read), "
             "so HTTPS requests run one after another",
             fix + "; and let gevent patch select (patch_all() without select=False)",
-            {"gevent_select_patched": False},
+            measured,
         )
     return _Verdict(
         "warn",
         "urllib3 is using pyOpenSSL: every TLS read and write goes through a Python "
         "wrapper over cffi instead of the ssl module's C code",
         fix,
-        {"gevent_select_patched": select_patched},
+        measured,
     )
 
 
@@ -258,11 +294,16 @@ def _some(names: list[str], limit: int = 4) -> str:
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
-@_check("gevent-late-patch")
+@_check("gevent-late-patch", ("bound", "subclasses", "objects"))
 def _check_gevent_late(context: _Context) -> _Verdict:
     saved = _gevent_saved()
     if not any(module_name in saved for module_name in _IO_MODULES):
-        return _Verdict("ok", "gevent has not patched socket, ssl or select here")
+        return _Verdict(
+            "ok",
+            "gevent has not patched socket, ssl or select here",
+            "",
+            {"bound": [], "subclasses": [], "objects": []},
+        )
     found = _unpatched_references(saved)
     if not any(found.values()):
         return _Verdict(
@@ -296,7 +337,7 @@ def _check_gevent_late(context: _Context) -> _Verdict:
     )
 
 
-@_check("gevent-partial-patch")
+@_check("gevent-partial-patch", ("patched", "unpatched_io"))
 def _check_gevent_partial(context: _Context) -> _Verdict:
     saved = _gevent_saved()
     missing = [module_name for module_name in _IO_MODULES if module_name not in saved]
@@ -352,7 +393,7 @@ def _check_gevent_partial(context: _Context) -> _Verdict:
 # -- limits and fast parts ------------------------------------------------------------------
 
 
-@_check("fd-limit")
+@_check("fd-limit", ("soft", "hard", "concurrency", "needed"))
 def _check_fd_limit(context: _Context) -> _Verdict:
     try:
         import resource
@@ -376,26 +417,32 @@ def _check_fd_limit(context: _Context) -> _Verdict:
             "",
             measured,
         )
-    if hard == unlimited or hard >= needed:
-        fix = (
-            f"raise the soft limit: 'ulimit -n {needed}' in the shell (the hard limit allows "
-            f"it), or resource.setrlimit(resource.RLIMIT_NOFILE, ({needed}, hard)) at start-up"
-            " (surge fetch raises it to the hard limit itself)"
-        )
-    else:
-        fix = (
-            f"the hard limit ({hard}) is below {needed}: raise it for the service "
-            f"(systemd LimitNOFILE={needed}, docker --ulimit nofile={needed}, "
-            "/etc/security/limits.conf), then the soft one"
-        )
     given = context.concurrency is not None
+    need = (
+        f"{concurrency:,} connections"
+        + ("" if given else " (a typical bulk concurrency)")
+        + f" need {needed}"
+    )
+    if hard == unlimited or hard >= needed:
+        # The process may raise its own soft limit up to the hard one: not a failure.
+        return _Verdict(
+            "warn",
+            f"the open-files soft limit is {soft}: {need}, which the hard limit "
+            f"({'unlimited' if hard == unlimited else hard}) allows, but until the soft "
+            "limit is raised every connection past it fails with EMFILE ('Too many open "
+            "files')",
+            f"raise the soft limit: 'ulimit -n {needed}' in the shell, or "
+            f"resource.setrlimit(resource.RLIMIT_NOFILE, ({needed}, hard)) at start-up "
+            "(surge fetch raises it to the hard limit itself)",
+            measured,
+        )
     return _Verdict(
         "fail" if given else "warn",
-        f"the open-files limit is {soft}: {concurrency:,} connections"
-        + ("" if given else " (a typical bulk concurrency)")
-        + f" need {needed}; past the limit every new connection fails with EMFILE"
-        " ('Too many open files')",
-        fix,
+        f"the open-files limit is {soft} (hard: {hard}): {need}; past the limit every new "
+        "connection fails with EMFILE ('Too many open files')",
+        f"the hard limit ({hard}) is below {needed}: raise it for the service "
+        f"(systemd LimitNOFILE={needed}, docker --ulimit nofile={needed}, "
+        "/etc/security/limits.conf), then the soft one",
         measured,
     )
 
@@ -570,7 +617,7 @@ def _import_error(module: str) -> str | None:
     return None if isinstance(result, str) else result["error"]
 
 
-@_check("event-loop")
+@_check("event-loop", ("uvloop", "uvloop_import_error", "running_loop", "asyncio_policy"))
 def _check_event_loop(context: _Context) -> _Verdict:
     if sys.platform == "win32":  # pragma: no cover - no uvloop there
         return _Verdict("ok", "uvloop does not run on Windows; asyncio's loop it is")
@@ -632,7 +679,7 @@ def _asyncio_in_use() -> dict[str, str | None]:
     }
 
 
-@_check("http-parser")
+@_check("http-parser", ("httptools", "import_error"))
 def _check_http_parser(context: _Context) -> _Verdict:
     version = _version("httptools")
     measured: dict[str, Any] = {"httptools": version, "import_error": None}
@@ -661,7 +708,7 @@ def _check_http_parser(context: _Context) -> _Verdict:
 # -- measurements ----------------------------------------------------------------------------
 
 
-@_check("ssl-context-cost")
+@_check("ssl-context-cost", ("ms", "openssl", "skipped"))
 def _check_ssl_context(context: _Context) -> _Verdict:
     result = _probe(_SSL_COST_PROBE, here="ssl" in sys.modules)
     if isinstance(result, str):
@@ -732,7 +779,18 @@ def _live_pymysql_connections() -> dict[str, int]:
     return counts
 
 
-@_check("pymysql-ssl-per-connect")
+@_check(
+    "pymysql-ssl-per-connect",
+    (
+        "version",
+        "imported",
+        "live_connections",
+        "built_by_default",
+        "default_shared",
+        "given_tls",
+        "without_tls",
+    ),
+)
 def _check_pymysql(context: _Context) -> _Verdict:
     pymysql = sys.modules.get("pymysql")
     if pymysql is None:
@@ -782,8 +840,12 @@ def _check_pymysql(context: _Context) -> _Verdict:
 
 
 def exit_status(findings: Iterable[Finding]) -> int:
-    """1 when any check failed, else 0 (the CLI's exit status)."""
-    return 1 if any(finding.status == "fail" for finding in findings) else 0
+    """The CLI's exit status: 1 when any check failed, else 2 when a check itself
+    raised (the report is incomplete), else 0."""
+    findings = list(findings)
+    if any(finding.status == "fail" for finding in findings):
+        return 1
+    return 2 if any(finding.error is not None for finding in findings) else 0
 
 
 def format_table(findings: list[Finding], width: int = 100) -> str:

@@ -9,9 +9,15 @@ import click
 
 from surge.doctor.checks import exit_status, format_table, run_checks
 
+#: The version of the --json shape: {schema, findings: [{id, status, message, fix,
+#: measured, error}]}, each id's measured keys fixed.  Bumped when that changes.
+SCHEMA = 1
+
 
 @click.command("doctor")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object: {findings: [...]}.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="One JSON object: {schema: 1, findings: [...]}."
+)
 @click.option(
     "-c",
     "--concurrency",
@@ -24,12 +30,12 @@ def doctor_command(as_json: bool, concurrency: int | None) -> None:
     """Check this Python environment for what silently makes network I/O slow.
 
     Each finding has an id, a status (ok, warn, fail), a message and a fix.
-    Exit status 1 when any check fails.  Inside a program, call
+    Exit status 1 when any check fails, else 2 when a check itself raised.  Inside a program, call
     surge.doctor.run_checks() after its imports to check the live process.
     """
     findings = run_checks(concurrency=concurrency)
     if as_json:
-        payload = {"findings": [finding.to_dict() for finding in findings]}
+        payload = {"schema": SCHEMA, "findings": [finding.to_dict() for finding in findings]}
         click.echo(json.dumps(payload, indent=2))
     else:
         click.echo(format_table(findings))

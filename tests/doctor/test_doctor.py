@@ -471,6 +471,21 @@ def test_the_cli_exits_2_when_a_check_itself_crashed(tmp_path: Path) -> None:
     assert status == 2
 
 
+def test_the_cli_runs_only_the_checks_named_and_measures_nothing_when_told() -> None:
+    _, findings = doctor_cli("--only", "ssl-context-cost,fd-limit", "--no-measure")
+    assert list(findings) == ["fd-limit", "ssl-context-cost"]  # in the order they run
+    cost = findings["ssl-context-cost"]
+    assert cost["measured"]["ms"] is None and "turned off" in cost["measured"]["skipped"]
+    done = subprocess.run(
+        [sys.executable, "-m", "surge.cli", "doctor", "--only", "fd-limit,no-such-check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert "no-such-check" in done.stderr
+
+
 @pytest.mark.parametrize("concurrency", [0, -5, 2.5, "1000", True])
 def test_a_concurrency_that_is_not_a_positive_int_is_a_usage_error(concurrency: Any) -> None:
     with pytest.raises(ValueError, match="concurrency"):

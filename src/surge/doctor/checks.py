@@ -63,6 +63,7 @@ class _Verdict:
 @dataclass(frozen=True)
 class _Context:
     concurrency: int | None
+    measure: bool = True
 
 
 _Check = Callable[[_Context], _Verdict]
@@ -86,14 +87,16 @@ def check_ids() -> list[str]:
 
 
 def run_checks(
-    *, concurrency: int | None = None, only: Iterable[str] | None = None
+    *, concurrency: int | None = None, only: Iterable[str] | None = None, measure: bool = True
 ) -> list[Finding]:
     """Check this interpreter and return one ``Finding`` per check, in order.
 
     ``concurrency``: the number of connections the program means to hold open, an
     int >= 1 (``fd-limit`` then fails when the hard limit is below it; without it,
     warns below a typical 1,000).  ``only``: the id or ids of the checks to run (all
-    by default).  A check that raises becomes a ``warn`` finding with its ``error``
+    by default).  ``measure=False``: run nothing that takes time or a child
+    interpreter (the SSLContext cost, the uvloop/httptools import checks), report it
+    as skipped.  A check that raises becomes a ``warn`` finding with its ``error``
     set; it never stops the others.
     """
     if concurrency is not None and (
@@ -106,7 +109,7 @@ def run_checks(
     unknown = [check_id for check_id in wanted if check_id not in _CHECKS]
     if unknown:
         raise ValueError(f"unknown check id(s): {', '.join(unknown)}; known: {', '.join(_CHECKS)}")
-    context = _Context(concurrency=concurrency)
+    context = _Context(concurrency=concurrency, measure=measure)
     findings = []
     for check_id in _CHECKS:  # registration order: state checks before measurements
         if check_id not in wanted:
@@ -527,9 +530,11 @@ def _child_interpreter() -> str | None:
     return executable if os.access(executable, os.X_OK) else None
 
 
-def _probe(code: str, *, here: bool) -> dict[str, Any] | str:
+def _probe(code: str, context: _Context, *, here: bool) -> dict[str, Any] | str:
     """Run ``code``'s ``measure()`` in this process when ``here`` (what it imports is
     already loaded), else in a child interpreter.  A str says why it was not run."""
+    if not context.measure:
+        return "not run: measuring was turned off"
     if here:
         namespace: dict[str, Any] = {}
         exec(code, namespace)  # surge's own constant source, never input
@@ -607,13 +612,13 @@ def _read_all(fd: int) -> str:
     return b"".join(chunks).decode("utf-8", "replace")
 
 
-def _import_error(module: str) -> str | None:
+def _import_error(module: str, context: _Context) -> str | None:
     """Why ``module`` (found installed) cannot be imported, None when it can (or
     could not be tried).  Tried in a child: importing uvloop here would import
     asyncio and ssl into the program."""
     if sys.modules.get(module) is not None:
         return None
-    result = _probe(_import_probe(module), here=False)
+    result = _probe(_import_probe(module), context, here=False)
     return None if isinstance(result, str) else result["error"]
 
 
@@ -632,7 +637,7 @@ def _check_event_loop(context: _Context) -> _Verdict:
             "pip install uvloop (or 'surge[http]'); surge uses it by itself when installed",
             measured,
         )
-    error = _import_error("uvloop")
+    error = _import_error("uvloop", context)
     if error is not None:
         measured["uvloop_import_error"] = error
         return _Verdict(
@@ -692,7 +697,7 @@ def _check_http_parser(context: _Context) -> _Verdict:
             fix,
             measured,
         )
-    error = _import_error("httptools")
+    error = _import_error("httptools", context)
     if error is not None:
         measured["import_error"] = error
         return _Verdict(
@@ -710,12 +715,16 @@ def _check_http_parser(context: _Context) -> _Verdict:
 
 @_check("ssl-context-cost", ("ms", "openssl", "skipped"))
 def _check_ssl_context(context: _Context) -> _Verdict:
-    result = _probe(_SSL_COST_PROBE, here="ssl" in sys.modules)
+    result = _probe(_SSL_COST_PROBE, context, here="ssl" in sys.modules)
     if isinstance(result, str):
         return _Verdict(
             "ok",
-            f"building an SSLContext was not measured ({result}); call "
-            "surge.doctor.run_checks() inside the program after it imports ssl to measure it",
+            f"building an SSLContext was not measured ({result})"
+            + (
+                "; surge.doctor.run_checks() inside the program measures it once ssl is imported"
+                if context.measure
+                else ""
+            ),
             "",
             {"ms": None, "openssl": None, "skipped": result},
         )

@@ -3,7 +3,7 @@
 ``surge doctor`` checks the interpreter it runs in; ``surge.doctor.run_checks()``
 called inside an application (after its imports and any gevent patching) checks
 the live process: what gevent patched and when, whether urllib3 runs on pyOpenSSL,
-the open-files limit, PyMySQL connections holding a TLS context each.
+the open-files limit, PyMySQL connections that each had PyMySQL build a TLS context.
 
 Each check returns one ``Finding`` with a stable ``id``, a ``status`` and a ``fix``
 (``error`` is set when the check itself raised; the CLI then exits 2):

@@ -263,9 +263,9 @@ def test_a_hard_limit_below_the_concurrency_fails_with_exit_1() -> None:
 
 
 def test_the_headroom_is_the_one_surge_fetch_keeps() -> None:
-    from surge.bulk.cli import FD_HEADROOM
+    from surge.bulk import limits
 
-    assert checks.FD_HEADROOM == FD_HEADROOM
+    assert checks.FD_HEADROOM is limits.FD_HEADROOM
 
 
 def test_without_uvloop_and_httptools_both_warn() -> None:

@@ -14,14 +14,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+# The descriptors surge fetch keeps free besides its sockets (limits.py imports
+# nothing but ``resource``: looking still loads nothing the checks look at).
+from surge.bulk.limits import FD_HEADROOM
+
 Status = Literal["ok", "warn", "fail"]
 
 #: Sockets ``surge fetch`` asks for by default (``-c``), the "typical" concurrency.
 TYPICAL_CONCURRENCY = 1000
-
-#: Descriptors kept free besides the sockets: the same allowance ``surge fetch``
-#: makes (``surge.bulk.cli.FD_HEADROOM``; not imported: it would load the engine).
-FD_HEADROOM = 64
 
 #: Building an SSLContext with the default CAs above this is worth avoiding per
 #: connection.  OpenSSL 1.1.1 loads a system CA bundle in ~4.5 ms, OpenSSL 3 in

@@ -32,7 +32,7 @@ from surge.bulk.inputs import InputItem as Item
 from surge.errors import RequestError, UsageError
 from surge.gc_tuning import relaxed_gc
 from surge.http.client import Client
-from surge.http.timings import Timings
+from surge.http.timings import Timings, ms3
 from surge.loops import iterate_in_thread
 from surge.trace.tracer import LAG_EVERY, Tracer
 
@@ -243,7 +243,7 @@ def _record(
         "status": status,
         "error": error.error_class if error is not None else None,
         "error_detail": error.detail if error is not None else None,
-        "elapsed_ms": round((perf_counter() - start) * 1000.0, 3),
+        "elapsed_ms": ms3(perf_counter() - start),
         "bytes": body_bytes,
         "attempts": attempts,
         "final_url": final_url,

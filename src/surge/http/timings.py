@@ -19,6 +19,7 @@ turns them into waterfalls.
 
 from __future__ import annotations
 
+from math import floor
 from typing import Any
 
 
@@ -87,7 +88,17 @@ class Timings:
         return {name: getattr(self, name) for name in self.__slots__ if name != "previous"}
 
 
+def ms3(seconds: float) -> float:
+    """``seconds`` in milliseconds, rounded to 0.001 ms (a microsecond).
+
+    The same value as ``round(seconds * 1000, 3)`` (the double nearest to the
+    decimal; ties aside) at a fifth of the cost: ``round()`` with digits goes
+    through a correctly-rounded decimal conversion, ~0.7 us here, and a bulk
+    record made six of them (measured: 0.71 against 0.14 us each)."""
+    return floor(seconds * 1_000_000.0 + 0.5) / 1000.0
+
+
 def _ms(start: float | None, end: float | None) -> float | None:
     if start is None or end is None:
         return None
-    return round((end - start) * 1000.0, 3)
+    return ms3(end - start)

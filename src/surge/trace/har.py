@@ -132,14 +132,20 @@ class _Clock:
 # One entry: a template filled with %, not json.dumps of a nested dict, which cost
 # several times more per request (strings go through json.dumps, so are escaped).
 _ENTRY = (
-    '{"startedDateTime":"%s","time":%s,'
+    '{"startedDateTime":"%s","time":%.3f,'
     '"request":{"method":"%s","url":%s,"httpVersion":"HTTP/1.1","cookies":[],"headers":[],'
     '"queryString":[],"headersSize":-1,"bodySize":0},'
     '"response":{"status":%d,"statusText":"","httpVersion":"%s","cookies":[],"headers":[],'
     '"content":{"size":%d,"mimeType":""},"redirectURL":%s,"headersSize":-1,"bodySize":%d},'
-    '"cache":{},"timings":{"blocked":%s,"dns":%s,"connect":%s,"ssl":%s,"send":%s,"wait":%s,'
-    '"receive":%s},"_line":%s,"_attempts":%s,"_hop":%d%s}'
+    '"cache":{},"timings":{"blocked":%.3f,"dns":%.3f,"connect":%.3f,"ssl":%.3f,"send":%.3f,'
+    '"wait":%.3f,"receive":%.3f},"_line":%s,"_attempts":%s,"_hop":%d%s}'
 )
+# A quoted JSON string (C implementation), as the record writer does.
+_json_str = json.encoder.encode_basestring
+
+
+def _json_int(value: Any) -> str:
+    return "null" if value is None else str(int(value))
 
 
 def entry_json(
@@ -155,20 +161,17 @@ def entry_json(
     the hop its redirect led to (None for the last)."""
     spent = [s * 1000.0 for s in durations(hop.parts)]
     happened = present(hop.timings, tls=hop.tls)
-
-    def optional(i: int) -> float:
-        return round(spent[i], 3) if happened[i] or spent[i] > 0 else -1
-
-    blocked = round(spent[EARLIER] + spent[QUEUED], 3)
-    ssl = optional(TLS)
-    connect = optional(CONNECT)
+    # Numbers go out through "%.3f" (rounding and formatting in one step, where
+    # round() alone costs ~0.7 us): -1 is written -1.000, the same JSON number.
+    blocked = spent[EARLIER] + spent[QUEUED]
+    dns = spent[DNS] if happened[DNS] or spent[DNS] > 0 else -1
+    ssl = spent[TLS] if happened[TLS] or spent[TLS] > 0 else -1
+    connect = spent[CONNECT] if happened[CONNECT] or spent[CONNECT] > 0 else -1
     if connect != -1 and ssl != -1:
-        connect = round(connect + ssl, 3)  # HAR: connect includes ssl
+        connect += ssl  # HAR: connect includes ssl
     # send, wait and receive "must have non-negative values": 0 when never reached
-    send, wait, receive = (round(spent[i], 3) for i in (SEND, WAIT, RECEIVE))
-    total = round(
-        sum(v for v in (blocked, optional(DNS), connect, send, wait, receive) if v > 0), 3
-    )
+    send, wait, receive = spent[SEND], spent[WAIT], spent[RECEIVE]
+    total = sum(v for v in (blocked, dns, connect, send, wait, receive) if v > 0)
     extra = ""
     if following is not None:  # a redirect this hop answered, then followed
         assert hop.timings is not None
@@ -185,9 +188,10 @@ def entry_json(
         size = int(record.get("bytes") or 0)
         body_size = size if status is not None else -1
         if error is not None:
+            detail = record.get("error_detail")
             extra = ',"_error":%s,"_error_detail":%s' % (  # noqa: UP031
-                json.dumps(error),
-                json.dumps(record.get("error_detail")),
+                _json_str(error),
+                "null" if detail is None else _json_str(str(detail)),
             )
             if status is not None:
                 extra += ',"_status":%d' % status  # noqa: UP031 - the status before it failed
@@ -195,21 +199,21 @@ def entry_json(
         clock.iso(hop.begin),
         total,
         method,
-        json.dumps(url),
+        _json_str(url),
         int(status) if status is not None and error is None else 0,
         version,
         size,
-        json.dumps(redirect),
+        _json_str(redirect),
         body_size,
         blocked,
-        optional(DNS),
+        dns,
         connect,
         ssl,
         send,
         wait,
         receive,
-        json.dumps(record.get("line")),
-        json.dumps(record.get("attempts")),
+        _json_int(record.get("line")),
+        _json_int(record.get("attempts")),
         hop_index,
         extra,
     )

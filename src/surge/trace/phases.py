@@ -79,10 +79,8 @@ def hops(
         # failed last hop at ``end``.
         stop = max(hop.done if hop is not None and hop.done is not None else end, begin)
         tls = url.startswith("https:") if last or hop is None else str(hop.url).startswith("https:")
-        before = EARLIER if retried and n == 0 else QUEUED
-        out.append(
-            Hop(hop, begin, stop, tls, _hop_segments(begin, stop, hop, tls=tls, before=before))
-        )
+        parts = hop_segments(begin, stop, hop, tls=tls, retried=retried and n == 0)
+        out.append(Hop(hop, begin, stop, tls, parts))
         begin = stop
     return out
 
@@ -103,11 +101,12 @@ def segments(
     return out
 
 
-def _hop_segments(
-    start: float, end: float, t: Timings | None, *, tls: bool, before: int
+def hop_segments(
+    start: float, end: float, t: Timings | None, *, tls: bool, retried: bool = False
 ) -> list[Segment]:
-    """One hop's segments from ``start`` to ``end``; ``before``: the phase of the
-    time before the hop's own first timestamp."""
+    """One hop's segments from ``start`` to ``end``; ``retried``: the time before
+    the hop's own first timestamp was earlier attempts, not a queue."""
+    before = EARLIER if retried else QUEUED
     if t is None:
         return [(before, start, end)] if end > start else []
     # (when, the phase that begins then), in the order they happen; None: did not.

@@ -142,7 +142,12 @@ async def run(client: Client, items: Iterator[Item], opts: FetchOptions) -> Asyn
 
     async def worker() -> None:
         while (item := next_item()) is not None:
-            await results.put(await fetch_one(client, item, opts))
+            record = await fetch_one(client, item, opts)
+            # put() is a coroutine around put_nowait(): called only when it must wait
+            if results.full():
+                await results.put(record)
+            else:
+                results.put_nowait(record)
 
     async def supervise() -> None:
         try:
@@ -154,7 +159,10 @@ async def run(client: Client, items: Iterator[Item], opts: FetchOptions) -> Asyn
         supervisor = asyncio.create_task(supervise())
         watcher = None if opts.trace is None else asyncio.create_task(watch_lag(opts.trace))
         try:
-            while (record := await results.get()) is not None:
+            while True:
+                record = results.get_nowait() if results.qsize() else await results.get()
+                if record is None:
+                    break
                 yield record
             await supervisor  # re-raises a worker's unexpected exception
         finally:

@@ -65,13 +65,28 @@ class Timings:
         self.done: float | None = None
 
     def phases_ms(self) -> dict[str, float | None]:
-        """The record's ``timings`` object: milliseconds per phase."""
+        """The record's ``timings`` object: milliseconds per phase (as :func:`ms3`).
+
+        Spelled out, with no helper calls: every record of a bulk run makes one,
+        and ten function calls were a few percent of a keep-alive request."""
+        dns_start, dns_end, tcp_end = self.dns_start, self.dns_end, self.tcp_end
+        sent, first_byte, done = self.sent, self.first_byte, self.done
         return {
-            "dns_ms": _ms(self.dns_start, self.dns_end),
-            "connect_ms": _ms(self.connect_start, self.tcp_end),
-            "tls_ms": _ms(self.tcp_end, self.tls_end),
-            "ttfb_ms": _ms(self.sent, self.first_byte),
-            "body_ms": _ms(self.first_byte, self.done),
+            "dns_ms": None
+            if dns_start is None or dns_end is None
+            else floor((dns_end - dns_start) * 1_000_000.0 + 0.5) / 1000.0,
+            "connect_ms": None
+            if self.connect_start is None or tcp_end is None
+            else floor((tcp_end - self.connect_start) * 1_000_000.0 + 0.5) / 1000.0,
+            "tls_ms": None
+            if tcp_end is None or self.tls_end is None
+            else floor((self.tls_end - tcp_end) * 1_000_000.0 + 0.5) / 1000.0,
+            "ttfb_ms": None
+            if sent is None or first_byte is None
+            else floor((first_byte - sent) * 1_000_000.0 + 0.5) / 1000.0,
+            "body_ms": None
+            if first_byte is None or done is None
+            else floor((done - first_byte) * 1_000_000.0 + 0.5) / 1000.0,
         }
 
     def hops(self) -> list[Timings]:
@@ -96,9 +111,3 @@ def ms3(seconds: float) -> float:
     through a correctly-rounded decimal conversion, ~0.7 us here, and a bulk
     record made six of them (measured: 0.71 against 0.14 us each)."""
     return floor(seconds * 1_000_000.0 + 0.5) / 1000.0
-
-
-def _ms(start: float | None, end: float | None) -> float | None:
-    if start is None or end is None:
-        return None
-    return ms3(end - start)

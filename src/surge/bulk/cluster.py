@@ -17,8 +17,9 @@ per task, and a ``client.map`` over 3.1M items overwhelmed it
 
 - Backpressure: at most ``max_in_flight`` shards are submitted and not yet
   merged (default: the cluster's worker threads, counted again as shards
-  return), so the scheduler and this process hold a bounded number of shards
-  whatever the input's size.
+  return), so this process holds a bounded number of shards whatever the
+  input's size.  (The scheduler's memory was measured growing with the input
+  anyway, ~1.8 MB per shard: see docs/cluster.md; not understood yet.)
 - One writer: records come back here, a shard's all at once, as each shard
   finishes; the caller writes them.  A shard's records are handed out once,
   when its current task first completes: a shard whose worker died is rerun by

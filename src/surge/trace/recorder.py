@@ -26,7 +26,7 @@ from typing import Any
 
 from surge.histogram import LogHistogram
 from surge.http.timings import Timings
-from surge.trace.phases import PHASES, Segment, hop_segments, hops, present
+from surge.trace.phases import PHASES, Segment, hops, present
 
 #: Timeline buckets at most; beyond, buckets double in width (pairs merge).
 MAX_BUCKETS = 1000
@@ -213,18 +213,13 @@ class TraceRecorder:
         """One finished request: its record, when it started and ended (perf_counter
         seconds), its last attempt's timings, whether earlier attempts came first."""
         url = str(record.get("final_url") or record["url"])
-        if timings is None or timings.previous is None:  # one hop: the common case, direct
-            tls = url.startswith("https:")
-            stop = timings.done if timings is not None and timings.done is not None else end
-            parts = hop_segments(start, max(stop, start), timings, tls=tls, retried=retried)
-            happened = present(timings, tls=tls)
-        else:
-            parts = []
-            happened = [False] * len(PHASES)
-            for hop in hops(start, end, timings, url=url, retried=retried):
-                parts += hop.parts
-                for index, did in enumerate(present(hop.timings, tls=hop.tls)):
-                    happened[index] = happened[index] or did
+        first, *later = hops(start, end, timings, url=url, retried=retried)
+        parts = first.parts
+        happened = present(first.timings, tls=first.tls)
+        for hop in later:  # a followed redirect's hops; most requests have none
+            parts = parts + hop.parts
+            more = present(hop.timings, tls=hop.tls)
+            happened = [a or b for a, b in zip(happened, more, strict=True)]
         if parts:
             end = parts[-1][2]
         spent = [0.0] * len(PHASES)

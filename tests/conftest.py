@@ -1,4 +1,8 @@
-"""Fixtures shared by every test directory: real MariaDB and PostgreSQL servers.
+"""Fixtures shared by every test directory: the simulated web, real MariaDB and
+PostgreSQL servers, and ``require`` for the packages .ci/run installs.
+
+``sim``: one simulated web (plain and TLS ports on 127.0.0.1) for the session;
+``RESOLVE`` sends every ``*.sim`` name to it.
 
 ``mariadb_server`` / ``postgresql_server``: one server per test session, with
 default settings (PostgreSQL's also logs every statement and login, for
@@ -15,15 +19,40 @@ is skipped with the same hint.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 from collections.abc import Callable, Iterator
+from types import ModuleType
 from typing import Any, NoReturn
 
 import pytest
 
+from surge.sim import SimInfo, running
 from surge.testing import DBServer, ServerNotInstalled, mariadb, postgresql
 
+#: curl's --resolve for surge: every simulated host on loopback.
+RESOLVE = "*.sim:*:127.0.0.1"
+
 StartServer = Callable[..., DBServer]
+
+
+def require(module: str) -> ModuleType:
+    """``pytest.importorskip``, except under CI: a package .ci/run installs must
+    be there, and a skip would hide a broken setup."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        hint = f"{module} is not installed ({e}): pip install -e '.[all]'"
+        if os.environ.get("CI"):
+            pytest.fail(f"{hint} (CI is set: these tests must not be skipped)", pytrace=False)
+        pytest.skip(hint, allow_module_level=True)
+
+
+@pytest.fixture(scope="session")
+def sim() -> Iterator[SimInfo]:
+    """The simulated web, on a thread, for the whole session."""
+    with running() as info:
+        yield info
 
 
 def _not_installed(error: ServerNotInstalled) -> NoReturn:

@@ -10,14 +10,13 @@ libraries are optional (the ``bench`` extra) and their tests skip without them.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterator
 
 import pytest
 
 from surge.bench.peers import PEERS
 from surge.bench.peers._common import classify, sim_names
 from surge.bench.peers.runner import run_peer, score
-from surge.sim import SimInfo, behaviour, running
+from surge.sim import SimInfo, behaviour
 
 #: Libraries every environment that runs these tests must have.
 REQUIRED = {"requests", "aiohttp"}
@@ -35,12 +34,6 @@ ANSWERING = [f"x{i}.sim" for i in range(10)] + [
 ]
 FAILING = ["reset.sim", "close.sim", "garbage.sim"]
 TIMEOUT = 5.0
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[SimInfo]:
-    with running() as info:
-        yield info
 
 
 def _needs(name: str) -> None:

@@ -9,21 +9,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.conftest import RESOLVE
 
 import surge
-from surge.sim import SimInfo, behaviour, hosts, running
-
-RESOLVE = "*.sim:*:127.0.0.1"
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[SimInfo]:
-    with running() as info:
-        yield info
+from surge.sim import SimInfo, behaviour, hosts
 
 
 def surge_fetch(

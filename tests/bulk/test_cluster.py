@@ -20,23 +20,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.conftest import RESOLVE, require
 
 import surge
 from surge.bulk import shards as shard_engines
 from surge.bulk.cluster import run_shards
 from surge.bulk.engine import FetchOptions, as_items
 from surge.bulk.inputs import InputItem
-from surge.sim import SimInfo, behaviour, hosts, running
+from surge.sim import SimInfo, behaviour, hosts
 
-distributed = pytest.importorskip("distributed")
-
-RESOLVE = "*.sim:*:127.0.0.1"
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[SimInfo]:
-    with running() as info:
-        yield info
+distributed = require("distributed")
 
 
 @pytest.fixture(scope="module")

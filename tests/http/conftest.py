@@ -3,20 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import pytest
 
 from surge.http import Client
-from surge.sim import SimInfo, running
-
-
-@pytest.fixture(scope="session")
-def sim() -> Iterator[SimInfo]:
-    """The simulated web (plain and TLS ports), on a thread, for the whole session."""
-    with running() as info:
-        yield info
+from surge.sim import SimInfo
 
 
 @pytest.fixture

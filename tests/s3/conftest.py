@@ -18,12 +18,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from tests.conftest import require
 from tests.s3._buckets import BUCKETS, Buckets
 
 from surge.s3 import Credentials
 from surge.s3.minio import MinioNotInstalled, MinioServer, minio_server
 
-boto3 = pytest.importorskip("boto3")
+boto3 = require("boto3")
 from botocore.config import Config  # noqa: E402
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from tests.conftest import require
 
 from surge.s3.sigv4 import Credentials, Signer, canonical_query
 
-botocore_auth = pytest.importorskip("botocore.auth")
+botocore_auth = require("botocore.auth")
 from botocore.awsrequest import AWSRequest  # noqa: E402
 from botocore.credentials import Credentials as BotoCredentials  # noqa: E402
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from surge.sim import SimInfo, patch_getaddrinfo, running
+from surge.sim import SimInfo, patch_getaddrinfo
 
 #: Every wait in these tests is bounded by this (seconds), unless a test says less.
 TIMEOUT = 3.0
@@ -77,12 +77,6 @@ def urlopen(
     )
     response: http.client.HTTPResponse = opener.open(url, timeout=timeout)
     return response
-
-
-@pytest.fixture(scope="session")
-def sim() -> Iterator[SimInfo]:
-    with running(seed=0) as info:
-        yield info
 
 
 @pytest.fixture

@@ -14,16 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from surge.sim import SimInfo, running
 from surge.testing.browser import Chromium, find_chromium
-
-RESOLVE = "*.sim:*:127.0.0.1"
-
-
-@pytest.fixture(scope="session")
-def sim() -> Iterator[SimInfo]:
-    with running() as info:
-        yield info
 
 
 @pytest.fixture(scope="session")

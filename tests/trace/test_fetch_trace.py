@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.trace.conftest import RESOLVE, surge
+from tests.conftest import RESOLVE
+from tests.trace.conftest import surge
 from tests.trace.test_recorder import record, timings_at
 
 from surge.sim import SimInfo

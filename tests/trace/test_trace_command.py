@@ -8,7 +8,8 @@ import subprocess
 from typing import Any
 
 import pytest
-from tests.trace.conftest import RESOLVE, surge
+from tests.conftest import RESOLVE
+from tests.trace.conftest import surge
 
 from surge.sim import SimInfo
 

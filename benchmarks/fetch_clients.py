@@ -47,6 +47,7 @@ CLIENTS: dict[str, str] = {
     "pycurl": "pycurl CurlMulti with inflight easy handles, reused",
     "pyreqwest": "pyreqwest async Client(max_connections=inflight), asyncio",
     "requests": "requests.Session per thread, inflight threads",
+    "raw_floor": "reference: asyncio Protocol + httptools on uvloop, idle list per host",
 }
 
 Outcome = int | str  # a status, or the name of the exception
@@ -361,6 +362,82 @@ def _requests(spec: dict[str, Any], m: _Measure) -> None:
     m.stop(outcomes, warm)
 
 
+async def _raw_floor(spec: dict[str, Any], m: _Measure) -> None:
+    """The floor, not a client anyone uses: what a keep-alive GET costs in Python
+    on uvloop with nothing but a protocol, httptools and a list of idle
+    connections per host - no timeouts, no timings, no decoding, no records.
+    (The issue measured such a ~100-line client at 0.018-0.021 ms a request.)"""
+    import ssl
+
+    import httptools
+
+    loop = asyncio.get_running_loop()
+    tls = ssl.create_default_context(cafile=spec["cafile"]) if spec["cafile"] else None
+    idle: dict[tuple[str, str, int], list[Any]] = {}
+
+    class Conn(asyncio.Protocol):
+        def __init__(self) -> None:
+            self.parser = httptools.HttpResponseParser(self)
+            self.done: asyncio.Future[int] | None = None
+            self.transport: Any = None
+            self.open = True
+            self.keep_alive = False
+
+        def connection_made(self, transport: Any) -> None:
+            self.transport = transport
+
+        def data_received(self, data: bytes) -> None:
+            self.parser.feed_data(data)
+
+        def on_message_complete(self) -> None:
+            self.keep_alive = self.parser.should_keep_alive()  # False once this returns
+            if self.done is not None:
+                self.done.set_result(self.parser.get_status_code())
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self.open = False
+            if self.done is not None and not self.done.done():
+                self.done.set_exception(exc or ConnectionResetError("closed"))
+
+    async def get(url: str) -> Outcome:
+        parts = urlsplit(url)
+        https = parts.scheme == "https"
+        host = parts.hostname or ""
+        key = (parts.scheme, host, parts.port or (443 if https else 80))
+        conns = idle.setdefault(key, [])
+        while conns:
+            conn = conns.pop()
+            if conn.open:
+                break
+        else:
+            _, conn = await loop.create_connection(
+                Conn,
+                "127.0.0.1",
+                key[2],
+                ssl=tls if https else None,
+                server_hostname=host if https else None,
+            )
+        conn.done = loop.create_future()
+        conn.transport.write(
+            f"GET {parts.path or '/'} HTTP/1.1\r\nHost: {parts.netloc}\r\n\r\n".encode()
+        )
+        status: int = await conn.done
+        conn.done = None
+        if conn.keep_alive:
+            conns.append(conn)
+        else:
+            conn.transport.close()
+        return status
+
+    warm = await _drive(get, spec["warmup"], spec["inflight"])
+    m.start()
+    outcomes = await _drive(get, spec["urls"], spec["inflight"])
+    for conns in idle.values():
+        for conn in conns:
+            conn.transport.close()
+    m.stop(outcomes, warm)
+
+
 # -- the child's main ---------------------------------------------------------------------
 
 
@@ -396,6 +473,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         _run_async(_httpx, spec, m, uvloop=False)
     elif name == "pyreqwest":
         _run_async(_pyreqwest, spec, m, uvloop=False)
+    elif name == "raw_floor":
+        _run_async(_raw_floor, spec, m, uvloop=True)
     elif name == "pycurl":
         _pycurl(spec, m)
     elif name == "requests":

@@ -22,7 +22,8 @@ from __future__ import annotations
 from ._common import ERROR_CLASSES, Outcome
 
 #: Peer name -> (module in this package, distributions it needs), in the order a
-#: table lists them.  Two modules are not named after their library so that they
+#: table lists them (``raw_floor`` is a reference, not a peer: :data:`REFERENCES`).
+#: Two modules are not named after their library so that they
 #: can never shadow it (``import grequests`` from a file named grequests.py).
 PEERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "requests_seq": ("requests_seq", ("requests",)),
@@ -34,7 +35,11 @@ PEERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "httpx_async": ("httpx_async", ("httpx",)),
     "pycurl_multi": ("pycurl_multi", ("pycurl",)),
     "pyreqwest": ("pyreqwest_async", ("pyreqwest",)),
+    "raw_floor": ("raw_floor", ("httptools", "uvloop")),
     "surge": ("surge_fetch", ("httptools",)),
 }
 
-__all__ = ["ERROR_CLASSES", "PEERS", "Outcome"]
+#: Rows that measure the machine, not a way people fetch: never "the best peer".
+REFERENCES: frozenset[str] = frozenset({"raw_floor"})
+
+__all__ = ["ERROR_CLASSES", "PEERS", "REFERENCES", "Outcome"]

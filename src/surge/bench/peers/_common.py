@@ -141,6 +141,7 @@ _PROTOCOL_NAMES = {
     "ChunkedEncodingError",
     "ContentDecodingError",
     "HttpProcessingError",  # aiohttp's parser errors
+    "HttpParserError",  # httptools (llhttp)
     "ClientPayloadError",
     "ClientResponseError",
     "DecodingError",

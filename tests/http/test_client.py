@@ -189,6 +189,34 @@ async def test_a_body_delimited_by_close_is_read_to_the_end(tiny_server: ServerF
     assert response.status == 200 and response.body == b"x" * 3000
 
 
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1000\r\n",
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, CHUNKED\r\n\r\n1000\r\n",
+    ],
+)
+async def test_a_body_cut_short_by_a_clean_close_is_a_reset(
+    tiny_server: ServerFactory, head: bytes
+) -> None:
+    """Only a body with neither a length nor chunks ends at the close; a declared
+    one that stops early is a reset, with the status that arrived."""
+
+    async def short(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(head + b"x" * 3000)
+        await writer.drain()
+        writer.close()
+
+    async with tiny_server(short) as port, Client() as client:
+        with pytest.raises(RequestError) as caught:
+            await client.get(f"http://127.0.0.1:{port}/")
+    assert caught.value.error_class == "connection_reset"
+    assert caught.value.status == 200
+    assert "during the body" in caught.value.detail
+
+
 async def test_waiting_for_a_connection_never_times_a_request_out(
     sim: SimInfo, client_for: ClientFactory
 ) -> None:

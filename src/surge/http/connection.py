@@ -69,7 +69,6 @@ class HTTPConnection(asyncio.Protocol):
         self.head_done = False
         self.keep_alive = False
         self.content_encoding: bytes | None = None
-        self._until_close = False
         #: Where it connected (address, port), and for TLS (version, cipher, ALPN).
         self.address: tuple[str, int] | None = None
         self.tls: tuple[str | None, str | None, str | None] | None = None
@@ -173,7 +172,6 @@ class HTTPConnection(asyncio.Protocol):
         self.first_byte = None
         self.head_done = False
         self.content_encoding = None
-        self._until_close = False
         self.transport.write(data)
         return waiter
 
@@ -231,7 +229,7 @@ class HTTPConnection(asyncio.Protocol):
     def _settle_on_loss(self, exc: Exception | None) -> None:
         if self._waiter is None:
             return
-        if self.head_done and self._until_close and exc is None:
+        if self.head_done and exc is None and _ends_at_close(self.head):
             self.keep_alive = False
             self._finish()
         elif self.first_byte is None:
@@ -259,8 +257,9 @@ class HTTPConnection(asyncio.Protocol):
         raw = parts[0] if len(parts) == 1 else b"".join(parts)
         self._head_parts = []
         start = 0
-        for _ in range(self._interim):  # skip the 1xx heads
-            start = raw.index(b"\r\n\r\n", start) + 4
+        if self._interim:
+            for _ in range(self._interim):  # skip the 1xx heads
+                start = raw.index(b"\r\n\r\n", start) + 4
         head = self.head = raw[start : raw.find(b"\r\n\r\n", start)]
         if self._is_head or status in _NO_BODY_STATUSES:
             self._parser = None  # llhttp would wait for a body: start afresh next time
@@ -268,15 +267,11 @@ class HTTPConnection(asyncio.Protocol):
             return
         # find(), not ``in``: on 3.11 ``marker in head`` first tries the marker as
         # an integer and builds and drops a TypeError (~1,800 instructions each).
+        # How the body ends (length, chunks or the close) is llhttp's business
+        # until the connection is lost mid-body: _settle_on_loss looks then.
         lower = head.lower()
         if lower.find(b"\ncontent-encoding:") >= 0:
             self.content_encoding = header_value(head, lower, b"\ncontent-encoding:").lower()
-        if lower.find(b"\ncontent-length:") < 0:
-            chunked = (
-                lower.find(b"\ntransfer-encoding:") >= 0
-                and header_value(lower, lower, b"\ntransfer-encoding:").find(b"chunked") >= 0
-            )
-            self._until_close = not chunked
 
     def on_body(self, body: bytes) -> None:
         self.body_bytes += len(body)
@@ -331,6 +326,17 @@ class HTTPConnection(asyncio.Protocol):
             waiter.set_exception(error)
         if not self.closed:
             self.abort()
+
+
+def _ends_at_close(head: bytes) -> bool:
+    """Whether a response with this head ends its body by closing the connection
+    (RFC 9112 6.3: no Content-Length and not chunked)."""
+    lower = head.lower()
+    if lower.find(b"\ncontent-length:") >= 0:
+        return False
+    if lower.find(b"\ntransfer-encoding:") < 0:
+        return True
+    return header_value(lower, lower, b"\ntransfer-encoding:").find(b"chunked") < 0
 
 
 def header_value(head: bytes, lower: bytes, marker: bytes) -> bytes:

@@ -420,6 +420,19 @@ class AsyncKeyedPool(_AsyncFrontEnd[K, R]):
             asyncio.get_running_loop().create_task(self._dispose())
         return None if entry is None else entry.resource
 
+    def release_nowait(self, resource: R) -> None:
+        """As the plain pool's, with the core's calls made here: one Python call
+        less per keep-alive request (the HTTP client's hot path)."""
+        if self._reset is not None:
+            raise RuntimeError("release_nowait() cannot run reset: use 'await release()'")
+        core = self._core
+        core.release(resource, self._clock())
+        if core.woken:
+            for waiter in core.take_woken():
+                _wake(waiter)
+        if core.garbage:
+            asyncio.get_running_loop().create_task(self._dispose())
+
     async def acquire(self, key: K, timeout: float | None = None) -> R:
         core = self._core
         got = core.acquire(key, self._clock())

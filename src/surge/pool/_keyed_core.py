@@ -32,7 +32,7 @@ from collections.abc import Hashable
 from typing import Any, Generic, TypeVar
 
 from surge.errors import PoolClosed
-from surge.pool._core import _COMPACT_SLACK, IDLE, INF, Entry, PoolCore, Waiter
+from surge.pool._core import _COMPACT_SLACK, IDLE, IN_USE, INF, Entry, PoolCore, Waiter
 
 K = TypeVar("K", bound=Hashable)
 R = TypeVar("R")
@@ -120,13 +120,31 @@ class KeyedCore(Generic[K, R]):
         core = self.cores.get(key)
         if core is None or not core.n_idle:
             return None
+        if self.lifo:
+            # The hot path, inlined (PoolCore.take_idle): the newest idle entry is
+            # live and within its lifetime, so nothing retires and no count but
+            # the idle ones changes.
+            entry = core.idle[-1]  # n_idle > 0: the deque is not empty
+            if entry.state == IDLE and entry.expires_at > now:
+                core.idle.pop()
+                core.n_idle -= 1
+                self.n_idle -= 1
+                entry.state = IN_USE
+                self.checked_out[id(entry.resource)] = entry
+                core.n_reused += 1
+                log = self.idle_log
+                if log and log[-1][0] is entry:
+                    # Its idle record is the newest (the usual case when one key
+                    # is reused): drop it now, not in a later compaction.
+                    log.pop()
+                return entry
         open_before, idle_before = core.open, core.n_idle
-        entry = core.take_idle(now)
+        taken = core.take_idle(now)
         self.open += core.open - open_before
         self.n_idle += core.n_idle - idle_before
         if core.open == 0:
             self._drop_if_empty(core)
-        return entry
+        return taken
 
     def created(self, key: K, resource: R, now: float, expires_at: float = INF) -> Entry[R]:
         return self.core(key).created(resource, now, expires_at)
@@ -156,7 +174,7 @@ class KeyedCore(Generic[K, R]):
             log = self.idle_log
             log.append((entry, entry.idle_turn, now))
             if len(log) > 2 * self.n_idle + _COMPACT_SLACK:
-                self.idle_log = deque(r for r in log if _live(r[0], r[1]))
+                self.idle_log = _compacted(log)
             return
         if (
             not core.n_waiting
@@ -340,7 +358,7 @@ class KeyedCore(Generic[K, R]):
         entry.idle_turn += 1
         self.idle_log.append((entry, entry.idle_turn, entry.idle_since))
         if len(self.idle_log) > 2 * self.n_idle + _COMPACT_SLACK:
-            self.idle_log = deque(r for r in self.idle_log if _live(r[0], r[1]))
+            self.idle_log = _compacted(self.idle_log)
 
     def _pop_global_waiter(self, now: float) -> Waiter[R] | None:
         waiters = self.global_waiters
@@ -407,6 +425,11 @@ def _core_counters(core: PoolCore[Any]) -> dict[str, float]:
         "waits": core.n_waits,
         "wait_total_s": core.wait_total,
     }
+
+
+def _compacted(log: deque[tuple[Entry[Any], int, float]]) -> deque[tuple[Entry[Any], int, float]]:
+    """The idle log's live records, in order (:func:`_live`, inlined: no call per record)."""
+    return deque([r for r in log if r[0].state == IDLE and r[0].idle_turn == r[1]])
 
 
 def _live(entry: Entry[Any], turn: int) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import signal
@@ -137,6 +138,25 @@ def test_fetch_all_can_be_abandoned_early(sim: SimInfo) -> None:
         if n == 100:
             break
     assert time.monotonic() - started < 30  # did not go on to fetch all 10,000
+
+
+async def test_fetch_stopped_early_stops_its_workers_before_its_client(sim: SimInfo) -> None:
+    """A caller that leaves ``surge.fetch()`` early leaves no worker running
+    against a closed pool and no task for the garbage collector to finish."""
+    reported: list[dict[str, object]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _, context: reported.append(context))
+    urls = [sim.url(f"e{i}--delay-20.sim") for i in range(2_000)]
+    records = surge.fetch(urls, concurrency=50, resolve=[RESOLVE])
+    n = 0
+    async for _ in records:
+        n += 1
+        if n == 20:
+            break
+    await records.aclose()
+    assert asyncio.all_tasks() == {asyncio.current_task()}  # the workers are gone, now
+    await asyncio.sleep(0.1)
+    gc.collect()
+    assert reported == []
 
 
 async def test_fetch_async_iterator(sim: SimInfo) -> None:

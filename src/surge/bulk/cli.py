@@ -312,8 +312,11 @@ def _run(
     async def main() -> None:
         flusher = asyncio.create_task(flush_now_and_then())
         try:
-            async with opts.client() as client:
-                async for record in run(client, items, opts):
+            async with (
+                opts.client() as client,
+                contextlib.aclosing(run(client, items, opts)) as records,
+            ):
+                async for record in records:
                     writer.write(record)
                     summary.add(record)
                     if progress is not None:

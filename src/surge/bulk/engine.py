@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator
-from contextlib import closing
+from collections.abc import AsyncGenerator, Iterable, Iterator
+from contextlib import aclosing, closing
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
@@ -114,12 +114,17 @@ async def fetch(urls: Iterable[str | Item], **options: Any) -> AsyncGenerator[Re
     :class:`FetchOptions`.
     """
     opts = options.pop("options", None) or FetchOptions(**options)
-    async with opts.client() as client:
-        async for record in run(client, as_items(urls), opts):
+    # aclosing: a caller that stops early (break, an exception) must stop the
+    # workers before the client closes under them, not leave run() for the
+    # garbage collector to finish on a loop that may be gone by then.
+    async with opts.client() as client, aclosing(run(client, as_items(urls), opts)) as records:
+        async for record in records:
             yield record
 
 
-async def run(client: Client, items: Iterator[Item], opts: FetchOptions) -> AsyncIterator[Record]:
+async def run(
+    client: Client, items: Iterator[Item], opts: FetchOptions
+) -> AsyncGenerator[Record, None]:
     """Drive ``opts.concurrency`` workers over ``items`` with ``client``."""
     results: asyncio.Queue[Record | None] = asyncio.Queue(maxsize=max(opts.concurrency, 64))
     source = iter(items)

@@ -46,7 +46,10 @@ class Deadlines:
     def add(self, exchange: Expirable, deadline: float) -> set[Expirable]:
         """Expire ``exchange`` at ``deadline`` (loop time, rounded up to a slot end)
         unless it leaves the returned set first."""
-        slot = -int(-deadline * self._per_second // 1)  # ceil: never early
+        # Never early: the slot after the one ``deadline`` falls in (a deadline
+        # on a slot's very edge waits one slot more). int() of a positive float
+        # floors it without the float modulo that ``//`` costs.
+        slot = int(deadline * self._per_second) + 1
         members = self._slots.get(slot)
         if members is None:
             members = self._slots[slot] = set()

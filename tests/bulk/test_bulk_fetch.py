@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -157,6 +158,34 @@ async def test_fetch_stopped_early_stops_its_workers_before_its_client(sim: SimI
     await asyncio.sleep(0.1)
     gc.collect()
     assert reported == []
+
+
+async def test_fetch_closed_by_a_slow_caller_does_not_hang(sim: SimInfo) -> None:
+    """The workers fill the engine's queue while the caller dawdles; closing must
+    not wait to post the end marker into a full queue nobody reads."""
+    records = surge.fetch([sim.url("status-200.sim")] * 2_000, concurrency=8, resolve=[RESOLVE])
+    async for _ in records:
+        await asyncio.sleep(1.0)
+        break
+    await asyncio.wait_for(records.aclose(), 10)
+
+
+def test_fetch_all_abandoned_by_a_slow_consumer_returns(sim: SimInfo) -> None:
+    script = textwrap.dedent(
+        f"""
+        import time, surge
+        it = surge.fetch_all([{sim.url("status-200.sim")!r}] * 3000, concurrency=8,
+                             resolve=[{RESOLVE!r}])
+        next(it)
+        time.sleep(3)  # the hand-off to this thread fills, then the engine's queue
+        it.close()
+        print("closed")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert "closed" in done.stdout, done.stderr
 
 
 async def test_fetch_async_iterator(sim: SimInfo) -> None:

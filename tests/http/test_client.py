@@ -190,6 +190,34 @@ async def test_a_body_delimited_by_close_is_read_to_the_end(tiny_server: ServerF
 
 
 @pytest.mark.parametrize(
+    "wire",
+    [
+        b"HTTP/1.1 200 OK\r\n\r\nhello",
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n\r\nhello",
+        b"HTTP/1.1 103 Early Hints\r\nContent-Length: 99\r\n\r\nHTTP/1.1 200 OK\r\n\r\nhello",
+        # chunked counts only as the final coding of the last Transfer-Encoding
+        # (RFC 9112 6.3, as llhttp reads it); anything else is read to the close
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, identity\r\n\r\nhello",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+        b"Transfer-Encoding: identity\r\n\r\nhello",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: notchunked\r\n\r\nhello",
+    ],
+)
+async def test_a_body_that_ends_at_the_close_is_whole(
+    tiny_server: ServerFactory, wire: bytes
+) -> None:
+    async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(wire)
+        await writer.drain()
+        writer.close()
+
+    async with tiny_server(respond) as port, Client(decompress=False) as client:
+        response = await client.get(f"http://127.0.0.1:{port}/")
+    assert (response.status, response.body) == (200, b"hello")
+
+
+@pytest.mark.parametrize(
     "head",
     [
         b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n",

@@ -157,8 +157,12 @@ async def run(
     async def supervise() -> None:
         try:
             await asyncio.gather(*(worker() for _ in range(opts.concurrency)))
-        finally:
+        except asyncio.CancelledError:
+            raise  # run() is closing: nobody reads the queue, which may be full
+        except BaseException:
             await results.put(None)
+            raise
+        await results.put(None)
 
     with relaxed_gc(opts.relax_gc):
         supervisor = asyncio.create_task(supervise())

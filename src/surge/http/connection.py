@@ -332,11 +332,13 @@ def _ends_at_close(head: bytes) -> bool:
     """Whether a response with this head ends its body by closing the connection
     (RFC 9112 6.3: no Content-Length and not chunked)."""
     lower = head.lower()
-    if lower.find(b"\ncontent-length:") >= 0:
-        return False
-    if lower.find(b"\ntransfer-encoding:") < 0:
-        return True
-    return header_value(lower, lower, b"\ntransfer-encoding:").find(b"chunked") < 0
+    at = lower.rfind(b"\ntransfer-encoding:")
+    if at < 0:
+        return lower.find(b"\ncontent-length:") < 0
+    # 6.3 rule 4: chunked only if it is the final coding (of the last such header, as
+    # llhttp reads it); any other Transfer-Encoding is read until the close.
+    value = header_value(lower[at:], lower[at:], b"\ntransfer-encoding:")
+    return value.rsplit(b",", 1)[-1].strip() != b"chunked"
 
 
 def header_value(head: bytes, lower: bytes, marker: bytes) -> bytes:

@@ -670,7 +670,7 @@ def check_targets(results: dict[str, Any]) -> list[Target]:
             lossy = [
                 f"{name} (lost {row['lost']:,})"
                 for name, row in size["peers"].items()
-                if row.get("lost", 0) > 0.01 * row.get("answerable", 0)
+                if name not in REFERENCES and row.get("lost", 0) > 0.01 * row.get("answerable", 0)
             ]
             skipped = [n for n, row in size["peers"].items() if "skipped" in row]
             if others:
@@ -743,6 +743,8 @@ def check_targets(results: dict[str, Any]) -> list[Target]:
 
 
 def draw_chart(results: dict[str, Any], path: Path) -> Path | None:
+    from surge.bench.peers import REFERENCES
+
     try:
         import matplotlib
 
@@ -791,9 +793,17 @@ def draw_chart(results: dict[str, Any], path: Path) -> Path | None:
                         x,
                         wall,
                         width,
-                        color=reds[j % 3] if peer == "surge" else colours[j % 3],
+                        color=(
+                            reds[j % 3]
+                            if peer == "surge"
+                            else "white"
+                            if peer in REFERENCES
+                            else colours[j % 3]
+                        ),
                         hatch="//" if row.get("extrapolated") else None,
-                        edgecolor="white" if not row.get("extrapolated") else "black",
+                        edgecolor=(
+                            "black" if row.get("extrapolated") or peer in REFERENCES else "white"
+                        ),
                         label=f"{int(n):,} hosts" if i == 1 else None,
                     )
                     ax.annotate(
@@ -828,7 +838,12 @@ def draw_chart(results: dict[str, Any], path: Path) -> Path | None:
             ax.set_ylim(top=tallest * 2.5)
             ax.set_xticks(range(len(peers)))
             ax.set_xticklabels(
-                [f"{p}\n({inflight_of(p, sim['concurrency'])})" for p in peers],
+                [
+                    f"{p}\n(reference)"
+                    if p in REFERENCES
+                    else f"{p}\n({inflight_of(p, sim['concurrency'])})"
+                    for p in peers
+                ],
                 rotation=45,
                 ha="right",
                 fontsize=7,
@@ -845,9 +860,13 @@ def draw_chart(results: dict[str, Any], path: Path) -> Path | None:
             scale, unit = (1e6, "µs") if key == "keepalive" else (1e3, "ms")
             values = [clients[n]["best"]["cpu_per_request_s"] * scale for n in names]
             bars = ax.bar(
-                names,
+                [f"{n}\n(reference)" if n in REFERENCES else n for n in names],
                 values,
-                color=[surge_color if n == "surge" else other_color for n in names],
+                color=[
+                    surge_color if n == "surge" else "white" if n in REFERENCES else other_color
+                    for n in names
+                ],
+                edgecolor=["black" if n in REFERENCES else "none" for n in names],
             )
             for bar, value in zip(bars, values, strict=True):
                 ax.annotate(

@@ -15,7 +15,7 @@ import hypothesis.strategies as st
 from hypothesis import event, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from surge.pool._core import Entry, Waiter
+from surge.pool._core import IDLE, Entry, Waiter
 from surge.pool._keyed_core import KeyedCore
 
 KEYS = ("a", "b", "c")
@@ -112,6 +112,19 @@ class KeyedMachine(RuleBasedStateMachine):
             assert isinstance(got, Waiter) and got.in_global_queue
             event("acquire waits for room")
             self.global_waiters.append(got)
+
+    @rule(key=st.sampled_from(KEYS))
+    def take(self, key: str) -> None:
+        """acquire_nowait's core call: an idle resource of the key, or None at once."""
+        km = self.keys[key]
+        got = self.core.take(key, 0.0)
+        assert self.core.take_garbage() == []
+        if km.idle:
+            res, _ = km.idle.pop() if self.lifo else km.idle.pop(0)
+            assert got is not None and got.resource is res
+            km.out.append(res)
+        else:
+            assert got is None
 
     @precondition(
         lambda self: any(
@@ -244,7 +257,28 @@ class KeyedMachine(RuleBasedStateMachine):
             assert core.n_idle == 0 and core.open == self.max_size
         stats = core.stats()
         assert stats["in_use"] == sum(len(k.out) for k in self.keys.values())
+        # The idle log holds exactly one live record per idle resource (take()
+        # pops records off its tail; a stale one must never shadow a live one).
+        live = [r[0] for r in core.idle_log if r[0].state == IDLE and r[0].idle_turn == r[1]]
+        idle = [e for kc in core.cores.values() for e in kc.idle if e.state == IDLE]
+        assert sorted(map(id, live)) == sorted(map(id, idle))
 
 
 KeyedMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=60, deadline=None)
 TestKeyedCoreModel = KeyedMachine.TestCase
+
+
+def test_take_drops_only_its_own_idle_record() -> None:
+    """take() pops the log's newest record only when it is the taken entry's:
+    popping another key's would hide that resource from eviction and expiry."""
+    core: KeyedCore[str, Res] = KeyedCore(2, 2, lifo=True, max_idle=10.0)
+    a, b = Res("a", 0), Res("b", 1)
+    for res in (a, b):
+        assert core.acquire(res.key, 0.0) is None
+        core.created(res.key, res, 0.0)
+    core.release(a, 1.0)
+    core.release(b, 2.0)  # b's record is the log's newest
+    got = core.take("a", 3.0)
+    assert got is not None and got.resource is a
+    assert core.acquire("c", 3.0) is None  # full: room is made by evicting idle b
+    assert [e.resource for e in core.take_garbage()] == [b]

@@ -18,8 +18,11 @@ per task, and a ``client.map`` over 3.1M items overwhelmed it
 - Backpressure: at most ``max_in_flight`` shards are submitted and not yet
   merged (default: the cluster's worker threads, counted again as shards
   return), so this process holds a bounded number of shards whatever the
-  input's size.  (The scheduler's memory was measured growing with the input
-  anyway, ~1.8 MB per shard: see docs/cluster.md; not understood yet.)
+  input's size.  A shard's inputs are scattered to the worker chosen for it
+  rather than passed as the task's argument: Dask's batched streams keep their
+  last 1,000 messages under 1 MB (``distributed.admin.low-level-log-length``),
+  and a "compute-task" message carries its arguments, so the scheduler kept
+  every recent shard (~1.8 MB each) and grew with the input.
 - One writer: records come back here, a shard's all at once, as each shard
   finishes; the caller writes them.  A shard's records are handed out once,
   when its current task first completes: a shard whose worker died is rerun by
@@ -67,6 +70,8 @@ DEFAULT_SHARD_SIZE = 10_000
 MAX_SHARD_ATTEMPTS = 3
 #: How often a wait for the next shard looks at ``stop``.
 _STOP_POLL_S = 0.25
+#: How long sending a shard's inputs is retried while workers come and go.
+_SCATTER_RETRY_S = 30.0
 _LOCAL = re.compile(r"local:(\d+)\Z")
 
 
@@ -153,6 +158,7 @@ class _InFlight:
     future: Future[ShardOutcome]
     attempts: int
     submitted: float
+    worker: str | None  # the worker its inputs were scattered to
 
 
 def run_shards(
@@ -183,16 +189,55 @@ def run_shards(
     failure: list[Exception] = []
 
     def submit(shard: int, batch: list[InputItem], attempts: int) -> None:
+        # The inputs are scattered to a worker, not passed as the task's argument:
+        # an argument travels inside the scheduler's "compute-task" message, and
+        # every batched stream keeps its last 1,000 messages under 1 MB
+        # (distributed.admin.low-level-log-length), so the scheduler held up to
+        # 1,000 shards per worker (~1.8 MB each) long after they were done.
+        # Scattered data goes by RPC, which keeps nothing, and is dropped when
+        # its future is released here.
+        name = f"{job}-{shard}-{attempts}"
+        worker, inputs = scatter(f"surge-inputs-{name}", batch)
+        where = [worker] if worker is not None else None
         future = client.submit(
             run_shard,
             job,
-            batch,
+            inputs,
             opts,
-            key=f"surge-shard-{job}-{shard}-{attempts}",
+            key=f"surge-shard-{name}",
             pure=False,
+            workers=where,
+            allow_other_workers=True,
         )
-        in_flight[shard] = _InFlight(batch, future, attempts, time.time())
+        in_flight[shard] = _InFlight(batch, future, attempts, time.time(), worker)
         future.add_done_callback(lambda done: completed.put((shard, done)))  # type: ignore[no-untyped-call]
+
+    def scatter(key: str, batch: list[InputItem]) -> tuple[str | None, Future[Any]]:
+        # A worker that just died may still be listed: sending to it fails
+        # (OSError; KeyError from the scheduler if it has just removed it), and
+        # the next choice is asked of the scheduler again.
+        deadline = time.monotonic() + _SCATTER_RETRY_S
+        while True:
+            worker = least_busy()
+            try:
+                where = [worker] if worker is not None else None
+                futures = client.scatter({key: batch}, workers=where, hash=False)  # type: ignore[no-untyped-call]
+            except (OSError, KeyError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(_STOP_POLL_S)
+                continue
+            return worker, futures[key]
+
+    def least_busy() -> str | None:
+        # The worker with the most threads free of this job's shards: a shard runs
+        # where its inputs are, so the choice of where to scatter them is the
+        # scheduling decision.
+        free = client.nthreads()  # type: ignore[no-untyped-call]
+        for entry in in_flight.values():
+            if entry.worker in free:
+                free[entry.worker] -= 1
+        return max(free, key=free.__getitem__, default=None)
 
     def window() -> int:
         if max_in_flight is not None:

@@ -143,13 +143,15 @@ class ShardResult:
     first_line: int
     last_line: int
     records: list[Record]
-    attempts: int  # tasks submitted for it (1 unless Dask gave up on a worker)
-    submitted: float  # time.time() here when its (last) task was submitted
+    attempts: int  # tasks submitted for it (1 unless its worker died, say)
+    submitted: float  # time.time() here when its (last) task's inputs were sent
     received: float  # ... and when its records arrived here
     started: float  # time.time() on the worker when the task began
     finished: float  # ... and when its last record was done
     worker: str  # "host:pid"
     concurrency: int  # what the worker's engine ran with
+    notified: float  # time.time() here when Dask said the task was done
+    taken: float  # ... and when this iterator came to it (later if the caller was busy)
 
 
 @dataclass
@@ -182,13 +184,14 @@ def run_shards(
         raise UsageError(f"shards in flight must be at least 1, not {max_in_flight}")
     job = uuid.uuid4().hex[:12]
     source = iter(items)
-    completed: queue.SimpleQueue[tuple[int, Future[ShardOutcome]]] = queue.SimpleQueue()
+    completed: queue.SimpleQueue[tuple[int, Future[ShardOutcome], float]] = queue.SimpleQueue()
     in_flight: dict[int, _InFlight] = {}
     next_shard = 0
     exhausted = False
     failure: list[Exception] = []
 
     def submit(shard: int, batch: list[InputItem], attempts: int) -> None:
+        submitted = time.time()
         # The inputs are scattered to a worker, not passed as the task's argument:
         # an argument travels inside the scheduler's "compute-task" message, and
         # every batched stream keeps its last 1,000 messages under 1 MB
@@ -209,8 +212,8 @@ def run_shards(
             workers=where,
             allow_other_workers=True,
         )
-        in_flight[shard] = _InFlight(batch, future, attempts, time.time(), worker)
-        future.add_done_callback(lambda done: completed.put((shard, done)))  # type: ignore[no-untyped-call]
+        in_flight[shard] = _InFlight(batch, future, attempts, submitted, worker)
+        future.add_done_callback(lambda done: completed.put((shard, done, time.time())))  # type: ignore[no-untyped-call]
 
     def scatter(key: str, batch: list[InputItem]) -> tuple[str | None, Future[Any]]:
         # A worker that just died may still be listed: sending to it fails
@@ -268,17 +271,19 @@ def run_shards(
         fill()
         while in_flight and not stopping():
             try:
-                shard, future = completed.get(timeout=_STOP_POLL_S)
+                shard, future, notified = completed.get(timeout=_STOP_POLL_S)
             except queue.Empty:
                 continue
+            taken = time.time()
             entry = in_flight.get(shard)
             if entry is None or entry.future is not future:
                 continue  # a superseded attempt: that shard is merged once, elsewhere
             try:
                 outcome: ShardOutcome = future.result()
             except (distributed.KilledWorker, distributed.CancelledError) as error:
-                # Dask reruns a task whose worker died by itself; this is it giving
-                # up (allowed-failures), or a cluster restart that cancelled it.
+                # Its worker died (the scattered inputs with it: the task is
+                # cancelled for its lost dependency), Dask gave up on it
+                # (allowed-failures), or a cluster restart cancelled it.
                 if entry.attempts >= MAX_SHARD_ATTEMPTS:
                     raise ShardFailed(
                         f"the shard of input lines {entry.items[0].line}-{entry.items[-1].line} "
@@ -286,8 +291,11 @@ def run_shards(
                     ) from error
                 submit(shard, entry.items, entry.attempts + 1)
                 continue
-            del in_flight[shard]
             received = time.time()
+            del in_flight[shard]
+            # The next shard goes out before this one is handed over: the worker
+            # thread it freed need not wait while the caller writes its records.
+            fill()
             yield ShardResult(
                 shard,
                 entry.items[0].line,
@@ -300,8 +308,9 @@ def run_shards(
                 outcome.finished,
                 outcome.worker,
                 outcome.concurrency,
+                notified,
+                taken,
             )
-            fill()
     finally:
         if in_flight:
             client.cancel([e.future for e in in_flight.values()])  # type: ignore[no-untyped-call]

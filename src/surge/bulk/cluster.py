@@ -18,16 +18,21 @@ per task, and a ``client.map`` over 3.1M items overwhelmed it
 - Backpressure: at most ``max_in_flight`` shards are submitted and not yet
   merged (default: the cluster's worker threads, counted again as shards
   return), so this process holds a bounded number of shards whatever the
-  input's size.  A shard's inputs are scattered to the worker chosen for it
-  rather than passed as the task's argument: Dask's batched streams keep their
-  last 1,000 messages under 1 MB (``distributed.admin.low-level-log-length``),
-  and a "compute-task" message carries its arguments, so the scheduler kept
-  every recent shard (~1.8 MB each) and grew with the input.
+  input's size.
+- Inputs out: a shard's inputs are packed into one ``bytes`` value
+  (:func:`~surge.bulk.shards.pack_inputs`) and scattered to the worker with
+  the most free threads, where its task is then pinned (loosely), rather than
+  passed as the task's argument.  An argument travels in the scheduler's
+  "compute-task" message, and Dask's batched streams keep their last 1,000
+  messages under 1 MB (``distributed.admin.low-level-log-length``): the
+  scheduler kept every recent shard (~1.8 MB each) and grew with the input.
+  Scattered data goes by RPC, which keeps nothing, and is dropped with the
+  task.
 - One writer: records come back here, a shard's all at once, as each shard
   finishes; the caller writes them.  A shard's records are handed out once,
-  when its current task first completes: a shard whose worker died is rerun by
-  Dask (or resubmitted here after Dask gave up on it, up to
-  :data:`MAX_SHARD_ATTEMPTS` times), and a stale completion is ignored.
+  when its current task first completes: a shard whose worker died (its
+  inputs died with it) is resubmitted here, up to
+  :data:`MAX_SHARD_ATTEMPTS` times, and a stale completion is ignored.
 - Stopping: setting ``stop`` (a :class:`threading.Event`) or closing the
   iterator cancels the shards in flight; the shards already handed out are
   the caller's to keep, and ``--resume`` (input line numbers) carries on.
@@ -57,7 +62,7 @@ from typing import TYPE_CHECKING, Any
 
 from surge.bulk.engine import FetchOptions, Record, as_items
 from surge.bulk.inputs import InputItem
-from surge.bulk.shards import ShardOutcome, run_shard
+from surge.bulk.shards import ShardOutcome, pack_inputs, run_shard
 from surge.errors import UsageError
 
 if TYPE_CHECKING:
@@ -192,13 +197,7 @@ def run_shards(
 
     def submit(shard: int, batch: list[InputItem], attempts: int) -> None:
         submitted = time.time()
-        # The inputs are scattered to a worker, not passed as the task's argument:
-        # an argument travels inside the scheduler's "compute-task" message, and
-        # every batched stream keeps its last 1,000 messages under 1 MB
-        # (distributed.admin.low-level-log-length), so the scheduler held up to
-        # 1,000 shards per worker (~1.8 MB each) long after they were done.
-        # Scattered data goes by RPC, which keeps nothing, and is dropped when
-        # its future is released here.
+        # Inputs scattered, not passed as an argument: see "Inputs out" above.
         name = f"{job}-{shard}-{attempts}"
         worker, inputs = scatter(f"surge-inputs-{name}", batch)
         where = [worker] if worker is not None else None
@@ -220,11 +219,12 @@ def run_shards(
         # (OSError; KeyError from the scheduler if it has just removed it), and
         # the next choice is asked of the scheduler again.
         deadline = time.monotonic() + _SCATTER_RETRY_S
+        packed = pack_inputs(batch)
         while True:
             worker = least_busy()
             try:
                 where = [worker] if worker is not None else None
-                futures = client.scatter({key: batch}, workers=where, hash=False)  # type: ignore[no-untyped-call]
+                futures = client.scatter({key: packed}, workers=where, hash=False)  # type: ignore[no-untyped-call]
             except (OSError, KeyError):
                 if time.monotonic() > deadline:
                     raise

@@ -1,6 +1,7 @@
 """What a Dask worker process runs for ``surge fetch --cluster``: shards, on one engine.
 
-:func:`run_shard` is the Dask task: a list of inputs in, their records out.
+:func:`run_shard` is the Dask task: a shard's inputs in (as :func:`pack_inputs`
+made them), their records out.
 Dask runs tasks on the threads of a worker's pool, where no event loop runs
 (an aiohttp session made there finds none: dask/dask #9738), and a task's
 thread is not the place for one: a shard must not end with its slowest host.
@@ -29,6 +30,7 @@ connections and its thread ends.
 from __future__ import annotations
 
 import asyncio
+import marshal
 import os
 import socket
 import threading
@@ -49,6 +51,8 @@ LINGER_S = 2.0
 CANCEL_POLL_S = 0.2
 #: Seconds to wait for an engine's loop to start or stop.
 _THREAD_TIMEOUT_S = 30.0
+#: marshal's format version for packed inputs (4: Python 3.4 and later).
+_MARSHAL_VERSION = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,9 +66,30 @@ class ShardOutcome:
     concurrency: int  # what the worker's engine ran with (lower if its open-files limit is)
 
 
-def run_shard(job: str, items: Sequence[InputItem], opts: FetchOptions) -> ShardOutcome:
-    """The Dask task: fetch ``items`` on this process's engine for ``job``."""
+def pack_inputs(items: Sequence[InputItem]) -> bytes:
+    """A shard's inputs as one ``bytes`` value, for :func:`run_shard` on a worker.
+
+    Dask serialises a scattered list element by element: 10,000 inputs took
+    0.9 s to scatter as a list of :class:`InputItem`, 6 ms as bytes.  Three
+    columns through ``marshal`` encode in 3 ms here where pickling the items
+    takes 17 ms (both ~0.55 MB); the worker decodes them in 17 ms.  marshal's
+    format is Python's own: the client and the workers run the same Python
+    (docs/cluster.md), as Dask's pickles need anyway.
+    """
+    columns = ([i.line for i in items], [i.input for i in items], [i.url for i in items])
+    return marshal.dumps(columns, _MARSHAL_VERSION)
+
+
+def unpack_inputs(packed: bytes) -> list[InputItem]:
+    """The inputs :func:`pack_inputs` packed."""
+    lines, inputs, urls = marshal.loads(packed)
+    return list(map(InputItem, lines, inputs, urls))
+
+
+def run_shard(job: str, packed: bytes, opts: FetchOptions) -> ShardOutcome:
+    """The Dask task: fetch the inputs ``packed`` on this process's engine for ``job``."""
     started = time.time()
+    items = unpack_inputs(packed)
     engine = _acquire(job, opts)
     try:
         records = engine.run(items, _cancel_test())

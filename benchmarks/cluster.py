@@ -143,13 +143,20 @@ def api_child(spec_path: str) -> None:
         up = perf_counter()
         cpu_before = client.run(_worker_cpu)
         with open_writer(spec["out"], "jsonl") as writer:
+            # As the CLI does it: the workers format the records, the client writes them.
             for shard in run_shards(
-                client, read_inputs(spec["input"]), opts, shard_size=spec["shard_size"]
+                client,
+                read_inputs(spec["input"]),
+                opts,
+                shard_size=spec["shard_size"],
+                encode="jsonl",
             ):
-                for record in shard.records:
-                    writer.write(record)
-                row = {k: v for k, v in vars(shard).items() if k != "records"}
-                row["records"] = len(shard.records)
+                assert shard.encoded is not None and shard.summary is not None
+                writer.write_encoded(shard.encoded)
+                writer.flush()
+                skip = ("records", "encoded", "summary")
+                row = {k: v for k, v in vars(shard).items() if k not in skip}
+                row["records"] = shard.summary.records
                 shards.append(row)
         done = perf_counter()
         cpu_after = client.run(_worker_cpu)

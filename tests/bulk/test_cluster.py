@@ -89,6 +89,31 @@ def test_cluster_records_equal_a_single_process_run(
     assert many[len(lines)] == one[len(lines)] == (None, "invalid_url")
 
 
+def test_csv_through_the_cluster_is_the_single_process_file_reordered(
+    sim: SimInfo, client: distributed.Client, tmp_path: Path
+) -> None:
+    # The workers format the records (run_shards(encode=...)): one header, then
+    # every input's row, with the same columns as a single-process run.
+    source = tmp_path / "urls.txt"
+    source.write_text("".join(sim.url(f"c{i}--status-200.sim") + "\n" for i in range(50)))
+    single, clustered = tmp_path / "single.csv", tmp_path / "cluster.csv"
+    common = [str(source), "--resolve", RESOLVE, "-q"]
+    assert surge_fetch(*common, "-o", str(single)).returncode == 0
+    done = surge_fetch(
+        *common, "-o", str(clustered), "--cluster", client.scheduler.address, "--shard-size", "7"
+    )
+    assert done.returncode == 0, done.stderr
+    one, many = single.read_text().splitlines(), clustered.read_text().splitlines()
+    assert many[0] == one[0] and many.count(one[0]) == 1  # the header, once
+    columns = one[0].split(",")
+
+    def rows(lines: list[str]) -> dict[str, tuple[str, str]]:
+        got = [dict(zip(columns, line.split(","), strict=True)) for line in lines[1:]]
+        return {r["line"]: (r["status"], r["error"]) for r in got}
+
+    assert rows(many) == rows(one) == {str(n): ("200", "") for n in range(1, 51)}
+
+
 def test_input_is_read_a_few_shards_ahead_at_most(sim: SimInfo, client: distributed.Client) -> None:
     read = 0
 

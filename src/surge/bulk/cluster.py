@@ -63,6 +63,7 @@ from typing import TYPE_CHECKING, Any
 from surge.bulk.engine import FetchOptions, Record, as_items
 from surge.bulk.inputs import InputItem
 from surge.bulk.shards import ShardOutcome, pack_inputs, run_shard
+from surge.bulk.summary import Summary
 from surge.errors import UsageError
 
 if TYPE_CHECKING:
@@ -157,6 +158,8 @@ class ShardResult:
     concurrency: int  # what the worker's engine ran with
     notified: float  # time.time() here when Dask said the task was done
     taken: float  # ... and when this iterator came to it (later if the caller was busy)
+    encoded: str | None = None  # with ``encode``: the records, formatted (``records`` empty)
+    summary: Summary | None = None  # ... and what they hold
 
 
 @dataclass
@@ -176,8 +179,14 @@ def run_shards(
     shard_size: int = DEFAULT_SHARD_SIZE,
     max_in_flight: int | None = None,
     stop: threading.Event | None = None,
+    encode: str | None = None,
 ) -> Iterator[ShardResult]:
     """Run ``items`` on ``client``'s cluster in shards; yield each shard as it returns.
+
+    With ``encode`` (an output format: ``jsonl``, ``csv``) a shard's records come
+    back formatted, as :class:`~surge.bulk.outputs.RecordWriter` would write them
+    (``encoded``, for :meth:`~surge.bulk.outputs.RecordWriter.write_encoded`),
+    with their :class:`~surge.bulk.summary.Summary`; ``records`` is then empty.
 
     Once ``stop`` is set, the shards in flight are cancelled and the iteration
     ends (checked every 0.25 s while waiting, and between shards).
@@ -206,6 +215,7 @@ def run_shards(
             job,
             inputs,
             opts,
+            encode,
             key=f"surge-shard-{name}",
             pure=False,
             workers=where,
@@ -310,6 +320,8 @@ def run_shards(
                 outcome.concurrency,
                 notified,
                 taken,
+                outcome.encoded,
+                outcome.summary,
             )
     finally:
         if in_flight:

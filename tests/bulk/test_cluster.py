@@ -181,6 +181,33 @@ def test_fetch_on_cluster_yields_one_record_per_input(
     assert {(r["status"], r["error"]) for r in got} == {(200, None), (None, "invalid_url")}
 
 
+def test_a_job_started_before_any_worker_runs_when_one_joins(sim: SimInfo) -> None:
+    # No worker to scatter the inputs to (an adaptive cluster starts workers for
+    # pending tasks): the first shards carry their inputs in the task instead.
+    urls = [sim.url("status-200.sim", f"/{i}") for i in range(60)]
+    with (
+        distributed.LocalCluster(
+            n_workers=0, processes=True, host="127.0.0.1", dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as empty,
+    ):
+        got: list[int] = []
+        job = threading.Thread(
+            target=lambda: got.extend(
+                r["line"]
+                for r in surge.fetch_on_cluster(
+                    empty, urls, shard_size=20, max_in_flight=2, resolve=[RESOLVE]
+                )
+            )
+        )
+        job.start()
+        time.sleep(1)
+        cluster.scale(1)
+        job.join(90)
+        assert not job.is_alive()
+    assert sorted(got) == list(range(1, 61))
+
+
 def test_a_stopped_job_stops_its_running_shards(sim: SimInfo, client: distributed.Client) -> None:
     # Hosts that never answer, 10 at a time, a 60 s deadline: a shard left to run
     # would keep its worker's engine busy for minutes. Stopped, its tasks are
@@ -265,6 +292,62 @@ def test_a_bad_input_line_exits_2_and_keeps_what_came_before(
     assert done.returncode == 2
     assert "in.jsonl:6:" in done.stderr
     assert sorted(r["line"] for r in records(out)) == [1, 2, 3, 4, 5]
+
+
+def test_losing_the_scheduler_mid_run_exits_1_and_keeps_the_records(
+    sim: SimInfo, client: distributed.Client, tmp_path: Path
+) -> None:
+    # A real `dask scheduler` process (and a worker of its own), killed once the
+    # first shards are written: one line on stderr, exit 1, no traceback, every
+    # record written kept, and --resume (on another cluster) finishes the file.
+    dask = str(Path(sys.executable).parent / "dask")
+    scheduler_file = tmp_path / "scheduler.json"
+    quiet = dict.fromkeys(("stdin", "stdout", "stderr"), subprocess.DEVNULL)
+    listen = ["--host", "127.0.0.1", "--port", "0", "--no-dashboard"]
+    scheduler = subprocess.Popen(
+        [dask, "scheduler", *listen, "--scheduler-file", str(scheduler_file)], **quiet
+    )
+    worker = None
+    try:
+        deadline = time.monotonic() + 60
+        while not scheduler_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.3)  # the file is written whole after it appears
+        address = json.loads(scheduler_file.read_text())["address"]
+        worker = subprocess.Popen(
+            [dask, "worker", address, "--nthreads", "2", "--no-dashboard", "--host", "127.0.0.1"],
+            **quiet,
+        )
+        with distributed.Client(address) as watcher:
+            watcher.wait_for_workers(1, timeout=60)
+        n = 1000
+        source, out = tmp_path / "urls.txt", tmp_path / "out.jsonl"
+        source.write_text("".join(sim.url(f"s{i}--delay-200.sim") + "\n" for i in range(n)))
+        args = [str(source), "-o", str(out), "-c", "20", "--shard-size", "40", "--resolve", RESOLVE]
+        run = subprocess.Popen(
+            [sys.executable, "-m", "surge.cli", "fetch", *args, "--cluster", address],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 60
+        while (not out.exists() or out.stat().st_size < 2000) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        scheduler.kill()
+        _, err = run.communicate(timeout=90)
+    finally:
+        for process in (worker, scheduler):
+            if process is not None:
+                process.kill()
+                process.wait(30)
+    assert run.returncode == 1, err
+    assert "Traceback" not in err, err
+    assert f"lost the connection to the Dask scheduler {address}" in err
+    assert "the records written are kept" in err
+    partial = [r["line"] for r in records(out)]  # whole lines: each one parses
+    assert 0 < len(partial) < n and len(set(partial)) == len(partial)
+    again = surge_fetch(*args, "--resume", "--cluster", client.scheduler.address)
+    assert again.returncode == 0, again.stderr
+    assert sorted(r["line"] for r in records(out)) == list(range(1, n + 1))
 
 
 @pytest.mark.parametrize(

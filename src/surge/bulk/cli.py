@@ -219,9 +219,9 @@ def fetch_command(
                 except UsageError as e:
                     failure = e
                 except Exception as e:
-                    from surge.bulk.cluster import ShardFailed
+                    from surge.bulk.cluster import SchedulerLost, ShardFailed
 
-                    if not isinstance(e, ShardFailed):
+                    if not isinstance(e, (ShardFailed, SchedulerLost)):
                         raise
                     broken = e
         finally:

@@ -76,8 +76,8 @@ DEFAULT_SHARD_SIZE = 10_000
 MAX_SHARD_ATTEMPTS = 3
 #: How often a wait for the next shard looks at ``stop``.
 _STOP_POLL_S = 0.25
-#: How long sending a shard's inputs is retried while workers come and go.
-_SCATTER_RETRY_S = 30.0
+#: How many workers sending a shard's inputs tries, while workers come and go.
+_SCATTER_TRIES = 5
 _LOCAL = re.compile(r"local:(\d+)\Z")
 
 
@@ -133,12 +133,27 @@ def connect(address: str, *, threads_per_worker: int = 2) -> Iterator[Client]:
         client = distributed.Client(address)
     except (OSError, TimeoutError, ValueError) as error:
         raise UsageError(f"--cluster {address!r}: cannot reach the scheduler ({error})") from None
+    # Dask logs at INFO, with tracebacks, what a lost connection does to its comms;
+    # the job says it in one line.  Warnings (mismatched versions...) still show.
+    logging.getLogger("distributed").setLevel(logging.WARNING)
     with client:
-        yield client
+        try:
+            yield client
+        finally:
+            if client.status not in ("running", "closed"):
+                # The scheduler went away: closing cancels Dask's attempts to
+                # reconnect, which it logs as an error with a traceback, on top
+                # of the one line the job has already said.
+                for name in ("distributed", "distributed.client", "distributed.utils"):
+                    logging.getLogger(name).setLevel(logging.CRITICAL + 1)
 
 
 class ShardFailed(RuntimeError):
     """A shard failed :data:`MAX_SHARD_ATTEMPTS` times: the job cannot complete."""
+
+
+class SchedulerLost(RuntimeError):
+    """The connection to the Dask scheduler was lost: the job cannot complete."""
 
 
 @dataclass
@@ -206,10 +221,9 @@ def run_shards(
 
     def submit(shard: int, batch: list[InputItem], attempts: int) -> None:
         submitted = time.time()
-        # Inputs scattered, not passed as an argument: see "Inputs out" above.
         name = f"{job}-{shard}-{attempts}"
-        worker, inputs = scatter(f"surge-inputs-{name}", batch)
-        where = [worker] if worker is not None else None
+        worker, inputs = send_inputs(f"surge-inputs-{name}", pack_inputs(batch))
+        where = {"workers": [worker], "allow_other_workers": True} if worker is not None else {}
         future = client.submit(
             run_shard,
             job,
@@ -218,29 +232,29 @@ def run_shards(
             encode,
             key=f"surge-shard-{name}",
             pure=False,
-            workers=where,
-            allow_other_workers=True,
+            **where,
         )
         in_flight[shard] = _InFlight(batch, future, attempts, submitted, worker)
         future.add_done_callback(lambda done: completed.put((shard, done, time.time())))  # type: ignore[no-untyped-call]
 
-    def scatter(key: str, batch: list[InputItem]) -> tuple[str | None, Future[Any]]:
-        # A worker that just died may still be listed: sending to it fails
-        # (OSError; KeyError from the scheduler if it has just removed it), and
-        # the next choice is asked of the scheduler again.
-        deadline = time.monotonic() + _SCATTER_RETRY_S
-        packed = pack_inputs(batch)
-        while True:
+    def send_inputs(key: str, packed: bytes) -> tuple[str | None, bytes | Future[Any]]:
+        # Scattered (see "Inputs out" above) to the least busy worker.  One that
+        # just died may still be listed: sending to it fails (OSError; KeyError
+        # from a scheduler that has just removed it), and the choice is made
+        # again.  With no worker at all (yet: an adaptive cluster starts its
+        # workers when tasks are pending), the inputs go with the task, as its
+        # argument, which the scheduler then keeps for a while (a few shards).
+        for _ in range(_SCATTER_TRIES):
             worker = least_busy()
+            if worker is None:
+                break
             try:
-                where = [worker] if worker is not None else None
-                futures = client.scatter({key: packed}, workers=where, hash=False)  # type: ignore[no-untyped-call]
+                futures = client.scatter({key: packed}, workers=[worker], hash=False)  # type: ignore[no-untyped-call]
             except (OSError, KeyError):
-                if time.monotonic() > deadline:
-                    raise
                 time.sleep(_STOP_POLL_S)
                 continue
             return worker, futures[key]
+        return None, packed
 
     def least_busy() -> str | None:
         # The worker with the most threads free of this job's shards: a shard runs
@@ -291,6 +305,11 @@ def run_shards(
             try:
                 outcome: ShardOutcome = future.result()
             except (distributed.KilledWorker, distributed.CancelledError) as error:
+                if client.status != "running":
+                    # Dask cancels every future when it loses the scheduler (and
+                    # tries to reconnect): the scheduler's state, tasks included,
+                    # is gone either way.
+                    raise SchedulerLost(_lost(client, error)) from None
                 # Its worker died (the scattered inputs with it: the task is
                 # cancelled for its lost dependency), Dask gave up on it
                 # (allowed-failures), or a cluster restart cancelled it.
@@ -323,11 +342,22 @@ def run_shards(
                 outcome.encoded,
                 outcome.summary,
             )
+    except OSError as error:  # a call to the scheduler failed: connect timeout, comm closed
+        raise SchedulerLost(_lost(client, error)) from None
     finally:
-        if in_flight:
-            client.cancel([e.future for e in in_flight.values()])  # type: ignore[no-untyped-call]
+        if in_flight and client.status == "running":
+            with contextlib.suppress(OSError):
+                client.cancel([e.future for e in in_flight.values()])  # type: ignore[no-untyped-call]
     if failure and not stopping():
         raise failure[0]
+
+
+def _lost(client: Client, error: BaseException) -> str:
+    address = getattr(client.scheduler, "address", None) or "?"
+    message = f"lost the connection to the Dask scheduler {address}"
+    if isinstance(error, OSError):  # Dask's cancellation says no more than that
+        message += f" ({str(error).splitlines()[0] if str(error) else type(error).__name__})"
+    return message
 
 
 def fetch_on_cluster(

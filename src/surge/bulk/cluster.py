@@ -218,6 +218,13 @@ def run_shards(
     next_shard = 0
     exhausted = False
     failure: list[Exception] = []
+    # The workers and their threads, asked of the scheduler once per fill(), and
+    # again when sending to a worker fails: one round trip fewer per shard.
+    threads: dict[str, int] = {}
+
+    def ask_threads() -> None:
+        threads.clear()
+        threads.update(client.nthreads())  # type: ignore[no-untyped-call]
 
     def submit(shard: int, batch: list[InputItem], attempts: int) -> None:
         submitted = time.time()
@@ -252,6 +259,7 @@ def run_shards(
                 futures = client.scatter({key: packed}, workers=[worker], hash=False)  # type: ignore[no-untyped-call]
             except (OSError, KeyError):
                 time.sleep(_STOP_POLL_S)
+                ask_threads()
                 continue
             return worker, futures[key]
         return None, packed
@@ -260,20 +268,17 @@ def run_shards(
         # The worker with the most threads free of this job's shards: a shard runs
         # where its inputs are, so the choice of where to scatter them is the
         # scheduling decision.
-        free = client.nthreads()  # type: ignore[no-untyped-call]
+        free = dict(threads)
         for entry in in_flight.values():
             if entry.worker in free:
                 free[entry.worker] -= 1
         return max(free, key=free.__getitem__, default=None)
 
-    def window() -> int:
-        if max_in_flight is not None:
-            return max_in_flight
-        return max(1, sum(client.nthreads().values()))  # type: ignore[no-untyped-call]
-
     def fill() -> None:
         nonlocal next_shard, exhausted
-        room = window() - len(in_flight)
+        ask_threads()
+        window = max_in_flight if max_in_flight is not None else max(1, sum(threads.values()))
+        room = window - len(in_flight)
         while room > 0 and not exhausted:
             batch: list[InputItem] = []
             try:

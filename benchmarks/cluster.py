@@ -694,7 +694,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         results["saturation"] = run_saturation(args)
     targets = check_targets(results)
     print_targets(targets, args.quick)
-    path = write_json(args.out, payload("cluster", info, vars(args), results, targets, started))
+    # The arguments as recorded: no machine's paths in the committed results.
+    recorded = {**vars(args), "out": os.path.relpath(args.out, HERE.parent)}
+    path = write_json(args.out, payload("cluster", info, recorded, results, targets, started))
     print(f"\nwrote {path} in {perf_counter() - started:.1f} s")
     return 0
 

@@ -287,6 +287,10 @@ class ChildRun:
     maxrss_bytes: int
     killed: bool
     rss_samples: list[tuple[float, int]]
+    #: The child's own peak RSS (VmHWM of /proc/PID/status, last read while polling);
+    #: 0 unless polled.  Unlike ru_maxrss, it does not inherit the parent's peak:
+    #: a forked child's maxrss starts from the parent's address space at exec.
+    hwm_bytes: int = 0
 
 
 def run_child(
@@ -312,6 +316,7 @@ def run_child(
     deadline = time.monotonic() + limit_s
     killed = False
     next_poll = 0.0
+    hwm = 0
     while True:
         pid, status, usage = os.wait4(child.pid, os.WNOHANG)
         if pid != 0:
@@ -327,6 +332,7 @@ def run_child(
             next_poll = now + RSS_POLL_S
             with contextlib.suppress(Exception):
                 rss.append((time.perf_counter() - started, int(watched.memory_info().rss)))
+            hwm = max(hwm, _vm_hwm(child.pid))
         time.sleep(0.01 if watched is None else 0.02)
     wall = time.perf_counter() - started
     child.returncode = os.waitstatus_to_exitcode(status)
@@ -338,9 +344,19 @@ def run_child(
             maxrss_bytes=int(usage.ru_maxrss) * 1024,
             killed=killed,
             rss_samples=rss,
+            hwm_bytes=hwm,
         ),
         child,
     )
+
+
+def _vm_hwm(pid: int) -> int:
+    """The peak RSS of ``pid``'s address space (Linux), 0 if unknown."""
+    with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
 
 
 def surge_fetch_sim(

@@ -34,6 +34,14 @@ class LogHistogram:
         if value > self.max:
             self.max = value
 
+    def merge(self, other: LogHistogram) -> None:
+        """Add ``other``'s counts to this histogram's."""
+        for bucket, count in other._buckets.items():
+            self._buckets[bucket] = self._buckets.get(bucket, 0) + count
+        self.count += other.count
+        self.total += other.total
+        self.max = max(self.max, other.max)
+
     def percentile(self, p: float) -> float | None:
         """The value below which ``p`` percent of the values fall (None when empty);
         the bucket's upper edge, never above the largest value seen."""

@@ -20,6 +20,7 @@ from surge.bulk.outputs import (
     TIMING_FIELDS,
     LineSet,
     done_lines,
+    encode_records,
     open_writer,
     truncate_partial_last_line,
 )
@@ -184,6 +185,34 @@ def test_stdout_writer_does_not_close_stdout(monkeypatch: pytest.MonkeyPatch) ->
     assert not stdout.closed
     lines = stdout.buffer.getvalue().decode().splitlines()  # type: ignore[attr-defined]
     assert [json.loads(line)["line"] for line in lines] == [1, 1]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_encoded_records_write_the_same_file(tmp_path: Path, fmt: str) -> None:
+    # What a cluster worker sends (encode_records) and the client writes whole
+    # (write_encoded) is the file the writer makes from the records themselves.
+    records = [record(1), failed(2), record(3, input='a,"b"\nc')]
+    direct, encoded = tmp_path / f"direct.{fmt}", tmp_path / f"encoded.{fmt}"
+    write_all(direct, fmt, records)
+    with open_writer(encoded, fmt) as writer:
+        writer.write_encoded(encode_records(records[:2], fmt))
+        writer.write_encoded(encode_records(records[2:], fmt))
+    assert encoded.read_bytes() == direct.read_bytes()
+
+
+def test_summaries_merge_to_the_summary_of_all_records() -> None:
+    from surge.bulk.summary import Summary
+
+    records = [record(n, elapsed_ms=float(n)) for n in range(1, 200)] + [failed(200)]
+    whole, parts = Summary(), Summary()
+    for chunk in (records[:70], records[70:]):
+        part = Summary()
+        for each in chunk:
+            part.add(each)
+            whole.add(each)
+        parts.merge(part)
+    assert parts.as_dict(1.0) == whole.as_dict(1.0)
+    assert parts.latency.total == whole.latency.total
 
 
 @pytest.mark.parametrize(

@@ -89,6 +89,31 @@ def test_cluster_records_equal_a_single_process_run(
     assert many[len(lines)] == one[len(lines)] == (None, "invalid_url")
 
 
+def test_csv_through_the_cluster_is_the_single_process_file_reordered(
+    sim: SimInfo, client: distributed.Client, tmp_path: Path
+) -> None:
+    # The workers format the records (run_shards(encode=...)): one header, then
+    # every input's row, with the same columns as a single-process run.
+    source = tmp_path / "urls.txt"
+    source.write_text("".join(sim.url(f"c{i}--status-200.sim") + "\n" for i in range(50)))
+    single, clustered = tmp_path / "single.csv", tmp_path / "cluster.csv"
+    common = [str(source), "--resolve", RESOLVE, "-q"]
+    assert surge_fetch(*common, "-o", str(single)).returncode == 0
+    done = surge_fetch(
+        *common, "-o", str(clustered), "--cluster", client.scheduler.address, "--shard-size", "7"
+    )
+    assert done.returncode == 0, done.stderr
+    one, many = single.read_text().splitlines(), clustered.read_text().splitlines()
+    assert many[0] == one[0] and many.count(one[0]) == 1  # the header, once
+    columns = one[0].split(",")
+
+    def rows(lines: list[str]) -> dict[str, tuple[str, str]]:
+        got = [dict(zip(columns, line.split(","), strict=True)) for line in lines[1:]]
+        return {r["line"]: (r["status"], r["error"]) for r in got}
+
+    assert rows(many) == rows(one) == {str(n): ("200", "") for n in range(1, 51)}
+
+
 def test_input_is_read_a_few_shards_ahead_at_most(sim: SimInfo, client: distributed.Client) -> None:
     read = 0
 
@@ -115,16 +140,15 @@ def _set_allowed_failures(n: int, dask_scheduler: Any) -> int:
     return old
 
 
-@pytest.mark.parametrize(
-    "allowed_failures", [3, 0], ids=["dask-reruns-the-shard", "surge-resubmits-the-shard"]
-)
+@pytest.mark.parametrize("allowed_failures", [3, 0], ids=["dask-allows-3", "dask-allows-0"])
 def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(
     sim: SimInfo, client: distributed.Client, allowed_failures: int
 ) -> None:
     # 600 hosts of 200 ms, 20 in flight per worker, shards of 50: ~3 s of work,
     # so the kill, after the first shard is back, lands with shards running.
-    # Dask reruns a task whose worker died (3 times by default); with 0 allowed
-    # failures it gives up at once (KilledWorker) and surge submits the shard again.
+    # A shard's inputs are scattered to the worker that runs it, so they die
+    # with it: Dask cannot rerun the task (with or without allowed failures),
+    # and surge sends the inputs again, as a second attempt.
     urls = [sim.url(f"k{i}--delay-200.sim") for i in range(600)]
     opts = FetchOptions(concurrency=20, resolve=[RESOLVE])
     seen: list[int] = []
@@ -145,7 +169,7 @@ def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(
         client.wait_for_workers(2, timeout=60)  # the nanny restarts it, for the next tests
     assert sorted(seen) == list(range(1, 601))  # each input exactly once
     assert killed not in client.run(os.getpid).values()
-    assert max(attempts) == (1 if allowed_failures else 2)
+    assert max(attempts) == 2
 
 
 def test_fetch_on_cluster_yields_one_record_per_input(
@@ -155,6 +179,33 @@ def test_fetch_on_cluster_yields_one_record_per_input(
     got = list(surge.fetch_on_cluster(client, urls, shard_size=7, resolve=[RESOLVE]))
     assert sorted(r["line"] for r in got) == list(range(1, 32))
     assert {(r["status"], r["error"]) for r in got} == {(200, None), (None, "invalid_url")}
+
+
+def test_a_job_started_before_any_worker_runs_when_one_joins(sim: SimInfo) -> None:
+    # No worker to scatter the inputs to (an adaptive cluster starts workers for
+    # pending tasks): the first shards carry their inputs in the task instead.
+    urls = [sim.url("status-200.sim", f"/{i}") for i in range(60)]
+    with (
+        distributed.LocalCluster(
+            n_workers=0, processes=True, host="127.0.0.1", dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as empty,
+    ):
+        got: list[int] = []
+        job = threading.Thread(
+            target=lambda: got.extend(
+                r["line"]
+                for r in surge.fetch_on_cluster(
+                    empty, urls, shard_size=20, max_in_flight=2, resolve=[RESOLVE]
+                )
+            )
+        )
+        job.start()
+        time.sleep(1)
+        cluster.scale(1)
+        job.join(90)
+        assert not job.is_alive()
+    assert sorted(got) == list(range(1, 61))
 
 
 def test_a_stopped_job_stops_its_running_shards(sim: SimInfo, client: distributed.Client) -> None:
@@ -241,6 +292,62 @@ def test_a_bad_input_line_exits_2_and_keeps_what_came_before(
     assert done.returncode == 2
     assert "in.jsonl:6:" in done.stderr
     assert sorted(r["line"] for r in records(out)) == [1, 2, 3, 4, 5]
+
+
+def test_losing_the_scheduler_mid_run_exits_1_and_keeps_the_records(
+    sim: SimInfo, client: distributed.Client, tmp_path: Path
+) -> None:
+    # A real `dask scheduler` process (and a worker of its own), killed once the
+    # first shards are written: one line on stderr, exit 1, no traceback, every
+    # record written kept, and --resume (on another cluster) finishes the file.
+    dask = str(Path(sys.executable).parent / "dask")
+    scheduler_file = tmp_path / "scheduler.json"
+    quiet = dict.fromkeys(("stdin", "stdout", "stderr"), subprocess.DEVNULL)
+    listen = ["--host", "127.0.0.1", "--port", "0", "--no-dashboard"]
+    scheduler = subprocess.Popen(
+        [dask, "scheduler", *listen, "--scheduler-file", str(scheduler_file)], **quiet
+    )
+    worker = None
+    try:
+        deadline = time.monotonic() + 60
+        while not scheduler_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.3)  # the file is written whole after it appears
+        address = json.loads(scheduler_file.read_text())["address"]
+        worker = subprocess.Popen(
+            [dask, "worker", address, "--nthreads", "2", "--no-dashboard", "--host", "127.0.0.1"],
+            **quiet,
+        )
+        with distributed.Client(address) as watcher:
+            watcher.wait_for_workers(1, timeout=60)
+        n = 1000
+        source, out = tmp_path / "urls.txt", tmp_path / "out.jsonl"
+        source.write_text("".join(sim.url(f"s{i}--delay-200.sim") + "\n" for i in range(n)))
+        args = [str(source), "-o", str(out), "-c", "20", "--shard-size", "40", "--resolve", RESOLVE]
+        run = subprocess.Popen(
+            [sys.executable, "-m", "surge.cli", "fetch", *args, "--cluster", address],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 60
+        while (not out.exists() or out.stat().st_size < 2000) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        scheduler.kill()
+        _, err = run.communicate(timeout=90)
+    finally:
+        for process in (worker, scheduler):
+            if process is not None:
+                process.kill()
+                process.wait(30)
+    assert run.returncode == 1, err
+    assert "Traceback" not in err, err
+    assert f"lost the connection to the Dask scheduler {address}" in err
+    assert "the records written are kept" in err
+    partial = [r["line"] for r in records(out)]  # whole lines: each one parses
+    assert 0 < len(partial) < n and len(set(partial)) == len(partial)
+    again = surge_fetch(*args, "--resume", "--cluster", client.scheduler.address)
+    assert again.returncode == 0, again.stderr
+    assert sorted(r["line"] for r in records(out)) == list(range(1, n + 1))
 
 
 @pytest.mark.parametrize(

@@ -219,9 +219,9 @@ def fetch_command(
                 except UsageError as e:
                     failure = e
                 except Exception as e:
-                    from surge.bulk.cluster import ShardFailed
+                    from surge.bulk.cluster import SchedulerLost, ShardFailed
 
-                    if not isinstance(e, ShardFailed):
+                    if not isinstance(e, (ShardFailed, SchedulerLost)):
                         raise
                     broken = e
         finally:
@@ -375,10 +375,12 @@ def _run_on_cluster(
     from surge.bulk.cluster import run_shards
 
     lowered = False
-    for shard in run_shards(client, items, opts, shard_size=shard_size, stop=stop):
-        for record in shard.records:
-            writer.write(record)
-            summary.add(record)
+    shards = run_shards(client, items, opts, shard_size=shard_size, stop=stop, encode=writer.fmt)
+    for shard in shards:
+        # The worker formatted the records and counted them: nothing per record here.
+        assert shard.encoded is not None and shard.summary is not None
+        writer.write_encoded(shard.encoded)
+        summary.merge(shard.summary)
         writer.flush()  # a shard at a time: on disk before the next one is awaited
         if progress is not None:
             progress.update(summary)

@@ -18,13 +18,21 @@ per task, and a ``client.map`` over 3.1M items overwhelmed it
 - Backpressure: at most ``max_in_flight`` shards are submitted and not yet
   merged (default: the cluster's worker threads, counted again as shards
   return), so this process holds a bounded number of shards whatever the
-  input's size.  (The scheduler's memory was measured growing with the input
-  anyway, ~1.8 MB per shard: see docs/cluster.md; not understood yet.)
+  input's size.
+- Inputs out: a shard's inputs are packed into one ``bytes`` value
+  (:func:`~surge.bulk.shards.pack_inputs`) and scattered to the worker with
+  the most free threads, where its task is then pinned (loosely), rather than
+  passed as the task's argument.  An argument travels in the scheduler's
+  "compute-task" message, and Dask's batched streams keep their last 1,000
+  messages under 1 MB (``distributed.admin.low-level-log-length``): the
+  scheduler kept every recent shard (~1.8 MB each) and grew with the input.
+  Scattered data goes by RPC, which keeps nothing, and is dropped with the
+  task.
 - One writer: records come back here, a shard's all at once, as each shard
   finishes; the caller writes them.  A shard's records are handed out once,
-  when its current task first completes: a shard whose worker died is rerun by
-  Dask (or resubmitted here after Dask gave up on it, up to
-  :data:`MAX_SHARD_ATTEMPTS` times), and a stale completion is ignored.
+  when its current task first completes: a shard whose worker died (its
+  inputs died with it) is resubmitted here, up to
+  :data:`MAX_SHARD_ATTEMPTS` times, and a stale completion is ignored.
 - Stopping: setting ``stop`` (a :class:`threading.Event`) or closing the
   iterator cancels the shards in flight; the shards already handed out are
   the caller's to keep, and ``--resume`` (input line numbers) carries on.
@@ -54,7 +62,8 @@ from typing import TYPE_CHECKING, Any
 
 from surge.bulk.engine import FetchOptions, Record, as_items
 from surge.bulk.inputs import InputItem
-from surge.bulk.shards import ShardOutcome, run_shard
+from surge.bulk.shards import ShardOutcome, pack_inputs, run_shard
+from surge.bulk.summary import Summary
 from surge.errors import UsageError
 
 if TYPE_CHECKING:
@@ -67,6 +76,8 @@ DEFAULT_SHARD_SIZE = 10_000
 MAX_SHARD_ATTEMPTS = 3
 #: How often a wait for the next shard looks at ``stop``.
 _STOP_POLL_S = 0.25
+#: How many workers sending a shard's inputs tries, while workers come and go.
+_SCATTER_TRIES = 5
 _LOCAL = re.compile(r"local:(\d+)\Z")
 
 
@@ -122,12 +133,27 @@ def connect(address: str, *, threads_per_worker: int = 2) -> Iterator[Client]:
         client = distributed.Client(address)
     except (OSError, TimeoutError, ValueError) as error:
         raise UsageError(f"--cluster {address!r}: cannot reach the scheduler ({error})") from None
+    # Dask logs at INFO, with tracebacks, what a lost connection does to its comms;
+    # the job says it in one line.  Warnings (mismatched versions...) still show.
+    logging.getLogger("distributed").setLevel(logging.WARNING)
     with client:
-        yield client
+        try:
+            yield client
+        finally:
+            if client.status not in ("running", "closed"):
+                # The scheduler went away: closing cancels Dask's attempts to
+                # reconnect, which it logs as an error with a traceback, on top
+                # of the one line the job has already said.
+                for name in ("distributed", "distributed.client", "distributed.utils"):
+                    logging.getLogger(name).setLevel(logging.CRITICAL + 1)
 
 
 class ShardFailed(RuntimeError):
     """A shard failed :data:`MAX_SHARD_ATTEMPTS` times: the job cannot complete."""
+
+
+class SchedulerLost(RuntimeError):
+    """The connection to the Dask scheduler was lost: the job cannot complete."""
 
 
 @dataclass
@@ -138,13 +164,17 @@ class ShardResult:
     first_line: int
     last_line: int
     records: list[Record]
-    attempts: int  # tasks submitted for it (1 unless Dask gave up on a worker)
-    submitted: float  # time.time() here when its (last) task was submitted
+    attempts: int  # tasks submitted for it (1 unless its worker died, say)
+    submitted: float  # time.time() here when its (last) task's inputs were sent
     received: float  # ... and when its records arrived here
     started: float  # time.time() on the worker when the task began
     finished: float  # ... and when its last record was done
     worker: str  # "host:pid"
     concurrency: int  # what the worker's engine ran with
+    notified: float  # time.time() here when Dask said the task was done
+    taken: float  # ... and when this iterator came to it (later if the caller was busy)
+    encoded: str | None = None  # with ``encode``: the records, formatted (``records`` empty)
+    summary: Summary | None = None  # ... and what they hold
 
 
 @dataclass
@@ -153,6 +183,7 @@ class _InFlight:
     future: Future[ShardOutcome]
     attempts: int
     submitted: float
+    worker: str | None  # the worker its inputs were scattered to
 
 
 def run_shards(
@@ -163,8 +194,14 @@ def run_shards(
     shard_size: int = DEFAULT_SHARD_SIZE,
     max_in_flight: int | None = None,
     stop: threading.Event | None = None,
+    encode: str | None = None,
 ) -> Iterator[ShardResult]:
     """Run ``items`` on ``client``'s cluster in shards; yield each shard as it returns.
+
+    With ``encode`` (an output format: ``jsonl``, ``csv``) a shard's records come
+    back formatted, as :class:`~surge.bulk.outputs.RecordWriter` would write them
+    (``encoded``, for :meth:`~surge.bulk.outputs.RecordWriter.write_encoded`),
+    with their :class:`~surge.bulk.summary.Summary`; ``records`` is then empty.
 
     Once ``stop`` is set, the shards in flight are cancelled and the iteration
     ends (checked every 0.25 s while waiting, and between shards).
@@ -176,32 +213,72 @@ def run_shards(
         raise UsageError(f"shards in flight must be at least 1, not {max_in_flight}")
     job = uuid.uuid4().hex[:12]
     source = iter(items)
-    completed: queue.SimpleQueue[tuple[int, Future[ShardOutcome]]] = queue.SimpleQueue()
+    completed: queue.SimpleQueue[tuple[int, Future[ShardOutcome], float]] = queue.SimpleQueue()
     in_flight: dict[int, _InFlight] = {}
     next_shard = 0
     exhausted = False
     failure: list[Exception] = []
+    # The workers and their threads, asked of the scheduler once per fill(), and
+    # again when sending to a worker fails: one round trip fewer per shard.
+    threads: dict[str, int] = {}
+
+    def ask_threads() -> None:
+        threads.clear()
+        threads.update(client.nthreads())  # type: ignore[no-untyped-call]
 
     def submit(shard: int, batch: list[InputItem], attempts: int) -> None:
+        submitted = time.time()
+        name = f"{job}-{shard}-{attempts}"
+        worker, inputs = send_inputs(f"surge-inputs-{name}", pack_inputs(batch))
+        where = {"workers": [worker], "allow_other_workers": True} if worker is not None else {}
         future = client.submit(
             run_shard,
             job,
-            batch,
+            inputs,
             opts,
-            key=f"surge-shard-{job}-{shard}-{attempts}",
+            encode,
+            key=f"surge-shard-{name}",
             pure=False,
+            **where,
         )
-        in_flight[shard] = _InFlight(batch, future, attempts, time.time())
-        future.add_done_callback(lambda done: completed.put((shard, done)))  # type: ignore[no-untyped-call]
+        in_flight[shard] = _InFlight(batch, future, attempts, submitted, worker)
+        future.add_done_callback(lambda done: completed.put((shard, done, time.time())))  # type: ignore[no-untyped-call]
 
-    def window() -> int:
-        if max_in_flight is not None:
-            return max_in_flight
-        return max(1, sum(client.nthreads().values()))  # type: ignore[no-untyped-call]
+    def send_inputs(key: str, packed: bytes) -> tuple[str | None, bytes | Future[Any]]:
+        # Scattered (see "Inputs out" above) to the least busy worker.  One that
+        # just died may still be listed: sending to it fails (OSError; KeyError
+        # from a scheduler that has just removed it), and the choice is made
+        # again.  With no worker at all (yet: an adaptive cluster starts its
+        # workers when tasks are pending), the inputs go with the task, as its
+        # argument, which the scheduler then keeps for a while (a few shards).
+        for _ in range(_SCATTER_TRIES):
+            worker = least_busy()
+            if worker is None:
+                break
+            try:
+                futures = client.scatter({key: packed}, workers=[worker], hash=False)  # type: ignore[no-untyped-call]
+            except (OSError, KeyError):
+                time.sleep(_STOP_POLL_S)
+                ask_threads()
+                continue
+            return worker, futures[key]
+        return None, packed
+
+    def least_busy() -> str | None:
+        # The worker with the most threads free of this job's shards: a shard runs
+        # where its inputs are, so the choice of where to scatter them is the
+        # scheduling decision.
+        free = dict(threads)
+        for entry in in_flight.values():
+            if entry.worker in free:
+                free[entry.worker] -= 1
+        return max(free, key=free.__getitem__, default=None)
 
     def fill() -> None:
         nonlocal next_shard, exhausted
-        room = window() - len(in_flight)
+        ask_threads()
+        window = max_in_flight if max_in_flight is not None else max(1, sum(threads.values()))
+        room = window - len(in_flight)
         while room > 0 and not exhausted:
             batch: list[InputItem] = []
             try:
@@ -223,17 +300,24 @@ def run_shards(
         fill()
         while in_flight and not stopping():
             try:
-                shard, future = completed.get(timeout=_STOP_POLL_S)
+                shard, future, notified = completed.get(timeout=_STOP_POLL_S)
             except queue.Empty:
                 continue
+            taken = time.time()
             entry = in_flight.get(shard)
             if entry is None or entry.future is not future:
                 continue  # a superseded attempt: that shard is merged once, elsewhere
             try:
                 outcome: ShardOutcome = future.result()
             except (distributed.KilledWorker, distributed.CancelledError) as error:
-                # Dask reruns a task whose worker died by itself; this is it giving
-                # up (allowed-failures), or a cluster restart that cancelled it.
+                if client.status != "running":
+                    # Dask cancels every future when it loses the scheduler (and
+                    # tries to reconnect): the scheduler's state, tasks included,
+                    # is gone either way.
+                    raise SchedulerLost(_lost(client, error)) from None
+                # Its worker died (the scattered inputs with it: the task is
+                # cancelled for its lost dependency), Dask gave up on it
+                # (allowed-failures), or a cluster restart cancelled it.
                 if entry.attempts >= MAX_SHARD_ATTEMPTS:
                     raise ShardFailed(
                         f"the shard of input lines {entry.items[0].line}-{entry.items[-1].line} "
@@ -241,8 +325,11 @@ def run_shards(
                     ) from error
                 submit(shard, entry.items, entry.attempts + 1)
                 continue
-            del in_flight[shard]
             received = time.time()
+            del in_flight[shard]
+            # The next shard goes out before this one is handed over: the worker
+            # thread it freed need not wait while the caller writes its records.
+            fill()
             yield ShardResult(
                 shard,
                 entry.items[0].line,
@@ -255,13 +342,27 @@ def run_shards(
                 outcome.finished,
                 outcome.worker,
                 outcome.concurrency,
+                notified,
+                taken,
+                outcome.encoded,
+                outcome.summary,
             )
-            fill()
+    except OSError as error:  # a call to the scheduler failed: connect timeout, comm closed
+        raise SchedulerLost(_lost(client, error)) from None
     finally:
-        if in_flight:
-            client.cancel([e.future for e in in_flight.values()])  # type: ignore[no-untyped-call]
+        if in_flight and client.status == "running":
+            with contextlib.suppress(OSError):
+                client.cancel([e.future for e in in_flight.values()])  # type: ignore[no-untyped-call]
     if failure and not stopping():
         raise failure[0]
+
+
+def _lost(client: Client, error: BaseException) -> str:
+    address = getattr(client.scheduler, "address", None) or "?"
+    message = f"lost the connection to the Dask scheduler {address}"
+    if isinstance(error, OSError):  # Dask's cancellation says no more than that
+        message += f" ({str(error).splitlines()[0] if str(error) else type(error).__name__})"
+    return message
 
 
 def fetch_on_cluster(

@@ -86,7 +86,7 @@ class RecordWriter:
 
     def __init__(self, sink: _Sink, fmt: str, *, header: bool) -> None:
         self._sink = sink
-        self._fmt = fmt
+        self.fmt = fmt  # "jsonl" or "csv"
         self._pending: list[str] = []
         self._last_flush = time.monotonic()
         self._closed = False
@@ -121,7 +121,7 @@ class RecordWriter:
             tls = timings["tls_ms"]
             ttfb = timings["ttfb_ms"]
             body = timings["body_ms"]
-            if self._fmt == "jsonl":
+            if self.fmt == "jsonl":
                 # Formatted by hand rather than by json.dumps: the template fixes the
                 # key order, and ":.3f" rounds and formats a float in one step where
                 # round() + the encoder's repr() take two.
@@ -176,6 +176,14 @@ class RecordWriter:
         ):
             self.flush()
 
+    def write_encoded(self, lines: str) -> None:
+        """Buffer records already formatted by :func:`encode_records` in this format."""
+        if self._closed:
+            raise ValueError("write to a closed RecordWriter")
+        self._pending.append(lines)
+        if time.monotonic() - self._last_flush >= FLUSH_INTERVAL:
+            self.flush()
+
     def flush(self) -> None:
         """Write the buffered records out, as whole lines, in one write."""
         self._last_flush = time.monotonic()
@@ -200,6 +208,22 @@ class RecordWriter:
     def __exit__(self, *exc_info: object) -> None:
         # Also on an exception: the records already done are kept.
         self.close()
+
+
+def encode_records(records: Iterable[Mapping[str, Any]], fmt: str) -> str:
+    """``records`` as :class:`RecordWriter` writes them in ``fmt`` (no CSV header).
+
+    A cluster worker formats its shard's records with this, so that they travel
+    to the client as one string, which the client's writer takes whole
+    (:meth:`RecordWriter.write_encoded`).
+    """
+    if fmt not in OUTPUT_FORMATS:
+        raise UsageError(f"unknown output format {fmt!r} (one of: {', '.join(OUTPUT_FORMATS)})")
+    sink = _TextSink()
+    with RecordWriter(sink, fmt, header=False) as writer:
+        for record in records:
+            writer.write(record)
+    return "".join(sink.parts)
 
 
 def open_writer(
@@ -451,6 +475,19 @@ class _FileSink(_Sink):
 
     def close(self) -> None:
         self._file.close()
+
+
+class _TextSink(_Sink):
+    """Keeps what is written, in memory (for :func:`encode_records`)."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    def write(self, data: str) -> None:
+        self.parts.append(data)
+
+    def close(self) -> None:
+        pass
 
 
 class _StdoutSink(_Sink):

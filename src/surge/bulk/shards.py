@@ -1,6 +1,7 @@
 """What a Dask worker process runs for ``surge fetch --cluster``: shards, on one engine.
 
-:func:`run_shard` is the Dask task: a list of inputs in, their records out.
+:func:`run_shard` is the Dask task: a shard's inputs in (as :func:`pack_inputs`
+made them), their records out.
 Dask runs tasks on the threads of a worker's pool, where no event loop runs
 (an aiohttp session made there finds none: dask/dask #9738), and a task's
 thread is not the place for one: a shard must not end with its slowest host.
@@ -29,6 +30,7 @@ connections and its thread ends.
 from __future__ import annotations
 
 import asyncio
+import marshal
 import os
 import socket
 import threading
@@ -39,6 +41,8 @@ from dataclasses import dataclass, replace
 from surge.bulk.engine import FetchOptions, Record, fetch_one
 from surge.bulk.inputs import InputItem
 from surge.bulk.limits import fit_open_files
+from surge.bulk.outputs import encode_records
+from surge.bulk.summary import Summary
 from surge.gc_tuning import relaxed_gc
 from surge.http.client import Client
 from surge.loops import new_event_loop
@@ -49,34 +53,74 @@ LINGER_S = 2.0
 CANCEL_POLL_S = 0.2
 #: Seconds to wait for an engine's loop to start or stop.
 _THREAD_TIMEOUT_S = 30.0
+#: marshal's format version for packed inputs (4: Python 3.4 and later).
+_MARSHAL_VERSION = 4
 
 
 @dataclass(frozen=True, slots=True)
 class ShardOutcome:
-    """A shard's records and where and when the worker ran it (for stats)."""
+    """A shard's records and where and when the worker ran it (for stats).
+
+    Asked to encode, the worker sends the records as ``encoded`` (the output
+    format's lines) with their ``summary``, and ``records`` is empty: a string
+    crosses to the client far cheaper than 10,000 dicts (pickled, sent through
+    the scheduler, unpickled), and the client only writes it.
+    """
 
     records: list[Record]
     started: float  # time.time() on the worker when the task began
     finished: float  # ... and when its last record was done
     worker: str  # "host:pid"
     concurrency: int  # what the worker's engine ran with (lower if its open-files limit is)
+    encoded: str | None = None  # the records in the output format, when asked
+    summary: Summary | None = None  # ... and what they hold
 
 
-def run_shard(job: str, items: Sequence[InputItem], opts: FetchOptions) -> ShardOutcome:
-    """The Dask task: fetch ``items`` on this process's engine for ``job``."""
+def pack_inputs(items: Sequence[InputItem]) -> bytes:
+    """A shard's inputs as one ``bytes`` value, for :func:`run_shard` on a worker.
+
+    Dask serialises a scattered list element by element: 10,000 inputs took
+    0.9 s to scatter as a list of :class:`InputItem`, 6 ms as bytes.  Three
+    columns through ``marshal`` encode in 3 ms here where pickling the items
+    takes 17 ms (both ~0.55 MB); the worker decodes them in 17 ms.  marshal's
+    format is Python's own: the client and the workers run the same Python
+    (docs/cluster.md), as Dask's pickles need anyway.
+    """
+    columns = ([i.line for i in items], [i.input for i in items], [i.url for i in items])
+    return marshal.dumps(columns, _MARSHAL_VERSION)
+
+
+def unpack_inputs(packed: bytes) -> list[InputItem]:
+    """The inputs :func:`pack_inputs` packed."""
+    lines, inputs, urls = marshal.loads(packed)
+    return list(map(InputItem, lines, inputs, urls))
+
+
+def run_shard(
+    job: str, packed: bytes, opts: FetchOptions, encode: str | None = None
+) -> ShardOutcome:
+    """The Dask task: fetch the inputs ``packed`` on this process's engine for ``job``.
+
+    With ``encode`` (an output format), the records come back encoded, with
+    their summary (see :class:`ShardOutcome`).
+    """
     started = time.time()
+    items = unpack_inputs(packed)
     engine = _acquire(job, opts)
     try:
         records = engine.run(items, _cancel_test())
     finally:
         _release(job, engine)
-    return ShardOutcome(
-        records,
-        started,
-        time.time(),
-        f"{socket.gethostname()}:{os.getpid()}",
-        engine.opts.concurrency,
-    )
+    worker = f"{socket.gethostname()}:{os.getpid()}"
+    if encode is None:
+        return ShardOutcome(records, started, time.time(), worker, engine.opts.concurrency)
+    # Formatting the records is the job's own work (one process does it too), so
+    # it is inside the task's run time, before ``finished``.
+    summary = Summary()
+    for record in records:
+        summary.add(record)
+    encoded = encode_records(records, encode)
+    return ShardOutcome([], started, time.time(), worker, engine.opts.concurrency, encoded, summary)
 
 
 class ShardCancelled(Exception):

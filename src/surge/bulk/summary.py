@@ -31,6 +31,14 @@ class Summary:
         if elapsed is not None and error != "invalid_url":
             self.latency.add(elapsed)
 
+    def merge(self, other: Summary) -> None:
+        """Count ``other``'s records here too (a cluster worker's summary of a shard)."""
+        self.records += other.records
+        self.statuses.update(other.statuses)
+        self.errors.update(other.errors)
+        self.skipped += other.skipped
+        self.latency.merge(other.latency)
+
     def percentile(self, p: float) -> float | None:
         """The latency (ms) below which ``p`` percent of the timed records fall."""
         return self.latency.percentile(p)

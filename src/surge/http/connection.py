@@ -257,9 +257,8 @@ class HTTPConnection(asyncio.Protocol):
         raw = parts[0] if len(parts) == 1 else b"".join(parts)
         self._head_parts = []
         start = 0
-        if self._interim:
-            for _ in range(self._interim):  # skip the 1xx heads
-                start = raw.index(b"\r\n\r\n", start) + 4
+        for _ in range(self._interim):  # skip the 1xx heads
+            start = raw.index(b"\r\n\r\n", start) + 4
         head = self.head = raw[start : raw.find(b"\r\n\r\n", start)]
         if self._is_head or status in _NO_BODY_STATUSES:
             self._parser = None  # llhttp would wait for a body: start afresh next time
@@ -337,7 +336,8 @@ def _ends_at_close(head: bytes) -> bool:
         return lower.find(b"\ncontent-length:") < 0
     # 6.3 rule 4: chunked only if it is the final coding (of the last such header, as
     # llhttp reads it); any other Transfer-Encoding is read until the close.
-    value = header_value(lower[at:], lower[at:], b"\ntransfer-encoding:")
+    last = lower[at:]
+    value = header_value(last, last, b"\ntransfer-encoding:")
     return value.rsplit(b",", 1)[-1].strip() != b"chunked"
 
 

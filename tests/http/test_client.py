@@ -217,6 +217,38 @@ async def test_a_body_that_ends_at_the_close_is_whole(
     assert (response.status, response.body) == (200, b"hello")
 
 
+async def test_a_connection_reused_after_an_interim_response_reads_the_next_one_whole(
+    tiny_server: ServerFactory,
+) -> None:
+    """The connection keeps no state of one exchange into the next: after a 103
+    and its final response, the next response on the same connection has its own
+    status, head and body."""
+    connections = 0
+    answers = [
+        b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n"
+        b"HTTP/1.1 200 OK\r\nX-N: 1\r\nContent-Length: 5\r\n\r\nhello",
+        b"HTTP/1.1 201 Created\r\nX-N: 2\r\nContent-Length: 3\r\n\r\nbye",
+    ]
+
+    async def two(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        for answer in answers:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(answer)
+            await writer.drain()
+        await reader.read()
+
+    async with tiny_server(two) as port, Client() as client:
+        url = f"http://127.0.0.1:{port}/"
+        first = await client.get(url)
+        second = await client.get(url)
+    assert connections == 1
+    assert (first.status, first.header("x-n"), first.body) == (200, "1", b"hello")
+    assert (second.status, second.header("x-n"), second.body) == (201, "2", b"bye")
+    assert second.head.startswith(b"HTTP/1.1 201 Created\r\n")
+
+
 @pytest.mark.parametrize(
     "head",
     [
@@ -291,3 +323,21 @@ async def test_custom_headers_reach_the_server(tiny_server: ServerFactory) -> No
     assert request.startswith("GET /p?q=1 HTTP/1.1\r\n")
     assert f"Host: 127.0.0.1:{port}\r\n" in request
     assert "X-Trace: abc\r\n" in request and "X-One: 1\r\n" in request
+
+
+async def test_a_request_body_goes_after_its_content_length(tiny_server: ServerFactory) -> None:
+    seen: list[bytes] = []
+
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        seen.append(head + await reader.readexactly(11))
+        writer.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    async with tiny_server(echo) as port, Client(headers={"X-Trace": "abc"}) as client:
+        response = await client.request("post", f"http://127.0.0.1:{port}/f", body=b"hello world")
+    assert response.status == 204
+    request = seen[0].decode()
+    assert request.startswith("POST /f HTTP/1.1\r\n")
+    assert request.endswith("X-Trace: abc\r\nContent-Length: 11\r\n\r\nhello world")

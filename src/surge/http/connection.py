@@ -43,9 +43,19 @@ class HTTPConnection(asyncio.Protocol):
 
     loop: asyncio.AbstractEventLoop  # set when the transport connects
 
-    def __init__(self, key: tuple[str, str, int], deadlines: Deadlines) -> None:
+    def __init__(
+        self,
+        key: tuple[str, str, int],
+        deadlines: Deadlines,
+        body_cap: int = 10 * 1024 * 1024,
+        limit: float = 30.0,
+    ) -> None:
         self.key = key
         self._deadlines = deadlines
+        #: The client's body cap, and its ``max_time`` (for read_timeout messages):
+        #: the same for every exchange on the connection, so set once, here.
+        self._body_cap = body_cap
+        self._limit = limit
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.requests = 0  # responses completed on this connection
@@ -54,10 +64,8 @@ class HTTPConnection(asyncio.Protocol):
         self._parser: Any = None
         self._waiter: asyncio.Future[None] | None = None
         self._is_head = False
-        self._body_cap = 0
         #: The deadline slot this exchange waits in (deadlines.py), while it runs.
         self._slot: set[Expirable] | None = None
-        self._limit = 0.0
         # The response being read.
         self.status = 0
         self.head = b""  # the final response's status line and header lines
@@ -85,6 +93,8 @@ class HTTPConnection(asyncio.Protocol):
         server_hostname: str,
         timings: Timings,
         deadlines: Deadlines,
+        body_cap: int = 10 * 1024 * 1024,
+        limit: float = 30.0,
     ) -> HTTPConnection:
         """TCP to the first address that answers, then TLS if ``ssl_context``.
 
@@ -98,7 +108,7 @@ class HTTPConnection(asyncio.Protocol):
         for address in addresses:
             try:
                 transport, protocol = await loop.create_connection(
-                    lambda: cls(key, deadlines), address, port
+                    lambda: cls(key, deadlines, body_cap, limit), address, port
                 )
                 break
             except ConnectionRefusedError:
@@ -142,9 +152,7 @@ class HTTPConnection(asyncio.Protocol):
 
     # -- one exchange -------------------------------------------------------------------
 
-    def send(
-        self, data: bytes, *, is_head: bool, body_cap: int, deadline: float, limit: float
-    ) -> asyncio.Future[None]:
+    def send(self, data: bytes, is_head: bool, deadline: float) -> asyncio.Future[None]:
         """Write a request; the future resolves when its response is complete, or
         fails with ``read_timeout`` at ``deadline`` (event-loop time, honoured to
         within the deadlines' resolution, 50 ms).
@@ -158,15 +166,13 @@ class HTTPConnection(asyncio.Protocol):
         loop = self.loop
         waiter = self._waiter = loop.create_future()
         self._slot = self._deadlines.add(self, deadline)
-        self._limit = limit
         if self._parser is None:
             self._parser = httptools.HttpResponseParser(self)
         self._is_head = is_head
-        self._body_cap = body_cap
-        self.status = 0
-        self.head = b""
-        self._head_parts = []
-        self._interim = 0
+        # Not reset here: ``status`` and ``head`` are read only once ``head_done``
+        # (reset below) says they are this exchange's, and ``_head_parts`` and
+        # ``_interim`` are emptied by the head that completed the last exchange
+        # (a connection whose exchange failed is never reused).
         self.body = []
         self.body_bytes = 0
         self.first_byte = None
@@ -256,10 +262,13 @@ class HTTPConnection(asyncio.Protocol):
         parts = self._head_parts
         raw = parts[0] if len(parts) == 1 else b"".join(parts)
         self._head_parts = []
-        start = 0
-        for _ in range(self._interim):  # skip the 1xx heads
-            start = raw.index(b"\r\n\r\n", start) + 4
-        head = self.head = raw[start : raw.find(b"\r\n\r\n", start)]
+        if self._interim:  # skip the 1xx heads (a guard: range() is a call per response)
+            start = 0
+            for _ in range(self._interim):
+                start = raw.index(b"\r\n\r\n", start) + 4
+            raw = raw[start:]
+            self._interim = 0
+        head = self.head = raw[: raw.find(b"\r\n\r\n")]
         if self._is_head or status in _NO_BODY_STATUSES:
             self._parser = None  # llhttp would wait for a body: start afresh next time
             self._finish()
@@ -273,8 +282,8 @@ class HTTPConnection(asyncio.Protocol):
             self.content_encoding = header_value(head, lower, b"\ncontent-encoding:").lower()
 
     def on_body(self, body: bytes) -> None:
-        self.body_bytes += len(body)
-        if self.body_bytes > self._body_cap:
+        received = self.body_bytes = self.body_bytes + len(body)
+        if received > self._body_cap:
             self._fail(
                 RequestError("body_too_large", f"body exceeds the {self._body_cap:,}-byte cap")
             )
@@ -285,8 +294,17 @@ class HTTPConnection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         if not self.head_done:  # the end of a 1xx interim response
             return
-        if self._waiter is not None:
-            self._finish()
+        # _finish, inlined: this is once per response (change the two together).
+        waiter = self._waiter
+        if waiter is not None:
+            slot = self._slot
+            if slot is not None:
+                slot.discard(self)
+                self._slot = None
+            self._waiter = None
+            self.requests += 1
+            if not waiter.done():
+                waiter.set_result(None)
 
     # -- internals ------------------------------------------------------------------------
 

@@ -117,6 +117,7 @@ class KeyedCore(Generic[K, R]):
         log = self.idle_log
         if log and log[0][2] + self.max_idle <= now:
             self.expire(now)
+            log = self.idle_log
         core = self.cores.get(key)
         if core is None or not core.n_idle:
             return None
@@ -132,7 +133,6 @@ class KeyedCore(Generic[K, R]):
                 entry.state = IN_USE
                 self.checked_out[id(entry.resource)] = entry
                 core.n_reused += 1
-                log = self.idle_log
                 if log and log[-1][0] is entry:
                     # Its idle record is the newest (the usual case when one key
                     # is reused): drop it now, not in a later compaction.
@@ -157,14 +157,15 @@ class KeyedCore(Generic[K, R]):
         self._after_slot_change(core, waiter, now)
 
     def release(self, resource: R, now: float) -> None:
-        entry = self.checked_out.get(id(resource))
+        # Popped at once (one dict operation on the hot path); put back for the
+        # paths below that look it up again.
+        entry = self.checked_out.pop(id(resource), None)
         if entry is None:
             raise ValueError(f"{resource!r} is not checked out from this pool")
         core = self.cores[entry.key]
         if not (core.n_waiting or self.n_global_waiting or self.closed) and entry.expires_at > now:
             # The hot path, inlined (PoolCore.release + _log_idle): nobody waits,
             # so the resource goes idle on its key and into the global log.
-            del self.checked_out[id(resource)]
             entry.state = IDLE
             entry.idle_since = now
             core.idle.append(entry)
@@ -176,6 +177,7 @@ class KeyedCore(Generic[K, R]):
             if len(log) > 2 * self.n_idle + _COMPACT_SLACK:
                 self.idle_log = _compacted(log)
             return
+        self.checked_out[id(resource)] = entry
         if (
             not core.n_waiting
             and self.n_global_waiting

@@ -85,7 +85,13 @@ Section 2, "keepalive": one fast host over reused connections
     of idle connections per host, nothing else (no timeouts, timings, decoding
     or pool limits) - the issue measured such a client at 0.018-0.021 ms a
     request.  Each client runs ``--repeat`` (3) times, interleaved with the
-    others; the run with the least CPU per request is reported.
+    others; the run with the least CPU per request is reported.  With two CPUs
+    or more the simulated web runs on one and the clients on the others
+    (``sim_on_own_cpu``; sections 2 and 3): sharing a CPU, every client was
+    preempted by the server it had just woken, and how often depended on the
+    two processes' rhythm more than on the client.  The JSON's ``cpus`` says
+    which.  ``fetch_clients.py`` also reports minor faults and voluntary and
+    involuntary context switches per run.
     Targets: surge's CPU per request <= 0.25x aiohttp's (the cheaper of its two
     loops) and <= pycurl's.
 
@@ -137,7 +143,8 @@ import os
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from time import perf_counter
 from typing import Any
@@ -483,10 +490,36 @@ def interleaved(
     return runs
 
 
-def run_keepalive(args: argparse.Namespace) -> dict[str, Any]:
+@contextmanager
+def sim_on_own_cpu(**options: Any) -> Iterator[tuple[Any, dict[str, list[int]] | None]]:
+    """The simulated web on one CPU and this process (so every client it starts)
+    on the others, for the CPU sections; with one CPU, both share it.
+
+    Apart, a client is not preempted by the server it woke (on this 2-core box
+    a shared CPU put 0.2-0.7 involuntary context switches into every keep-alive
+    request, and their cost into the client's system time), and what is left
+    is what a client pays when its server is another machine - except the
+    loopback's own cost of waking the server, which every client still pays.
+    """
     from surge.sim import background
 
-    with background(seed=0) as sim:
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        with background(**options) as sim:
+            yield sim, None
+        return
+    server, client = cpus[-1:], cpus[:-1]
+    try:
+        os.sched_setaffinity(0, server)  # the sim's process inherits it
+        with background(**options) as sim:
+            os.sched_setaffinity(0, client)
+            yield sim, {"server": server, "client": client}
+    finally:
+        os.sched_setaffinity(0, cpus)
+
+
+def run_keepalive(args: argparse.Namespace) -> dict[str, Any]:
+    with sim_on_own_cpu(seed=0) as (sim, cpus):
         url = sim.url("status-200.sim")
         urls = [url] * args.requests
         warmup = [url] * 64
@@ -503,15 +536,15 @@ def run_keepalive(args: argparse.Namespace) -> dict[str, Any]:
     )
     table.note("cpu = user + sys of the client process (all threads), requests + close;")
     table.note("the simulated server runs in another process and is not counted.")
+    if cpus:
+        table.note(f"server pinned to CPU {cpus['server']}, clients to CPU {cpus['client']}.")
     table.print()
-    return {"requests": args.requests, "inflight": INFLIGHT, "clients": results}
+    return {"requests": args.requests, "inflight": INFLIGHT, "cpus": cpus, "clients": results}
 
 
 def run_tls(args: argparse.Namespace) -> dict[str, Any]:
-    from surge.sim import background
-
     n = args.tls_hosts
-    with background(seed=0) as sim:
+    with sim_on_own_cpu(seed=0) as (sim, cpus):
         urls = [sim.url(f"h{i}--status-200.sim", tls=True) for i in range(n)]
         warmup = [sim.url(f"w{i}--status-200.sim", tls=True) for i in range(INFLIGHT)]
         progress(f"tls: issuing {n + INFLIGHT:,} certificates (an unmeasured pass)")
@@ -529,10 +562,13 @@ def run_tls(args: argparse.Namespace) -> dict[str, Any]:
     )
     table.note("distinct host names: no connection reuse and no session resumption;")
     table.note("certificates were issued by an unmeasured pass first. ECDSA P-256, TLS 1.3.")
+    if cpus:
+        table.note(f"server pinned to CPU {cpus['server']}, clients to CPU {cpus['client']}.")
     table.print()
     return {
         "hosts": n,
         "inflight": INFLIGHT,
+        "cpus": cpus,
         "certificate_pass_s": issue_s,
         "certificate_pass_ok": warm.get("ok"),
         "clients": results,

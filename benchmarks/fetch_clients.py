@@ -53,9 +53,15 @@ CLIENTS: dict[str, str] = {
 Outcome = int | str  # a status, or the name of the exception
 
 
-def _cpu() -> tuple[float, float]:
+def _cpu() -> tuple[float, float, int, int, int]:
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime, usage.ru_stime
+    return (
+        usage.ru_utime,
+        usage.ru_stime,
+        usage.ru_minflt,
+        usage.ru_nvcsw,
+        usage.ru_nivcsw,
+    )
 
 
 def _loopback_only() -> None:
@@ -115,12 +121,17 @@ class _Measure:
 
     def stop(self, outcomes: Counter[Outcome], warm: Counter[Outcome]) -> None:
         wall = time.perf_counter() - self._t
-        user, system = _cpu()
+        user, system, faults, voluntary, involuntary = _cpu()
         self.result = {
             "wall_s": wall,
             "user_s": user - self._cpu[0],
             "sys_s": system - self._cpu[1],
             "cpu_s": user - self._cpu[0] + system - self._cpu[1],
+            # What system time has in it besides system calls: page faults, and the
+            # context switches (sleeps in epoll_wait; preemptions by other processes).
+            "minor_faults": faults - self._cpu[2],
+            "voluntary_switches": voluntary - self._cpu[3],
+            "involuntary_switches": involuntary - self._cpu[4],
             "outcomes": {str(k): v for k, v in outcomes.items()},
             "warmup_outcomes": {str(k): v for k, v in warm.items()},
         }

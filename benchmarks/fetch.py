@@ -492,18 +492,22 @@ def interleaved(
 
 @contextmanager
 def sim_on_own_cpu(**options: Any) -> Iterator[tuple[Any, dict[str, list[int]] | None]]:
-    """The simulated web on one CPU and this process (so every client it starts)
-    on the others, for the CPU sections; with one CPU, both share it.
+    """The simulated web on one CPU and the clients on the others, for the CPU
+    sections; with one CPU (or no affinity calls, as on macOS), both share.
 
-    Apart, a client is not preempted by the server it woke (on this 2-core box
-    a shared CPU put 0.2-0.7 involuntary context switches into every keep-alive
-    request, and their cost into the client's system time), and what is left
-    is what a client pays when its server is another machine - except the
-    loopback's own cost of waking the server, which every client still pays.
+    The affinity is this thread's (the benchmark starts no threads of its own),
+    inherited by every process it starts.  Apart, a client is not preempted by
+    the server it woke (on this 2-core box a shared CPU put 0.2-0.7 involuntary
+    context switches into every keep-alive request, and their cost into the
+    client's system time); what a client still pays is the loopback's cost of
+    waking its server, which a server on another machine would not charge it.
+    On a 2-core box the clients get one CPU: multi-threaded ones (requests'
+    threads, pyreqwest's tokio) run their threads on it, so their req/s is not
+    comparable with a run where they had both.
     """
     from surge.sim import background
 
-    cpus = sorted(os.sched_getaffinity(0))
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     if len(cpus) < 2:
         with background(**options) as sim:
             yield sim, None

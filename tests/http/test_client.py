@@ -341,3 +341,59 @@ async def test_a_request_body_goes_after_its_content_length(tiny_server: ServerF
     request = seen[0].decode()
     assert request.startswith("POST /f HTTP/1.1\r\n")
     assert request.endswith("X-Trace: abc\r\nContent-Length: 11\r\n\r\nhello world")
+
+
+async def test_waiting_for_a_handshake_slot_does_not_count_against_max_time(
+    tiny_server: ServerFactory,
+) -> None:
+    """The only handshake slot is held by TLS handshakes that never answer for
+    longer than ``max_time``; a request queued behind them still has its whole
+    ``max_time`` once it gets the slot (found in review)."""
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(5)  # accepts TCP, never answers the ClientHello
+
+    async def quick(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        await asyncio.sleep(0.3)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        await reader.read()
+
+    async with (
+        tiny_server(silent) as slow,
+        tiny_server(quick) as fast,
+        Client(max_connecting=1, max_time=1.0, connect_timeout=0.6, insecure=True) as client,
+    ):
+        # two handshakes that each hold the only slot for connect_timeout (1.2 s)
+        blocked = [
+            asyncio.ensure_future(client.get(f"https://localhost:{slow}/")),
+            asyncio.ensure_future(client.get(f"https://127.0.0.1:{slow}/")),
+        ]
+        await asyncio.sleep(0.05)
+        try:
+            response = await client.get(f"http://127.0.0.1:{fast}/")
+        finally:
+            for request in blocked:
+                with pytest.raises(RequestError):
+                    await request
+    assert (response.status, response.body) == (200, b"ok")
+    assert response.timings.connect_start - response.timings.dns_end > 1.0  # it did wait
+
+
+async def test_a_head_request_stays_a_head_after_a_303(tiny_server: ServerFactory) -> None:
+    methods: list[bytes] = []
+
+    async def see_other(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        methods.append(head.split(b" ", 1)[0])
+        if len(methods) == 1:
+            writer.write(b"HTTP/1.1 303 See Other\r\nLocation: /b\r\nContent-Length: 0\r\n\r\n")
+        else:
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    async with tiny_server(see_other) as port, Client(follow_redirects=True) as client:
+        response = await client.head(f"http://127.0.0.1:{port}/a")
+    assert (response.status, response.redirects, methods) == (200, 1, [b"HEAD", b"HEAD"])

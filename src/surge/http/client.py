@@ -174,10 +174,10 @@ class Client:
         if max_redirects < 0:
             raise UsageError(f"max_redirects must be 0 or more, not {max_redirects}")
         self.connect_timeout = min(connect_timeout, max_time)
-        self.max_time = max_time
+        self._max_time = max_time
         self.follow_redirects = follow_redirects
         self.max_redirects = max_redirects
-        self.body_cap = body_cap
+        self._body_cap = body_cap
         self.decompress = decompress
         self.resolver = resolver if resolver is not None else Resolver(resolve)
         self._ssl_context = ssl_context
@@ -195,6 +195,17 @@ class Client:
         )
         self.requests = 0
         self._deadlines: Deadlines | None = None  # made on the loop, by the first connect
+
+    # Read-only: every pooled connection carries both from when it opened.
+    @property
+    def max_time(self) -> float:
+        """Seconds a request may take, redirects included (from its own network work)."""
+        return self._max_time
+
+    @property
+    def body_cap(self) -> int:
+        """The largest body accepted, on the wire and decoded, in bytes."""
+        return self._body_cap
 
     @property
     def ssl_context(self) -> ssl.SSLContext:
@@ -288,12 +299,17 @@ class Client:
                 if deadline is None:
                     # The connection's loop, not asyncio.get_running_loop(): on 3.11
                     # that makes a getpid() system call each time.
-                    if fresh and timings.dns_start:  # the clock started at the lookup
+                    if fresh and timings.dns_start:
+                        # The clock started at the lookup, less the wait for a
+                        # handshake slot (surge's own queue, between the two).
                         timings.started = timings.dns_start
-                        deadline = conn.loop.time() + self.max_time - (now - timings.dns_start)
+                        spent = now - timings.dns_start
+                        if timings.connect_start and timings.dns_end:
+                            spent -= timings.connect_start - timings.dns_end
+                        deadline = conn.loop.time() + self._max_time - spent
                     else:
                         timings.started = now
-                        deadline = conn.loop.time() + self.max_time
+                        deadline = conn.loop.time() + self._max_time
                 try:
                     # Positional: keyword arguments cost a little on every request.
                     done = conn.send(head, method == "HEAD", deadline)
@@ -378,7 +394,8 @@ class Client:
                 raise
             timings.url, timings.status = target.url, status  # for traces: hop by hop
             target = next_target
-            if status == 303 or (status in (301, 302) and method == "POST"):
+            # As curl: a POST after 301/302/303 becomes a GET; a HEAD stays a HEAD.
+            if (status == 303 and method != "HEAD") or (status in (301, 302) and method == "POST"):
                 method, body = "GET", None
             timings = _next_hop(timings)
 
@@ -401,7 +418,7 @@ class Client:
     def _decode(self, body: bytes, encoding: str, status: int) -> bytes:
         if encoding in ("identity", ""):
             return body
-        cap = self.body_cap
+        cap = self._body_cap
         try:
             if encoding in ("gzip", "x-gzip"):
                 d = zlib.decompressobj(zlib.MAX_WBITS | 16)
@@ -461,8 +478,8 @@ class Client:
                         server_hostname=host,
                         timings=timings,
                         deadlines=self._deadlines,
-                        body_cap=self.body_cap,
-                        limit=self.max_time,
+                        body_cap=self._body_cap,
+                        limit=self._max_time,
                     )
             except TimeoutError:
                 phase = "TLS handshake" if timings.tcp_end else "TCP connect"

@@ -47,8 +47,8 @@ class HTTPConnection(asyncio.Protocol):
         self,
         key: tuple[str, str, int],
         deadlines: Deadlines,
-        body_cap: int = 10 * 1024 * 1024,
-        limit: float = 30.0,
+        body_cap: int,
+        limit: float,
     ) -> None:
         self.key = key
         self._deadlines = deadlines
@@ -93,8 +93,8 @@ class HTTPConnection(asyncio.Protocol):
         server_hostname: str,
         timings: Timings,
         deadlines: Deadlines,
-        body_cap: int = 10 * 1024 * 1024,
-        limit: float = 30.0,
+        body_cap: int,
+        limit: float,
     ) -> HTTPConnection:
         """TCP to the first address that answers, then TLS if ``ssl_context``.
 

@@ -113,10 +113,22 @@ class KeyedMachine(RuleBasedStateMachine):
             event("acquire waits for room")
             self.global_waiters.append(got)
 
-    @rule(key=st.sampled_from(KEYS))
-    def take(self, key: str) -> None:
-        """acquire_nowait's core call: an idle resource of the key, or None at once."""
+    @rule(data=st.data())
+    def take(self, data: st.DataObject) -> None:
+        """acquire_nowait's core call: an idle resource of the key, or None at once.
+
+        Half the time a key that has an idle resource: take's own bookkeeping
+        (the LIFO pop, the idle log's tail) only runs then.  With this and
+        ``use_a_new_one``, a planted take that pops another key's idle-log record
+        was found in 5 of 5 runs of 300 examples (without a database); before,
+        in 1 of 5."""
+        idle = [name for name, k in self.keys.items() if k.idle]
+        key = data.draw(st.sampled_from(idle if idle and data.draw(st.booleans()) else KEYS))
         km = self.keys[key]
+        if len(idle) >= 2 and key in idle:
+            newest = max((order, name) for name, k in self.keys.items() for _, order in k.idle)
+            if newest[1] != key:
+                event("take under another key's newest idle record")
         got = self.core.take(key, 0.0)
         assert self.core.take_garbage() == []
         if km.idle:
@@ -165,6 +177,25 @@ class KeyedMachine(RuleBasedStateMachine):
             woken.append(waiter)
         self._grant_free_slots(woken)
         self._check_woken(woken)
+
+    @precondition(lambda self: self.total_open < self.max_size and not self._anyone_waits())
+    @rule(key=st.sampled_from(KEYS))
+    def use_a_new_one(self, key: str) -> None:
+        """What a request on a fresh connection does: acquire (room: a reservation),
+        create, release.  Drawn step by step, the states with idle resources on
+        two keys at once - where eviction and take's idle-log bookkeeping act -
+        came up in 0.5% of examples; this rule makes them common."""
+        km = self.keys[key]
+        if km.idle or km.open >= self.max_per_key:
+            return
+        self.acquire(key)
+        self._finish_reservation(key, fail=False)
+        res = km.out[-1]
+        km.out.remove(res)
+        self.core.release(res, 0.0)
+        assert self.core.take_garbage() == []
+        km.idle.append((res, next(self.order)))
+        self._check_woken([])
 
     @precondition(lambda self: any(k.out for k in self.keys.values()))
     @rule(data=st.data(), discard=st.booleans())

@@ -175,6 +175,8 @@ class ShardResult:
     taken: float  # ... and when this iterator came to it (later if the caller was busy)
     encoded: str | None = None  # with ``encode``: the records, formatted (``records`` empty)
     summary: Summary | None = None  # ... and what they hold
+    queued: float = 0.0  # time.time() on the worker when its inputs reached the engine
+    starved: float = 0.0  # engine-seconds its engine had waited for input until then
 
 
 @dataclass
@@ -346,6 +348,8 @@ def run_shards(
                 taken,
                 outcome.encoded,
                 outcome.summary,
+                outcome.queued,
+                outcome.starved,
             )
     except OSError as error:  # a call to the scheduler failed: connect timeout, comm closed
         raise SchedulerLost(_lost(client, error)) from None

@@ -35,8 +35,10 @@ import os
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from surge.bulk.engine import FetchOptions, Record, fetch_one
 from surge.bulk.inputs import InputItem
@@ -74,6 +76,8 @@ class ShardOutcome:
     concurrency: int  # what the worker's engine ran with (lower if its open-files limit is)
     encoded: str | None = None  # the records in the output format, when asked
     summary: Summary | None = None  # ... and what they hold
+    queued: float = 0.0  # time.time() when its inputs reached the engine's queue
+    starved: float = 0.0  # engine-seconds the engine waited for input before that (see _Engine)
 
 
 def pack_inputs(items: Sequence[InputItem]) -> bytes:
@@ -107,36 +111,54 @@ def run_shard(
     started = time.time()
     items = unpack_inputs(packed)
     engine = _acquire(job, opts)
+    shard = _Shard(len(items))
+    task = _dask_task()
     try:
-        records = engine.run(items, _cancel_test())
+        engine.put(items, shard)
+        records = engine.wait(shard, None if task is None else _cancel_test(*task))
     finally:
         _release(job, engine)
     worker = f"{socket.gethostname()}:{os.getpid()}"
-    if encode is None:
-        return ShardOutcome(records, started, time.time(), worker, engine.opts.concurrency)
-    # Formatting the records is the job's own work (one process does it too), so
-    # it is inside the task's run time, before ``finished``.
-    summary = Summary()
-    for record in records:
-        summary.add(record)
-    encoded = encode_records(records, encode)
-    return ShardOutcome([], started, time.time(), worker, engine.opts.concurrency, encoded, summary)
+    encoded, summary = None, None
+    if encode is not None:
+        # Formatting the records is the job's own work (one process does it too),
+        # so it is inside the task's run time, before ``finished``.
+        summary = Summary()
+        for record in records:
+            summary.add(record)
+        encoded = encode_records(records, encode)
+        records = []
+    return ShardOutcome(
+        records,
+        started,
+        time.time(),
+        worker,
+        engine.opts.concurrency,
+        encoded,
+        summary,
+        shard.queued,
+        shard.starved,
+    )
 
 
 class ShardCancelled(Exception):
     """Dask no longer wants the shard's result: the job stopped, or the worker closes."""
 
 
-def _cancel_test() -> Callable[[], bool] | None:
-    """Whether Dask has given up on the calling task (None when not in a Dask task)."""
+def _dask_task() -> tuple[Any, Any] | None:
+    """The Dask worker and the key of the task running this code, or None."""
     try:
         from distributed import get_worker
-        from distributed.core import Status
 
         worker = get_worker()
-        key = worker.get_current_task()
+        return worker, worker.get_current_task()
     except (ImportError, ValueError, KeyError):
         return None
+
+
+def _cancel_test(worker: Any, key: Any) -> Callable[[], bool]:
+    """Whether Dask has given up on task ``key`` on ``worker``."""
+    from distributed.core import Status
 
     def cancelled() -> bool:
         if worker.status not in (Status.running, Status.paused):
@@ -150,13 +172,15 @@ def _cancel_test() -> Callable[[], bool] | None:
 class _Shard:
     """One shard's records as they complete; ``done`` is set when all are in."""
 
-    __slots__ = ("done", "error", "expected", "records")
+    __slots__ = ("done", "error", "expected", "queued", "records", "starved")
 
     def __init__(self, expected: int) -> None:
         self.expected = expected
         self.records: list[Record] = []
         self.error: BaseException | None = None
         self.done = threading.Event()
+        self.queued = 0.0  # time.time() when its inputs went on the engine's queue
+        self.starved = 0.0  # engine-seconds the engine had waited for input until then
         if expected == 0:
             self.done.set()
 
@@ -172,14 +196,35 @@ class _Shard:
 
 
 class _Engine:
-    """An event loop on its own thread: one HTTP client, ``concurrency`` fetchers, a queue."""
+    """An event loop on its own thread: one HTTP client, ``concurrency`` fetchers, a queue.
+
+    The queue is a deque of inputs and a deque of idle fetchers, each waiting on
+    a future: a shard's inputs go straight to the idle fetchers, the rest wait
+    in FIFO order.  The engine keeps count of the time its fetchers spend idle
+    for want of input: the capacity a worker loses while no shard's inputs are
+    there to fetch (between shards, if the next one comes late).  Each shard is
+    told how much had been lost since the previous shard arrived when its own
+    inputs came, in engine-seconds (idle fetcher-seconds / ``concurrency``: 1.0
+    is the whole engine idle for a second).  A fetcher counts as idle from the
+    moment it finds no input until one is handed to it, not until its task next
+    runs (with ``asyncio.Queue`` a woken getter is still "waiting" until the
+    loop comes to it, which made a busy loop look starved).  The clock is read
+    only when a fetcher finds nothing to do and when a shard arrives.
+    """
 
     def __init__(self, opts: FetchOptions) -> None:
         self.opts = replace(opts, concurrency=fit_open_files(opts.concurrency))
         self.active = 0  # shards running on it (guarded by the registry's lock)
         self.closing: asyncio.TimerHandle | None = None
+        # On the loop's thread only: inputs not yet taken, idle fetchers, since when
+        # the number idle last changed, and the idle fetcher-seconds since the last
+        # shard arrived.  The first shard's wait is the engine's start, not a gap.
+        self._inputs: deque[tuple[InputItem, _Shard]] = deque()
+        self._idle: deque[asyncio.Future[tuple[InputItem, _Shard]]] = deque()
+        self._idle_since = time.monotonic()
+        self._idle_s = 0.0
+        self._fed = False
         self._loop = new_event_loop()
-        self._queue: asyncio.Queue[tuple[InputItem, _Shard]] | None = None
         self._stop: asyncio.Future[None] | None = None
         self._started = threading.Event()
         self._failure: list[BaseException] = []
@@ -200,7 +245,6 @@ class _Engine:
             self._loop.close()
 
     async def _serve(self) -> None:
-        self._queue = asyncio.Queue()
         self._stop = self._loop.create_future()
         with relaxed_gc(self.opts.relax_gc):
             async with self.opts.client() as client:
@@ -216,9 +260,15 @@ class _Engine:
                     await asyncio.gather(*fetchers, return_exceptions=True)
 
     async def _fetch(self, client: Client) -> None:
-        assert self._queue is not None
+        inputs, idle = self._inputs, self._idle
         while True:
-            item, shard = await self._queue.get()
+            if inputs:
+                item, shard = inputs.popleft()
+            else:
+                self._count_idle()
+                handed: asyncio.Future[tuple[InputItem, _Shard]] = self._loop.create_future()
+                idle.append(handed)
+                item, shard = await handed
             if shard.error is not None:
                 continue  # the shard failed already: its other inputs are moot
             try:
@@ -228,21 +278,42 @@ class _Engine:
             else:
                 shard.add(record)
 
-    def _enqueue(self, items: Sequence[InputItem], shard: _Shard) -> None:
-        assert self._queue is not None
-        for item in items:
-            self._queue.put_nowait((item, shard))
+    def _count_idle(self) -> None:
+        """Add the idle fetcher-seconds up to now (before the number idle changes)."""
+        now = time.monotonic()
+        self._idle_s += len(self._idle) * (now - self._idle_since)
+        self._idle_since = now
 
-    def run(
-        self, items: Sequence[InputItem], cancelled: Callable[[], bool] | None = None
-    ) -> list[Record]:
-        """Fetch ``items`` (from a task's thread); their records, in completion order.
+    def _enqueue(self, items: Sequence[InputItem], shard: _Shard) -> None:
+        self._count_idle()
+        if self._fed:
+            shard.starved = self._idle_s / self.opts.concurrency
+        self._fed = True
+        self._idle_s = 0.0
+        shard.queued = time.time()
+        queued = iter(items)
+        idle = self._idle
+        while idle:
+            handed = idle.popleft()
+            if handed.done():  # its fetcher was cancelled: the engine is stopping
+                continue
+            item = next(queued, None)
+            if item is None:
+                idle.appendleft(handed)
+                return
+            handed.set_result((item, shard))
+        self._inputs.extend((item, shard) for item in queued)
+
+    def put(self, items: Sequence[InputItem], shard: _Shard) -> None:
+        """Queue ``items`` for ``shard`` (from any thread): their records go to it."""
+        self._loop.call_soon_threadsafe(self._enqueue, items, shard)
+
+    def wait(self, shard: _Shard, cancelled: Callable[[], bool] | None = None) -> list[Record]:
+        """``shard``'s records, in completion order, once all are in (from a task's thread).
 
         ``cancelled`` is asked every :data:`CANCEL_POLL_S`; once it says yes, the
         shard's queued inputs are dropped and :class:`ShardCancelled` is raised.
         """
-        shard = _Shard(len(items))
-        self._loop.call_soon_threadsafe(self._enqueue, items, shard)
         while not shard.done.wait(CANCEL_POLL_S if cancelled is not None else None):
             if cancelled is not None and cancelled():
                 shard.fail(ShardCancelled("the shard's task was cancelled"))

@@ -408,6 +408,8 @@ def dask_processes(tmp: str, workers: int, threads: int) -> Iterator[tuple[str, 
             "--port",
             "0",
             "--no-dashboard",
+            "--dashboard-address",  # its HTTP server runs anyway: not on :8787
+            "127.0.0.1:0",
             "--scheduler-file",
             scheduler_file,
         ],

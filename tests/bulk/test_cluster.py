@@ -8,6 +8,7 @@ loopback.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -24,7 +25,7 @@ from tests.conftest import RESOLVE, require
 
 import surge
 from surge.bulk import shards as shard_engines
-from surge.bulk.cluster import run_shards
+from surge.bulk.cluster import LOCAL_CLUSTER_OPTIONS, run_shards
 from surge.bulk.engine import FetchOptions, as_items
 from surge.bulk.inputs import InputItem
 from surge.sim import SimInfo, behaviour, hosts
@@ -39,8 +40,7 @@ def client() -> Iterator[distributed.Client]:
             n_workers=2,
             threads_per_worker=2,
             processes=True,
-            host="127.0.0.1",
-            dashboard_address=None,
+            **LOCAL_CLUSTER_OPTIONS,
         ) as cluster,
         distributed.Client(cluster) as dask_client,
     ):
@@ -186,9 +186,7 @@ def test_a_job_started_before_any_worker_runs_when_one_joins(sim: SimInfo) -> No
     # pending tasks): the first shards carry their inputs in the task instead.
     urls = [sim.url("status-200.sim", f"/{i}") for i in range(60)]
     with (
-        distributed.LocalCluster(
-            n_workers=0, processes=True, host="127.0.0.1", dashboard_address=None
-        ) as cluster,
+        distributed.LocalCluster(n_workers=0, processes=True, **LOCAL_CLUSTER_OPTIONS) as cluster,
         distributed.Client(cluster) as empty,
     ):
         got: list[int] = []
@@ -332,7 +330,9 @@ def test_losing_the_scheduler_mid_run_exits_1_and_keeps_the_records(
     dask = str(Path(sys.executable).parent / "dask")
     scheduler_file = tmp_path / "scheduler.json"
     quiet = dict.fromkeys(("stdin", "stdout", "stderr"), subprocess.DEVNULL)
-    listen = ["--host", "127.0.0.1", "--port", "0", "--no-dashboard"]
+    # The HTTP server (health, metrics) runs with the dashboard off too: not on :8787.
+    http = ["--dashboard-address", "127.0.0.1:0"]
+    listen = ["--host", "127.0.0.1", "--port", "0", "--no-dashboard", *http]
     scheduler = subprocess.Popen(
         [dask, "scheduler", *listen, "--scheduler-file", str(scheduler_file)], **quiet
     )
@@ -377,6 +377,30 @@ def test_losing_the_scheduler_mid_run_exits_1_and_keeps_the_records(
     again = surge_fetch(*args, "--resume", "--cluster", client.scheduler.address)
     assert again.returncode == 0, again.stderr
     assert sorted(r["line"] for r in records(out)) == list(range(1, n + 1))
+
+
+def test_a_local_cluster_takes_no_fixed_port(sim: SimInfo) -> None:
+    # Dask's scheduler serves HTTP with the dashboard off too, on :8787 by
+    # default, and warned "Port 8787 is already in use" when another cluster (or
+    # anything) had it. Held here, whether or not something else holds it too.
+    import socket
+    import warnings
+
+    from surge.bulk.cluster import connect
+
+    with socket.socket() as holder, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with contextlib.suppress(OSError):
+            holder.bind(("127.0.0.1", 8787))
+            holder.listen()
+        with connect("local:1", threads_per_worker=1) as local:
+            got = list(
+                surge.fetch_on_cluster(local, [sim.url("status-200.sim")], resolve=[RESOLVE])
+            )
+            port = local.cluster.scheduler.http_server.port
+    assert [r["status"] for r in got] == [200]
+    assert port != 8787
+    assert not [w for w in caught if "8787" in str(w.message)], [str(w.message) for w in caught]
 
 
 @pytest.mark.parametrize(

@@ -79,6 +79,15 @@ _STOP_POLL_S = 0.25
 #: How many workers sending a shard's inputs tries, while workers come and go.
 _SCATTER_TRIES = 5
 _LOCAL = re.compile(r"local:(\d+)\Z")
+#: A ``LocalCluster`` on loopback without a dashboard.  Dask's scheduler serves
+#: HTTP (health, metrics) even with the dashboard off, on :8787 unless told
+#: otherwise, and warns "Port 8787 is already in use" on stderr when another
+#: cluster has it: a port of the system's choosing, on 127.0.0.1, avoids both.
+LOCAL_CLUSTER_OPTIONS: dict[str, Any] = {
+    "host": "127.0.0.1",
+    "dashboard_address": "127.0.0.1:0",
+    "scheduler_kwargs": {"dashboard": False},
+}
 
 
 def import_distributed() -> ModuleType:
@@ -118,9 +127,8 @@ def connect(address: str, *, threads_per_worker: int = 2) -> Iterator[Client]:
                 n_workers=workers,
                 threads_per_worker=threads_per_worker,
                 processes=True,
-                host="127.0.0.1",
-                dashboard_address=None,
                 silence_logs=logging.ERROR,
+                **LOCAL_CLUSTER_OPTIONS,
             )
         finally:
             with contextlib.suppress(ValueError):

@@ -134,6 +134,38 @@ def test_input_is_read_a_few_shards_ahead_at_most(sim: SimInfo, client: distribu
     assert merged == read == 400
 
 
+def test_a_worker_of_one_thread_gets_its_next_shard_while_one_runs(sim: SimInfo) -> None:
+    # Two shards per worker: a shard's task leaves Dask's thread pool once its
+    # inputs are queued, so the next one starts on the same single thread and
+    # queues its inputs behind. A shard is 60 hosts of 300 ms at 10 at a time
+    # (>= 1.8 s); the next one is sent when the job starts, or when the client
+    # hears of a finished shard: its inputs reach the engine well before the
+    # running shard's have all been taken, so the engine never waits for input.
+    urls = [sim.url(f"p{i}--delay-300.sim") for i in range(480)]
+    opts = FetchOptions(concurrency=10, resolve=[RESOLVE])
+    with (
+        distributed.LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            **LOCAL_CLUSTER_OPTIONS,
+        ) as cluster,
+        distributed.Client(cluster) as one_thread,
+    ):
+        shards = list(run_shards(one_thread, as_items(urls), opts, shard_size=60))
+    assert sorted(line for s in shards for line in range(s.first_line, s.last_line + 1)) == list(
+        range(1, 481)
+    )
+    by_worker: dict[str, list[Any]] = {}
+    for shard in sorted(shards, key=lambda s: s.queued):
+        by_worker.setdefault(shard.worker, []).append(shard)
+    assert len(by_worker) == 2
+    for mine in by_worker.values():
+        first, second = mine[0], mine[1]
+        assert second.queued < first.finished  # two at once on one thread
+        assert [s.starved for s in mine[1:]] == [0.0] * (len(mine) - 1)
+
+
 def _set_allowed_failures(n: int, dask_scheduler: Any) -> int:
     old: int = dask_scheduler.allowed_failures
     dask_scheduler.allowed_failures = n

@@ -15,17 +15,22 @@ shard of thousands, not one per URL: the scheduler spends about a millisecond
 per task, and a ``client.map`` over 3.1M items overwhelmed it
 (dask/distributed #2181).
 
-- Backpressure: at most ``max_in_flight`` shards are submitted and not yet
-  merged (default: the cluster's worker threads, counted again as shards
-  return), so this process holds a bounded number of shards whatever the
-  input's size.
+- Backpressure and prefetch: at most ``max_in_flight`` shards are submitted
+  and not yet merged (default: :data:`SHARDS_PER_WORKER`, 2, per worker,
+  counted again as shards return), so this process holds a bounded number of
+  shards whatever the input's size.  Two per worker is one running and one
+  queued on its engine: a shard's task leaves Dask's thread pool once its
+  inputs are queued (``secede``), so the next one starts and queues its
+  inputs behind, however many threads the worker has, and the engine never
+  waits for input while the client hears of a finished shard and sends the
+  next (measured by the engine: :attr:`ShardResult.starved`).
 - Inputs out: a shard's inputs are packed into one ``bytes`` value
   (:func:`~surge.bulk.shards.pack_inputs`) and scattered to the worker with
-  the most free threads, where its task is then pinned (loosely), rather than
-  passed as the task's argument.  An argument travels in the scheduler's
-  "compute-task" message, and Dask's batched streams keep their last 1,000
-  messages under 1 MB (``distributed.admin.low-level-log-length``): the
-  scheduler kept every recent shard (~1.8 MB each) and grew with the input.
+  the fewest of the job's shards, where its task is then pinned (loosely),
+  rather than passed as the task's argument.  An argument travels in the
+  scheduler's "compute-task" message, and Dask's batched streams keep their
+  last 1,000 messages under 1 MB (``distributed.admin.low-level-log-length``):
+  the scheduler kept every recent shard (~1.8 MB each) and grew with the input.
   Scattered data goes by RPC, which keeps nothing, and is dropped with the
   task.
 - One writer: records come back here, a shard's all at once, as each shard
@@ -72,6 +77,9 @@ if TYPE_CHECKING:
 #: Inputs per shard (one Dask task): at 1,000 in flight and ~100 ms a host, a
 #: few seconds of work, so the scheduler's ~1 ms per task is well under 1%.
 DEFAULT_SHARD_SIZE = 10_000
+#: Shards in flight per worker: one running on its engine, one queued behind it,
+#: so the engine has the next shard's inputs when the running one's run out.
+SHARDS_PER_WORKER = 2
 #: How many times a shard is submitted before its failure stops the job.
 MAX_SHARD_ATTEMPTS = 3
 #: How often a wait for the next shard looks at ``stop``.
@@ -228,13 +236,12 @@ def run_shards(
     next_shard = 0
     exhausted = False
     failure: list[Exception] = []
-    # The workers and their threads, asked of the scheduler once per fill(), and
-    # again when sending to a worker fails: one round trip fewer per shard.
-    threads: dict[str, int] = {}
+    # The workers, asked of the scheduler once per fill(), and again when sending
+    # to a worker fails: one round trip fewer per shard.
+    workers: list[str] = []
 
-    def ask_threads() -> None:
-        threads.clear()
-        threads.update(client.nthreads())  # type: ignore[no-untyped-call]
+    def ask_workers() -> None:
+        workers[:] = client.nthreads()  # type: ignore[no-untyped-call]
 
     def submit(shard: int, batch: list[InputItem], attempts: int) -> None:
         submitted = time.time()
@@ -269,25 +276,26 @@ def run_shards(
                 futures = client.scatter({key: packed}, workers=[worker], hash=False)  # type: ignore[no-untyped-call]
             except (OSError, KeyError):
                 time.sleep(_STOP_POLL_S)
-                ask_threads()
+                ask_workers()
                 continue
             return worker, futures[key]
         return None, packed
 
     def least_busy() -> str | None:
-        # The worker with the most threads free of this job's shards: a shard runs
-        # where its inputs are, so the choice of where to scatter them is the
-        # scheduling decision.
-        free = dict(threads)
+        # The worker with the fewest of this job's shards: a shard runs where its
+        # inputs are, so the choice of where to scatter them is the scheduling
+        # decision.
+        busy = dict.fromkeys(workers, 0)
         for entry in in_flight.values():
-            if entry.worker in free:
-                free[entry.worker] -= 1
-        return max(free, key=free.__getitem__, default=None)
+            if entry.worker in busy:
+                busy[entry.worker] += 1
+        return min(busy, key=busy.__getitem__, default=None)
 
     def fill() -> None:
         nonlocal next_shard, exhausted
-        ask_threads()
-        window = max_in_flight if max_in_flight is not None else max(1, sum(threads.values()))
+        ask_workers()
+        window = max_in_flight if max_in_flight is not None else SHARDS_PER_WORKER * len(workers)
+        window = max(1, window)
         room = window - len(in_flight)
         while room > 0 and not exhausted:
             batch: list[InputItem] = []

@@ -32,8 +32,9 @@ Section 1, "sim": ``--hosts`` (80,000) generic hosts, one process vs ``local:2``
     Then the cluster path's cost per shard: the same job through
     ``surge.bulk.cluster.run_shards`` (the API the CLI uses) in a child process
     on ``local:2`` at ``-c C``, shards of ``--shard-size`` (10,000), twice: as
-    the CLI runs it (two shards in flight per worker: one running, one queued
-    on its engine), and a control with one shard per worker in flight.  Judged:
+    the CLI runs it (per worker, one shard being taken and one queued on its
+    engine, the next sent as soon as one's inputs are all taken), and a control
+    with one shard per worker in flight.  Judged:
     the worker time lost to the cluster path (``worker_time_lost``): from the
     job's start until a worker's first inputs are on its engine, the time each
     engine then waited for input before a later shard arrived (the engine
@@ -458,7 +459,7 @@ def run_sim(args: argparse.Namespace) -> dict[str, Any]:
             "imbalance s",
         ],
     )
-    labels = {"default": "2 shards per worker", "control": "control: 1 per worker"}
+    labels = {"default": "as the CLI runs it", "control": "control: 1 per worker"}
     for name, api in apis.items():
         if "shards" not in api:
             lost_table.add(labels[name], api.get("error", "no result"))
@@ -488,7 +489,7 @@ def run_sim(args: argparse.Namespace) -> dict[str, Any]:
         worker_cpu = sum(api["worker_cpu_s"].values())
         results["hosts_per_worker_cpu_s"] = api["records"] / worker_cpu if worker_cpu else None
         t = Table(
-            f"sim: latency per shard (the measure judged before prefetch), 2 shards per worker "
+            f"sim: latency per shard (the measure judged before prefetch), as the CLI runs it "
             f"({over['shards']} shards of {args.shard_size:,})",
             ["", "mean", "p50", "p95", "max"],
         )

@@ -166,6 +166,29 @@ def test_a_worker_of_one_thread_gets_its_next_shard_while_one_runs(sim: SimInfo)
         assert [s.starved for s in mine[1:]] == [0.0] * (len(mine) - 1)
 
 
+def test_a_shard_held_by_its_slowest_host_does_not_starve_its_worker(
+    sim: SimInfo, client: distributed.Client
+) -> None:
+    # Each shard: 39 hosts of 300 ms at 10 at a time (its inputs all taken after
+    # ~1.2 s) and one that never answers, which holds the shard until max_time
+    # (4 s). With the next shard sent only when one finishes, the queued shard's
+    # inputs would run out ~2 s before that and the engine would wait; the next
+    # is sent as soon as the engine has taken a shard's last input instead.
+    urls = []
+    for i in range(320):
+        urls.append(sim.url(f"s{i}--hang.sim" if i % 40 == 0 else f"s{i}--delay-300.sim"))
+    opts = FetchOptions(concurrency=10, max_time=4, resolve=[RESOLVE])
+    shards = list(run_shards(client, as_items(urls), opts, shard_size=40))
+    assert sorted(s.first_line for s in shards) == list(range(1, 321, 40))
+    by_worker: dict[str, list[Any]] = {}
+    for shard in sorted(shards, key=lambda s: s.queued):
+        by_worker.setdefault(shard.worker, []).append(shard)
+    for mine in by_worker.values():
+        assert [s.starved for s in mine[1:]] == [0.0] * (len(mine) - 1)
+        # the third shard came while the first still waited for its hung host
+        assert len(mine) < 3 or mine[2].queued < mine[0].finished
+
+
 def _set_allowed_failures(n: int, dask_scheduler: Any) -> int:
     old: int = dask_scheduler.allowed_failures
     dask_scheduler.allowed_failures = n

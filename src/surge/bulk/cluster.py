@@ -15,15 +15,19 @@ shard of thousands, not one per URL: the scheduler spends about a millisecond
 per task, and a ``client.map`` over 3.1M items overwhelmed it
 (dask/distributed #2181).
 
-- Backpressure and prefetch: at most ``max_in_flight`` shards are submitted
-  and not yet merged (default: :data:`SHARDS_PER_WORKER`, 2, per worker,
-  counted again as shards return), so this process holds a bounded number of
-  shards whatever the input's size.  Two per worker is one running and one
-  queued on its engine: a shard's task leaves Dask's thread pool once its
-  inputs are queued (``secede``), so the next one starts and queues its
-  inputs behind, however many threads the worker has, and the engine never
-  waits for input while the client hears of a finished shard and sends the
-  next (measured by the engine: :attr:`ShardResult.starved`).
+- Prefetch: each worker's engine has one shard whose inputs it is taking and
+  one queued behind (:data:`SHARDS_PER_WORKER`).  A shard's task leaves Dask's
+  thread pool once its inputs are queued (``secede``), so the next one starts
+  and queues its inputs however many threads the worker has; and when the
+  engine has taken a shard's last input it says so (a Dask event), and the
+  next shard is sent then -- not when the shard finishes, which its slowest
+  host can put off by up to ``max_time``.  So the engine does not wait for
+  input while the client hears of a shard and sends the next (the engine
+  measures it: :attr:`ShardResult.starved`).
+- Backpressure: at most :data:`MAX_SHARDS_PER_WORKER` shards per worker,
+  stragglers included, and at most ``max_in_flight`` in all if given, are
+  submitted and not yet merged, so this process holds a bounded number of
+  shards whatever the input's size.
 - Inputs out: a shard's inputs are packed into one ``bytes`` value
   (:func:`~surge.bulk.shards.pack_inputs`) and scattered to the worker with
   the fewest of the job's shards, where its task is then pinned (loosely),
@@ -67,7 +71,7 @@ from typing import TYPE_CHECKING, Any
 
 from surge.bulk.engine import FetchOptions, Record, as_items
 from surge.bulk.inputs import InputItem
-from surge.bulk.shards import ShardOutcome, pack_inputs, run_shard
+from surge.bulk.shards import ShardOutcome, pack_inputs, run_shard, shard_topic
 from surge.bulk.summary import Summary
 from surge.errors import UsageError
 
@@ -77,9 +81,14 @@ if TYPE_CHECKING:
 #: Inputs per shard (one Dask task): at 1,000 in flight and ~100 ms a host, a
 #: few seconds of work, so the scheduler's ~1 ms per task is well under 1%.
 DEFAULT_SHARD_SIZE = 10_000
-#: Shards in flight per worker: one running on its engine, one queued behind it,
-#: so the engine has the next shard's inputs when the running one's run out.
+#: Shards per worker whose inputs its engine has not all taken yet: one being
+#: taken, one queued behind it, so the engine has the next shard's inputs when
+#: the current one's run out.  A shard whose inputs are all taken (only its
+#: stragglers left) no longer counts: the next one is sent then.
 SHARDS_PER_WORKER = 2
+#: ... and in all, stragglers included (each holds its inputs here and its
+#: records on the worker until its last host answers or times out).
+MAX_SHARDS_PER_WORKER = 6
 #: How many times a shard is submitted before its failure stops the job.
 MAX_SHARD_ATTEMPTS = 3
 #: How often a wait for the next shard looks at ``stop``.
@@ -197,11 +206,14 @@ class ShardResult:
 
 @dataclass
 class _InFlight:
-    items: list[InputItem]
+    packed: bytes  # its inputs, as sent (kept to send them again)
+    first_line: int
+    last_line: int
     future: Future[ShardOutcome]
     attempts: int
     submitted: float
     worker: str | None  # the worker its inputs were scattered to
+    drained: bool = False  # its engine has taken all its inputs: only stragglers are left
 
 
 def run_shards(
@@ -231,7 +243,9 @@ def run_shards(
         raise UsageError(f"shards in flight must be at least 1, not {max_in_flight}")
     job = uuid.uuid4().hex[:12]
     source = iter(items)
-    completed: queue.SimpleQueue[tuple[int, Future[ShardOutcome], float]] = queue.SimpleQueue()
+    # (shard, attempt, its future when its task is done / None when it drained, time)
+    events: queue.SimpleQueue[tuple[int, int, Future[ShardOutcome] | None, float]]
+    events = queue.SimpleQueue()
     in_flight: dict[int, _InFlight] = {}
     next_shard = 0
     exhausted = False
@@ -243,10 +257,15 @@ def run_shards(
     def ask_workers() -> None:
         workers[:] = client.nthreads()  # type: ignore[no-untyped-call]
 
-    def submit(shard: int, batch: list[InputItem], attempts: int) -> None:
+    def on_drained(event: tuple[float, str]) -> None:
+        # On the Dask client's loop: a worker's engine took a shard's last input.
+        _, shard, attempt = event[1].rsplit("-", 2)
+        events.put((int(shard), int(attempt), None, time.time()))
+
+    def submit(shard: int, packed: bytes, first: int, last: int, attempts: int) -> None:
         submitted = time.time()
         name = f"{job}-{shard}-{attempts}"
-        worker, inputs = send_inputs(f"surge-inputs-{name}", pack_inputs(batch))
+        worker, inputs = send_inputs(f"surge-inputs-{name}", packed)
         where = {"workers": [worker], "allow_other_workers": True} if worker is not None else {}
         future = client.submit(
             run_shard,
@@ -258,18 +277,20 @@ def run_shards(
             pure=False,
             **where,
         )
-        in_flight[shard] = _InFlight(batch, future, attempts, submitted, worker)
-        future.add_done_callback(lambda done: completed.put((shard, done, time.time())))  # type: ignore[no-untyped-call]
+        in_flight[shard] = _InFlight(packed, first, last, future, attempts, submitted, worker)
+        future.add_done_callback(  # type: ignore[no-untyped-call]
+            lambda done: events.put((shard, attempts, done, time.time()))
+        )
 
     def send_inputs(key: str, packed: bytes) -> tuple[str | None, bytes | Future[Any]]:
-        # Scattered (see "Inputs out" above) to the least busy worker.  One that
+        # Scattered (see "Inputs out" above) to the hungriest worker.  One that
         # just died may still be listed: sending to it fails (OSError; KeyError
         # from a scheduler that has just removed it), and the choice is made
         # again.  With no worker at all (yet: an adaptive cluster starts its
         # workers when tasks are pending), the inputs go with the task, as its
         # argument, which the scheduler then keeps for a while (a few shards).
         for _ in range(_SCATTER_TRIES):
-            worker = least_busy()
+            worker = hungriest() or hungriest(anywhere=True)
             if worker is None:
                 break
             try:
@@ -281,23 +302,33 @@ def run_shards(
             return worker, futures[key]
         return None, packed
 
-    def least_busy() -> str | None:
-        # The worker with the fewest of this job's shards: a shard runs where its
-        # inputs are, so the choice of where to scatter them is the scheduling
-        # decision.
-        busy = dict.fromkeys(workers, 0)
+    def hungriest(anywhere: bool = False) -> str | None:
+        # The worker whose engine has the fewest shards with inputs left to take,
+        # if one has fewer than SHARDS_PER_WORKER (and fewer than
+        # MAX_SHARDS_PER_WORKER in all), or ``anywhere``, the least loaded (a
+        # shard sent again after a failure).  A shard runs where its inputs are,
+        # so the choice of where to scatter them is the scheduling decision.
+        queued = dict.fromkeys(workers, 0)
+        total = dict.fromkeys(workers, 0)
         for entry in in_flight.values():
-            if entry.worker in busy:
-                busy[entry.worker] += 1
-        return min(busy, key=busy.__getitem__, default=None)
+            if entry.worker in total:
+                total[entry.worker] += 1
+                queued[entry.worker] += not entry.drained
+        room = [
+            w
+            for w in workers
+            if anywhere or (queued[w] < SHARDS_PER_WORKER and total[w] < MAX_SHARDS_PER_WORKER)
+        ]
+        return min(room, key=lambda w: (queued[w], total[w]), default=None)
 
     def fill() -> None:
         nonlocal next_shard, exhausted
         ask_workers()
-        window = max_in_flight if max_in_flight is not None else SHARDS_PER_WORKER * len(workers)
-        window = max(1, window)
-        room = window - len(in_flight)
-        while room > 0 and not exhausted:
+        while not exhausted:
+            if max_in_flight is not None and len(in_flight) >= max_in_flight:
+                break
+            if hungriest() is None and (workers or in_flight):
+                break  # every worker has its next shard queued (or no worker: one shard)
             batch: list[InputItem] = []
             try:
                 batch.extend(islice(source, shard_size))
@@ -307,24 +338,29 @@ def run_shards(
             if len(batch) < shard_size:
                 exhausted = True
             if batch:
-                submit(next_shard, batch, 1)
+                submit(next_shard, pack_inputs(batch), batch[0].line, batch[-1].line, 1)
                 next_shard += 1
-                room -= 1
 
     def stopping() -> bool:
         return stop is not None and stop.is_set()
 
+    drained_topic = shard_topic(job)
+    client.subscribe_topic(drained_topic, on_drained)  # type: ignore[no-untyped-call]
     try:
         fill()
         while in_flight and not stopping():
             try:
-                shard, future, notified = completed.get(timeout=_STOP_POLL_S)
+                shard, attempt, future, notified = events.get(timeout=_STOP_POLL_S)
             except queue.Empty:
                 continue
             taken = time.time()
             entry = in_flight.get(shard)
-            if entry is None or entry.future is not future:
+            if entry is None or entry.attempts != attempt:
                 continue  # a superseded attempt: that shard is merged once, elsewhere
+            if future is None:  # drained: its worker's engine wants the next shard
+                entry.drained = True
+                fill()
+                continue
             try:
                 outcome: ShardOutcome = future.result()
             except (distributed.KilledWorker, distributed.CancelledError) as error:
@@ -338,20 +374,20 @@ def run_shards(
                 # (allowed-failures), or a cluster restart cancelled it.
                 if entry.attempts >= MAX_SHARD_ATTEMPTS:
                     raise ShardFailed(
-                        f"the shard of input lines {entry.items[0].line}-{entry.items[-1].line} "
+                        f"the shard of input lines {entry.first_line}-{entry.last_line} "
                         f"failed {entry.attempts} times; last: {error}"
                     ) from error
-                submit(shard, entry.items, entry.attempts + 1)
+                submit(shard, entry.packed, entry.first_line, entry.last_line, entry.attempts + 1)
                 continue
             received = time.time()
             del in_flight[shard]
             # The next shard goes out before this one is handed over: the worker
-            # thread it freed need not wait while the caller writes its records.
+            # it freed need not wait while the caller writes its records.
             fill()
             yield ShardResult(
                 shard,
-                entry.items[0].line,
-                entry.items[-1].line,
+                entry.first_line,
+                entry.last_line,
                 outcome.records,
                 entry.attempts,
                 entry.submitted,
@@ -370,9 +406,11 @@ def run_shards(
     except OSError as error:  # a call to the scheduler failed: connect timeout, comm closed
         raise SchedulerLost(_lost(client, error)) from None
     finally:
-        if in_flight and client.status == "running":
+        if client.status == "running":
             with contextlib.suppress(OSError):
-                client.cancel([e.future for e in in_flight.values()])  # type: ignore[no-untyped-call]
+                client.unsubscribe_topic(drained_topic)  # type: ignore[no-untyped-call]
+                if in_flight:
+                    client.cancel([e.future for e in in_flight.values()])  # type: ignore[no-untyped-call]
     if failure and not stopping():
         raise failure[0]
 

@@ -11,15 +11,18 @@ of its own, one :class:`~surge.http.client.Client`, and ``concurrency`` fetcher
 tasks pulling inputs from one FIFO queue -- and a shard task only puts its
 inputs on that queue and waits for their records, out of Dask's thread pool
 (``secede``).  The concurrency bound is the engine's, so it holds per worker
-process however many threads the worker has.  The client keeps two shards on
-each worker, and a seceded task frees its thread, so a second shard's inputs
-wait in the queue while the first one's run, with one thread as with eight:
-when the first shard is down to its slowest hosts (a host that hangs waits
-out ``max_time``, 30 s by default), its finished requests' slots go straight
-to the next shard's inputs instead of idling until the last straggler
-returns, and the next shard is sent while this one runs.  Measured on
-``local:2`` with one thread per worker, before ``secede``: the engines sat
-idle ~3 s before each later shard, 20 % of the job's worker time; after: 0.
+process however many threads the worker has.  The client keeps a second
+shard queued on each engine, and a seceded task frees its thread, so the
+second shard's inputs wait in the queue while the first one's run, with one
+thread as with eight: when the first shard is down to its slowest hosts (a
+host that hangs waits out ``max_time``, 30 s by default), its finished
+requests' slots go straight to the next shard's inputs instead of idling
+until the last straggler returns.  And when a shard's last input is taken,
+the task tells the client (a Dask event, :func:`shard_topic`), which sends
+the shard after next then, not when this one's stragglers are done.
+Measured on ``local:2`` with one thread per worker, before ``secede``: the
+engines sat idle ~3 s before each later shard, 20 % of the job's worker time;
+after: 0.
 
 A task that Dask cancels (the client stopped, or the worker is closing) is
 noticed within :data:`CANCEL_POLL_S`: its inputs still queued are dropped and
@@ -115,8 +118,8 @@ def run_shard(
     started = time.time()
     items = unpack_inputs(packed)
     engine = _acquire(job, opts)
-    shard = _Shard(len(items))
     task = _dask_task()
+    shard = _Shard(len(items), None if task is None else _tell_drained(job, *task))
     try:
         engine.put(items, shard)
         if task is not None:
@@ -167,6 +170,28 @@ def _dask_task() -> tuple[Any, Any] | None:
         return None
 
 
+def shard_topic(job: str) -> str:
+    """The Dask event topic on which ``job``'s shards say their inputs are all taken."""
+    return f"surge-drained-{job}"
+
+
+def _tell_drained(job: str, worker: Any, key: Any) -> Callable[[], None]:
+    """Tell the client (through the scheduler) that task ``key``'s inputs are all taken.
+
+    From then on only its stragglers run, so the client sends the worker its
+    next shard: a shard whose slowest hosts wait out ``max_time`` (30 s by
+    default) would otherwise hold back the shard after next while the engine
+    runs out of input.  One event of ~100 bytes per shard, on a topic per job;
+    the scheduler keeps a topic's last 1,000 events
+    (``distributed.admin.low-level-log-length``).
+    """
+
+    def drained() -> None:
+        worker.log_event(shard_topic(job), str(key))  # thread-safe: via the worker's loop
+
+    return drained
+
+
 def _cancel_test(worker: Any, key: Any) -> Callable[[], bool]:
     """Whether Dask has given up on task ``key`` on ``worker``."""
     from distributed.core import Status
@@ -183,15 +208,17 @@ def _cancel_test(worker: Any, key: Any) -> Callable[[], bool]:
 class _Shard:
     """One shard's records as they complete; ``done`` is set when all are in."""
 
-    __slots__ = ("done", "error", "expected", "queued", "records", "starved")
+    __slots__ = ("done", "drained", "error", "expected", "queued", "records", "starved", "taken")
 
-    def __init__(self, expected: int) -> None:
+    def __init__(self, expected: int, drained: Callable[[], object] | None = None) -> None:
         self.expected = expected
         self.records: list[Record] = []
         self.error: BaseException | None = None
         self.done = threading.Event()
         self.queued = 0.0  # time.time() when its inputs went on the engine's queue
         self.starved = 0.0  # engine-seconds the engine had waited for input until then
+        self.taken = 0  # inputs fetchers have taken
+        self.drained = drained  # called on the engine's loop when the last one is taken
         if expected == 0:
             self.done.set()
 
@@ -280,6 +307,9 @@ class _Engine:
                 handed: asyncio.Future[tuple[InputItem, _Shard]] = self._loop.create_future()
                 idle.append(handed)
                 item, shard = await handed
+            shard.taken += 1
+            if shard.taken == shard.expected and shard.drained is not None:
+                shard.drained()
             if shard.error is not None:
                 continue  # the shard failed already: its other inputs are moot
             try:

@@ -189,6 +189,46 @@ def test_a_shard_held_by_its_slowest_host_does_not_starve_its_worker(
         assert len(mine) < 3 or mine[2].queued < mine[0].finished
 
 
+def _engine_concurrencies() -> list[int]:
+    return sorted(e.opts.concurrency for e in shard_engines._engines.values())
+
+
+def test_two_jobs_on_one_cluster_each_keep_their_own_concurrency(
+    sim: SimInfo, client: distributed.Client
+) -> None:
+    # -c applies per worker process and per job: each job has its own engine on
+    # a worker, so a second job neither shares the first one's slots nor waits
+    # behind its inputs. Job B (7 at a time) hangs on every host until stopped;
+    # job A (3 at a time) runs meanwhile.
+    stop = threading.Event()
+    hung = [sim.url(f"t{i}--hang.sim") for i in range(40)]
+    slow = FetchOptions(concurrency=7, max_time=60, resolve=[RESOLVE])
+    job_b = threading.Thread(
+        target=lambda: list(run_shards(client, as_items(hung), slow, shard_size=10, stop=stop))
+    )
+    job_b.start()
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if all(client.run(_engine_concurrencies).values()):
+                break
+            time.sleep(0.1)
+        urls = [sim.url(f"a{i}--status-200.sim") for i in range(60)]
+        opts = FetchOptions(concurrency=3, resolve=[RESOLVE])
+        engines = []
+        shards = []
+        for shard in run_shards(client, as_items(urls), opts, shard_size=15):
+            shards.append(shard)
+            engines.append(client.run(_engine_concurrencies))
+    finally:
+        stop.set()
+        job_b.join(30)
+    assert sorted(r["line"] for s in shards for r in s.records) == list(range(1, 61))
+    assert {s.concurrency for s in shards} == {3}
+    # while A ran, every worker held B's engine (7) and A's (3), apart
+    assert all(3 in got and 7 in got for got in engines[0].values()), engines[0]
+
+
 def _set_allowed_failures(n: int, dask_scheduler: Any) -> int:
     old: int = dask_scheduler.allowed_failures
     dask_scheduler.allowed_failures = n

@@ -29,8 +29,8 @@ per task, and a ``client.map`` over 3.1M items overwhelmed it
   submitted and not yet merged, so this process holds a bounded number of
   shards whatever the input's size.
 - Inputs out: a shard's inputs are packed into one ``bytes`` value
-  (:func:`~surge.bulk.shards.pack_inputs`) and scattered to the worker with
-  the fewest of the job's shards, where its task is then pinned (loosely),
+  (:func:`~surge.bulk.shards.pack_inputs`) and scattered to the worker whose
+  engine has the fewest shards queued, where its task is then pinned (loosely),
   rather than passed as the task's argument.  An argument travels in the
   scheduler's "compute-task" message, and Dask's batched streams keep their
   last 1,000 messages under 1 MB (``distributed.admin.low-level-log-length``):
@@ -262,8 +262,10 @@ def run_shards(
         _, shard, attempt = event[1].rsplit("-", 2)
         events.put((int(shard), int(attempt), None, time.time()))
 
-    def submit(shard: int, packed: bytes, first: int, last: int, attempts: int) -> None:
-        submitted = time.time()
+    def submit(
+        shard: int, packed: bytes, first: int, last: int, attempts: int, since: float
+    ) -> None:
+        # ``since``: when the inputs began to be packed (the shard's ``submitted``)
         name = f"{job}-{shard}-{attempts}"
         worker, inputs = send_inputs(f"surge-inputs-{name}", packed)
         where = {"workers": [worker], "allow_other_workers": True} if worker is not None else {}
@@ -277,7 +279,7 @@ def run_shards(
             pure=False,
             **where,
         )
-        in_flight[shard] = _InFlight(packed, first, last, future, attempts, submitted, worker)
+        in_flight[shard] = _InFlight(packed, first, last, future, attempts, since, worker)
         future.add_done_callback(  # type: ignore[no-untyped-call]
             lambda done: events.put((shard, attempts, done, time.time()))
         )
@@ -338,7 +340,9 @@ def run_shards(
             if len(batch) < shard_size:
                 exhausted = True
             if batch:
-                submit(next_shard, pack_inputs(batch), batch[0].line, batch[-1].line, 1)
+                since = time.time()
+                packed = pack_inputs(batch)
+                submit(next_shard, packed, batch[0].line, batch[-1].line, 1, since)
                 next_shard += 1
 
     def stopping() -> bool:
@@ -377,7 +381,8 @@ def run_shards(
                         f"the shard of input lines {entry.first_line}-{entry.last_line} "
                         f"failed {entry.attempts} times; last: {error}"
                     ) from error
-                submit(shard, entry.packed, entry.first_line, entry.last_line, entry.attempts + 1)
+                first, last, again = entry.first_line, entry.last_line, entry.attempts + 1
+                submit(shard, entry.packed, first, last, again, time.time())
                 continue
             received = time.time()
             del in_flight[shard]

@@ -2,8 +2,8 @@
 
 Run it from the repository root::
 
-    python benchmarks/cluster.py                 # full run (~8 minutes on 2 cores)
-    python benchmarks/cluster.py --quick         # smoke run, small sizes (~1.5 minutes)
+    python benchmarks/cluster.py                 # full run (~6 minutes on 2 cores)
+    python benchmarks/cluster.py --quick         # smoke run, small sizes (~2 minutes)
     python benchmarks/cluster.py --only sim --hosts 30k
 
 The peer is the single-process ``surge fetch``: the question is what the
@@ -31,10 +31,12 @@ Section 1, "sim": ``--hosts`` (80,000) generic hosts, one process vs ``local:2``
     answer), and whether every input line has exactly one record.
     Then the cluster path's cost per shard: the same job through
     ``surge.bulk.cluster.run_shards`` (the API the CLI uses) in a child process
-    on ``local:2`` at ``-c C``, shards of ``--shard-size`` (10,000), twice: as
-    the CLI runs it (per worker, one shard being taken and one queued on its
-    engine, the next sent as soon as one's inputs are all taken), and a control
-    with one shard per worker in flight.  Judged:
+    on ``local:2`` at ``-c C``, shards of ``--shard-size`` (10,000), three
+    times: as the CLI runs it (per worker, one shard being taken and one queued
+    on its engine, the next sent as soon as one's inputs are all taken); a
+    control with one shard per worker in flight; and as the CLI runs it at its
+    default ``--max-time`` of 30 s, where each hanging host holds its shard 30 s
+    (the worse of the two CLI runs is judged).  Judged:
     the worker time lost to the cluster path (``worker_time_lost``): from the
     job's start until a worker's first inputs are on its engine, the time each
     engine then waited for input before a later shard arrived (the engine
@@ -53,7 +55,8 @@ Section 1, "sim": ``--hosts`` (80,000) generic hosts, one process vs ``local:2``
     worker's CPU (``getrusage`` in the worker, via ``client.run``), so hosts
     per worker CPU-second of this mix.
     Targets: ``local:2`` wall <= one process's wall (at the flags' per-worker
-    concurrency); worker time lost per shard < 1 % of the shard's share.
+    concurrency); worker time lost per shard < 1 % of the shard's share (the
+    worse of the two CLI runs).
 
 Section 2, "memory": a 1M-line input through the cluster path
     A file of ``http://h<i>.invalid/`` lines (surge's resolver fails ``.invalid``
@@ -121,6 +124,8 @@ SECTIONS = ("sim", "memory", "saturation")
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results" / "cluster.json"
 RESOLVE = "*.sim:*:127.0.0.1"
+#: surge fetch's default --max-time: a host that hangs holds its shard this long.
+LONG_TIMEOUT = 30.0
 #: One line in this many of the memory section's input is a real simulated host.
 REAL_EVERY = 100_000
 
@@ -428,21 +433,30 @@ def run_sim(args: argparse.Namespace) -> dict[str, Any]:
 
         # The control: one shard per worker in flight, so no shard is queued behind
         # the running one -- what the judged measure must see as lost time.
-        runs = {"default": None, "control": 2}  # local:2: one shard per worker
+        # As the CLI runs it; a control with one shard per worker in flight, so no
+        # shard is queued behind the running one -- what the judged measure must
+        # see as lost time; and as the CLI runs it at its default --max-time (30 s),
+        # where a host that hangs holds its shard 30 s.
+        runs = {  # name: (max_in_flight, max_time)
+            "default": (None, timeout),
+            "control": (2, timeout),  # local:2: one shard per worker
+            "max_time_30": (None, LONG_TIMEOUT),
+        }
         apis: dict[str, Any] = {}
-        for name, in_flight in runs.items():
+        for name, (in_flight, max_time) in runs.items():
             progress(f"sim: worker time lost, run_shards on local:2 at -c {c} ({name})")
             apis[name] = run_api(
                 input_path,
                 "local:2",
                 c,
-                timeout,
+                max_time,
                 args.shard_size,
                 args.limit,
                 max_in_flight=in_flight,
             )
     results["api"] = apis["default"]
     results["control_api"] = apis["control"]
+    results["max_time_30_api"] = apis["max_time_30"]
     lost_table = Table(
         f"sim: worker time lost to the cluster path, run_shards on local:2 at -c {c} "
         f"(shards of {args.shard_size:,})",
@@ -459,13 +473,18 @@ def run_sim(args: argparse.Namespace) -> dict[str, Any]:
             "imbalance s",
         ],
     )
-    labels = {"default": "as the CLI runs it", "control": "control: 1 per worker"}
+    labels = {
+        "default": f"as the CLI runs it, -m {timeout:g}",
+        "control": f"control: 1 per worker, -m {timeout:g}",
+        "max_time_30": f"as the CLI runs it, -m {LONG_TIMEOUT:g}",
+    }
+    keys = {"default": "lost", "control": "control_lost", "max_time_30": "max_time_30_lost"}
     for name, api in apis.items():
         if "shards" not in api:
             lost_table.add(labels[name], api.get("error", "no result"))
             continue
         lost = worker_time_lost(api)
-        results["lost" if name == "default" else "control_lost"] = lost
+        results[keys[name]] = lost
         lost_table.add(
             labels[name],
             str(lost["shards"]),
@@ -744,12 +763,15 @@ def check_targets(results: dict[str, Any]) -> list[Target]:
                 )
             )
         lost, control = sim.get("lost"), sim.get("control_lost")
+        long = sim.get("max_time_30_lost")
         if lost:
-            against = (
-                f"; control, 1 shard per worker: {control['lost_fraction'] * 100:.1f} %"
-                if control
-                else ""
-            )
+            # Judged: the worse of the benchmark's timeout and the CLI's default.
+            worst = max(lost["lost_fraction"], long["lost_fraction"] if long else 0.0)
+            against = ""
+            if long:
+                against += f"; at -m {LONG_TIMEOUT:g}: {long['lost_fraction'] * 100:.2f} %"
+            if control:
+                against += f"; control, 1 shard per worker: {control['lost_fraction'] * 100:.1f} %"
             latency = sim.get("latency")
             if latency:
                 against += f"; latency per shard {latency['mean_overhead_s'] * 1e3:.0f} ms"
@@ -761,7 +783,7 @@ def check_targets(results: dict[str, Any]) -> list[Target]:
                     f"{lost['lost_fraction'] * 100:.2f} % of its {lost['share_s']:.2f} s share "
                     f"(start {lost['mean_start_s'] * 1e3:.0f} ms/worker, waits "
                     f"{lost['waits_s']:.2f} s, tail {lost['tail_s'] * 1e3:.0f} ms{against})",
-                    lost["lost_fraction"] < 0.01,
+                    worst < 0.01,
                 )
             )
         else:

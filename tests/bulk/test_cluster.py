@@ -33,17 +33,24 @@ from surge.sim import SimInfo, behaviour, hosts
 distributed = require("distributed")
 
 
-@pytest.fixture(scope="module")
-def client() -> Iterator[distributed.Client]:
+@contextlib.contextmanager
+def local_cluster(workers: int, threads: int = 2) -> Iterator[distributed.Client]:
+    """A LocalCluster of ``workers`` processes on loopback, and a client of it."""
     with (
         distributed.LocalCluster(
-            n_workers=2,
-            threads_per_worker=2,
+            n_workers=workers,
+            threads_per_worker=threads,
             processes=True,
             **LOCAL_CLUSTER_OPTIONS,
         ) as cluster,
         distributed.Client(cluster) as dask_client,
     ):
+        yield dask_client
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[distributed.Client]:
+    with local_cluster(2) as dask_client:
         yield dask_client
 
 
@@ -143,15 +150,7 @@ def test_a_worker_of_one_thread_gets_its_next_shard_while_one_runs(sim: SimInfo)
     # running shard's have all been taken, so the engine never waits for input.
     urls = [sim.url(f"p{i}--delay-300.sim") for i in range(480)]
     opts = FetchOptions(concurrency=10, resolve=[RESOLVE])
-    with (
-        distributed.LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=True,
-            **LOCAL_CLUSTER_OPTIONS,
-        ) as cluster,
-        distributed.Client(cluster) as one_thread,
-    ):
+    with local_cluster(2, threads=1) as one_thread:
         shards = list(run_shards(one_thread, as_items(urls), opts, shard_size=60))
     assert sorted(line for s in shards for line in range(s.first_line, s.last_line + 1)) == list(
         range(1, 481)
@@ -280,10 +279,7 @@ def test_a_job_started_before_any_worker_runs_when_one_joins(sim: SimInfo) -> No
     # No worker to scatter the inputs to (an adaptive cluster starts workers for
     # pending tasks): the first shards carry their inputs in the task instead.
     urls = [sim.url("status-200.sim", f"/{i}") for i in range(60)]
-    with (
-        distributed.LocalCluster(n_workers=0, processes=True, **LOCAL_CLUSTER_OPTIONS) as cluster,
-        distributed.Client(cluster) as empty,
-    ):
+    with local_cluster(0) as empty:
         got: list[int] = []
         job = threading.Thread(
             target=lambda: got.extend(
@@ -295,7 +291,7 @@ def test_a_job_started_before_any_worker_runs_when_one_joins(sim: SimInfo) -> No
         )
         job.start()
         time.sleep(1)
-        cluster.scale(1)
+        empty.cluster.scale(1)
         job.join(90)
         assert not job.is_alive()
     assert sorted(got) == list(range(1, 61))

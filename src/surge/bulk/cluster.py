@@ -325,9 +325,16 @@ def run_shards(
 
     def fill() -> None:
         nonlocal next_shard, exhausted
+        if exhausted:
+            return  # nothing to send: no round trip to ask for the workers
         ask_workers()
-        while not exhausted:
+        while not exhausted and not stopping():
             if max_in_flight is not None and len(in_flight) >= max_in_flight:
+                break
+            # A hard cap whatever hungriest() says: a shard whose scatter failed
+            # counts against no worker, so a listed worker that refuses every
+            # scatter (paused, retiring) would otherwise draw the whole input.
+            if len(in_flight) >= MAX_SHARDS_PER_WORKER * max(1, len(workers)):
                 break
             if hungriest() is None and (workers or in_flight):
                 break  # every worker has its next shard queued (or no worker: one shard)
@@ -412,10 +419,13 @@ def run_shards(
         raise SchedulerLost(_lost(client, error)) from None
     finally:
         if client.status == "running":
+            # Apart, and the cancel first: a failed unsubscribe must not leave the
+            # shards in flight running on the workers.
+            if in_flight:
+                with contextlib.suppress(OSError):
+                    client.cancel([e.future for e in in_flight.values()])  # type: ignore[no-untyped-call]
             with contextlib.suppress(OSError):
                 client.unsubscribe_topic(drained_topic)  # type: ignore[no-untyped-call]
-                if in_flight:
-                    client.cancel([e.future for e in in_flight.values()])  # type: ignore[no-untyped-call]
     if failure and not stopping():
         raise failure[0]
 

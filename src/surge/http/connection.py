@@ -237,7 +237,7 @@ class HTTPConnection(asyncio.Protocol):
             return
         if self.head_done and exc is None and _ends_at_close(self.head):
             self.keep_alive = False
-            self._finish()
+            self.on_message_complete()
         elif self.first_byte is None:
             detail = _describe(exc) if exc else "server closed the connection without a response"
             self._fail(RequestError("connection_reset", detail))
@@ -271,7 +271,7 @@ class HTTPConnection(asyncio.Protocol):
         head = self.head = raw[: raw.find(b"\r\n\r\n")]
         if self._is_head or status in _NO_BODY_STATUSES:
             self._parser = None  # llhttp would wait for a body: start afresh next time
-            self._finish()
+            self.on_message_complete()
             return
         # find(), not ``in``: on 3.11 ``marker in head`` first tries the marker as
         # an integer and builds and drops a TypeError (~1,800 instructions each).
@@ -292,9 +292,10 @@ class HTTPConnection(asyncio.Protocol):
         self.body.append(body)
 
     def on_message_complete(self) -> None:
+        """The response is complete (llhttp's callback; also called here for a
+        response without a body and for one that ended at the close)."""
         if not self.head_done:  # the end of a 1xx interim response
             return
-        # _finish, inlined: this is once per response (change the two together).
         waiter = self._waiter
         if waiter is not None:
             slot = self._slot
@@ -318,17 +319,6 @@ class HTTPConnection(asyncio.Protocol):
                 status=self.status if self.head_done else None,
             )
         )
-
-    def _finish(self) -> None:
-        slot = self._slot
-        if slot is not None:
-            slot.discard(self)
-            self._slot = None
-        waiter = self._waiter
-        self._waiter = None
-        self.requests += 1
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
 
     def _fail(self, error: RequestError) -> None:
         slot = self._slot

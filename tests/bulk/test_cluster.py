@@ -25,7 +25,7 @@ from tests.conftest import RESOLVE, require
 
 import surge
 from surge.bulk import shards as shard_engines
-from surge.bulk.cluster import LOCAL_CLUSTER_OPTIONS, run_shards
+from surge.bulk.cluster import LOCAL_CLUSTER_CONFIG, local_cluster, run_shards
 from surge.bulk.engine import FetchOptions, as_items
 from surge.bulk.inputs import InputItem
 from surge.sim import SimInfo, behaviour, hosts
@@ -34,23 +34,15 @@ distributed = require("distributed")
 
 
 @contextlib.contextmanager
-def local_cluster(workers: int, threads: int = 2) -> Iterator[distributed.Client]:
-    """A LocalCluster of ``workers`` processes on loopback, and a client of it."""
-    with (
-        distributed.LocalCluster(
-            n_workers=workers,
-            threads_per_worker=threads,
-            processes=True,
-            **LOCAL_CLUSTER_OPTIONS,
-        ) as cluster,
-        distributed.Client(cluster) as dask_client,
-    ):
+def cluster_client(workers: int, threads: int = 2) -> Iterator[distributed.Client]:
+    """A LocalCluster of ``workers`` processes, as ``local:N`` makes it, and a client of it."""
+    with local_cluster(workers, threads) as cluster, distributed.Client(cluster) as dask_client:
         yield dask_client
 
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[distributed.Client]:
-    with local_cluster(2) as dask_client:
+    with cluster_client(2) as dask_client:
         yield dask_client
 
 
@@ -150,7 +142,7 @@ def test_a_worker_of_one_thread_gets_its_next_shard_while_one_runs(sim: SimInfo)
     # running shard's have all been taken, so the engine never waits for input.
     urls = [sim.url(f"p{i}--delay-300.sim") for i in range(480)]
     opts = FetchOptions(concurrency=10, resolve=[RESOLVE])
-    with local_cluster(2, threads=1) as one_thread:
+    with cluster_client(2, threads=1) as one_thread:
         shards = list(run_shards(one_thread, as_items(urls), opts, shard_size=60))
     assert sorted(line for s in shards for line in range(s.first_line, s.last_line + 1)) == list(
         range(1, 481)
@@ -279,7 +271,7 @@ def test_a_job_started_before_any_worker_runs_when_one_joins(sim: SimInfo) -> No
     # No worker to scatter the inputs to (an adaptive cluster starts workers for
     # pending tasks): the first shards carry their inputs in the task instead.
     urls = [sim.url("status-200.sim", f"/{i}") for i in range(60)]
-    with local_cluster(0) as empty:
+    with cluster_client(0) as empty:
         got: list[int] = []
         job = threading.Thread(
             target=lambda: got.extend(
@@ -468,6 +460,36 @@ def test_losing_the_scheduler_mid_run_exits_1_and_keeps_the_records(
     again = surge_fetch(*args, "--resume", "--cluster", client.scheduler.address)
     assert again.returncode == 0, again.stderr
     assert sorted(r["line"] for r in records(out)) == list(range(1, n + 1))
+
+
+def test_a_local_cluster_leaves_out_dasks_idle_periodic_work(client: distributed.Client) -> None:
+    # No stack sampling every 10 ms, loop ticks and memory polls every 0.5 s
+    # (LOCAL_CLUSTER_CONFIG: together 14.5 % of a core on an idle local:2).
+    def worker_timers(dask_worker: Any) -> tuple[bool, float, float]:
+        timers = dask_worker.periodic_callbacks
+        interval = dask_worker.memory_manager.memory_monitor_interval
+        return "profile" in timers, timers["tick"].callback_time, interval
+
+    for profiling, tick_ms, memory_s in client.run(worker_timers).values():
+        assert (profiling, tick_ms, memory_s) == (False, 500, 0.5)
+    # ... and a worker that its nanny restarts after a crash, too.
+    address, pid = next(iter(client.run(os.getpid).items()))
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while address in (workers := client.nthreads()) or len(workers) < 2:
+        assert time.monotonic() < deadline, "the nanny did not restart its worker"
+        time.sleep(0.1)
+    for profiling, tick_ms, memory_s in client.run(worker_timers).values():
+        assert (profiling, tick_ms, memory_s) == (False, 500, 0.5)
+    scheduler_tick = client.run_on_scheduler(
+        lambda dask_scheduler: dask_scheduler.periodic_callbacks["tick"].callback_time
+    )
+    assert scheduler_tick == 500
+    # Set for the cluster's start only, not for the rest of this process.
+    import dask.config
+
+    for key, value in LOCAL_CLUSTER_CONFIG.items():
+        assert dask.config.get(key) != value
 
 
 def test_a_local_cluster_takes_no_fixed_port(sim: SimInfo) -> None:

@@ -26,9 +26,14 @@ Section 1, "sim": ``--hosts`` (80,000) generic hosts, one process vs ``local:2``
     Rows: one process at ``-c C`` (``--concurrency``, 1,000); ``--cluster
     local:2`` at ``-c C`` per worker, as the flags apply (2C in flight); and
     ``local:2`` at ``-c C/2`` per worker (C in flight in all, the same as one
-    process).  Columns: ok / lost / borderline as ``surge.bench.peers.runner.score``
-    counts them (lost: hosts that answer within the deadline that got no
-    answer), and whether every input line has exactly one record.
+    process).  After each ``local:2`` row, its reference: two plain ``surge
+    fetch`` processes at once at the same ``-c``, each on half the input (no
+    Dask; wall to the later end, CPU summed) -- what running two processes
+    instead of one costs on this machine, apart from the cluster path.  The
+    simulated web's own CPU is shown per row (psutil).  Columns: ok / lost /
+    borderline as ``surge.bench.peers.runner.score`` counts them (lost: hosts
+    that answer within the deadline that got no answer), and whether every
+    input line has exactly one record.
     Then the cluster path's cost per shard: the same job through
     ``surge.bulk.cluster.run_shards`` (the API the CLI uses) in a child process
     on ``local:2`` at ``-c C``, shards of ``--shard-size`` (10,000), three
@@ -55,7 +60,8 @@ Section 1, "sim": ``--hosts`` (80,000) generic hosts, one process vs ``local:2``
     worker's CPU (``getrusage`` in the worker, via ``client.run``), so hosts
     per worker CPU-second of this mix.
     Targets: ``local:2`` wall <= one process's wall (at the flags' per-worker
-    concurrency); worker time lost per shard < 1 % of the shard's share (the
+    concurrency; ``local:2`` against its two-process reference is shown, not
+    judged); worker time lost per shard < 1 % of the shard's share (the
     worse of the two CLI runs).
 
 Section 2, "memory": a 1M-line input through the cluster path
@@ -102,6 +108,7 @@ from typing import Any
 
 from _common import (
     PROXY_VARIABLES,
+    ChildRun,
     Table,
     Target,
     announce,
@@ -365,47 +372,116 @@ def check_lines(path: str) -> dict[str, Any]:
 # -- section 1: one process vs local:2 -------------------------------------------------------
 
 
+def run_pair(
+    inputs: Sequence[str], outs: Sequence[str], concurrency: int, timeout: float, limit: float
+) -> ChildRun:
+    """Two ``surge fetch`` processes at once, one per input: wall to the later end, CPU summed."""
+    runs: list[ChildRun] = []
+
+    def one(input_path: str, out_path: str) -> None:
+        command = surge_fetch_sim(input_path, out_path, concurrency, timeout)
+        runs.append(run_child(command, limit)[0])
+
+    threads = [threading.Thread(target=one, args=pair) for pair in zip(inputs, outs, strict=True)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    statuses = [r.status for r in runs]
+    return ChildRun(
+        status=max((s for s in statuses if s is not None), default=None),
+        wall_s=max(r.wall_s for r in runs),
+        cpu_s=sum(r.cpu_s for r in runs),
+        maxrss_bytes=max(r.maxrss_bytes for r in runs),
+        killed=any(r.killed for r in runs),
+        rss_samples=[],
+    )
+
+
+def process_cpu(pid: int | None) -> float:
+    """CPU seconds used so far by process ``pid`` (0 if unknown)."""
+    import psutil
+
+    if pid is None:
+        return 0.0
+    try:
+        times = psutil.Process(pid).cpu_times()
+    except psutil.Error:
+        return 0.0
+    return float(times.user + times.system)
+
+
 def run_sim(args: argparse.Namespace) -> dict[str, Any]:
     from surge.bench.peers.runner import score
     from surge.sim import background, hosts
 
     n, c, timeout = args.hosts, args.concurrency, args.timeout
     half = max(1, c // 2)
+    cluster = ["--cluster", "local:2", "--shard-size", str(args.shard_size)]
+    # name, -c, how: one process, local:2, or "pair": two plain surge fetch
+    # processes at once, each on half the input -- what two processes cost on
+    # this machine without Dask, the reference for local:2 at the same -c.
     rows = [
-        ("one process", c, []),
-        ("local:2", c, ["--cluster", "local:2", "--shard-size", str(args.shard_size)]),
-        (
-            "local:2, same total",
-            half,
-            ["--cluster", "local:2", "--shard-size", str(args.shard_size)],
-        ),
+        ("one process", c, "one"),
+        ("local:2", c, "local:2"),
+        ("two processes", c, "pair"),
+        ("local:2, same total", half, "local:2"),
+        ("two processes, same total", half, "pair"),
     ]
     results: dict[str, Any] = {"hosts": n, "concurrency": c, "timeout_s": timeout, "rows": {}}
     table = Table(
         f"sim: {n:,} generic hosts, plain HTTP, timeout {timeout:g} s, surge fetch -L "
         f"(shards of {args.shard_size:,})",
-        ["run", "-c", "in flight", "wall s", "vs one", "cpu s", "ok", "lost", "borderline", "once"],
+        [
+            "run",
+            "-c",
+            "in flight",
+            "wall s",
+            "vs one",
+            "cpu s",
+            "sim cpu s",
+            "ok",
+            "lost",
+            "borderline",
+            "once",
+        ],
     )
     with background(seed=0) as sim, tempfile.TemporaryDirectory(prefix="surge-bench-c-") as tmp:
         urls = [sim.url(h) for h in hosts(n)]
         input_path = os.path.join(tmp, "urls.txt")
         Path(input_path).write_text("".join(u + "\n" for u in urls))
+        halves = [os.path.join(tmp, "urls-1.txt"), os.path.join(tmp, "urls-2.txt")]
+        Path(halves[0]).write_text("".join(u + "\n" for u in urls[: n // 2]))
+        Path(halves[1]).write_text("".join(u + "\n" for u in urls[n // 2 :]))
         one_wall = None
-        for name, conc, extra in rows:
+        for name, conc, how in rows:
             progress(f"sim: {name} (-c {conc})")
-            out_path = os.path.join(tmp, "out.jsonl")
-            run, _ = run_child(
-                surge_fetch_sim(input_path, out_path, conc, timeout, *extra), args.limit
-            )
-            s = score(read_outcomes(out_path), urls, timeout=timeout)
-            lines = check_lines(out_path)
+            sim_before = process_cpu(sim.pid)
+            if how == "pair":
+                outs = [os.path.join(tmp, "out-1.jsonl"), os.path.join(tmp, "out-2.jsonl")]
+                run = run_pair(halves, outs, conc, timeout, args.limit)
+            else:
+                outs = [os.path.join(tmp, "out.jsonl")]
+                extra = cluster if how == "local:2" else []
+                command = surge_fetch_sim(input_path, outs[0], conc, timeout, *extra)
+                run, _ = run_child(command, args.limit)
+            sim_cpu = process_cpu(sim.pid) - sim_before
+            s = score([o for out in outs for o in read_outcomes(out)], urls, timeout=timeout)
+            each = [check_lines(out) for out in outs]
+            lines = {
+                "records": sum(e["records"] for e in each),
+                "distinct_lines": sum(e["distinct_lines"] for e in each),
+                "exactly_once": all(e["exactly_once"] for e in each),
+            }
             one_wall = one_wall or run.wall_s
-            workers = 2 if extra else 1
+            workers = 1 if how == "one" else 2
             results["rows"][name] = {
+                "how": how,
                 "concurrency": conc,
                 "in_flight": conc * workers,
                 "wall_s": run.wall_s,
                 "cpu_s": run.cpu_s,
+                "sim_cpu_s": sim_cpu,
                 "exit_status": run.status,
                 "killed": run.killed,
                 "ok": s.ok,
@@ -422,6 +498,7 @@ def run_sim(args: argparse.Namespace) -> dict[str, Any]:
                 f"{run.wall_s:.2f}",
                 f"{run.wall_s / one_wall:.2f}x",
                 f"{run.cpu_s:.1f}",
+                f"{sim_cpu:.1f}",
                 f"{s.ok:,}",
                 f"{s.lost:,}",
                 f"{s.borderline:,}",
@@ -429,6 +506,8 @@ def run_sim(args: argparse.Namespace) -> dict[str, Any]:
             )
         table.note("wall: the whole surge fetch process (start-up, cluster start and close);")
         table.note("cpu: its process tree (workers included); lost: answerable hosts not answered.")
+        table.note("two processes: two plain surge fetch processes at once on the input's halves")
+        table.note("(no Dask), the reference for local:2 at the same -c; wall to the later end.")
         table.print()
 
         # The control: one shard per worker in flight, so no shard is queued behind
@@ -762,6 +841,24 @@ def check_targets(results: dict[str, Any]) -> list[Target]:
                     ratio <= 1.0 and two["exactly_once"] and two["lost"] <= one["lost"],
                 )
             )
+        # Not judged: local:2 against two plain processes at the same -c, which
+        # is what the cluster path itself costs (the rest is two processes).
+        for cluster, pair in (
+            ("local:2", "two processes"),
+            ("local:2, same total", "two processes, same total"),
+        ):
+            a, b = rows.get(cluster), rows.get(pair)
+            if a and b:
+                ratio = a["wall_s"] / b["wall_s"]
+                targets.append(
+                    Target(
+                        f"1a, reference. {cluster} vs two plain processes at -c {a['concurrency']}",
+                        "shown, not judged",
+                        f"{a['wall_s']:.2f} s / {b['wall_s']:.2f} s = {ratio:.2f}x "
+                        f"(lost {a['lost']} vs {b['lost']})",
+                        None,
+                    )
+                )
         lost, control = sim.get("lost"), sim.get("control_lost")
         long = sim.get("max_time_30_lost")
         if lost:

@@ -346,6 +346,33 @@ def test_an_engine_counts_the_time_it_waits_for_input_between_shards(sim: SimInf
         engine.stop()
 
 
+def test_a_failing_drained_notice_loses_no_fetcher_and_no_input(
+    sim: SimInfo, caplog: pytest.LogCaptureFixture
+) -> None:
+    # One fetcher: had the notice's error escaped it, the engine would have no
+    # fetcher left, the input it had just taken would never get a record, and
+    # neither shard would ever end.
+    engine = shard_engines._Engine(FetchOptions(concurrency=1, resolve=[RESOLVE]))
+    told: list[int] = []
+
+    def drained() -> None:
+        told.append(first.taken)
+        raise RuntimeError("the worker is closing")
+
+    try:
+        items = list(as_items(sim.url(f"n{i}--status-200.sim") for i in range(3)))
+        first = shard_engines._Shard(len(items), drained)
+        engine.put(items, first)
+        second = _shard_on(engine, items)
+        assert first.done.wait(30) and second.done.wait(30)
+        assert sorted(r["line"] for r in engine.wait(first)) == [1, 2, 3]
+        assert {r["status"] for r in engine.wait(second)} == {200}
+        assert told == [3]
+        assert "inputs are all taken failed" in caplog.text
+    finally:
+        engine.stop()
+
+
 def test_fetch_without_cluster_does_not_import_dask() -> None:
     script = (
         "import sys, surge, surge.bulk.cli; "

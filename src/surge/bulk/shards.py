@@ -37,6 +37,7 @@ connections and its thread ends.
 from __future__ import annotations
 
 import asyncio
+import logging
 import marshal
 import os
 import socket
@@ -64,6 +65,8 @@ CANCEL_POLL_S = 0.2
 _THREAD_TIMEOUT_S = 30.0
 #: marshal's format version for packed inputs (4: Python 3.4 and later).
 _MARSHAL_VERSION = 4
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,7 +312,18 @@ class _Engine:
                 item, shard = await handed
             shard.taken += 1
             if shard.taken == shard.expected and shard.drained is not None:
-                shard.drained()
+                try:
+                    shard.drained()
+                except Exception:
+                    # Only a notice (without it the client sends the next shard
+                    # when this one ends): raised out of here, it would end this
+                    # fetcher, one of ``concurrency``, for good, and the input it
+                    # holds would never get a record, nor its shard an end.  The
+                    # notice reaches into Dask's worker (``log_event``), whose
+                    # state is not ours to vouch for while it closes.
+                    log.warning(
+                        "telling the client a shard's inputs are all taken failed", exc_info=True
+                    )
             if shard.error is not None:
                 continue  # the shard failed already: its other inputs are moot
             try:

@@ -24,10 +24,12 @@ import pytest
 from tests.conftest import RESOLVE, require
 
 import surge
+from surge.bulk import cluster
 from surge.bulk import shards as shard_engines
 from surge.bulk.cluster import LOCAL_CLUSTER_CONFIG, local_cluster, run_shards
 from surge.bulk.engine import FetchOptions, as_items
 from surge.bulk.inputs import InputItem
+from surge.bulk.shards import DRAINED_TOPIC
 from surge.sim import SimInfo, behaviour, hosts
 
 distributed = require("distributed")
@@ -157,27 +159,63 @@ def test_a_worker_of_one_thread_gets_its_next_shard_while_one_runs(sim: SimInfo)
         assert [s.starved for s in mine[1:]] == [0.0] * (len(mine) - 1)
 
 
+@pytest.mark.parametrize("jobs", [1, 2], ids=["one-job", "two-jobs-at-once"])
 def test_a_shard_held_by_its_slowest_host_does_not_starve_its_worker(
-    sim: SimInfo, client: distributed.Client
+    sim: SimInfo, client: distributed.Client, jobs: int
 ) -> None:
     # Each shard: 39 hosts of 300 ms at 10 at a time (its inputs all taken after
     # ~1.2 s) and one that never answers, which holds the shard until max_time
     # (4 s). With the next shard sent only when one finishes, the queued shard's
     # inputs would run out ~2 s before that and the engine would wait; the next
     # is sent as soon as the engine has taken a shard's last input instead.
-    urls = []
-    for i in range(320):
-        urls.append(sim.url(f"s{i}--hang.sim" if i % 40 == 0 else f"s{i}--delay-300.sim"))
+    # Two jobs at once on one client: each hears its own shards' events.
     opts = FetchOptions(concurrency=10, max_time=4, resolve=[RESOLVE])
-    shards = list(run_shards(client, as_items(urls), opts, shard_size=40))
-    assert sorted(s.first_line for s in shards) == list(range(1, 321, 40))
-    by_worker: dict[str, list[Any]] = {}
-    for shard in sorted(shards, key=lambda s: s.queued):
-        by_worker.setdefault(shard.worker, []).append(shard)
-    for mine in by_worker.values():
-        assert [s.starved for s in mine[1:]] == [0.0] * (len(mine) - 1)
-        # the third shard came while the first still waited for its hung host
-        assert len(mine) < 3 or mine[2].queued < mine[0].finished
+    done: dict[int, list[Any]] = {}
+
+    def job(n: int) -> None:
+        urls = []
+        for i in range(320):
+            urls.append(
+                sim.url(f"s{n}-{i}--hang.sim" if i % 40 == 0 else f"s{n}-{i}--delay-300.sim")
+            )
+        done[n] = list(run_shards(client, as_items(urls), opts, shard_size=40))
+
+    threads = [threading.Thread(target=job, args=(n,)) for n in range(jobs)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert sorted(done) == list(range(jobs))
+    for shards in done.values():
+        assert sorted(s.first_line for s in shards) == list(range(1, 321, 40))
+        by_worker: dict[str, list[Any]] = {}
+        for shard in sorted(shards, key=lambda s: s.queued):
+            by_worker.setdefault(shard.worker, []).append(shard)
+        assert max(len(mine) for mine in by_worker.values()) >= 3
+        for mine in by_worker.values():
+            assert [s.starved for s in mine[1:]] == [0.0] * (len(mine) - 1)
+            # the third shard came while the first still waited for its hung host
+            assert len(mine) < 3 or mine[2].queued < mine[0].finished
+
+
+def _surge_topics(dask_scheduler: Any) -> list[str]:
+    return [name for name in dask_scheduler._broker._topics if name.startswith("surge")]
+
+
+def test_jobs_on_one_client_leave_one_event_handler_and_one_topic(
+    sim: SimInfo, client: distributed.Client
+) -> None:
+    # Each job used to subscribe to a topic of its own: Dask's unsubscribe_topic
+    # leaves the client's handler (and the job's queue in it) in place, and the
+    # scheduler keeps every topic with its last 1,000 events.
+    urls = [sim.url(f"j{i}--status-200.sim") for i in range(8)]
+    opts = FetchOptions(concurrency=4, resolve=[RESOLVE])
+    for _ in range(4):
+        shards = list(run_shards(client, as_items(urls), opts, shard_size=4))
+        assert sorted(r["line"] for s in shards for r in s.records) == list(range(1, 9))
+    assert [t for t in client._event_handlers if t.startswith("surge")] == [DRAINED_TOPIC]
+    assert client.run_on_scheduler(_surge_topics) == [DRAINED_TOPIC]
+    assert cluster._subscribed(client).jobs() == []  # no finished job's queue kept
 
 
 def _engine_concurrencies() -> list[int]:

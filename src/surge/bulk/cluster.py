@@ -63,6 +63,7 @@ import signal
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
@@ -71,7 +72,7 @@ from typing import TYPE_CHECKING, Any
 
 from surge.bulk.engine import FetchOptions, Record, as_items
 from surge.bulk.inputs import InputItem
-from surge.bulk.shards import ShardOutcome, pack_inputs, run_shard, shard_topic
+from surge.bulk.shards import DRAINED_TOPIC, ShardOutcome, pack_inputs, run_shard
 from surge.bulk.summary import Summary
 from surge.errors import UsageError
 
@@ -257,6 +258,82 @@ class _InFlight:
     drained: bool = False  # its engine has taken all its inputs: only stragglers are left
 
 
+#: What a job hears of its shards: (shard, attempt, its task's future when the
+#: task is done / None when its inputs are all taken, time.time() then).
+_ShardEvent = tuple[int, int, "Future[ShardOutcome] | None", float]
+
+
+def _shard_key(job: str, shard: int, attempt: int) -> str:
+    """The Dask key of ``job``'s task for ``shard``, ``attempt``: what its drained event says."""
+    return f"surge-shard-{job}-{shard}-{attempt}"
+
+
+class _DrainedEvents:
+    """One Dask client's drained events (:data:`DRAINED_TOPIC`), routed to its jobs.
+
+    The client subscribes to the topic once, with this as the handler, and keeps
+    it: ``Client.unsubscribe_topic`` tells the scheduler but leaves the handler
+    in the client's ``_event_handlers`` (distributed 2026.8), and the scheduler
+    keeps every topic it has seen, with up to 1,000 events; a topic per job left
+    both behind at every job.  Dask subscribes every client to its own "print"
+    and "warn" topics the same way, for the client's life (the scheduler then
+    keeps a departed client's name among a topic's subscribers, as for those
+    two: a name, no events).  The handler runs on the Dask client's loop
+    thread, the jobs on their callers' threads: hence the lock.  Events of a
+    job not running here (finished, or another client's: every subscriber
+    hears every event) are dropped.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: dict[str, queue.SimpleQueue[_ShardEvent]] = {}
+
+    def add(self, job: str, events: queue.SimpleQueue[_ShardEvent]) -> None:
+        with self._lock:
+            self._jobs[job] = events
+
+    def remove(self, job: str) -> None:
+        with self._lock:
+            self._jobs.pop(job, None)
+
+    def jobs(self) -> list[str]:
+        """The jobs whose events are routed now."""
+        with self._lock:
+            return list(self._jobs)
+
+    def __call__(self, event: tuple[float, Any]) -> None:
+        # On the Dask client's loop: a worker's engine took a shard's last input.
+        key = event[1]
+        try:
+            prefix, job, shard, attempt = key.rsplit("-", 3)
+            heard = (int(shard), int(attempt), None, time.time())
+        except (AttributeError, ValueError):
+            return  # not a surge shard's key
+        if prefix != "surge-shard":
+            return
+        with self._lock:
+            events = self._jobs.get(job)
+        if events is not None:
+            events.put(heard)
+
+
+#: Each Dask client's router, subscribed once; dropped with the client (the
+#: router does not refer to it, so it does not keep it alive).
+_drained_events: weakref.WeakKeyDictionary[Client, _DrainedEvents] = weakref.WeakKeyDictionary()
+_drained_events_lock = threading.Lock()
+
+
+def _subscribed(client: Client) -> _DrainedEvents:
+    """``client``'s router of drained events, subscribed to the topic the first time."""
+    with _drained_events_lock:
+        router = _drained_events.get(client)
+        if router is None:
+            router = _DrainedEvents()
+            client.subscribe_topic(DRAINED_TOPIC, router)  # type: ignore[no-untyped-call]
+            _drained_events[client] = router
+        return router
+
+
 def run_shards(
     client: Client,
     items: Iterable[InputItem],
@@ -284,9 +361,7 @@ def run_shards(
         raise UsageError(f"shards in flight must be at least 1, not {max_in_flight}")
     job = uuid.uuid4().hex[:12]
     source = iter(items)
-    # (shard, attempt, its future when its task is done / None when it drained, time)
-    events: queue.SimpleQueue[tuple[int, int, Future[ShardOutcome] | None, float]]
-    events = queue.SimpleQueue()
+    events: queue.SimpleQueue[_ShardEvent] = queue.SimpleQueue()
     in_flight: dict[int, _InFlight] = {}
     next_shard = 0
     exhausted = False
@@ -298,17 +373,11 @@ def run_shards(
     def ask_workers() -> None:
         workers[:] = client.nthreads()  # type: ignore[no-untyped-call]
 
-    def on_drained(event: tuple[float, str]) -> None:
-        # On the Dask client's loop: a worker's engine took a shard's last input.
-        _, shard, attempt = event[1].rsplit("-", 2)
-        events.put((int(shard), int(attempt), None, time.time()))
-
     def submit(
         shard: int, packed: bytes, first: int, last: int, attempts: int, since: float
     ) -> None:
         # ``since``: when the inputs began to be packed (the shard's ``submitted``)
-        name = f"{job}-{shard}-{attempts}"
-        worker, inputs = send_inputs(f"surge-inputs-{name}", packed)
+        worker, inputs = send_inputs(f"surge-inputs-{job}-{shard}-{attempts}", packed)
         where = {"workers": [worker], "allow_other_workers": True} if worker is not None else {}
         future = client.submit(
             run_shard,
@@ -316,7 +385,7 @@ def run_shards(
             inputs,
             opts,
             encode,
-            key=f"surge-shard-{name}",
+            key=_shard_key(job, shard, attempts),
             pure=False,
             **where,
         )
@@ -396,8 +465,8 @@ def run_shards(
     def stopping() -> bool:
         return stop is not None and stop.is_set()
 
-    drained_topic = shard_topic(job)
-    client.subscribe_topic(drained_topic, on_drained)  # type: ignore[no-untyped-call]
+    drained = _subscribed(client)
+    drained.add(job, events)
     try:
         fill()
         while in_flight and not stopping():
@@ -459,14 +528,10 @@ def run_shards(
     except OSError as error:  # a call to the scheduler failed: connect timeout, comm closed
         raise SchedulerLost(_lost(client, error)) from None
     finally:
-        if client.status == "running":
-            # Apart, and the cancel first: a failed unsubscribe must not leave the
-            # shards in flight running on the workers.
-            if in_flight:
-                with contextlib.suppress(OSError):
-                    client.cancel([e.future for e in in_flight.values()])  # type: ignore[no-untyped-call]
+        drained.remove(job)
+        if client.status == "running" and in_flight:
             with contextlib.suppress(OSError):
-                client.unsubscribe_topic(drained_topic)  # type: ignore[no-untyped-call]
+                client.cancel([e.future for e in in_flight.values()])  # type: ignore[no-untyped-call]
     if failure and not stopping():
         raise failure[0]
 

@@ -18,7 +18,7 @@ thread as with eight: when the first shard is down to its slowest hosts (a
 host that hangs waits out ``max_time``, 30 s by default), its finished
 requests' slots go straight to the next shard's inputs instead of idling
 until the last straggler returns.  And when a shard's last input is taken,
-the task tells the client (a Dask event, :func:`shard_topic`), which sends
+the task tells the client (a Dask event on :data:`DRAINED_TOPIC`), which sends
 the shard after next then, not when this one's stragglers are done.
 Measured on ``local:2`` with one thread per worker, before ``secede``: the
 engines sat idle ~3 s before each later shard, 20 % of the job's worker time;
@@ -122,7 +122,7 @@ def run_shard(
     items = unpack_inputs(packed)
     engine = _acquire(job, opts)
     task = _dask_task()
-    shard = _Shard(len(items), None if task is None else _tell_drained(job, *task))
+    shard = _Shard(len(items), None if task is None else _tell_drained(*task))
     try:
         engine.put(items, shard)
         if task is not None:
@@ -173,24 +173,25 @@ def _dask_task() -> tuple[Any, Any] | None:
         return None
 
 
-def shard_topic(job: str) -> str:
-    """The Dask event topic on which ``job``'s shards say their inputs are all taken."""
-    return f"surge-drained-{job}"
+#: The Dask event topic on which every surge job's shards say their inputs are all
+#: taken; an event is the task's key, which names the job, the shard and the attempt.
+DRAINED_TOPIC = "surge-drained"
 
 
-def _tell_drained(job: str, worker: Any, key: Any) -> Callable[[], None]:
+def _tell_drained(worker: Any, key: Any) -> Callable[[], None]:
     """Tell the client (through the scheduler) that task ``key``'s inputs are all taken.
 
     From then on only its stragglers run, so the client sends the worker its
     next shard: a shard whose slowest hosts wait out ``max_time`` (30 s by
     default) would otherwise hold back the shard after next while the engine
-    runs out of input.  One event of ~100 bytes per shard, on a topic per job;
-    the scheduler keeps a topic's last 1,000 events
-    (``distributed.admin.low-level-log-length``).
+    runs out of input.  One event of ~100 bytes per shard, on one topic for
+    every job: the scheduler keeps a topic's last 1,000 events
+    (``distributed.admin.low-level-log-length``) and never forgets a topic, so
+    a topic per job kept up to 1,000 events per job for the scheduler's life.
     """
 
     def drained() -> None:
-        worker.log_event(shard_topic(job), str(key))  # thread-safe: via the worker's loop
+        worker.log_event(DRAINED_TOPIC, str(key))  # thread-safe: via the worker's loop
 
     return drained
 

@@ -296,6 +296,32 @@ def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(
     assert max(attempts) == 2
 
 
+def test_a_worker_retired_mid_run_hands_its_shards_back(sim: SimInfo) -> None:
+    # 240 hosts of 200 ms, 10 at a time per worker, shards of 20: ~2.4 s of
+    # work, so the retirement, after the first shard is back, lands with shards
+    # running on the retired worker. Its tasks see it closing and give their
+    # shards up (they used to end "cancelled", an error that stopped the job);
+    # surge sends those again, to the worker left. The retired worker is kept,
+    # closing, as when something else is to finish it off: Dask never removes
+    # it, so only surge can run its shards again, and nothing goes to it.
+    urls = [sim.url(f"g{i}--delay-200.sim") for i in range(240)]
+    opts = FetchOptions(concurrency=10, resolve=[RESOLVE])
+    seen: list[int] = []
+    attempts: list[int] = []
+    retired = None
+    with local_cluster(2) as two:
+        for shard in run_shards(two, as_items(urls), opts, shard_size=20):
+            seen += [record["line"] for record in shard.records]
+            attempts.append(shard.attempts)
+            if retired is None:
+                busy = [w for w, keys in two.processing().items() if keys]
+                assert busy, "no shard running to retire a worker under"
+                retired = busy[0]
+                two.retire_workers([retired], close_workers=False, remove=False)
+    assert sorted(seen) == list(range(1, 241))  # each input exactly once
+    assert max(attempts) == 2
+
+
 def test_fetch_on_cluster_yields_one_record_per_input(
     sim: SimInfo, client: distributed.Client
 ) -> None:

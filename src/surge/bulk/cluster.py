@@ -40,7 +40,8 @@ per task, and a ``client.map`` over 3.1M items overwhelmed it
 - One writer: records come back here, a shard's all at once, as each shard
   finishes; the caller writes them.  A shard's records are handed out once,
   when its current task first completes: a shard whose worker died (its
-  inputs died with it) is resubmitted here, up to
+  inputs died with it) or is being retired
+  (:class:`~surge.bulk.shards.WorkerClosing`) is resubmitted here, up to
   :data:`MAX_SHARD_ATTEMPTS` times, and a stale completion is ignored.
 - Stopping: setting ``stop`` (a :class:`threading.Event`) or closing the
   iterator cancels the shards in flight; the shards already handed out are
@@ -72,7 +73,7 @@ from typing import TYPE_CHECKING, Any
 
 from surge.bulk.engine import FetchOptions, Record, as_items
 from surge.bulk.inputs import InputItem
-from surge.bulk.shards import DRAINED_TOPIC, ShardOutcome, pack_inputs, run_shard
+from surge.bulk.shards import DRAINED_TOPIC, ShardOutcome, WorkerClosing, pack_inputs, run_shard
 from surge.bulk.summary import Summary
 from surge.errors import UsageError
 
@@ -366,12 +367,17 @@ def run_shards(
     next_shard = 0
     exhausted = False
     failure: list[Exception] = []
-    # The workers, asked of the scheduler once per fill(), and again when sending
-    # to a worker fails: one round trip fewer per shard.
+    # The running workers, asked of the scheduler once per fill(), and again when
+    # sending to a worker fails: one round trip fewer per shard.  Not a paused or
+    # retiring one: the scheduler scatters nothing to those (it waits for one to
+    # run again, 30 s at the client's default timeout, then fails), and a
+    # retiring one's shards are on their way elsewhere.
     workers: list[str] = []
 
     def ask_workers() -> None:
-        workers[:] = client.nthreads()  # type: ignore[no-untyped-call]
+        # Client.nthreads() without those (the scheduler's own filter, as
+        # Client.scatter(direct=True) uses it).
+        workers[:] = client.sync(client.scheduler.ncores_running)  # type: ignore[union-attr,no-untyped-call]
 
     def submit(
         shard: int, packed: bytes, first: int, last: int, attempts: int, since: float
@@ -484,7 +490,7 @@ def run_shards(
                 continue
             try:
                 outcome: ShardOutcome = future.result()
-            except (distributed.KilledWorker, distributed.CancelledError) as error:
+            except (distributed.KilledWorker, distributed.CancelledError, WorkerClosing) as error:
                 if client.status != "running":
                     # Dask cancels every future when it loses the scheduler (and
                     # tries to reconnect): the scheduler's state, tasks included,
@@ -492,7 +498,10 @@ def run_shards(
                     raise SchedulerLost(_lost(client, error)) from None
                 # Its worker died (the scattered inputs with it: the task is
                 # cancelled for its lost dependency), Dask gave up on it
-                # (allowed-failures), or a cluster restart cancelled it.
+                # (allowed-failures), a cluster restart cancelled it, or its
+                # worker is closing (retired, shut down) and the task gave the
+                # shard up.  (The job's own stop cancels its tasks after this
+                # loop: their ShardCancelled comes back to nobody.)
                 if entry.attempts >= MAX_SHARD_ATTEMPTS:
                     raise ShardFailed(
                         f"the shard of input lines {entry.first_line}-{entry.last_line} "

@@ -24,10 +24,12 @@ Measured on ``local:2`` with one thread per worker, before ``secede``: the
 engines sat idle ~3 s before each later shard, 20 % of the job's worker time;
 after: 0.
 
-A task that Dask cancels (the client stopped, or the worker is closing) is
-noticed within :data:`CANCEL_POLL_S`: its inputs still queued are dropped and
-the task ends, rather than running its shard to the end for nobody (a worker
-waits for its running tasks before it closes).
+A task that Dask cancels (the client stopped) is noticed within
+:data:`CANCEL_POLL_S`: its inputs still queued are dropped and the task ends
+(:class:`ShardCancelled`), rather than running its shard to the end for
+nobody.  So does a task whose worker is closing, retired or shut down (a
+worker waits for its running tasks before it closes), but it ends with
+:class:`WorkerClosing`, which tells the client to send the shard again.
 
 The engine lives while shards of its job are active, and :data:`LINGER_S`
 after the last one, so consecutive shards share it; then it closes its
@@ -132,7 +134,7 @@ def run_shard(
             from distributed import secede
 
             secede()  # type: ignore[no-untyped-call]
-        records = engine.wait(shard, None if task is None else _cancel_test(*task))
+        records = engine.wait(shard, None if task is None else _given_up(*task))
     finally:
         _release(job, engine)
     worker = f"{socket.gethostname()}:{os.getpid()}"
@@ -159,7 +161,18 @@ def run_shard(
 
 
 class ShardCancelled(Exception):
-    """Dask no longer wants the shard's result: the job stopped, or the worker closes."""
+    """Dask no longer wants the shard's result: the job stopped."""
+
+
+class WorkerClosing(Exception):
+    """The shard's worker is closing (retired, or shut down) while its result is wanted.
+
+    The task ends, its inputs dropped, rather than hold the worker open; the
+    client sends the shard again, to another worker, as a new attempt.
+    Without it the task would end as cancelled, an error to the client: a
+    retired worker stopped the job, unless the scheduler removed the worker
+    (and ran the task again elsewhere) before the task saw the worker closing.
+    """
 
 
 def _dask_task() -> tuple[Any, Any] | None:
@@ -196,17 +209,20 @@ def _tell_drained(worker: Any, key: Any) -> Callable[[], None]:
     return drained
 
 
-def _cancel_test(worker: Any, key: Any) -> Callable[[], bool]:
-    """Whether Dask has given up on task ``key`` on ``worker``."""
+def _given_up(worker: Any, key: Any) -> Callable[[], Exception | None]:
+    """Why task ``key`` on ``worker`` is to end now, if it is: Dask gave it up, or the worker."""
     from distributed.core import Status
 
-    def cancelled() -> bool:
-        if worker.status not in (Status.running, Status.paused):
-            return True
+    def why() -> Exception | None:
         task = worker.state.tasks.get(key)
-        return task is None or task.state in ("cancelled", "released")
+        if task is None or task.state in ("cancelled", "released"):
+            return ShardCancelled("the shard's task was cancelled")
+        if worker.status not in (Status.running, Status.paused):
+            # closing_gracefully (retire_workers, close_gracefully), closing...
+            return WorkerClosing(f"its worker {worker.address} is {worker.status.name}")
+        return None
 
-    return cancelled
+    return why
 
 
 class _Shard:
@@ -364,15 +380,17 @@ class _Engine:
         """Queue ``items`` for ``shard`` (from any thread): their records go to it."""
         self._loop.call_soon_threadsafe(self._enqueue, items, shard)
 
-    def wait(self, shard: _Shard, cancelled: Callable[[], bool] | None = None) -> list[Record]:
+    def wait(
+        self, shard: _Shard, given_up: Callable[[], Exception | None] | None = None
+    ) -> list[Record]:
         """``shard``'s records, in completion order, once all are in (from a task's thread).
 
-        ``cancelled`` is asked every :data:`CANCEL_POLL_S`; once it says yes, the
-        shard's queued inputs are dropped and :class:`ShardCancelled` is raised.
+        ``given_up`` is asked every :data:`CANCEL_POLL_S`; once it returns an
+        error, the shard's queued inputs are dropped and that error is raised.
         """
-        while not shard.done.wait(CANCEL_POLL_S if cancelled is not None else None):
-            if cancelled is not None and cancelled():
-                shard.fail(ShardCancelled("the shard's task was cancelled"))
+        while not shard.done.wait(CANCEL_POLL_S if given_up is not None else None):
+            if given_up is not None and (error := given_up()) is not None:
+                shard.fail(error)
         if shard.error is not None:
             raise shard.error
         return shard.records

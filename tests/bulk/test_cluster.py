@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -275,25 +275,42 @@ def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(
     # and surge sends the inputs again, as a second attempt.
     urls = [sim.url(f"k{i}--delay-200.sim") for i in range(600)]
     opts = FetchOptions(concurrency=20, resolve=[RESOLVE])
-    seen: list[int] = []
-    attempts: list[int] = []
-    killed = None
+    killed: list[int] = []
+
+    def kill(worker: str) -> None:
+        killed.append(client.run(os.getpid, workers=[worker])[worker])
+        os.kill(killed[0], signal.SIGKILL)
+
     old = client.run_on_scheduler(_set_allowed_failures, allowed_failures)
     try:
-        for shard in run_shards(client, as_items(urls), opts, shard_size=50):
-            seen += [record["line"] for record in shard.records]
-            attempts.append(shard.attempts)
-            if killed is None:
-                busy = [w for w, keys in client.processing().items() if keys]
-                assert busy, "no shard running to kill a worker under"
-                killed = client.run(os.getpid, workers=[busy[0]])[busy[0]]
-                os.kill(killed, signal.SIGKILL)
+        seen, attempts = _run_losing_a_busy_worker(client, urls, opts, 50, kill)
     finally:
         client.run_on_scheduler(_set_allowed_failures, old)
         client.wait_for_workers(2, timeout=60)  # the nanny restarts it, for the next tests
-    assert sorted(seen) == list(range(1, 601))  # each input exactly once
-    assert killed not in client.run(os.getpid).values()
+    assert seen == list(range(1, 601))  # each input exactly once
+    assert killed[0] not in client.run(os.getpid).values()
     assert max(attempts) == 2
+
+
+def _run_losing_a_busy_worker(
+    dask_client: distributed.Client,
+    urls: list[str],
+    opts: FetchOptions,
+    shard_size: int,
+    lose: Callable[[str], object],
+) -> tuple[list[int], list[int]]:
+    """The job's lines, sorted, and its shards' attempts; once its first shard is
+    back, ``lose(worker)`` is called for a worker with a shard running."""
+    seen: list[int] = []
+    attempts: list[int] = []
+    for shard in run_shards(dask_client, as_items(urls), opts, shard_size=shard_size):
+        seen += [record["line"] for record in shard.records]
+        attempts.append(shard.attempts)
+        if len(attempts) == 1:
+            busy = [w for w, keys in dask_client.processing().items() if keys]
+            assert busy, "no shard running to lose a worker under"
+            lose(busy[0])
+    return sorted(seen), attempts
 
 
 def test_a_worker_retired_mid_run_hands_its_shards_back(sim: SimInfo) -> None:
@@ -306,19 +323,13 @@ def test_a_worker_retired_mid_run_hands_its_shards_back(sim: SimInfo) -> None:
     # it, so only surge can run its shards again, and nothing goes to it.
     urls = [sim.url(f"g{i}--delay-200.sim") for i in range(240)]
     opts = FetchOptions(concurrency=10, resolve=[RESOLVE])
-    seen: list[int] = []
-    attempts: list[int] = []
-    retired = None
     with local_cluster(2) as two:
-        for shard in run_shards(two, as_items(urls), opts, shard_size=20):
-            seen += [record["line"] for record in shard.records]
-            attempts.append(shard.attempts)
-            if retired is None:
-                busy = [w for w, keys in two.processing().items() if keys]
-                assert busy, "no shard running to retire a worker under"
-                retired = busy[0]
-                two.retire_workers([retired], close_workers=False, remove=False)
-    assert sorted(seen) == list(range(1, 241))  # each input exactly once
+
+        def retire(worker: str) -> None:
+            two.retire_workers([worker], close_workers=False, remove=False)
+
+        seen, attempts = _run_losing_a_busy_worker(two, urls, opts, 20, retire)
+    assert seen == list(range(1, 241))  # each input exactly once
     assert max(attempts) == 2
 
 

@@ -323,7 +323,7 @@ def test_a_worker_retired_mid_run_hands_its_shards_back(sim: SimInfo) -> None:
     # it, so only surge can run its shards again, and nothing goes to it.
     urls = [sim.url(f"g{i}--delay-200.sim") for i in range(240)]
     opts = FetchOptions(concurrency=10, resolve=[RESOLVE])
-    with local_cluster(2) as two:
+    with cluster_client(2) as two:
 
         def retire(worker: str) -> None:
             two.retire_workers([worker], close_workers=False, remove=False)

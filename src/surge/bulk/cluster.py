@@ -97,6 +97,10 @@ MAX_SHARD_ATTEMPTS = 3
 _STOP_POLL_S = 0.25
 #: How many workers sending a shard's inputs tries, while workers come and go.
 _SCATTER_TRIES = 5
+#: Seconds to wait for one scatter.  The scheduler holds a scatter to a worker
+#: that is not running (paused, retiring) until it runs again or the client's
+#: timeout (30 s) passes; meanwhile the job writes nothing and does not stop.
+_SCATTER_TIMEOUT_S = 10.0
 _LOCAL = re.compile(r"local:(\d+)\Z")
 #: A ``LocalCluster`` on loopback without a dashboard.  Dask's scheduler serves
 #: HTTP (health, metrics) even with the dashboard off, on :8787 unless told
@@ -132,8 +136,10 @@ def local_cluster(workers: int, threads_per_worker: int = 2, **options: Any) -> 
     """A started ``LocalCluster`` of ``workers`` processes, as ``--cluster local:N`` makes one.
 
     On 127.0.0.1 (:data:`LOCAL_CLUSTER_OPTIONS`), configured with
-    :data:`LOCAL_CLUSTER_CONFIG` for this cluster only, not for the rest of this
-    process: the scheduler reads it while it starts, and each nanny is given a
+    :data:`LOCAL_CLUSTER_CONFIG` for this cluster: the configuration is set
+    process-wide while the cluster starts (a few seconds: a Dask server created
+    by another thread then would see it too), not after.  The scheduler reads
+    it while it starts, and each nanny is given a
     whole copy to start its worker with, each time it does.  (A nanny keeps
     ``toolz.merge`` of the global configuration, a shallow copy: a worker it
     restarted after a crash, with the setting made only while the cluster
@@ -318,20 +324,27 @@ class _DrainedEvents:
             events.put(heard)
 
 
-#: Each Dask client's router, subscribed once; dropped with the client (the
-#: router does not refer to it, so it does not keep it alive).
+#: Each Dask client's router; dropped with the client (the router does not refer
+#: to it, so it does not keep it alive).
 _drained_events: weakref.WeakKeyDictionary[Client, _DrainedEvents] = weakref.WeakKeyDictionary()
 _drained_events_lock = threading.Lock()
 
 
 def _subscribed(client: Client) -> _DrainedEvents:
-    """``client``'s router of drained events, subscribed to the topic the first time."""
+    """``client``'s router of drained events, subscribed to the topic for a job.
+
+    One router per client, but the subscription is sent again at every job
+    (the same handler under the same topic: nothing more is kept, here or on
+    the scheduler): a client that reconnects to a restarted scheduler does
+    not subscribe its topics there again, and a router subscribed only once
+    heard nothing after that, so every later job's engines waited for input
+    between shards.
+    """
     with _drained_events_lock:
         router = _drained_events.get(client)
         if router is None:
-            router = _DrainedEvents()
-            client.subscribe_topic(DRAINED_TOPIC, router)  # type: ignore[no-untyped-call]
-            _drained_events[client] = router
+            router = _drained_events[client] = _DrainedEvents()
+        client.subscribe_topic(DRAINED_TOPIC, router)  # type: ignore[no-untyped-call]
         return router
 
 
@@ -409,11 +422,13 @@ def run_shards(
         # argument, which the scheduler then keeps for a while (a few shards).
         for _ in range(_SCATTER_TRIES):
             worker = hungriest() or hungriest(anywhere=True)
-            if worker is None:
+            if worker is None or stopping():
                 break
             try:
-                futures = client.scatter({key: packed}, workers=[worker], hash=False)  # type: ignore[no-untyped-call]
-            except (OSError, KeyError):
+                futures = client.scatter(  # type: ignore[no-untyped-call]
+                    {key: packed}, workers=[worker], hash=False, timeout=_SCATTER_TIMEOUT_S
+                )
+            except (OSError, KeyError):  # TimeoutError included
                 time.sleep(_STOP_POLL_S)
                 ask_workers()
                 continue
@@ -508,6 +523,10 @@ def run_shards(
                         f"failed {entry.attempts} times; last: {error}"
                     ) from error
                 first, last, again = entry.first_line, entry.last_line, entry.attempts + 1
+                # The workers as they are now: the one that lost the shard may be
+                # listed still, and look hungriest (its other shards only have
+                # stragglers left), but a retiring one is no longer running.
+                ask_workers()
                 submit(shard, entry.packed, first, last, again, time.time())
                 continue
             received = time.time()

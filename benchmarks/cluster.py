@@ -2,7 +2,7 @@
 
 Run it from the repository root::
 
-    python benchmarks/cluster.py                 # full run (~16 minutes on 2 cores)
+    python benchmarks/cluster.py                 # full run (~14 minutes on 2 cores)
     python benchmarks/cluster.py --quick         # smoke run, small sizes (~2 minutes)
     python benchmarks/cluster.py --only sim --hosts 30k
 
@@ -87,6 +87,14 @@ Section 3, "saturation": where one worker's CPU saturates
     which that worker's core is fully busy, with the HTTP work at its cheapest.
     Section 1's generic-mix number (redirects, gzip, failures) is the other end.
 
+Section 4, "idle": what Dask's own periodic work costs a ``local:2`` doing nothing
+    A ``LocalCluster`` of 2 workers (2 threads each) with Dask's default
+    configuration, then as ``--cluster local:N`` starts one
+    (``surge.bulk.cluster.local_cluster``: ``LOCAL_CLUSTER_CONFIG``), each left
+    idle for ``--idle-s`` (20 s) after a 3 s settle: each worker's CPU
+    (``getrusage`` via ``client.run``) and this process's (the scheduler and
+    the nannies run in it), as % of one core.  Shown, not judged.
+
 Every child imports surge from bytecode, as an installed surge does (``use_bytecode``:
 a sandbox's ``PYTHONDONTWRITEBYTECODE=1`` is unset and the package compiled first).
 
@@ -132,7 +140,7 @@ from _common import (
     write_json,
 )
 
-SECTIONS = ("sim", "memory", "saturation")
+SECTIONS = ("sim", "memory", "saturation", "idle")
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results" / "cluster.json"
 RESOLVE = "*.sim:*:127.0.0.1"
@@ -890,6 +898,47 @@ def run_saturation(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+# -- section 4: Dask's idle periodic work ------------------------------------------------------
+
+
+def run_idle(args: argparse.Namespace) -> dict[str, Any]:
+    import distributed
+
+    from surge.bulk.cluster import LOCAL_CLUSTER_OPTIONS, local_cluster
+
+    def defaults() -> Any:
+        return distributed.LocalCluster(
+            n_workers=2, threads_per_worker=2, processes=True, **LOCAL_CLUSTER_OPTIONS
+        )
+
+    variants = {"Dask's defaults": defaults, "as local:N starts it": lambda: local_cluster(2)}
+    result: dict[str, Any] = {"idle_s": args.idle_s, "variants": {}}
+    table = Table(
+        f"idle: local:2 doing nothing for {args.idle_s:g} s, % of one core",
+        ["cluster", "worker 1", "worker 2", "this process (scheduler, nannies)", "in all"],
+    )
+    for name, make in variants.items():
+        progress(f"idle: {name}")
+        with make() as cluster, distributed.Client(cluster) as client:
+            time.sleep(3.0)  # the workers' start-up is not idle work
+            workers_before, own_before = client.run(_worker_cpu), _worker_cpu()
+            began = perf_counter()
+            time.sleep(args.idle_s)
+            workers_after, own_after = client.run(_worker_cpu), _worker_cpu()
+            elapsed = perf_counter() - began
+        workers = sorted(
+            (workers_after[w] - workers_before[w]) / elapsed * 100
+            for w in workers_after
+            if w in workers_before
+        )
+        own = (own_after - own_before) / elapsed * 100
+        result["variants"][name] = {"workers_pct": workers, "client_pct": own}
+        table.add(name, *(f"{w:.2f}" for w in workers), f"{own:.2f}", f"{sum(workers) + own:.1f}")
+    table.note("CPU from getrusage in each worker (client.run) and in this process.")
+    table.print()
+    return result
+
+
 # -- targets -----------------------------------------------------------------------------------
 
 
@@ -1019,6 +1068,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--lines", help="memory: input sizes (200k,1M)")
     parser.add_argument("--fast-hosts", help="saturation: hosts (40k)")
     parser.add_argument("--rounds", type=int, help="sim: interleaved rounds of the rows (3)")
+    parser.add_argument("--idle-s", type=float, help="idle: seconds each cluster idles (20)")
     parser.add_argument("--limit", type=float, default=600.0, help="seconds before a kill (600)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -1030,6 +1080,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ]
     args.fast_hosts = parse_count(args.fast_hosts or ("4k" if quick else "40k"))
     args.rounds = args.rounds or (1 if quick else 3)
+    args.idle_s = args.idle_s or (5.0 if quick else 20.0)
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     if quick:
@@ -1055,6 +1106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         results["memory"] = run_memory(args)
     if "saturation" in args.only:
         results["saturation"] = run_saturation(args)
+    if "idle" in args.only:
+        results["idle"] = run_idle(args)
     targets = check_targets(results)
     print_targets(targets, args.quick)
     # The arguments as recorded: no machine's paths in the committed results.

@@ -118,9 +118,10 @@ LOCAL_CLUSTER_OPTIONS: dict[str, Any] = {
 #: profile no one looks at (local:N serves no dashboard), every server measures
 #: its event loop every 20 ms, and every worker and nanny polls the worker's
 #: memory every 100 ms.  Measured on the 2-core development machine, ``local:2``
-#: doing nothing: each worker used 4.5 % of a core and the client process (the
-#: scheduler and the nannies) 5.5 %, 14.5 % of a core in all; with these, 0.66 %
-#: and 1.7-1.9 %, 3 % in all.  On a machine whose cores the workers already
+#: doing nothing for 20 s (``benchmarks/cluster.py --only idle``, two runs): each
+#: worker used 3.5-3.9 % of a core and the client process (the scheduler and the
+#: nannies) 4.3-6.5 %, 11.6-14.2 % of a core in all; with these, 0.49-0.57 % and
+#: 1.3-1.5 %, 2.3-2.6 % in all.  On a machine whose cores the workers already
 #: fill, that is CPU the fetching gets back.  A stalled loop is still reported
 #: (Dask warns after 3 s whatever the interval) and the memory limits still act,
 #: within half a second.  An existing cluster keeps its own configuration

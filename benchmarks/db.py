@@ -15,11 +15,11 @@ loop in the same process, single-threaded, interleaved round by round; the
 fastest of ``--repeat`` rounds is kept (noise only ever adds time).  The
 ``x reused`` column divides by the one-reused-connection time of the same run.
 
-Connection mode: MariaDB with the driver's default (autocommit off: MariaDB
-opens no transaction for a read, so a read is one round trip);
-PostgreSQL with autocommit on for every approach (psycopg otherwise sends BEGIN
-before and every pool a ROLLBACK after each read: three round trips, whatever
-the pool).
+Connection mode: autocommit on for every approach, on both servers.  With
+autocommit off a read opens a transaction (InnoDB: a snapshot; psycopg: a BEGIN)
+that every pool must roll back before the next user - two round trips on
+MariaDB, three on PostgreSQL, whatever the pool; the ``surge.db.pool,
+autocommit off`` row shows that cost (MariaDB only).
 
 The approaches
 --------------
@@ -29,6 +29,7 @@ The approaches
                           "preferred" TLS, which builds an SSLContext per connect
 ``one reused connection`` the floor: the query on one connection kept open
 ``surge.db.pool``         ``with pool.connection() as conn`` (defaults)
+``surge.db.pool, autocommit off``  the same with the DB-API's default mode
 ``surge.db.sqlalchemy engine``  ``with engine.connect() as c: c.execute(text(...))``
 ``SQLAlchemy engine (QueuePool)``  the same on ``sqlalchemy.create_engine`` defaults
 ``SQLAlchemy engine, pool_pre_ping``  the same with ``pool_pre_ping=True``
@@ -110,16 +111,16 @@ def approaches(server: Any, warm: int) -> list[Approach]:
         )
 
         def connect() -> Any:
-            return pymysql.connect(**params, ssl_disabled=True)
+            return pymysql.connect(**params, ssl_disabled=True, autocommit=True)
 
         def connect_default_tls() -> Any:
-            return pymysql.connect(**params)
+            return pymysql.connect(**params, autocommit=True)
 
         dbapi: Any = pymysql
-        dbapi_kwargs: dict[str, Any] = {**params, "ssl_disabled": True}
-        surge_options: dict[str, Any] = {}
+        dbapi_kwargs: dict[str, Any] = {**params, "ssl_disabled": True, "autocommit": True}
+        surge_options: dict[str, Any] = {"autocommit": True}
         sa_url = "mysql+pymysql" + server.url[server.url.index("://") :]
-        sa_connect_args: dict[str, Any] = {"ssl_disabled": True}
+        sa_connect_args: dict[str, Any] = {"ssl_disabled": True, "autocommit": True}
     else:
         import psycopg
 
@@ -162,6 +163,14 @@ def approaches(server: Any, warm: int) -> list[Approach]:
             select_one(conn)
 
     out.append(Approach("surge.db.pool", surge_step, pool.close))
+    if kind == "mariadb":
+        pool_off = surge.db.pool(server.url, max_size=4)
+
+        def surge_off_step() -> None:
+            with pool_off.connection() as conn:
+                select_one(conn)
+
+        out.append(Approach("surge.db.pool, autocommit off", surge_off_step, pool_off.close))
 
     from sqlalchemy import create_engine, text
     from sqlalchemy import pool as sa_pool

@@ -34,4 +34,5 @@ def test_db_benchmark_smoke_run(tmp_path: Path, mariadb_server: object) -> None:
     assert trips["DBUtils PooledDB"] == 3  # ping, query, rollback
     # the query only; one ping in the counting pass if surge's connection idled >= 1 s
     assert 1 <= trips["surge.db.pool"] <= 1.01
+    assert 2 <= trips["surge.db.pool, autocommit off"] <= 2.01  # and its ROLLBACK
     assert 1 <= trips["surge.db.sqlalchemy engine"] <= 1.01

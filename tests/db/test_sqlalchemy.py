@@ -28,8 +28,9 @@ def test_a_read_costs_the_query_only(db: tuple[DBServer, Any]) -> None:
     """Beside SQLAlchemy's QueuePool, which on MariaDB sends a ROLLBACK after every
     read (PyMySQL's rollback() always does; psycopg's skips an idle one)."""
     server, counter = db
-    # PostgreSQL: psycopg in autocommit, or every statement is wrapped in BEGIN ... ROLLBACK
-    options = {"max_size": 2, "autocommit": server.kind == "postgresql"}
+    # Autocommit: otherwise a read opens a transaction (psycopg's BEGIN, InnoDB's
+    # snapshot) that must be rolled back, by any pool (tests/db/test_integrity.py).
+    options = {"max_size": 2, "autocommit": True}
     engine = create_engine(server.url, pool_options=options)
     assert isinstance(engine.pool, SurgePool)
     run_selects(engine, 2)  # the dialect's first-connect queries happen here
@@ -40,7 +41,9 @@ def test_a_read_costs_the_query_only(db: tuple[DBServer, Any]) -> None:
     assert (counts.statements, counts.rollbacks, counts.pings, counts.connects) == (30, 0, 0, 0)
 
     if server.kind == "mariadb":
-        queue_pool = sqlalchemy.create_engine(sqlalchemy_url(server), pool_size=2)
+        queue_pool = sqlalchemy.create_engine(
+            sqlalchemy_url(server), pool_size=2, connect_args={"autocommit": True}
+        )
         run_selects(queue_pool, 2)
         counter.mark()
         run_selects(queue_pool, 30)

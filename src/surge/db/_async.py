@@ -24,6 +24,7 @@ from surge.db._drivers import (
     PsycopgState,
     _mysql_tls,
     mysql_connect_params,
+    mysql_transaction_open,
     pg_connect_params,
     readable,
 )
@@ -72,8 +73,38 @@ class AsyncPsycopg(PsycopgState):
         ms = int(result.get_value(0, 0) or b"0")
         return ms / 1000 if ms else None
 
+    async def restore_autocommit(self, conn: Any, autocommit: bool) -> None:
+        if self.autocommit_differs(conn, autocommit):
+            await conn.set_autocommit(autocommit)
+
     async def close(self, conn: Any) -> None:
         await conn.close()
+
+
+def _aiomysql_connection_class(base: Any) -> Any:
+    """aiomysql's ``Connection`` that knows when its transaction state is unsure:
+    the asyncio twin of :func:`surge.db._drivers.pymysql_connection_class`."""
+
+    class Connection(base):  # type: ignore[misc]
+        _surge_unsure = False
+
+        async def _execute_command(self, command: int, sql: Any) -> None:
+            self._surge_unsure = True
+            await super()._execute_command(command, sql)
+            self._surge_unsure = True  # after draining unread results, see the sync twin
+
+        async def _read_ok_packet(self) -> Any:
+            ok = await super()._read_ok_packet()
+            self._surge_unsure = False
+            return ok
+
+        async def _read_query_result(self, unbuffered: bool = False) -> None:
+            self._surge_unsure = True
+            await super()._read_query_result(unbuffered=unbuffered)
+            result = self._result
+            self._surge_unsure = result.server_status is None or bool(result.has_next)
+
+    return Connection
 
 
 class AsyncMySQL:
@@ -86,16 +117,23 @@ class AsyncMySQL:
         # aiomysql takes an SSLContext or nothing (no "preferred" mode): TLS when
         # asked for (?ssl_ca=, or a context), one context for every connect.
         self.ssl = _mysql_tls(url, None).get("ssl")
+        self.connection_class = _aiomysql_connection_class(self.module.Connection)
 
     async def connect(self, url: DatabaseURL, autocommit: bool, extra: dict[str, Any]) -> Any:
         params = mysql_connect_params(url, autocommit, database_key="db")
         if self.ssl is not None:
             params["ssl"] = self.ssl
         params.update(extra)
-        return await self.module.connect(**params)
+        conn = self.connection_class(**params)  # as aiomysql.connect, with surge's class
+        await conn._connect()
+        return conn
 
     def in_transaction(self, conn: Any) -> bool:
-        return bool(conn.get_transaction_status())  # SERVER_STATUS_IN_TRANS, as PyMySQL
+        return mysql_transaction_open(conn)
+
+    async def restore_autocommit(self, conn: Any, autocommit: bool) -> None:
+        if conn.get_autocommit() != autocommit:
+            await conn.autocommit(autocommit)
 
     def is_closed(self, conn: Any) -> bool:
         return bool(conn.closed)
@@ -211,13 +249,18 @@ class AsyncDBPool:
         if record is None or record.generation != self._generation or self.driver.is_closed(conn):
             await self.pool.discard(conn)
             return
-        if self.driver.in_transaction(conn):
-            self.n_rollbacks += 1
-            try:
+        driver = self.driver
+        try:
+            if driver.in_transaction(conn):
+                self.n_rollbacks += 1
                 await conn.rollback()
-            except Exception as error:
-                await self._failed(conn, error)
-                return
+            await driver.restore_autocommit(conn, self.autocommit)
+        except Exception as error:
+            await self._failed(conn, error)
+            return
+        except BaseException:
+            await self.pool.discard(conn)  # cancelled mid-rollback: its state is unknown
+            raise
         record.idle_since = self._clock()
         await self.pool.release(conn)
 

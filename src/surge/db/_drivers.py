@@ -95,6 +95,11 @@ class Driver:
         """Whether a rollback would do anything; answered from the driver's state."""
         raise NotImplementedError
 
+    def restore_autocommit(self, conn: Any, autocommit: bool) -> None:
+        """Put the connection back in the pool's mode if its user changed it (after
+        the rollback: on MySQL, turning autocommit on commits an open transaction)."""
+        raise NotImplementedError
+
     def is_closed(self, conn: Any) -> bool:
         """The driver knows the connection is unusable (closed, or broken by an error)."""
         raise NotImplementedError
@@ -177,26 +182,92 @@ def _mysql_tls(url: DatabaseURL, ssl_context: ssl.SSLContext | None) -> dict[str
     return {}
 
 
+#: The MySQL protocol's SERVER_STATUS bits that surge reads (in every OK packet).
+IN_TRANS = 0x0001
+AUTOCOMMIT = 0x0002
+
+
+def mysql_transaction_open(conn: Any) -> bool:
+    """Whether a PyMySQL-protocol connection (PyMySQL's, aiomysql's) may hold an
+    open transaction: False only when that is known, never guessed.
+
+    The server reports ``SERVER_STATUS_IN_TRANS`` and ``SERVER_STATUS_AUTOCOMMIT``
+    in its OK packets, but PyMySQL (1.2) and aiomysql keep ``server_status`` from
+    OK packets only, not from the EOF packet that ends a result set.  After a
+    ``SELECT``, ``SELECT ... FOR UPDATE`` or ``INSERT ... RETURNING`` with
+    autocommit off, the flag still says what the statement *before* said, while
+    InnoDB holds a transaction (a snapshot, row locks, uncommitted rows) that
+    the next user of the connection would inherit and commit.  So the connection
+    classes below mark a connection *unsure* from the moment a command is sent
+    until its answer ends in an OK packet, and then:
+
+    * results still unread (a multi-statement, a ``CALL``, an unbuffered read
+      left half-way): the server's last word is not in yet - open;
+    * the last OK packet said a transaction is open - open;
+    * unsure with autocommit off - open (any statement on an InnoDB table opens
+      one, reads included);
+    * unsure with autocommit on - closed: under autocommit only ``BEGIN``,
+      ``START TRANSACTION``, ``XA START`` and ``SET autocommit`` open or keep a
+      transaction, and each ends in an OK packet that reports it (a ``CALL`` that
+      begins one inside ends in one too, after its result sets).
+    """
+    result = conn._result
+    if result is not None and (result.has_next or result.unbuffered_active):
+        return True
+    status = conn.server_status or 0
+    if status & IN_TRANS:
+        return True
+    return bool(conn._surge_unsure) and not status & AUTOCOMMIT
+
+
+def pymysql_connection_class(base: Any, preferred_tls: ssl.SSLContext | None) -> Any:
+    """PyMySQL's ``Connection`` that knows when its transaction state is unsure
+    (see :func:`mysql_transaction_open`), and that uses ``preferred_tls``, if
+    given, for PyMySQL's default "preferred" TLS instead of a context per connect."""
+
+    class Connection(base):  # type: ignore[misc]
+        #: Set when a command goes out, cleared when its answer ends in an OK
+        #: packet (the only packets whose server status PyMySQL keeps).
+        _surge_unsure = False
+
+        def _execute_command(self, command: int, sql: Any) -> None:
+            # Set after the call too: the call first drains unread results
+            # (next_result), whose OK packets would clear it.
+            self._surge_unsure = True
+            super()._execute_command(command, sql)
+            self._surge_unsure = True
+
+        def _read_ok_packet(self) -> Any:
+            ok = super()._read_ok_packet()
+            self._surge_unsure = False
+            return ok
+
+        def _read_query_result(self, unbuffered: bool = False) -> Any:
+            self._surge_unsure = True
+            affected = super()._read_query_result(unbuffered=unbuffered)
+            result = self._result
+            self._surge_unsure = result.server_status is None or bool(result.has_next)
+            return affected
+
+        if preferred_tls is not None:
+
+            def _create_ssl_ctx(self, sslp: Any) -> Any:
+                # The one shared context for PyMySQL's "preferred" mode ({}).
+                return preferred_tls if sslp == {} else super()._create_ssl_ctx(sslp)
+
+    return Connection
+
+
 class PyMySQL(Driver):
     name = "pymysql"
 
     def __init__(self, url: DatabaseURL, ssl_context: ssl.SSLContext | None) -> None:
         self.module = importlib.import_module("pymysql")
-        from pymysql.constants import SERVER_STATUS
-
-        self.in_trans_flag = SERVER_STATUS.SERVER_STATUS_IN_TRANS
         self.tls = _mysql_tls(url, ssl_context)
-        self.connection_class: Any = self.module.connections.Connection
-        if not self.tls:
-            preferred = _pymysql_preferred_context()
-            base = self.module.connections.Connection
-
-            class Connection(base):  # type: ignore[misc, valid-type]
-                def _create_ssl_ctx(self, sslp: Any) -> Any:
-                    # The one shared context for PyMySQL's "preferred" mode ({}).
-                    return preferred if sslp == {} else super()._create_ssl_ctx(sslp)
-
-            self.connection_class = Connection
+        self.connection_class: Any = pymysql_connection_class(
+            self.module.connections.Connection,
+            None if self.tls else _pymysql_preferred_context(),
+        )
 
     def connect(self, url: DatabaseURL, autocommit: bool, extra: dict[str, Any]) -> Any:
         params = mysql_connect_params(url, autocommit)
@@ -205,9 +276,13 @@ class PyMySQL(Driver):
         return self.connection_class(**params)
 
     def in_transaction(self, conn: Any) -> bool:
-        # The server reports SERVER_STATUS_IN_TRANS in every OK/EOF packet; PyMySQL
-        # keeps the last one.  (MariaDB sets it at the first write, not at a read.)
-        return bool(conn.server_status & self.in_trans_flag)
+        return mysql_transaction_open(conn)
+
+    def restore_autocommit(self, conn: Any, autocommit: bool) -> None:
+        # PyMySQL's get_autocommit() reads the last OK packet's status: exact,
+        # since only statements answered by an OK packet change the mode.
+        if conn.get_autocommit() != autocommit:
+            conn.autocommit(autocommit)
 
     def is_closed(self, conn: Any) -> bool:
         return not conn.open
@@ -273,6 +348,9 @@ class PsycopgState:
     def is_closed(self, conn: Any) -> bool:
         return bool(conn.closed or conn.broken)
 
+    def autocommit_differs(self, conn: Any, autocommit: bool) -> bool:
+        return bool(conn.autocommit) != autocommit
+
     def has_input(self, conn: Any) -> bool:
         # An idle connection's socket is watched by no loop: bytes or EOF that
         # arrived while idle are still there to see.
@@ -297,6 +375,10 @@ class Psycopg(PsycopgState, Driver):
 
     def connect(self, url: DatabaseURL, autocommit: bool, extra: dict[str, Any]) -> Any:
         return self.module.connect(**pg_connect_params(url, autocommit, extra))
+
+    def restore_autocommit(self, conn: Any, autocommit: bool) -> None:
+        if self.autocommit_differs(conn, autocommit):
+            conn.autocommit = autocommit  # client-side in psycopg: no round trip
 
     def ping(self, conn: Any) -> None:
         # An empty query: one round trip, no statement run, no transaction opened.
@@ -337,6 +419,10 @@ class SQLite(Driver):
 
     def in_transaction(self, conn: Any) -> bool:
         return bool(conn.in_transaction)
+
+    def restore_autocommit(self, conn: Any, autocommit: bool) -> None:
+        if (conn.isolation_level is None) != autocommit:
+            conn.isolation_level = None if autocommit else ""
 
     def is_closed(self, conn: Any) -> bool:
         try:

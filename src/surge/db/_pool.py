@@ -3,10 +3,15 @@
 On top of :class:`surge.pool.Pool` (O(1) checkout, waiters in arrival order,
 ``PoolTimeout`` that says how many are in use and waiting):
 
-* return: roll back only if the driver says a transaction is open.  A pool
-  that always rolls back pays a round trip per checkout: SQLAlchemy's
-  rollback-on-return made pooled queries 1.4-1.5x a reused connection on
-  MariaDB and 5.1x on psycopg (issue #4).
+* return: roll back unless it is *known* that no transaction is open (the
+  driver's state after every statement, see ``_drivers``: on MySQL a read with
+  autocommit off holds a snapshot, and an abandoned ``INSERT ... RETURNING`` or
+  ``SELECT ... FOR UPDATE`` holds rows and locks that the next user would
+  inherit and commit), then put autocommit back to the pool's mode if the user
+  changed it.  A pool that always rolls back pays a round trip even where there
+  is provably nothing to undo (autocommit reads, an unused checkout): SQLAlchemy's
+  rollback-on-return made pooled autocommit queries 1.4-1.5x a reused connection
+  on MariaDB and 5.1x on psycopg.
 * checkout: ping (one round trip) only a connection idle for
   ``check_idle_after`` seconds (1 s) or more, or whose socket is readable while
   idle (EOF or a goodbye from a server that restarted or timed it out: one
@@ -145,19 +150,25 @@ class DBPool:
             return conn
 
     def release(self, conn: Any) -> None:
-        """Take a connection back, rolled back first if (and only if) a transaction
-        is open; a connection that is closed or of an old generation is discarded."""
+        """Take a connection back, rolled back first unless no transaction is known
+        to be open, in the pool's autocommit mode; a connection that is closed or of
+        an old generation is discarded."""
         record = self._records.get(id(conn))
         if record is None or record.generation != self._generation or self.driver.is_closed(conn):
             self.pool.discard(conn)
             return
-        if self.driver.in_transaction(conn):
-            self.n_rollbacks += 1
-            try:
+        driver = self.driver
+        try:
+            if driver.in_transaction(conn):
+                self.n_rollbacks += 1
                 conn.rollback()
-            except Exception as error:
-                self._failed(conn, error)
-                return
+            driver.restore_autocommit(conn, self.autocommit)
+        except Exception as error:
+            self._failed(conn, error)
+            return
+        except BaseException:
+            self.pool.discard(conn)  # interrupted mid-rollback: its state is unknown
+            raise
         record.idle_since = self._clock()
         self.pool.release(conn)
 

@@ -70,7 +70,13 @@ class DatabaseWrapper(django_mysql.DatabaseWrapper):  # type: ignore[misc]
     def get_connection_params(self) -> dict[str, Any]:
         # Django passes OPTIONS on to the driver: take surge's own out first.
         params: dict[str, Any] = super().get_connection_params()
-        self._surge_pool_options = params.pop("pool", {})
+        # The pool keeps connections in Django's autocommit mode: Django sets it
+        # at every checkout, and the pool puts it back at every return - in the
+        # same mode, neither costs a round trip.
+        self._surge_pool_options = {
+            "autocommit": self.settings_dict["AUTOCOMMIT"],
+            **params.pop("pool", {}),
+        }
         return params
 
     def get_new_connection(self, conn_params: dict[str, Any]) -> Any:

@@ -31,7 +31,7 @@ DATABASES = {
         "PASSWORD": os.environ["DB_PASSWORD"],
         "HOST": "127.0.0.1",
         "PORT": os.environ["DB_PORT"],
-        "OPTIONS": {"pool": {"max_size": 4}},
+        "OPTIONS": {"pool": {"max_size": 4, "timeout": 5}},
     }
 }
 """
@@ -78,9 +78,31 @@ def request(path):
     return status[0]
 
 
+def leak():  # what a worker thread that ends without closing its connection does
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+
+
+def leaking_threads(n):
+    import threading
+
+    statuses = []
+    for _ in range(n):
+        thread = threading.Thread(target=leak)
+        thread.start()
+        thread.join()
+        statuses.append(200)
+    return statuses
+
+
 for line in sys.stdin:
     path, n = line.split()
-    statuses = [request(path) for _ in range(int(n))]
+    if path == "leak":
+        statuses = leaking_threads(int(n))
+    else:
+        statuses = [request(path) for _ in range(int(n))]
     (pool,) = base._pools.values()
     stats = {k: v for k, v in pool.stats().items() if isinstance(v, int)}
     print(json.dumps({"statuses": statuses, "stats": stats}), flush=True)
@@ -161,3 +183,13 @@ def test_requests_survive_a_server_restart(project: Project, mariadb_server: DBS
     result = project.get("read", 5)
     assert result["statuses"] == [200] * 5
     assert result["stats"]["generation"] == 1 and result["stats"]["created"] == 2
+
+
+def test_connections_of_threads_that_ended_come_back(project: Project) -> None:
+    """Django's connections are per thread: a thread that ends without closing its
+    own must not keep a pool slot for ever (the pool has 4)."""
+    result = project.get("leak", 7)
+    assert result["statuses"] == [200] * 7  # the 5th would have waited 5 s, then failed
+    assert result["stats"]["in_use"] <= 4
+    assert result["stats"]["discarded"] >= 3
+    assert project.get("read", 2)["statuses"] == [200, 200]

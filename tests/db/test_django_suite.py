@@ -1,0 +1,103 @@
+"""Django's own test suite, from the sdist of the installed Django, run through
+``surge.db.django.mysql`` and through Django's stock backend on the same driver
+and the same MariaDB: surge's backend may fail no test the stock one passes.
+
+The slice is the apps that exercise connections, transactions and the
+driver's types (about 1,700 tests, ~20 s each way).  The sdist comes from the
+package index once and is kept in ``${XDG_CACHE_HOME:-~/.cache}/surge/``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import textwrap
+from pathlib import Path
+
+import django
+import pytest
+
+from surge.testing import DBServer
+
+APPS = [
+    *("backends", "basic", "queries", "transactions", "transaction_hooks"),
+    *("model_fields", "select_for_update", "get_or_create", "update", "delete"),
+]
+
+
+def django_tests() -> Path:
+    """The ``tests/`` directory of the installed Django's sdist."""
+    version = django.get_version()
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "surge"
+    tests = cache / f"django-{version}" / "tests"
+    if tests.is_dir():
+        return tests
+    cache.mkdir(parents=True, exist_ok=True)
+    pip = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:"]
+    fetched = subprocess.run(
+        [*pip, f"django=={version}", "-d", str(cache)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    sdists = list(cache.glob(f"[dD]jango-{version}.tar.gz"))
+    if fetched.returncode or not sdists:
+        message = f"Django {version}'s sdist could not be downloaded: {fetched.stderr[-500:]}"
+        if os.environ.get("CI"):
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    with tarfile.open(sdists[0]) as archive:
+        archive.extractall(cache, filter="data")
+    return tests
+
+
+def failures(engine: str, server: DBServer, tests: Path, work: Path) -> set[str]:
+    """The tests of APPS that fail or error through ``engine``."""
+    settings = work / f"settings_{engine.replace('.', '_')}.py"
+    settings.write_text(
+        textwrap.dedent(f"""
+        import pymysql
+        pymysql.install_as_MySQLdb()  # the stock backend imports MySQLdb
+        DATABASES = {{
+            alias: {{
+                "ENGINE": {engine!r}, "NAME": name, "USER": {server.user!r},
+                "PASSWORD": {server.password!r}, "HOST": "127.0.0.1",
+                "PORT": "{server.port}", "TEST": {{"NAME": "test_" + name}},
+            }}
+            for alias, name in (("default", "dj_default"), ("other", "dj_other"))
+        }}
+        SECRET_KEY = "not-a-secret"
+        PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+        DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
+        USE_TZ = False
+        """)
+    )
+    run = subprocess.run(
+        [sys.executable, "runtests.py", f"--settings={settings.stem}", "--parallel=1", *APPS],
+        cwd=tests,
+        env=dict(os.environ, PYTHONPATH=f"{work}{os.pathsep}{tests}"),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    out = run.stderr + run.stdout
+    ran = re.search(r"^Ran (\d+) tests?", out, re.M)
+    assert ran and int(ran.group(1)) > 1000, out[-3000:]
+    return set(re.findall(r"^(?:FAIL|ERROR): (\S+ \(\S+\))", out, re.M))
+
+
+@pytest.mark.slow
+def test_surge_backend_fails_nothing_the_stock_backend_passes(
+    mariadb_server: DBServer, tmp_path: Path
+) -> None:
+    tests = django_tests()
+    with mariadb_server.connect(admin=True, autocommit=True) as admin:
+        cursor = admin.cursor()
+        for host in ("%", "localhost"):  # runtests creates and drops test databases
+            cursor.execute(f"GRANT ALL ON *.* TO '{mariadb_server.user}'@'{host}'")
+    stock = failures("django.db.backends.mysql", mariadb_server, tests, tmp_path)
+    surge = failures("surge.db.django.mysql", mariadb_server, tests, tmp_path)
+    assert surge <= stock, sorted(surge - stock)

@@ -3,8 +3,10 @@ counted on the server beside SQLAlchemy's own QueuePool; restarts."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+import pymysql
 import pytest
 import sqlalchemy
 from sqlalchemy import text
@@ -108,3 +110,116 @@ def test_a_disconnect_seen_by_sqlalchemy_drops_every_idle_connection(
     run_selects(engine, 3)
     assert surge_pool.stats()["created"] == 4
     engine.dispose()
+
+
+# ------------------------------------------- connections made as create_engine makes them
+
+
+def test_connect_args_apply_to_every_connection(db: tuple[DBServer, Any]) -> None:
+    server, _ = db
+    if server.kind == "mariadb":
+        connect_args = {"init_command": "SET @surge_init = 42"}
+        probe = "SELECT @surge_init"
+    else:
+        connect_args = {"application_name": "surge-test-42"}
+        probe = "SELECT current_setting('application_name')"
+    engine = create_engine(server.url, pool_size=2, connect_args=connect_args)
+    try:
+        conns = [engine.connect() for _ in range(2)]  # two connections, both made by surge
+        for conn in conns:
+            assert str(conn.execute(text(probe)).scalar()).endswith("42")
+            conn.close()
+        assert engine.pool.db.stats()["created"] == 2  # type: ignore[attr-defined]
+    finally:
+        engine.dispose()
+
+
+def test_do_connect_handlers_make_the_connections(db: tuple[DBServer, Any]) -> None:
+    """The documented way to supply a rotating token or password."""
+    server, _ = db
+    url = server.url.replace(f":{server.password}@", ":wrong@")
+    engine = create_engine(url)
+    calls = []
+
+    @sqlalchemy.event.listens_for(engine, "do_connect")
+    def supply_password(dialect: Any, record: Any, cargs: Any, cparams: dict[str, Any]) -> None:
+        calls.append(dict(cparams))
+        cparams["password"] = server.password
+
+    try:
+        run_selects(engine, 3)
+        assert len(calls) == 1  # one connection, reused
+        if server.kind == "mariadb":  # SQLAlchemy's own arguments for PyMySQL are kept
+            assert calls[0]["client_flag"] & pymysql.constants.CLIENT.FOUND_ROWS
+    finally:
+        engine.dispose()
+
+
+def test_a_failing_connect_surfaces_as_itself_and_frees_the_slot(
+    db: tuple[DBServer, Any],
+) -> None:
+    server, _ = db
+    engine = create_engine(server.url, pool_size=1, pool_timeout=2)
+
+    @sqlalchemy.event.listens_for(engine, "do_connect")
+    def refuse(dialect: Any, record: Any, cargs: Any, cparams: Any) -> None:
+        raise LookupError("no credentials today")
+
+    try:
+        for _ in range(3):  # a leaked slot would make the 2nd a PoolTimeout
+            with pytest.raises(LookupError, match="no credentials today"):
+                engine.connect()
+        assert engine.pool.db.stats()["in_use"] == 0  # type: ignore[attr-defined]
+    finally:
+        engine.dispose()
+
+
+def test_a_failing_connect_event_surfaces_as_itself(db: tuple[DBServer, Any]) -> None:
+    """A pool ``connect`` event (run when SQLAlchemy first sees a connection)."""
+    server, _ = db
+    engine = create_engine(server.url, pool_size=1, pool_timeout=2)
+    fail = [True]
+
+    @sqlalchemy.event.listens_for(engine, "connect")
+    def setup(dbapi_connection: Any, record: Any) -> None:
+        if fail[0]:
+            raise LookupError("setup failed")
+
+    try:
+        with pytest.raises(LookupError, match="setup failed"):
+            engine.connect()
+        fail[0] = False
+        run_selects(engine, 2)
+        stats = engine.pool.db.stats()  # type: ignore[attr-defined]
+        assert stats["in_use"] == 0 and stats["created"] == 2 and stats["discarded"] == 1
+    finally:
+        engine.dispose()
+
+
+def test_sqlalchemy_pool_arguments_set_the_surge_pool(db: tuple[DBServer, Any]) -> None:
+    server, _ = db
+    engine = create_engine(server.url, pool_size=3, max_overflow=1, pool_recycle=0.2)
+    try:
+        db_pool = engine.pool.db  # type: ignore[attr-defined]
+        stats = db_pool.stats()
+        assert (stats["max_size"], stats["max_overflow"]) == (3, 1)
+        run_selects(engine, 1)
+        time.sleep(0.3)  # past pool_recycle: the connection is replaced, not reused
+        run_selects(engine, 1)
+        assert db_pool.stats()["created"] == 2
+    finally:
+        engine.dispose()
+
+
+def test_found_rows_as_with_sqlalchemy_s_own_pool(mariadb_server: DBServer) -> None:
+    """SQLAlchemy's MySQL dialect connects with FOUND_ROWS: an UPDATE's rowcount is
+    the rows matched, which the ORM's stale-row check relies on."""
+    engine = create_engine(mariadb_server.url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("DROP TABLE IF EXISTS sa_found"))
+            conn.execute(text("CREATE TABLE sa_found (v INT)"))
+            conn.execute(text("INSERT INTO sa_found VALUES (1)"))
+            assert conn.execute(text("UPDATE sa_found SET v = 1")).rowcount == 1
+    finally:
+        engine.dispose()

@@ -87,6 +87,7 @@ class Driver:
     """The operations surge.db needs from one DB-API module."""
 
     name = ""
+    module: Any  # the DB-API module
 
     def connect(self, url: DatabaseURL, autocommit: bool, extra: dict[str, Any]) -> Any:
         raise NotImplementedError
@@ -94,6 +95,11 @@ class Driver:
     def in_transaction(self, conn: Any) -> bool:
         """Whether a rollback would do anything; answered from the driver's state."""
         raise NotImplementedError
+
+    def connect_with(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        """A connection from the DB-API ``connect()``'s own arguments (as
+        SQLAlchemy's dialects make them), of the class surge tracks."""
+        return self.module.connect(*args, **kwargs)
 
     def restore_autocommit(self, conn: Any, autocommit: bool) -> None:
         """Put the connection back in the pool's mode if its user changed it (after
@@ -217,7 +223,9 @@ def mysql_transaction_open(conn: Any) -> bool:
     status = conn.server_status or 0
     if status & IN_TRANS:
         return True
-    return bool(conn._surge_unsure) and not status & AUTOCOMMIT
+    # A connection of another class (made by a SQLAlchemy do_connect handler)
+    # does not say: unsure.
+    return bool(getattr(conn, "_surge_unsure", True)) and not status & AUTOCOMMIT
 
 
 def pymysql_connection_class(base: Any, preferred_tls: ssl.SSLContext | None) -> Any:
@@ -274,6 +282,9 @@ class PyMySQL(Driver):
         params.update(self.tls)
         params.update(extra)
         return self.connection_class(**params)
+
+    def connect_with(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        return self.connection_class(*args, **{**self.tls, **kwargs})
 
     def in_transaction(self, conn: Any) -> bool:
         return mysql_transaction_open(conn)
@@ -416,6 +427,9 @@ class SQLite(Driver):
             params["isolation_level"] = None
         params.update(extra)
         return self.module.connect(url.database or ":memory:", **params)
+
+    def connect_with(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        return self.module.connect(*args, **{"check_same_thread": False, **kwargs})
 
     def in_transaction(self, conn: Any) -> bool:
         return bool(conn.in_transaction)

@@ -110,6 +110,9 @@ class DBPool:
         #: Called with each connection the pool closes (glue that keeps its own
         #: record per connection forgets it here).
         self.on_close: list[Callable[[Any], object]] = []
+        #: Makes a new connection; glue that knows better replaces it (SQLAlchemy's
+        #: dialect arguments and ``do_connect`` events, see surge.db.sqlalchemy).
+        self.connector: Callable[[], Any] = self._connect_to_url
         self.pool: Pool[Any] = Pool(
             self._create,
             max_size=max_size,
@@ -257,16 +260,20 @@ class DBPool:
         else:
             self.pool.discard(conn)
 
+    def _connect_to_url(self) -> Any:
+        return self.driver.connect(self.url, self.autocommit, self._connect_args)
+
     def _create(self) -> Any:
         generation = self._generation
-        conn = self.driver.connect(self.url, self.autocommit, self._connect_args)
-        if self.max_lifetime == "auto":
-            try:
+        conn = self.connector()
+        try:
+            self.driver.restore_autocommit(conn, self.autocommit)  # if the connector did not
+            if self.max_lifetime == "auto":
                 self._learn_lifetime(conn)
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    conn.close()
-                raise
+        except BaseException:
+            with contextlib.suppress(Exception):
+                conn.close()
+            raise
         self._records[id(conn)] = _Record(generation)
         return conn
 

@@ -11,15 +11,21 @@ What SQLAlchemy's own pools cost per checkout, and what this module does instead
   and a ``Connection`` rolls back the transaction it began at its first
   statement: with PyMySQL that is a ``ROLLBACK`` round trip per checkout even
   after a read (1.4-1.5x a reused connection on MariaDB, issue #4).  Here the
-  pool resets nothing itself (surge's ``DBPool.release`` rolls back when a
-  transaction is open) and the engine's dialect rolls back only when the driver
-  reports an open transaction.
+  pool resets nothing itself (surge's ``DBPool.release`` rolls back unless no
+  transaction is known to be open) and the engine's dialect rolls back on the
+  same rule: an autocommit read costs no ROLLBACK.
 * ``pool_pre_ping`` pings every checkout (6.6x); here only connections idle
   >= 1 s, or whose socket turned readable, are pinged, by surge.db.
 * A pool of ``creator=`` connections under ``NullPool`` would run the
   dialect's per-connection setup (PyMySQL: ``SET NAMES``) at every checkout.
   Here each DB-API connection gets one SQLAlchemy connection record, made when
   surge first hands the connection out, so that setup runs once per connection.
+
+Connections are made as ``sqlalchemy.create_engine`` makes them: the dialect's
+connect arguments (PyMySQL's ``FOUND_ROWS`` flag, the URL's query), then
+``connect_args``, then the engine's ``do_connect`` handlers; SQLAlchemy's pool
+arguments (``pool_size``, ``pool_recycle``, ``pool_pre_ping``, ...) set surge's
+pool.
 
 A disconnect that SQLAlchemy sees (its dialect's ``is_disconnect``) invalidates
 the connection as usual, and also moves surge's generation on: every idle
@@ -73,7 +79,8 @@ class SurgePool(Pool):
                     # runs the engine's connect events once: dialect setup, first_connect
                     record = _ConnectionRecord(self)
                 except BaseException:
-                    db.discard(conn)
+                    if self._handoff.conn is conn:  # not discarded by _close_connection
+                        db.discard(conn)
                     raise
                 finally:
                     self._handoff.conn = None
@@ -91,7 +98,10 @@ class SurgePool(Pool):
             self.db.release(conn)
 
     def _close_connection(self, connection: Any, *, terminate: bool = False) -> None:
-        """SQLAlchemy closes a connection it invalidated: surge discards it."""
+        """SQLAlchemy closes a connection it invalidated (or one whose ``connect``
+        event raised as it was handed over): surge discards it, once."""
+        if connection is getattr(self._handoff, "conn", None):
+            self._handoff.conn = None
         self._records.pop(id(connection), None)
         self.db.discard(connection)
 
@@ -141,6 +151,54 @@ def _rollback_if_open(db: DBPool) -> Any:
     return do_rollback
 
 
+#: SQLAlchemy's pool arguments to create_engine, and the DBPool option each sets.
+POOL_ARGUMENTS = {
+    "pool_size": "max_size",
+    "max_overflow": "max_overflow",
+    "pool_timeout": "timeout",
+    "pool_recycle": "max_lifetime",
+    "pool_use_lifo": "lifo",
+}
+
+
+def _pool_options(pool_options: dict[str, Any], engine_options: dict[str, Any]) -> dict[str, Any]:
+    """DBPool's options: ``pool_options``, plus SQLAlchemy's own pool arguments taken
+    out of ``engine_options`` (``pool_options`` wins where both say)."""
+    options = dict(pool_options)
+    for name, option in POOL_ARGUMENTS.items():
+        if name in engine_options:
+            value = engine_options.pop(name)
+            if name == "pool_recycle" and value is not None and value < 0:
+                value = None  # SQLAlchemy's -1: never recycle
+            options.setdefault(option, value)
+    if engine_options.pop("pool_pre_ping", False):
+        options.setdefault("check_idle_after", 0.0)  # check every checkout, as asked
+    return options
+
+
+def _dialect_connector(engine: Engine, db: DBPool, connect_args: dict[str, Any]) -> Any:
+    """Connections made as ``sqlalchemy.create_engine`` makes them - the dialect's
+    arguments (PyMySQL: ``client_flag=FOUND_ROWS``, the URL's query), then
+    ``connect_args``, then the engine's ``do_connect`` handlers, which may change
+    the arguments or return a connection of their own - of surge's driver class."""
+    dialect = engine.dialect
+    cargs, cparams = dialect.create_connect_args(engine.url)
+    cparams.update(connect_args)
+    if db.url.scheme != "sqlite":  # sqlite3 before 3.12 has no autocommit argument
+        cparams.setdefault("autocommit", db.autocommit)
+
+    def connect() -> Any:
+        args, kwargs = list(cargs), dict(cparams)  # a handler may change them
+        if dialect._has_events:
+            for handler in dialect.dispatch.do_connect:
+                conn = handler(dialect, None, args, kwargs)
+                if conn is not None:
+                    return conn
+        return db.driver.connect_with(args, kwargs)
+
+    return connect
+
+
 def create_engine(
     url: str,
     *,
@@ -151,17 +209,24 @@ def create_engine(
     ``mysql://``, ``mariadb://``, ``postgresql://``, ``sqlite:///path``).
 
     ``pool_options`` go to :class:`DBPool` (``max_size``, ``timeout``,
-    ``check_idle_after``, ...); ``engine_options`` to ``sqlalchemy.create_engine``.
+    ``check_idle_after``, ...); ``engine_options`` to ``sqlalchemy.create_engine``,
+    except SQLAlchemy's pool arguments, which set the DBPool's: ``pool_size``
+    (``max_size``), ``max_overflow``, ``pool_timeout`` (``timeout``),
+    ``pool_recycle`` (``max_lifetime``), ``pool_use_lifo`` (``lifo``) and
+    ``pool_pre_ping`` (``check_idle_after=0``).  ``connect_args`` and the
+    engine's ``do_connect`` events apply to every connection surge makes.
     The pool is ``engine.pool.db``.
     """
     parsed = DatabaseURL.parse(url)
-    db = DBPool(url, **(pool_options or {}))
+    connect_args = dict(engine_options.pop("connect_args", None) or {})
+    db = DBPool(url, **_pool_options(pool_options or {}, engine_options))
     rest = url.split("://", 1)[1]
     engine = sqlalchemy.create_engine(
         f"{DIALECTS[parsed.scheme]}://{rest}", pool=SurgePool(db), **engine_options
     )
+    db.connector = _dialect_connector(engine, db, connect_args)
     # The engine's own rollback (a Connection ending the transaction it began)
     # is skipped when the driver says no transaction is open: no ROLLBACK round
-    # trip after a read on MariaDB.  Set on this engine's dialect object only.
+    # trip after an autocommit read.  Set on this engine's dialect object only.
     engine.dialect.do_rollback = _rollback_if_open(db)  # type: ignore[method-assign]
     return engine

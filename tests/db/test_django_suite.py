@@ -1,6 +1,7 @@
 """Django's own test suite, from the sdist of the installed Django, run through
 ``surge.db.django.mysql`` and through Django's stock backend on the same driver
-and the same MariaDB: surge's backend may fail no test the stock one passes.
+(PyMySQL, then mysqlclient) and the same MariaDB: surge's backend may fail no
+test the stock one passes.
 
 The slice is the apps that exercise connections, transactions and the
 driver's types (about 1,700 tests, ~20 s each way).  The sdist comes from the
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import django
 import pytest
+from tests.conftest import require
 
 from surge.testing import DBServer
 
@@ -54,13 +56,27 @@ def django_tests() -> Path:
     return tests
 
 
-def failures(engine: str, server: DBServer, tests: Path, work: Path) -> set[str]:
-    """The tests of APPS that fail or error through ``engine``."""
-    settings = work / f"settings_{engine.replace('.', '_')}.py"
+#: What a settings module does first to have Django's MySQL backends use a driver.
+PRELUDE = {
+    # Django imports MySQLdb and its submodules: all of them PyMySQL's, even where
+    # mysqlclient is installed too (else MySQLdb.constants is found on its path).
+    "pymysql": textwrap.dedent("""
+        import sys, pymysql, pymysql.constants.CLIENT, pymysql.constants.ER
+        import pymysql.constants.FIELD_TYPE, pymysql.constants.FLAG, pymysql.converters
+        pymysql.install_as_MySQLdb()
+        for name in [n for n in sys.modules if n.startswith("pymysql.")]:
+            sys.modules["MySQLdb." + name[len("pymysql."):]] = sys.modules[name]
+        """),
+    "mysqlclient": "import MySQLdb; assert MySQLdb.__name__ == 'MySQLdb'",
+}
+
+
+def failures(engine: str, driver: str, server: DBServer, tests: Path, work: Path) -> set[str]:
+    """The tests of APPS that fail or error through ``engine`` on ``driver``."""
+    settings = work / f"settings_{engine.replace('.', '_')}_{driver}.py"
     settings.write_text(
-        textwrap.dedent(f"""
-        import pymysql
-        pymysql.install_as_MySQLdb()  # the stock backend imports MySQLdb
+        PRELUDE[driver]
+        + textwrap.dedent(f"""
         DATABASES = {{
             alias: {{
                 "ENGINE": {engine!r}, "NAME": name, "USER": {server.user!r},
@@ -90,14 +106,17 @@ def failures(engine: str, server: DBServer, tests: Path, work: Path) -> set[str]
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("driver", list(PRELUDE))
 def test_surge_backend_fails_nothing_the_stock_backend_passes(
-    mariadb_server: DBServer, tmp_path: Path
+    driver: str, mariadb_server: DBServer, tmp_path: Path
 ) -> None:
+    if driver == "mysqlclient":
+        require("MySQLdb")  # .ci/run installs it (it needs libmariadb-dev to build)
     tests = django_tests()
     with mariadb_server.connect(admin=True, autocommit=True) as admin:
         cursor = admin.cursor()
         for host in ("%", "localhost"):  # runtests creates and drops test databases
             cursor.execute(f"GRANT ALL ON *.* TO '{mariadb_server.user}'@'{host}'")
-    stock = failures("django.db.backends.mysql", mariadb_server, tests, tmp_path)
-    surge = failures("surge.db.django.mysql", mariadb_server, tests, tmp_path)
+    stock = failures("django.db.backends.mysql", driver, mariadb_server, tests, tmp_path)
+    surge = failures("surge.db.django.mysql", driver, mariadb_server, tests, tmp_path)
     assert surge <= stock, sorted(surge - stock)

@@ -18,6 +18,7 @@ import pymysql
 import pytest
 from sqlalchemy import Integer
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from tests.conftest import require
 
 import surge.db
 from surge.db.sqlalchemy import create_engine
@@ -99,8 +100,21 @@ def assert_nothing_left(server: DBServer, pool: surge.db.DBPool) -> None:
 @pytest.mark.parametrize("ending", ["returned", "raised"])
 @pytest.mark.parametrize("work", list(WORK))
 def test_abandoned_work_is_rolled_back(table: DBServer, work: str, ending: str) -> None:
-    server = table
-    with surge.db.pool(server.url, max_size=1) as pool:
+    abandon(table, work, ending)
+
+
+@pytest.mark.parametrize("ending", ["returned", "raised"])
+@pytest.mark.parametrize("work", list(WORK))
+def test_mysqlclient_abandoned_work_is_rolled_back(
+    mariadb_server: DBServer, work: str, ending: str
+) -> None:
+    require("MySQLdb")  # mysqlclient: .ci/run installs it (it needs libmariadb-dev)
+    abandon(make_table(mariadb_server), work, ending, driver="mysqlclient")
+
+
+def abandon(server: DBServer, work: str, ending: str, driver: str | None = None) -> None:
+    """A checkout runs ``work``, then returns or raises without committing."""
+    with surge.db.pool(server.url, max_size=1, driver=driver) as pool:
         with pool.connection() as conn:
             run(conn, "SELECT 1")  # the connection's first use: its setup is done
         try:

@@ -405,5 +405,5 @@ def test_bad_urls_are_usage_errors(url: str) -> None:
 
 
 def test_an_unsupported_driver_is_a_usage_error() -> None:
-    with pytest.raises(UsageError, match="pymysql"):
-        surge.db.pool("mysql://u@h/d", driver="mysqlclient")
+    with pytest.raises(UsageError, match="pymysql or mysqlclient"):
+        surge.db.pool("mysql://u@h/d", driver="mysql-connector")

@@ -19,11 +19,11 @@ from types import TracebackType
 from typing import Any, Literal
 
 from surge.db._drivers import (
-    MYSQL_GONE,
     DatabaseURL,
     PsycopgState,
     _mysql_tls,
     mysql_connect_params,
+    mysql_is_disconnect,
     mysql_transaction_open,
     pg_connect_params,
     readable,
@@ -152,10 +152,7 @@ class AsyncMySQL:
         await conn.ping(reconnect=False)  # COM_PING
 
     def is_disconnect(self, error: BaseException, conn: Any) -> bool:
-        names = {cls.__name__ for cls in type(error).__mro__}
-        if "OperationalError" in names and error.args:
-            return error.args[0] in MYSQL_GONE
-        return "InterfaceError" in names or isinstance(error, OSError)
+        return mysql_is_disconnect(error)
 
     async def server_idle_timeout(self, conn: Any) -> float | None:
         cursor = await conn.cursor()

@@ -306,22 +306,119 @@ class PyMySQL(Driver):
         conn.ping(reconnect=False)  # COM_PING: no statement, no transaction
 
     def is_disconnect(self, error: BaseException, conn: Any) -> bool:
-        # By class name, not identity: after pymysql.install_as_MySQLdb() (Django),
-        # importing MySQLdb.err loads a second copy of pymysql.err, and whichever
-        # copy ``self.module.err`` names, the connection may raise the other's.
-        names = {cls.__name__ for cls in type(error).__mro__}
-        if "OperationalError" in names and error.args:
-            return error.args[0] in MYSQL_GONE
-        # PyMySQL raises InterfaceError for a connection it knows is closed, and
-        # lets socket errors through on some paths.
-        return "InterfaceError" in names or isinstance(error, OSError)
+        return mysql_is_disconnect(error)
 
     def server_idle_timeout(self, conn: Any) -> float | None:
-        # The session value: what the server applies to this (non-interactive) client.
-        with conn.cursor() as cursor:
-            cursor.execute("SELECT @@wait_timeout")
-            row = cursor.fetchone()
-        return float(row[0]) if row else None
+        return mysql_idle_timeout(conn)
+
+
+def mysql_is_disconnect(error: BaseException) -> bool:
+    """Whether a MySQL driver's error (PyMySQL's, aiomysql's, mysqlclient's) means
+    the connection is gone."""
+    # By class name, not identity: after pymysql.install_as_MySQLdb() (Django),
+    # importing MySQLdb.err loads a second copy of pymysql.err, and whichever
+    # copy ``self.module.err`` names, the connection may raise the other's.
+    names = {cls.__name__ for cls in type(error).__mro__}
+    if "OperationalError" in names and error.args:
+        return error.args[0] in MYSQL_GONE
+    # The drivers raise InterfaceError for a connection they know is closed, and
+    # PyMySQL lets socket errors through on some paths.
+    return "InterfaceError" in names or isinstance(error, OSError)
+
+
+def mysql_idle_timeout(conn: Any) -> float | None:
+    # The session value: what the server applies to this (non-interactive) client.
+    cursor = conn.cursor()
+    try:
+        cursor.execute("SELECT @@wait_timeout")
+        row = cursor.fetchone()
+    finally:
+        cursor.close()
+    return float(row[0]) if row else None
+
+
+def _selects_only(sql: Any) -> bool:
+    """One ``SELECT`` statement and nothing else (no ``;``, no leading comment):
+    under autocommit it cannot leave a transaction open."""
+    head = (sql.encode() if isinstance(sql, str) else bytes(sql)).lstrip()
+    return head[:6].upper() == b"SELECT" and b";" not in head
+
+
+class MySQLClient(Driver):
+    """mysqlclient (``MySQLdb``, libmariadb), Django's recommended MySQL driver.
+
+    libmariadb keeps the server status from every packet, but mysqlclient shows
+    only its autocommit bit, not the transaction one.  So the connection class
+    below marks a connection unsure at every statement and sure again at
+    COMMIT and ROLLBACK; under autocommit, a lone ``SELECT`` leaves it as it
+    was (it cannot open a transaction there).  An unsure connection is rolled
+    back on return: with autocommit off, any checkout that ran a statement."""
+
+    name = "mysqlclient"
+
+    def __init__(self, url: DatabaseURL) -> None:
+        self.module = importlib.import_module("MySQLdb")
+        options = url.options
+        self.tls: dict[str, Any] = {}
+        off = options.get("ssl", "").lower() in ("0", "false", "off", "no", "disabled")
+        if off or options.get("ssl_disabled", "").lower() in ("1", "true", "on", "yes"):
+            self.tls = {"ssl_mode": "DISABLED"}
+        elif "ssl_ca" in options:
+            self.tls = {"ssl_mode": "VERIFY_IDENTITY", "ssl": {"ca": options["ssl_ca"]}}
+
+        base = importlib.import_module("MySQLdb.connections").Connection
+
+        class Connection(base):  # type: ignore[misc, valid-type]
+            _surge_unsure = False
+
+            def query(self, sql: Any) -> None:
+                if not (_selects_only(sql) and self.get_autocommit()):
+                    self._surge_unsure = True
+                super().query(sql)
+
+            def commit(self) -> None:
+                super().commit()
+                self._surge_unsure = False
+
+            def rollback(self) -> None:
+                super().rollback()
+                self._surge_unsure = False
+
+        self.connection_class = Connection
+
+    def connect(self, url: DatabaseURL, autocommit: bool, extra: dict[str, Any]) -> Any:
+        params = mysql_connect_params(url, autocommit)
+        if "connect_timeout" in params:
+            params["connect_timeout"] = max(1, round(params["connect_timeout"]))
+        params = {k: v for k, v in params.items() if v is not None}  # it takes no None
+        return self.connect_with([], {**params, **self.tls, **extra})
+
+    def connect_with(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        return self.connection_class(*args, **kwargs)
+
+    def in_transaction(self, conn: Any) -> bool:
+        return bool(getattr(conn, "_surge_unsure", True))
+
+    def restore_autocommit(self, conn: Any, autocommit: bool) -> None:
+        conn.autocommit(autocommit)  # mysqlclient sends it only if the mode differs
+
+    def is_closed(self, conn: Any) -> bool:
+        return not conn.open
+
+    def has_input(self, conn: Any) -> bool:
+        try:
+            return readable(conn.fileno())
+        except Exception:  # closed: nothing to read but the news
+            return True
+
+    def ping(self, conn: Any) -> None:
+        conn.ping()  # COM_PING; mysqlclient 2.x does not reconnect
+
+    def is_disconnect(self, error: BaseException, conn: Any) -> bool:
+        return mysql_is_disconnect(error)
+
+    def server_idle_timeout(self, conn: Any) -> float | None:
+        return mysql_idle_timeout(conn)
 
 
 def pg_connect_params(url: DatabaseURL, autocommit: bool, extra: dict[str, Any]) -> dict[str, Any]:
@@ -454,9 +551,12 @@ class SQLite(Driver):
 
 def driver_for(url: DatabaseURL, name: str | None, ssl_context: ssl.SSLContext | None) -> Driver:
     if url.scheme == "mysql":
+        if name in ("mysqlclient", "MySQLdb"):
+            if ssl_context is not None:
+                raise UsageError("mysqlclient takes no SSLContext: use ?ssl_ca=PATH")
+            return MySQLClient(url)
         if name not in (None, "pymysql"):
-            # mysqlclient is not wired in yet (see docs/architecture.md, db/).
-            raise UsageError(f"driver {name!r} for MySQL is not supported yet (use pymysql)")
+            raise UsageError(f"driver {name!r} for MySQL: use pymysql or mysqlclient")
         return PyMySQL(url, ssl_context)
     if name not in (None, {"postgresql": "psycopg", "sqlite": "sqlite3"}[url.scheme]):
         raise UsageError(f"driver {name!r} is not supported for {url.scheme}")

@@ -22,8 +22,8 @@ gone away").  This backend is Django's own with these changes:
 * a thread that ends without closing its connection does not keep the pool
   slot: once the pool is exhausted, such connections are discarded.
 
-The driver is PyMySQL, installed as ``MySQLdb`` (``pymysql.install_as_MySQLdb``)
-when mysqlclient is not installed: Django's backend imports ``MySQLdb``.
+The driver is mysqlclient when it is installed, as with Django's backend;
+otherwise PyMySQL, installed as ``MySQLdb`` (``pymysql.install_as_MySQLdb``).
 ``OPTIONS["pool"]`` holds :class:`surge.db.DBPool` options (``max_size``,
 ``timeout``, ``check_idle_after``, ...); the other ``OPTIONS`` go to the driver
 as with Django's backend.
@@ -35,15 +35,20 @@ import threading
 from typing import Any
 
 try:
-    import MySQLdb  # noqa: F401 - mysqlclient, if installed, is what Django expects
+    import MySQLdb  # mysqlclient, if installed, is what Django expects
 except ImportError:
     import pymysql
 
     pymysql.install_as_MySQLdb()
+    import MySQLdb
 
 from django.db.backends.mysql import base as django_mysql
 
 from surge.db._pool import DBPool
+
+#: The driver Django's backend uses (its connection parameters are that driver's:
+#: mysqlclient's converters mean nothing to PyMySQL), and so the pool's.
+DRIVER = "mysqlclient" if MySQLdb.__name__ == "MySQLdb" else "pymysql"
 
 _pools: dict[tuple[str, str], DBPool] = {}
 _pools_lock = threading.Lock()
@@ -59,7 +64,7 @@ def pool_for(alias: str, conn_params: dict[str, Any], options: dict[str, Any]) -
         if pool is None:
             # The URL says only "MySQL"; Django's parameters (its converters,
             # FOUND_ROWS, charset, host or socket, ...) go to every connect.
-            pool = DBPool("mysql://", connect_args=conn_params, **options)
+            pool = DBPool("mysql://", driver=DRIVER, connect_args=conn_params, **options)
             _pools[key] = pool
     return pool
 

@@ -19,6 +19,7 @@ import pytest
 from sqlalchemy import Integer
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from tests.conftest import require
+from tests.db._sql import query as run
 
 import surge.db
 from surge.db.sqlalchemy import create_engine
@@ -41,14 +42,6 @@ class Row(Base):
     __tablename__ = "integ"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     v: Mapped[int] = mapped_column(Integer)
-
-
-def run(conn: Any, sql: str) -> list[tuple[Any, ...]]:
-    cur = conn.cursor()
-    cur.execute(sql)
-    rows = [tuple(r) for r in cur.fetchall()] if cur.description else []
-    cur.close()
-    return rows
 
 
 def make_table(server: DBServer) -> DBServer:

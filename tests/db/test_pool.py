@@ -7,25 +7,14 @@ import threading
 import time
 from typing import Any
 
-import psycopg
 import pymysql
 import pytest
+from tests.db._sql import GONE_ERRORS, query
 
 import surge.db
 from surge.db import DatabaseURL, DBPool, PoolTimeout
 from surge.errors import UsageError
 from surge.testing import DBServer
-
-#: Errors a query on a connection the server dropped raises, per backend.
-GONE_ERRORS = (pymysql.err.OperationalError, pymysql.err.InterfaceError, psycopg.OperationalError)
-
-
-def query(conn: Any, sql: str = "SELECT 1") -> Any:
-    cur = conn.cursor()
-    cur.execute(sql)
-    rows = [tuple(row) for row in cur.fetchall()] if cur.description else []
-    cur.close()
-    return rows
 
 
 def warm(pool: DBPool, n: int = 1) -> None:

@@ -1,6 +1,7 @@
-"""The Django backend ``surge.db.django.mysql``, driven through a minimal Django
-project in a process of its own (Django's settings are once per process), with
-requests made the way a WSGI server makes them: round trips counted on MariaDB."""
+"""The Django backends ``surge.db.django.mysql`` and ``surge.db.django.postgresql``,
+driven through a minimal Django project in a process of its own (Django's
+settings are once per process), with requests made the way a WSGI server makes
+them: round trips counted on the server."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ MIDDLEWARE = []
 USE_TZ = True
 DATABASES = {
     "default": {
-        "ENGINE": "surge.db.django.mysql",
+        "ENGINE": os.environ["DB_ENGINE"],
         "NAME": os.environ["DB_NAME"],
         "USER": os.environ["DB_USER"],
         "PASSWORD": os.environ["DB_PASSWORD"],
@@ -63,7 +64,7 @@ import json, os, sys
 from wsgiref.util import setup_testing_defaults
 os.environ["DJANGO_SETTINGS_MODULE"] = "settings"
 from django.core.wsgi import get_wsgi_application
-from surge.db.django.mysql import base
+from surge.db.django import _pooled
 
 app = get_wsgi_application()
 
@@ -103,7 +104,7 @@ for line in sys.stdin:
         statuses = leaking_threads(int(n))
     else:
         statuses = [request(path) for _ in range(int(n))]
-    (pool,) = base._pools.values()
+    (pool,) = _pooled._pools.values()
     stats = {k: v for k, v in pool.stats().items() if isinstance(v, int)}
     print(json.dumps({"statuses": statuses, "stats": stats}), flush=True)
 """
@@ -114,6 +115,7 @@ class Project:
         for name, text in (("settings.py", SETTINGS), ("urls.py", URLS), ("serve.py", SERVE)):
             (directory / name).write_text(textwrap.dedent(text))
         env = {
+            "DB_ENGINE": f"surge.db.django.{'mysql' if server.kind == 'mariadb' else 'postgresql'}",
             "DB_NAME": server.database,
             "DB_USER": server.user,
             "DB_PASSWORD": server.password,
@@ -146,20 +148,23 @@ class Project:
 
 
 @pytest.fixture
-def project(tmp_path: Path, mariadb_server: DBServer) -> Any:
-    with mariadb_server.connect(autocommit=True) as conn:
+def server(db: tuple[DBServer, Any]) -> DBServer:
+    return db[0]
+
+
+@pytest.fixture
+def project(tmp_path: Path, server: DBServer) -> Any:
+    with server.connect(autocommit=True) as conn:
         conn.cursor().execute("CREATE TABLE IF NOT EXISTS dj_hits (v INT)")
-    p = Project(tmp_path, mariadb_server)
+    p = Project(tmp_path, server)
     yield p
     p.close()
 
 
-def test_requests_share_pooled_connections(
-    project: Project, mariadb_server: DBServer, counter_for: Any
-) -> None:
+def test_requests_share_pooled_connections(project: Project, db: tuple[DBServer, Any]) -> None:
     warm = project.get("read", 2)  # the first request logs in and sets the session up
     assert warm["statuses"] == [200, 200] and warm["stats"]["created"] == 1
-    counter = counter_for(mariadb_server)
+    _, counter = db
     counter.mark()
     result = project.get("read", 20)
     counts = counter.since()
@@ -167,19 +172,21 @@ def test_requests_share_pooled_connections(
     # per request: the view's SELECT, nothing else - no login, no SET SESSION, no ping,
     # no rollback; the one connection went back to the pool after each request
     assert (counts.statements, counts.connects, counts.pings, counts.rollbacks) == (20, 0, 0, 0)
+    assert counts.begins == 0
     assert result["stats"]["created"] == 1 and result["stats"]["idle"] == 1
 
     counter.mark()
     result = project.get("write", 5)
     counts = counter.since()
     assert result["statuses"] == [200] * 5
-    # Django's atomic(): autocommit off, INSERT, COMMIT, autocommit on (no ROLLBACK)
+    # Django's atomic(): autocommit off (MySQL: SET; psycopg: BEGIN), INSERT, COMMIT
+    # (MySQL: autocommit on again); no ROLLBACK
     assert counts.rollbacks == 0 and counts.connects == 0
 
 
-def test_requests_survive_a_server_restart(project: Project, mariadb_server: DBServer) -> None:
+def test_requests_survive_a_server_restart(project: Project, server: DBServer) -> None:
     assert project.get("read", 3)["statuses"] == [200] * 3
-    mariadb_server.restart()
+    server.restart()
     result = project.get("read", 5)
     assert result["statuses"] == [200] * 5
     assert result["stats"]["generation"] == 1 and result["stats"]["created"] == 2

@@ -1,0 +1,160 @@
+"""What surge's Django backends share: connections checked out of a process-wide
+:class:`surge.db.DBPool` per database alias and given back at close.
+
+A backend is ``class DatabaseWrapper(PooledWrapper, <Django's DatabaseWrapper>)``
+with its ``get_new_connection`` calling :meth:`PooledWrapper._surge_checkout`.
+What this adds to Django's wrapper, and why:
+
+* ``OPTIONS["pool"]`` holds the DBPool's options (``max_size``, ``timeout``,
+  ``check_idle_after``, ...); the pool keeps connections in Django's autocommit
+  mode, so neither Django's ``set_autocommit`` at checkout nor the pool's reset
+  at return costs a round trip;
+* closing gives the connection back, rolled back unless no transaction is known
+  to be open; a connection Django judged unusable (a failed health check, or
+  ``is_usable()`` false after an error) is discarded instead, and a disconnect
+  moves the pool's generation on, so no idle connection of the old server is
+  handed out again;
+* after the close the wrapper holds a stand-in that raises ``InterfaceError``:
+  the connection may already be another thread's (Django keeps
+  ``self.connection`` after a close inside ``atomic()`` until the block ends);
+* a thread that ends without closing its connection does not keep its pool
+  slot: once the pool is exhausted, such connections are discarded.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from surge.db._pool import DBPool
+
+_pools: dict[tuple[str, str, str], DBPool] = {}
+_pools_lock = threading.Lock()
+
+#: id(connection) -> (the thread that checked it out, the connection, its pool),
+#: for every connection a wrapper holds.  Django's connections are per thread; a
+#: thread that ends without closing its connection would keep the slot for ever.
+_holders: dict[int, tuple[threading.Thread, Any, DBPool]] = {}
+
+
+def pool_for(
+    url: str, driver: str, alias: str, conn_params: dict[str, Any], options: dict[str, Any]
+) -> DBPool:
+    """The process's pool for a database alias and its connection parameters."""
+    # Django's MySQL converters ("conv") are one module-level dict: left out of the key.
+    params = sorted((k, repr(v)) for k, v in conn_params.items() if k != "conv")
+    key = (url, alias, repr(params) + repr(sorted(options.items())))
+    with _pools_lock:
+        pool = _pools.get(key)
+        if pool is None:
+            # The URL names only the server kind: Django's parameters (host or
+            # socket, converters, adapters, ...) go to every connect.
+            pool = DBPool(url, driver=driver, connect_args=conn_params, **options)
+            _pools[key] = pool
+    return pool
+
+
+def close_pools() -> None:
+    """Close every pool of this process (tests, or before a fork)."""
+    with _pools_lock:
+        pools = list(_pools.values())
+        _pools.clear()
+    for pool in pools:
+        pool.close()
+
+
+def reclaim_from_dead_threads(pool: DBPool) -> None:
+    """Discard the connections of ``pool`` held by threads that have ended, once
+    every connection the pool may open is checked out: a scan of at most those,
+    on the path that would otherwise wait for one."""
+    stats = pool.stats()
+    if stats["in_use"] < stats["max_size"] + stats["max_overflow"]:
+        return
+    for key, (thread, conn, owner) in list(_holders.items()):
+        if owner is pool and not thread.is_alive() and _holders.pop(key, None) is not None:
+            pool.discard(conn)  # its state is unknown: another thread's, mid-anything
+
+
+class _Returned:
+    """What a wrapper holds in place of a connection it gave back to the pool: every
+    use raises the driver's ``InterfaceError`` (as a closed connection would)."""
+
+    closed = True
+    open = False
+
+    def __init__(self, interface_error: type[Exception]) -> None:
+        self._error = interface_error
+
+    def __getattr__(self, name: str) -> Any:
+        raise self._error("this connection went back to surge's pool")
+
+
+class PooledWrapper:
+    """The pooling half of a surge Django backend (see the module's docstring)."""
+
+    #: "mysql://" or "postgresql://": the kind of server, for DBPool.
+    surge_url = ""
+    #: The surge.db driver name for Django's driver.
+    surge_driver = ""
+    connection: Any  # the DB-API connection, None, or a _Returned
+    #: Set while Django closes the connection because ``is_usable()`` said no.
+    _surge_unusable = False
+    # (Django's DatabaseWrapper provides these.)
+    alias: str
+    settings_dict: dict[str, Any]
+    errors_occurred: bool
+    Database: Any
+    wrap_database_errors: Any
+
+    def get_connection_params(self) -> dict[str, Any]:
+        params: dict[str, Any] = super().get_connection_params()  # type: ignore[misc]
+        params.pop("pool", None)  # surge's options, not the driver's
+        self._surge_pool_options = {
+            "autocommit": self.settings_dict["AUTOCOMMIT"],
+            **(self.settings_dict["OPTIONS"].get("pool") or {}),
+        }
+        return params
+
+    def _surge_checkout(self, conn_params: dict[str, Any]) -> Any:
+        pool = self._surge_pool = pool_for(
+            self.surge_url, self.surge_driver, self.alias, conn_params, self._surge_pool_options
+        )
+        reclaim_from_dead_threads(pool)
+        connection = pool.acquire()
+        _holders[id(connection)] = (threading.current_thread(), connection, pool)
+        return connection
+
+    def close_if_health_check_failed(self) -> None:
+        self._surge_unusable = True  # it closes only a connection is_usable() failed
+        try:
+            super().close_if_health_check_failed()  # type: ignore[misc]
+        finally:
+            self._surge_unusable = False
+
+    def close_if_unusable_or_obsolete(self) -> None:
+        # After an error it closes only a connection that is_usable() failed (or
+        # one left in the wrong autocommit mode: discarding that is no loss).
+        self._surge_unusable = bool(self.errors_occurred)
+        try:
+            super().close_if_unusable_or_obsolete()  # type: ignore[misc]
+        finally:
+            self._surge_unusable = False
+
+    def _close(self) -> None:
+        conn = self.connection
+        if conn is None or isinstance(conn, _Returned):
+            return
+        pool = self._surge_pool
+        _holders.pop(id(conn), None)
+        # From here on this wrapper cannot reach the connection.
+        self.connection = _Returned(self.Database.InterfaceError)
+        with self.wrap_database_errors:
+            if pool.driver.is_closed(conn):
+                if self.errors_occurred:  # the driver closed it on a network error
+                    pool.lost(conn)
+                else:
+                    pool.discard(conn)
+            elif self._surge_unusable:
+                pool.discard(conn)  # Django judged it unusable: never hand it out again
+            else:
+                pool.release(conn)  # rolled back unless no transaction is open

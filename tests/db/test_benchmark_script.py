@@ -36,3 +36,29 @@ def test_db_benchmark_smoke_run(tmp_path: Path, mariadb_server: object) -> None:
     assert 1 <= trips["surge.db.pool"] <= 1.01
     assert 2 <= trips["surge.db.pool, autocommit off"] <= 2.01  # and its ROLLBACK
     assert 1 <= trips["surge.db.sqlalchemy engine"] <= 1.01
+
+
+DJANGO_SCRIPT = SCRIPT.with_name("django.py")
+
+
+@pytest.mark.slow
+def test_django_benchmark_smoke_run(tmp_path: Path, postgresql_server: object) -> None:
+    """benchmarks/django.py runs every peer, and surge's backend costs a request
+    cycle no more round trips than Django's persistent connection or its pool,
+    and no login."""
+    out = tmp_path / "django.json"
+    args = ["--only", "postgresql", "--requests", "100", "--repeat", "1", "--threads", "1"]
+    result = subprocess.run(
+        [sys.executable, str(DJANGO_SCRIPT), *args, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    peers = json.loads(out.read_text())["results"]["postgresql"]["1 threads"]
+    surge, pool = peers["surge"], peers["Django pool (psycopg_pool)"]
+    assert surge["logins"] == 0 and peers["Django, CONN_MAX_AGE=0"]["logins"] == 1
+    # 9 reads in 10 run 2 statements, 1 write in 10 runs 4 (BEGIN, INSERT, UPDATE,
+    # COMMIT): 2.2; one ping allowed for a connection that idled >= 1 s.
+    assert surge["round_trips"] <= pool["round_trips"] + 0.01
+    assert surge["round_trips"] <= peers["Django, CONN_MAX_AGE=60"]["round_trips"] + 0.01

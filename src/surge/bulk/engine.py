@@ -204,7 +204,7 @@ async def fetch_one(client: Client, item: Item, opts: FetchOptions) -> Record:
         try:
             response = await client.request(opts.method, item.url)
         except RequestError as e:
-            attempts += max(e.attempts, 1)
+            attempts += 1  # tries under --retries only (not hops, not a stale reuse)
             if e.error_class in RETRYABLE_ERRORS and attempts <= opts.retries:
                 await asyncio.sleep(_backoff(opts, attempts))
                 retried = True
@@ -214,7 +214,7 @@ async def fetch_one(client: Client, item: Item, opts: FetchOptions) -> Record:
                 end = start + record["elapsed_ms"] / 1000
                 opts.trace.add(record, start, end, e.timings, retried)
             return record
-        attempts += response.attempts
+        attempts += 1
         if response.status in RETRYABLE_STATUSES and attempts <= opts.retries:
             await asyncio.sleep(_backoff(opts, attempts))
             retried = True

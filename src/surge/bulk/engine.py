@@ -31,7 +31,7 @@ from typing import Any
 from surge.bulk.inputs import InputItem as Item
 from surge.errors import RequestError, UsageError
 from surge.gc_tuning import relaxed_gc
-from surge.http.client import Client
+from surge.http.client import Client, redirect_ms
 from surge.http.timings import Timings, ms3
 from surge.loops import iterate_in_thread
 from surge.trace.tracer import LAG_EVERY, Tracer
@@ -60,6 +60,10 @@ class FetchOptions:
     max_redirects: int = 10
     method: str = "GET"
     headers: list[tuple[str, str]] = field(default_factory=list)
+    #: -u/--user (user, password): Basic auth for each input's own origin.
+    user: tuple[str, str] | None = None
+    #: --location-trusted: credentials follow redirects to other origins.
+    location_trusted: bool = False
     resolve: list[str] = field(default_factory=list)
     cafile: str | None = None
     insecure: bool = False
@@ -92,6 +96,8 @@ class FetchOptions:
             follow_redirects=self.follow_redirects,
             max_redirects=self.max_redirects,
             headers=self.headers,
+            auth=self.user,
+            location_trusted=self.location_trusted,
             cafile=self.cafile,
             insecure=self.insecure,
             resolve=self.resolve,
@@ -209,7 +215,9 @@ async def fetch_one(client: Client, item: Item, opts: FetchOptions) -> Record:
                 await asyncio.sleep(_backoff(opts, attempts))
                 retried = True
                 continue
-            record = _record(item, start, attempts, e.status, e, e.final_url, e.bytes, e.timings)
+            record = _record(
+                item, start, attempts, e.status, e, e.final_url, e.bytes, e.timings, e.redirects
+            )
             if opts.trace is not None:
                 end = start + record["elapsed_ms"] / 1000
                 opts.trace.add(record, start, end, e.timings, retried)
@@ -228,6 +236,7 @@ async def fetch_one(client: Client, item: Item, opts: FetchOptions) -> Record:
             response.final_url,
             response.bytes,
             response.timings,
+            response.redirects,
         )
         if opts.trace is not None:
             end = start + record["elapsed_ms"] / 1000
@@ -251,6 +260,7 @@ def _record(
     final_url: str | None,
     body_bytes: int,
     timings: Timings | None,
+    redirects: int,
 ) -> Record:
     phases = timings.phases_ms() if timings is not None else dict.fromkeys(_PHASES)
     return {
@@ -263,6 +273,8 @@ def _record(
         "elapsed_ms": ms3(perf_counter() - start),
         "bytes": body_bytes,
         "attempts": attempts,
+        "redirects": redirects,
+        "redirect_ms": redirect_ms(timings),
         "final_url": final_url,
         "timings": phases,
     }

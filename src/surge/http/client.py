@@ -190,6 +190,7 @@ class Client:
         self._insecure = insecure
         #: The client's headers (surge's defaults first), split by headers.py's policy.
         self._headers = build(headers, ACCEPT_ENCODING if decompress else None)
+        self._credentials = self._headers.credentials
         #: ``-u user:password``: sent to the first origin of each request only.
         self._auth = basic_auth(*auth) if auth is not None else None
         #: curl's --location-trusted: credentials follow redirects to any origin.
@@ -267,10 +268,13 @@ class Client:
         own = self._headers
         if headers:
             own = own.plus(build(headers))
-        trusted = self.location_trusted if location_trusted is None else location_trusted
-        origin = target.key  # where the credentials may go (redirects.py)
-        first_auth = target.auth
-        secret = redirect_policy.credentials(own, self._auth, first_auth, target, origin, trusted)
+            secret = own.credentials
+        else:
+            secret = self._credentials  # a local copy: NamedTuple fields cost a lookup
+        first = target  # its origin is where credentials may go (redirects.py)
+        if target.auth is not None or self._auth is not None:
+            secret = redirect_policy.credentials(own, self._auth, first, target, True)
+        common = own.common
         host_header = own.host or target.host_header
         pool = self._pool
         deadline: float | None = None  # set when the first hop starts its network work
@@ -286,7 +290,7 @@ class Client:
                     b" HTTP/1.1\r\nHost: ",
                     host_header,
                     b"\r\n",
-                    own.common,
+                    common,
                     secret,
                     b"\r\n",
                 )
@@ -366,7 +370,6 @@ class Client:
                 pool.release_nowait(conn)  # no reset callback: no need to await
             else:
                 await pool.discard(conn)
-            decoded = None
             if encoding is not None and self.decompress and wire_bytes:
                 try:
                     decoded = decode(chunks, encoding, self._body_cap, status)
@@ -374,7 +377,8 @@ class Client:
                     e.bytes = wire_bytes
                     _annotate(e, url, target.url, timings, redirects)
                     raise
-            if decoded is not None:
+                if decoded is None:  # a coding surge does not decode: as it came
+                    decoded = b"".join(chunks) if len(chunks) != 1 else chunks[0]
                 payload = decoded
             else:
                 payload = b"".join(chunks) if len(chunks) != 1 else chunks[0]
@@ -411,11 +415,10 @@ class Client:
                 _annotate(e, url, target.url, timings, redirects)
                 raise
             timings.url, timings.status = target.url, status  # for traces: hop by hop
-            secret = redirect_policy.credentials(
-                own, self._auth, first_auth, next_target, origin, trusted
-            )
+            trusted = self.location_trusted if location_trusted is None else location_trusted
+            secret = redirect_policy.credentials(own, self._auth, first, next_target, trusted)
             # The caller's Host while the redirects stay on its host name (curl's rule).
-            if own.host is not None and next_target.host == origin[1]:
+            if own.host is not None and next_target.host == first.host:
                 host_header = own.host
             else:
                 host_header = next_target.host_header

@@ -63,21 +63,20 @@ def next_method(status: int, method: str, body: bytes | None) -> tuple[str, byte
 def credentials(
     own: RequestHeaders,
     user_auth: bytes | None,
-    first_auth: bytes | None,
+    first: URL,
     target: URL,
-    origin: tuple[str, str, int],
     trusted: bool,
 ) -> bytes:
     """The credential header lines a hop to ``target`` carries.
 
-    To the request's first ``origin`` (or anywhere, ``trusted``): the caller's
+    To the origin of the request's ``first`` URL (or anywhere, ``trusted``): the caller's
     credential headers, and unless the caller set Authorization itself, one Basic
     Authorization - ``-u``'s (curl: it wins over the URL's), else the target
     URL's userinfo, else the first URL's.  To another origin: only the target
     URL's own userinfo (a Location that names its credentials)."""
-    if trusted or target.key == origin:
+    if trusted or target.key == first.key:
         if own.authorization:
             return own.credentials
-        auth = user_auth or target.auth or first_auth
+        auth = user_auth or target.auth or first.auth
         return own.credentials + auth if auth is not None else own.credentials
     return target.auth or b""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import tracemalloc
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -264,6 +265,28 @@ async def test_every_coding_decodes_and_a_bomb_is_body_too_large(coding: str) ->
             with pytest.raises(RequestError) as caught:
                 await client.get(f"http://127.0.0.1:{ports[0]}/")
     assert caught.value.error_class == "body_too_large"
+
+
+@pytest.mark.parametrize("coding", ["br", "zstd", "gzip"])
+async def test_a_bomb_is_stopped_within_bounded_memory(coding: str) -> None:
+    """64 MiB of zeros behind a few KiB of wire, with a 1 MiB cap: the decoder
+    stops at the cap, so the client never holds the 64 MiB (``brotli.decompress``
+    of the whole body did: 432 MB of RSS for 200 MB of zeros)."""
+    wire = encoded(coding, b"\0" * (64 * 1024 * 1024))
+    cap = 1024 * 1024
+    async with (
+        servers(1, lambda path, port, ports: wire) as (_, ports),
+        Client(body_cap=cap) as client,
+    ):
+        tracemalloc.start()
+        try:
+            with pytest.raises(RequestError) as caught:
+                await client.get(f"http://127.0.0.1:{ports[0]}/")
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert caught.value.error_class == "body_too_large"
+    assert peak < 8 * cap
 
 
 async def test_zstd_is_asked_for() -> None:

@@ -12,8 +12,6 @@ import re
 from typing import NamedTuple
 from urllib.parse import unquote, urljoin, urlsplit
 
-import idna
-
 from surge.errors import RequestError
 from surge.http.headers import userinfo_auth
 
@@ -139,6 +137,8 @@ def _normalise_host(host: str, text: str) -> str:
         host = unquote(host, errors="strict")
     encoded = host.lower()
     if not encoded.isascii():
+        import idna  # on first use: its tables are ~3,000 objects every run would carry
+
         try:
             encoded = idna.encode(host, uts46=True).decode("ascii")
         except (idna.IDNAError, UnicodeError) as e:

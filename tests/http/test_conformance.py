@@ -92,6 +92,8 @@ def _write_site(root: Path) -> None:
     (files / "ü.txt").write_text("umlaut\n")
     text = b"".join(b"line %d of a text that compresses\n" % i for i in range(20_000))
     (files / "big.txt").write_bytes(text)
+    (root / "slow").mkdir()
+    (root / "slow" / "body.bin").write_bytes(bytes(range(256)) * 800)  # 200 KiB: ~0.5 s
     enc = root / "enc"
     enc.mkdir()
     small = b"hello, decoded world\n" * 50
@@ -169,6 +171,7 @@ http {{
         location = /utf8 {{ return 302 "/files/ü.txt"; }}
         location = /loop {{ return 302 /loop; }}
         location /files/ {{ gzip on; gzip_types text/plain; gzip_min_length 0; }}
+        location /slow/ {{ limit_rate 400k; }}
         {redirects}
         {encoded}
     }}
@@ -439,6 +442,14 @@ def test_bombs(nginx: Nginx, coding: str) -> None:
 
 
 # -- connections, TLS, addresses ---------------------------------------------------------------
+
+
+def test_a_slow_body(nginx: Nginx) -> None:
+    """limit_rate: the body arrives in pieces over half a second; a max_time above
+    that is met, and the whole body is read (curl the same)."""
+    surge, curl = both(nginx, f"http://a.test:{nginx.plain}/slow/body.bin")
+    same(surge, curl, body=False)
+    assert surge.status == 200 and surge.bytes == curl.bytes == 256 * 800
 
 
 def test_keepalive_requests_1(nginx: Nginx) -> None:

@@ -58,7 +58,14 @@ from surge.trace.tracer import Tee, Tracer
 )
 @click.option("-c", "--concurrency", default=1000, show_default=True, help="Requests in flight.")
 @click.option("--per-host", type=int, help="Connections per host (default: no extra bound).")
-@click.option("--max-time", default=30.0, show_default=True, help="Seconds per request, all in.")
+@click.option(
+    "--max-time",
+    default=30.0,
+    show_default=True,
+    help="Seconds per try: from its DNS lookup (or a reused connection's checkout) to the "
+    "last body byte, redirects included; not the wait for a free connection or handshake "
+    "slot (-c, --per-host, --max-connecting), nor --retries' back-off.",
+)
 @click.option("--connect-timeout", default=10.0, show_default=True, help="Seconds for DNS+TCP+TLS.")
 @click.option("--retries", default=0, show_default=True, help="Retries of transient failures.")
 @click.option("-L", "--location", "follow", is_flag=True, help="Follow redirects.")

@@ -90,7 +90,7 @@ class RequestError(SurgeError):
     What is known of the failed request travels with it, for its result record:
     ``status`` when a response head arrived before the failure (a body that then
     stalled is ``read_timeout`` with the status kept), and, set by the client,
-    ``url``, ``final_url``, ``timings``, ``attempts`` and ``bytes``.
+    ``url``, ``final_url``, ``timings``, ``attempts``, ``redirects`` and ``bytes``.
     """
 
     def __init__(self, error_class: str, detail: str, *, status: int | None = None) -> None:
@@ -104,4 +104,5 @@ class RequestError(SurgeError):
         self.final_url: str | None = None
         self.timings: Any = None
         self.attempts = 0
+        self.redirects = 0  # redirects followed before the failure
         self.bytes = 0

@@ -38,6 +38,8 @@ def record(line: int, **changes: Any) -> dict[str, Any]:
         "elapsed_ms": 12.3456789,
         "bytes": 1024,
         "attempts": 1,
+        "redirects": 0,
+        "redirect_ms": 0.0,
         "final_url": f"https://site{line}.example/home",
         "timings": {
             "dns_ms": 1.00049,
@@ -328,6 +330,8 @@ def records(draw: st.DrawFn) -> dict[str, Any]:
         "elapsed_ms": draw(st.floats(min_value=0, max_value=1e7, allow_nan=False)),
         "bytes": draw(st.integers(0, 2**40)),
         "attempts": draw(st.integers(0, 10)),
+        "redirects": draw(st.integers(0, 10)),
+        "redirect_ms": draw(st.floats(min_value=0, max_value=1e7, allow_nan=False)),
         "final_url": draw(st.none() | _text),
         "timings": draw(st.none() | st.fixed_dictionaries({k: _times for k in TIMING_FIELDS})),
     }

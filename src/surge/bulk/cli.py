@@ -37,6 +37,7 @@ from surge.bulk.outputs import LineSet, RecordWriter, done_lines, open_writer
 from surge.bulk.summary import Summary
 from surge.errors import UsageError
 from surge.http.client import parse_header
+from surge.http.headers import parse_user
 from surge.loops import new_event_loop
 from surge.trace.har import HarWriter
 from surge.trace.html import write_html
@@ -57,10 +58,21 @@ from surge.trace.tracer import Tee, Tracer
 )
 @click.option("-c", "--concurrency", default=1000, show_default=True, help="Requests in flight.")
 @click.option("--per-host", type=int, help="Connections per host (default: no extra bound).")
-@click.option("--max-time", default=30.0, show_default=True, help="Seconds per request, all in.")
+@click.option(
+    "--max-time",
+    default=30.0,
+    show_default=True,
+    help="Seconds per try: from its DNS lookup (or a reused connection's checkout) to the "
+    "last body byte, redirects included; not the wait for a free connection or handshake "
+    "slot (-c, --per-host, --max-connecting), nor --retries' back-off.",
+)
 @click.option("--connect-timeout", default=10.0, show_default=True, help="Seconds for DNS+TCP+TLS.")
 @click.option("--retries", default=0, show_default=True, help="Retries of transient failures.")
 @click.option("-L", "--location", "follow", is_flag=True, help="Follow redirects.")
+@click.option(
+    "--location-trusted", is_flag=True, help="-L, sending credentials to other hosts too."
+)
+@click.option("-u", "--user", metavar="USER:PASSWORD", help="Basic auth, to each URL's own host.")
 @click.option("--max-redirs", default=10, show_default=True, help="Redirects to follow at most.")
 @click.option(
     "-X", "--method", default="GET", show_default=True, type=click.Choice(["GET", "HEAD"])
@@ -118,6 +130,8 @@ def fetch_command(
     connect_timeout: float,
     retries: int,
     follow: bool,
+    location_trusted: bool,
+    user: str | None,
     max_redirs: int,
     method: str,
     headers: tuple[str, ...],
@@ -156,10 +170,12 @@ def fetch_command(
                 max_time=max_time,
                 connect_timeout=connect_timeout,
                 retries=retries,
-                follow_redirects=follow,
+                follow_redirects=follow or location_trusted,  # as curl: it implies -L
                 max_redirects=max_redirs,
                 method=method,
                 headers=[parse_header(h) for h in headers],
+                user=parse_user(user) if user is not None else None,
+                location_trusted=location_trusted,
                 resolve=list(resolve),
                 cafile=cacert,
                 insecure=insecure,

@@ -60,6 +60,10 @@ class FetchOptions:
     max_redirects: int = 10
     method: str = "GET"
     headers: list[tuple[str, str]] = field(default_factory=list)
+    #: -u/--user (user, password): Basic auth for each input's own origin.
+    user: tuple[str, str] | None = None
+    #: --location-trusted: credentials follow redirects to other origins.
+    location_trusted: bool = False
     resolve: list[str] = field(default_factory=list)
     cafile: str | None = None
     insecure: bool = False
@@ -92,6 +96,8 @@ class FetchOptions:
             follow_redirects=self.follow_redirects,
             max_redirects=self.max_redirects,
             headers=self.headers,
+            auth=self.user,
+            location_trusted=self.location_trusted,
             cafile=self.cafile,
             insecure=self.insecure,
             resolve=self.resolve,
@@ -204,17 +210,19 @@ async def fetch_one(client: Client, item: Item, opts: FetchOptions) -> Record:
         try:
             response = await client.request(opts.method, item.url)
         except RequestError as e:
-            attempts += max(e.attempts, 1)
+            attempts += 1  # tries under --retries only (not hops, not a stale reuse)
             if e.error_class in RETRYABLE_ERRORS and attempts <= opts.retries:
                 await asyncio.sleep(_backoff(opts, attempts))
                 retried = True
                 continue
-            record = _record(item, start, attempts, e.status, e, e.final_url, e.bytes, e.timings)
+            record = _record(
+                item, start, attempts, e.status, e, e.final_url, e.bytes, e.timings, e.redirects
+            )
             if opts.trace is not None:
                 end = start + record["elapsed_ms"] / 1000
                 opts.trace.add(record, start, end, e.timings, retried)
             return record
-        attempts += response.attempts
+        attempts += 1
         if response.status in RETRYABLE_STATUSES and attempts <= opts.retries:
             await asyncio.sleep(_backoff(opts, attempts))
             retried = True
@@ -228,6 +236,7 @@ async def fetch_one(client: Client, item: Item, opts: FetchOptions) -> Record:
             response.final_url,
             response.bytes,
             response.timings,
+            response.redirects,
         )
         if opts.trace is not None:
             end = start + record["elapsed_ms"] / 1000
@@ -251,8 +260,10 @@ def _record(
     final_url: str | None,
     body_bytes: int,
     timings: Timings | None,
+    redirects: int,
 ) -> Record:
     phases = timings.phases_ms() if timings is not None else dict.fromkeys(_PHASES)
+    hop_start = timings.hop_start if timings is not None else None
     return {
         "url": item.url,
         "input": item.input,
@@ -263,6 +274,11 @@ def _record(
         "elapsed_ms": ms3(perf_counter() - start),
         "bytes": body_bytes,
         "attempts": attempts,
+        "redirects": redirects,
+        # curl's time_redirect (http.client.redirect_ms, inlined: a call per record)
+        "redirect_ms": 0.0
+        if hop_start is None or timings is None or timings.started is None
+        else ms3(hop_start - timings.started),
         "final_url": final_url,
         "timings": phases,
     }

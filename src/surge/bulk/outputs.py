@@ -45,6 +45,8 @@ FIELDS: Final = (
     "elapsed_ms",
     "bytes",
     "attempts",
+    "redirects",
+    "redirect_ms",
     "final_url",
     "timings",
 )
@@ -66,7 +68,8 @@ _NULL_TIMINGS: Final = dict.fromkeys(TIMING_FIELDS)
 # and read back), keys in contract order.
 _JSONL_RECORD: Final = (
     '{"url":%s,"input":%s,"line":%d,"status":%s,"error":%s,"error_detail":%s,'
-    '"elapsed_ms":%s,"bytes":%d,"attempts":%d,"final_url":%s,"timings":{"dns_ms":%s,'
+    '"elapsed_ms":%s,"bytes":%d,"attempts":%d,"redirects":%d,"redirect_ms":%s,'
+    '"final_url":%s,"timings":{"dns_ms":%s,'
     '"connect_ms":%s,"tls_ms":%s,"ttfb_ms":%s,"body_ms":%s}}\n'
 )
 # A quoted JSON string (C implementation); non-ASCII (IDN hosts, paths) stays
@@ -137,6 +140,8 @@ class RecordWriter:
                         f"{elapsed:.3f}",
                         record["bytes"],
                         record["attempts"],
+                        record["redirects"],
+                        f"{record['redirect_ms']:.3f}",
                         "null" if final_url is None else _json_str(final_url),
                         "null" if dns is None else f"{dns:.3f}",
                         "null" if connect is None else f"{connect:.3f}",
@@ -158,6 +163,8 @@ class RecordWriter:
                         f"{elapsed:.3f}",
                         f"{record['bytes']:d}",
                         f"{record['attempts']:d}",
+                        f"{record['redirects']:d}",
+                        f"{record['redirect_ms']:.3f}",
                         _one_line(final_url),
                         None if dns is None else f"{dns:.3f}",
                         None if connect is None else f"{connect:.3f}",

@@ -16,33 +16,28 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-import zlib
-from collections.abc import Coroutine, Iterable, Mapping
+from collections.abc import Coroutine, Iterable
 from contextvars import ContextVar
 from time import perf_counter
 from typing import Any
 
-from surge import __version__
 from surge.errors import RequestError, UsageError
+from surge.http import redirects as redirect_policy
 from surge.http.connection import HTTPConnection, parse_head
 from surge.http.deadlines import Deadlines, TaskDeadline
+from surge.http.decoding import ACCEPT_ENCODING, decode
 from surge.http.gate import Gate
+from surge.http.headers import HeaderInput, basic_auth, build, check_method
 from surge.http.resolver import Override, Resolver
-from surge.http.timings import Timings
+from surge.http.timings import Timings, ms3
 from surge.http.url import parse_url
 from surge.pool import AsyncKeyedPool
-
-try:  # br decoding when the brotli package is installed
-    import brotli
-except ImportError:  # pragma: no cover - depends on the environment
-    brotli = None
 
 #: The request whose connection is being opened: the pool calls ``create(key)``
 #: in the acquiring task, so the connect phases land in that request's timings.
 _opening_for: ContextVar[Timings] = ContextVar("surge_opening_for")
 
-_REDIRECTS = frozenset({301, 302, 303, 307, 308})
-_ENCODINGS = "gzip, deflate, br" if brotli is not None else "gzip, deflate"
+_REDIRECTS = redirect_policy.STATUSES
 
 
 class Response:
@@ -61,9 +56,6 @@ class Response:
         "timings",
         "url",
     )
-
-    #: Always HTTP/1.1 (a class attribute: one store less per response).
-    http_version = "1.1"
 
     def __init__(
         self,
@@ -90,6 +82,17 @@ class Response:
         self.redirects = redirects
         #: The connection it came on (its ``address``, and ``tls`` for https).
         self.connection = connection
+
+    @property
+    def http_version(self) -> str:
+        """From the status line: "1.1" or "1.0" (read on use, not per response)."""
+        head = self.head
+        return head[5:8].decode("ascii", "replace") if head.startswith(b"HTTP/") else "1.1"
+
+    @property
+    def redirect_ms(self) -> float:
+        """curl's time_redirect: from the start to the start of the last hop."""
+        return redirect_ms(self.timings)
 
     @property
     def raw_headers(self) -> list[tuple[bytes, bytes]]:
@@ -156,7 +159,9 @@ class Client:
         max_time: float = 30.0,
         follow_redirects: bool = False,
         max_redirects: int = 10,
-        headers: Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
+        headers: HeaderInput = None,
+        auth: tuple[str, str] | None = None,
+        location_trusted: bool = False,
         cafile: str | None = None,
         insecure: bool = False,
         resolve: Iterable[str | Override] = (),
@@ -183,7 +188,13 @@ class Client:
         self._ssl_context = ssl_context
         self._cafile = cafile
         self._insecure = insecure
-        self._extra_headers = _header_block(headers, decompress)
+        #: The client's headers (surge's defaults first), split by headers.py's policy.
+        self._headers = build(headers, ACCEPT_ENCODING if decompress else None)
+        self._credentials = self._headers.credentials
+        #: ``-u user:password``: sent to the first origin of each request only.
+        self._auth = basic_auth(*auth) if auth is not None else None
+        #: curl's --location-trusted: credentials follow redirects to any origin.
+        self.location_trusted = location_trusted
         self._connecting = Gate(max_connecting)  # O(1) FIFO; asyncio.Semaphore is O(waiters)
         self._pool: AsyncKeyedPool[tuple[str, str, int], HTTPConnection] = AsyncKeyedPool(
             self._open,
@@ -230,9 +241,10 @@ class Client:
         method: str,
         url: str,
         *,
-        headers: Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
+        headers: HeaderInput = None,
         body: bytes | None = None,
         follow_redirects: bool | None = None,
+        location_trusted: bool | None = None,
     ) -> Response:
         """Send one request (following redirects if asked) and read the response.
 
@@ -251,13 +263,20 @@ class Client:
             e.timings = timings
             raise
         if method != "GET":
-            method = method.upper()
+            method = check_method(method)
         follow = self.follow_redirects if follow_redirects is None else follow_redirects
-        header_block = self._extra_headers
+        own = self._headers
         if headers:
-            header_block += _header_block(headers, False)
+            own = own.plus(build(headers))
+            secret = own.credentials
+        else:
+            secret = self._credentials  # a local copy: NamedTuple fields cost a lookup
+        first = target  # its origin is where credentials may go (redirects.py)
+        if target.auth is not None or self._auth is not None:
+            secret = redirect_policy.credentials(own, self._auth, first, target, True)
+        common = own.common
+        host_header = own.host or target.host_header
         pool = self._pool
-        attempts = 0  # over every hop
         deadline: float | None = None  # set when the first hop starts its network work
         redirects = 0
         while True:  # a hop per turn
@@ -269,9 +288,10 @@ class Client:
                     b" ",
                     target.target,
                     b" HTTP/1.1\r\nHost: ",
-                    target.host_header,
+                    host_header,
                     b"\r\n",
-                    header_block,
+                    common,
+                    secret,
                     b"\r\n",
                 )
             )
@@ -279,20 +299,18 @@ class Client:
                 head = b"%sContent-Length: %d\r\n\r\n%s" % (head[:-2], len(body), body)
             retried = False
             while True:  # an attempt per turn
-                attempts += 1
                 conn = pool.acquire_nowait(target.key)  # a keep-alive connection, if idle
                 if conn is None:
                     token = _opening_for.set(timings)
                     try:
                         conn = await pool.acquire(target.key)
                     except RequestError as e:
-                        _annotate(e, url, target.url, timings, attempts)
+                        _annotate(e, url, target.url, timings, redirects)
                         raise
                     finally:
                         _opening_for.reset(token)
                 if conn.closed:  # the server closed it while it was idle
                     await pool.discard(conn)
-                    attempts -= 1
                     continue
                 fresh = conn.connect_timings is timings
                 now = timings.connected = perf_counter()
@@ -331,7 +349,7 @@ class Client:
                     if conn.head_done and e.status is None:
                         e.status = conn.status
                     e.bytes = conn.body_bytes
-                    _annotate(e, url, target.url, timings, attempts)
+                    _annotate(e, url, target.url, timings, redirects)
                     raise
                 except BaseException:
                     conn.abort()
@@ -352,14 +370,18 @@ class Client:
                 pool.release_nowait(conn)  # no reset callback: no need to await
             else:
                 await pool.discard(conn)
-            payload = b"".join(chunks) if len(chunks) != 1 else chunks[0]
-            if encoding is not None and self.decompress and payload:
+            if encoding is not None and self.decompress and wire_bytes:
                 try:
-                    payload = self._decode(payload, encoding.decode("latin-1"), status)
+                    decoded = decode(chunks, encoding, self._body_cap, status)
                 except RequestError as e:
                     e.bytes = wire_bytes
-                    _annotate(e, url, target.url, timings, attempts)
+                    _annotate(e, url, target.url, timings, redirects)
                     raise
+                if decoded is None:  # a coding surge does not decode: as it came
+                    decoded = b"".join(chunks) if len(chunks) != 1 else chunks[0]
+                payload = decoded
+            else:
+                payload = b"".join(chunks) if len(chunks) != 1 else chunks[0]
             response = Response(
                 url,
                 target.url,
@@ -368,14 +390,14 @@ class Client:
                 payload,
                 wire_bytes,
                 timings,
-                attempts,
+                1,  # one try: retries (--retries) are the caller's, who counts them
                 redirects,
                 conn,
             )
             if not (follow and status in _REDIRECTS):
                 return response
-            location = response.header("location")
-            if location is None:
+            location = redirect_policy.location(response_head)
+            if location is None:  # none, or empty: nowhere to go (curl neither)
                 return response
             redirects += 1
             if redirects > self.max_redirects:
@@ -384,19 +406,24 @@ class Client:
                     f"more than {self.max_redirects} redirects (last to {location[:200]})",
                     status=status,
                 )
-                _annotate(error, url, target.url, timings, attempts)
+                _annotate(error, url, target.url, timings, redirects)
                 raise error
             try:
                 next_target = target.join(location)
             except RequestError as e:
                 e.detail = f"redirect to an invalid URL: {location[:200]!r}"
-                _annotate(e, url, target.url, timings, attempts)
+                _annotate(e, url, target.url, timings, redirects)
                 raise
             timings.url, timings.status = target.url, status  # for traces: hop by hop
+            trusted = self.location_trusted if location_trusted is None else location_trusted
+            secret = redirect_policy.credentials(own, self._auth, first, next_target, trusted)
+            # The caller's Host while the redirects stay on its host name (curl's rule).
+            if own.host is not None and next_target.host == first.host:
+                host_header = own.host
+            else:
+                host_header = next_target.host_header
             target = next_target
-            # As curl: a POST after 301/302/303 becomes a GET; a HEAD stays a HEAD.
-            if (status == 303 and method != "HEAD") or (status in (301, 302) and method == "POST"):
-                method, body = "GET", None
+            method, body = redirect_policy.next_method(status, method, body)
             timings = _next_hop(timings)
 
     async def close(self) -> None:
@@ -414,35 +441,6 @@ class Client:
         stats["requests"] = self.requests
         stats["dns_lookups"] = self.resolver.lookups
         return stats
-
-    def _decode(self, body: bytes, encoding: str, status: int) -> bytes:
-        if encoding in ("identity", ""):
-            return body
-        cap = self._body_cap
-        try:
-            if encoding in ("gzip", "x-gzip"):
-                d = zlib.decompressobj(zlib.MAX_WBITS | 16)
-                out = d.decompress(body, cap + 1)
-            elif encoding == "deflate":
-                try:
-                    d = zlib.decompressobj()
-                    out = d.decompress(body, cap + 1)
-                except zlib.error:  # raw deflate, as some servers send
-                    d = zlib.decompressobj(-zlib.MAX_WBITS)
-                    out = d.decompress(body, cap + 1)
-            elif encoding == "br" and brotli is not None:
-                out = brotli.decompress(body)
-            else:
-                return body  # an encoding we did not ask for: hand over as is
-        except (zlib.error, Exception) as e:
-            raise RequestError(
-                "protocol_error", f"bad {encoding} body: {e}", status=status
-            ) from None
-        if len(out) > cap:
-            raise RequestError(
-                "body_too_large", f"decoded body exceeds the {cap:,}-byte cap", status=status
-            )
-        return bytes(out)
 
     # -- opening connections ------------------------------------------------------------------
 
@@ -492,27 +490,6 @@ def _timeout_error(
     return RequestError(error_class, f"timed out {what} (limit {limit:g} s)", status=status)
 
 
-def _header_block(
-    headers: Mapping[str, str] | Iterable[tuple[str, str]] | None, defaults: bool
-) -> bytes:
-    """Header lines, validated once (not per request)."""
-    items = list(headers.items() if isinstance(headers, Mapping) else headers or ())
-    names = {k.lower() for k, _ in items}
-    lines = []
-    if defaults:
-        if "user-agent" not in names:
-            lines.append(f"User-Agent: surge/{__version__}")
-        if "accept" not in names:
-            lines.append("Accept: */*")
-        if "accept-encoding" not in names:
-            lines.append(f"Accept-Encoding: {_ENCODINGS}")
-    for name, value in items:
-        if not name or any(c in name for c in ":\r\n ") or any(c in value for c in "\r\n"):
-            raise UsageError(f"bad header {name!r}: {value!r}")
-        lines.append(f"{name}: {value}")
-    return "".join(line + "\r\n" for line in lines).encode("latin-1")
-
-
 def parse_header(text: str) -> tuple[str, str]:
     """A ``-H 'Name: value'`` flag (curl's form) as a (name, value) pair."""
     name, sep, value = text.partition(":")
@@ -522,13 +499,25 @@ def parse_header(text: str) -> tuple[str, str]:
 
 
 def _annotate(
-    error: RequestError, url: str, final_url: str, timings: Timings, attempts: int
+    error: RequestError,
+    url: str,
+    final_url: str,
+    timings: Timings,
+    redirects: int,
 ) -> None:
     """What the failed request's record needs, carried by its error."""
     error.url = url
     error.final_url = final_url
     error.timings = timings
-    error.attempts = attempts
+    error.attempts = 1
+    error.redirects = redirects
+
+
+def redirect_ms(timings: Timings | None) -> float:
+    """curl's time_redirect, in ms: the redirects' share of the request (0 without)."""
+    if timings is None or timings.hop_start is None or timings.started is None:
+        return 0.0
+    return ms3(timings.hop_start - timings.started)
 
 
 def _reset_attempt(timings: Timings) -> None:

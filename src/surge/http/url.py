@@ -10,9 +10,10 @@ import functools
 import ipaddress
 import re
 from typing import NamedTuple
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import unquote, urljoin, urlsplit
 
 from surge.errors import RequestError
+from surge.http.headers import userinfo_auth
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 # RFC 3986 path/query characters that need no escaping; anything else (spaces,
@@ -36,14 +37,17 @@ class URL(NamedTuple):
     target: bytes  # the request target: path and query, escaped
     host_header: bytes  # host[:port], as the Host header carries it
     key: tuple[str, str, int]  # what a pooled connection is for: (scheme, host, port)
+    #: The ``Authorization: Basic`` line from the URL's ``user:password@``, or None.
+    #: The userinfo itself is taken out of ``url`` (so out of records' final_url).
+    auth: bytes | None = None
 
     @property
     def tls(self) -> bool:
         return self.scheme == "https"
 
     def join(self, location: str) -> URL:
-        """Resolve a redirect's Location against this URL."""
-        return parse_url(urljoin(self.url, location.strip()))
+        """Resolve a redirect's Location (see redirects.location) against this URL."""
+        return parse_url(urljoin(self.url, location))
 
 
 #: The common shape, matched in one regex step: scheme://host[:port][/path][?query]
@@ -65,7 +69,8 @@ def parse_url(text: str) -> URL:
         if ".." not in host and not host.replace(".", "").isdigit():
             default = 80 if scheme == "http" else 443
             port = int(port_text) if port_text else default
-            if 0 < port < 65536:
+            # Longer hosts take the general path, which checks label lengths.
+            if 0 < port < 65536 and len(host) <= 63:
                 target = ((path or "/") + (query or "")).encode("ascii")
                 shown = host if port == default else f"{host}:{port}"
                 key = (scheme, host, port)
@@ -81,6 +86,8 @@ def _parse_general(text: str) -> URL:
     except ValueError as e:  # e.g. a port out of range, or bad brackets
         raise RequestError("invalid_url", f"not a valid URL: {e}") from None
     scheme = parts.scheme.lower()
+    if any(c in text for c in "\x00\r\n\t"):  # urlsplit drops some of them silently
+        raise RequestError("invalid_url", f"control character in URL: {text[:200]!r}")
     if scheme not in _DEFAULT_PORTS:
         what = f"scheme {parts.scheme!r}" if parts.scheme else "no scheme"
         raise RequestError("invalid_url", f"not an http(s) URL ({what}): {text[:200]!r}")
@@ -96,25 +103,49 @@ def _parse_general(text: str) -> URL:
     shown = f"[{host}]" if ":" in host else host
     if port != _DEFAULT_PORTS[scheme]:
         shown = f"{shown}:{port}"
-    return URL(text, scheme, host, port, target, shown.encode("ascii"), (scheme, host, port))
+    auth = None
+    userinfo, at, _ = parts.netloc.rpartition("@")
+    if at:
+        auth = userinfo_auth(userinfo)
+    if at or not text.isascii() or " " in text:
+        # Written anew, so that final_url is a valid URL that holds no password:
+        # the IDNA host, the escaped target (as sent), and the fragment.
+        fragment = _escape("#" + parts.fragment).decode("ascii") if parts.fragment else ""
+        text = f"{scheme}://{shown}{target.decode('ascii')}{fragment}"
+    return URL(text, scheme, host, port, target, shown.encode("ascii"), (scheme, host, port), auth)
+
+
+#: A host name as sent to DNS: labels of letters, digits, hyphens and (as curl and
+#: resolvers accept, and real hosts use) underscores, 1-63 each, an optional
+#: final dot.  Commas, quotes, NULs and the like are not host names.
+_HOST_NAME = re.compile(r"[a-z0-9_-]{1,63}(?:\.[a-z0-9_-]{1,63})*\.?", re.ASCII)
 
 
 def _normalise_host(host: str, text: str) -> str:
-    if any(c in host for c in " \t\r\n/\\@"):
-        raise RequestError("invalid_url", f"bad character in host: {text[:200]!r}")
+    """The host as a connection uses it: an address, or an ASCII (A-label) name.
+
+    Non-ASCII names are mapped and encoded per UTS #46 / IDNA 2008 (the ``idna``
+    package), as curl (libidn2) and browsers do: ``faß.de`` is ``xn--fa-hia.de``,
+    not IDNA 2003's ``fass.de`` (a different host, which Python's "idna" codec
+    would have asked for)."""
     if ":" in host or host.replace(".", "").isdigit():  # looks like an address
         try:
             return str(ipaddress.ip_address(host))
         except ValueError:
             pass
-    try:
-        encoded = host.encode("idna").decode("ascii") if not host.isascii() else host
-    except UnicodeError as e:
-        raise RequestError("invalid_url", f"host is not a valid domain name: {e}") from None
-    labels = encoded.rstrip(".").split(".")
-    if not all(0 < len(label) <= 63 for label in labels) or len(encoded) > 253:
-        raise RequestError("invalid_url", f"host is not a valid domain name: {host!r}")
-    return encoded.lower()
+    if "%" in host:  # RFC 3986 allows escapes in a name (a Location's IDN host, escaped)
+        host = unquote(host, errors="strict")
+    encoded = host.lower()
+    if not encoded.isascii():
+        import idna  # on first use: its tables are ~3,000 objects every run would carry
+
+        try:
+            encoded = idna.encode(host, uts46=True).decode("ascii")
+        except (idna.IDNAError, UnicodeError) as e:
+            raise RequestError("invalid_url", f"host is not a valid domain name: {e}") from None
+    if len(encoded) > 253 or not _HOST_NAME.fullmatch(encoded):
+        raise RequestError("invalid_url", f"host is not a valid domain name: {host[:200]!r}")
+    return encoded
 
 
 def _escape(target: str) -> bytes:

@@ -9,6 +9,10 @@ What this adds to Django's wrapper, and why:
   ``check_idle_after``, ...); the pool keeps connections in Django's autocommit
   mode, so neither Django's ``set_autocommit`` at checkout nor the pool's reset
   at return costs a round trip;
+* ``init_connection_state`` is skipped at a checkout whose pooled session
+  already has what it would set (MySQL's ``SET SESSION TRANSACTION ISOLATION
+  LEVEL``, a round trip; PostgreSQL's time zone and role); called by the
+  application, it runs;
 * closing gives the connection back, rolled back unless no transaction is known
   to be open; a connection Django judged unusable (a failed health check, or
   ``is_usable()`` false after an error) is discarded instead, and a disconnect
@@ -106,6 +110,9 @@ class PooledWrapper:
     connection: Any  # the DB-API connection, None, or a _Returned
     #: Set while Django closes the connection because ``is_usable()`` said no.
     _surge_unusable = False
+    #: Set by get_new_connection, read by the init_connection_state of the same
+    #: connect(): a pooled session that already has Django's settings skips it.
+    _surge_checked_out = False
     #: The pool of the last checkout, and the parameters and options it was for.
     _surge_pool: DBPool | None = None
     _surge_wanted: tuple[dict[str, Any], dict[str, Any]] | None = None
@@ -139,7 +146,24 @@ class PooledWrapper:
         reclaim_from_dead_threads(pool)
         connection = pool.acquire()
         _holders[pool][id(connection)] = (threading.current_thread(), connection)
+        self._surge_checked_out = True
         return connection
+
+    def _surge_session_state(self) -> tuple[Any, ...]:
+        """What Django's init_connection_state sets on a session, given the settings."""
+        raise NotImplementedError
+
+    def init_connection_state(self) -> None:
+        # Django calls this after every connect(): a pooled session that already
+        # has these settings skips it (MySQL: a SET SESSION round trip;
+        # PostgreSQL: the time zone and role checks).  Called again later, it runs.
+        conn: Any = self.connection
+        checked_out, self._surge_checked_out = self._surge_checked_out, False
+        state = self._surge_session_state()
+        if checked_out and getattr(conn, "_surge_django_state", None) == state:
+            return
+        super().init_connection_state()  # type: ignore[misc]
+        conn._surge_django_state = state
 
     def close_if_health_check_failed(self) -> None:
         self._surge_unusable = True  # it closes only a connection is_usable() failed

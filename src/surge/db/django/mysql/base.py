@@ -6,11 +6,7 @@ between requests until MySQL's ``wait_timeout`` drops it ("MySQL server has
 gone away").  This backend is Django's own, pooled by
 :class:`surge.db.django._pooled.PooledWrapper` (a request costs no login: a
 MariaDB login with PyMySQL's default "preferred" TLS costs ~42 ms building an
-SSLContext; surge builds one per pool), and:
-
-* ``init_connection_state`` (Django sends ``SET SESSION TRANSACTION ISOLATION
-  LEVEL`` on every connect) is skipped at a checkout whose pooled session already
-  has these settings; called by the application, it runs.
+SSLContext; surge builds one per pool).
 
 The driver is mysqlclient when it is installed, as with Django's backend;
 otherwise PyMySQL, installed as ``MySQLdb`` (``pymysql.install_as_MySQLdb``).
@@ -43,28 +39,12 @@ class DatabaseWrapper(PooledWrapper, django_mysql.DatabaseWrapper):  # type: ign
     #: The driver Django's backend uses (its connection parameters are that
     #: driver's: mysqlclient's converters mean nothing to PyMySQL).
     surge_driver = "mysqlclient" if MySQLdb.__name__ == "MySQLdb" else "pymysql"
-    #: Set by get_new_connection, read by the init_connection_state of the same
-    #: connect(): a pooled session that already has Django's settings skips it.
-    _surge_checked_out = False
 
     def get_new_connection(self, conn_params: dict[str, Any]) -> Any:
         connection = self._surge_checkout(conn_params)
         if connection.encoders.get(bytes) is bytes:  # as Django's backend does
             connection.encoders.pop(bytes)
-        self._surge_checked_out = True
         return connection
 
     def _surge_session_state(self) -> tuple[Any, ...]:
-        """What init_connection_state sets on a session, given these settings."""
         return (self.isolation_level, self.features.is_sql_auto_is_null_enabled)
-
-    def init_connection_state(self) -> None:
-        # Django calls this after every connect(): a pooled session that already
-        # has these settings skips the round trip.  Called again later, it runs.
-        conn: Any = self.connection
-        checked_out, self._surge_checked_out = self._surge_checked_out, False
-        state = self._surge_session_state()
-        if checked_out and getattr(conn, "_surge_django_state", None) == state:
-            return
-        super().init_connection_state()
-        conn._surge_django_state = state

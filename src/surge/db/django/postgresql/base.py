@@ -51,3 +51,6 @@ class DatabaseWrapper(PooledWrapper, django_postgresql.DatabaseWrapper):  # type
         connection = self._surge_checkout(conn_params)
         connection.isolation_level = None if level is None else self.isolation_level
         return connection
+
+    def _surge_session_state(self) -> tuple[Any, ...]:
+        return (self.timezone_name, self.settings_dict["OPTIONS"].get("assume_role"))

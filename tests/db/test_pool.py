@@ -13,6 +13,7 @@ from tests.db._sql import GONE_ERRORS, query
 
 import surge.db
 from surge.db import DatabaseURL, DBPool, PoolTimeout
+from surge.db._pool import SOCKET_CHECK_AFTER
 from surge.errors import UsageError
 from surge.testing import DBServer
 
@@ -205,6 +206,7 @@ def test_while_the_server_is_down_checkout_raises_and_then_recovers(
     with surge.db.pool(server.url, autocommit=True, max_size=2) as pool:
         warm(pool, 2)
         server.stop()
+        time.sleep(SOCKET_CHECK_AFTER)  # a connection back for less is not looked at
         with pytest.raises(pymysql.err.OperationalError):
             pool.acquire()
         assert pool.stats()["open"] == 0  # no slot leaked by the failed connects

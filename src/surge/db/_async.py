@@ -28,7 +28,7 @@ from surge.db._drivers import (
     pg_connect_params,
     readable,
 )
-from surge.db._pool import LIFETIME_SHARE, _Record
+from surge.db._pool import LIFETIME_SHARE, _Record, needs_ping
 from surge.errors import UsageError
 from surge.pool import AsyncPool
 
@@ -231,7 +231,8 @@ class AsyncDBPool:
             idle_since = record.idle_since
             if idle_since is None:
                 return conn
-            if self._clock() - idle_since < self.check_idle_after and not driver.has_input(conn):
+            idle = self._clock() - idle_since
+            if not needs_ping(idle, self.check_idle_after, driver, conn):
                 return conn
             self.n_pings += 1
             try:

@@ -92,5 +92,6 @@ def _isolated_aws_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None
         "AWS_WEB_IDENTITY_TOKEN_FILE",
         "AWS_ENDPOINT_URL",
         "AWS_ENDPOINT_URL_S3",
+        "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS",
     ):
         monkeypatch.delenv(name, raising=False)

@@ -136,9 +136,9 @@ def resolve_endpoint(endpoint_url: str | None, profile: str | None) -> str | Non
     config = _config_file()
     section = _section(_profile_name(profile))
     ignore = env.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS") or config.get(
-        section, "ignore_configured_endpoint_urls", fallback=""
+        section, "ignore_configured_endpoint_urls", fallback=None
     )
-    if ignore.strip().lower() == "true":
+    if ignore and ignore.strip().lower() == "true":
         return None
     found = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
     if found:

@@ -79,6 +79,7 @@ def ls_command(
             region=region,
             profile=profile,
             no_sign_request=no_sign_request,
+            notice=lambda message: click.echo(f"surge s3 ls: {message}", err=True),
         )
     except UsageError as e:
         _die(str(e))

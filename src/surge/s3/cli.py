@@ -51,6 +51,13 @@ def s3_group() -> None:
     show_default=True,
     help="Listing requests in flight (1: sequential, in key order).",
 )
+@click.option(
+    "--page-size",
+    type=click.IntRange(1, 1000),
+    default=1000,
+    show_default=True,
+    help="Keys asked for per request (aws s3 ls --page-size).",
+)
 @click.option("--summarize", is_flag=True, help="Object count and total size at the end.")
 @click.option("--no-progress", is_flag=True, help="No progress line, even on a terminal.")
 def ls_command(
@@ -62,6 +69,7 @@ def ls_command(
     profile: str | None,
     no_sign_request: bool,
     parallel: int,
+    page_size: int,
     summarize: bool,
     no_progress: bool,
 ) -> None:
@@ -75,6 +83,7 @@ def ls_command(
         options = ListOptions(
             recursive=recursive,
             parallel=parallel,
+            page_size=page_size,
             endpoint_url=endpoint_url,
             region=region,
             profile=profile,

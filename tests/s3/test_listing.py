@@ -39,7 +39,8 @@ def test_flat_key_spaces_are_split_into_ranges(buckets: Buckets) -> None:
         options = ListOptions(parallel=8, page_size=50, **buckets.options())
         got = [e.key for e in list_all(f"s3://{bucket}", options=options)]  # type: ignore[union-attr]
         assert sorted(got) == sorted(buckets.boto3_keys(bucket))
-        assert options.stats.ranges > 4, (bucket, options.stats)
+        # cut at least once (how wide depends on what the server's rate shows)
+        assert options.stats.ranges >= 2, (bucket, options.stats)
 
 
 def test_nested_prefixes_are_listed_in_parallel_without_waste(buckets: Buckets) -> None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from bisect import bisect_right
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -328,11 +329,62 @@ class ParallelListing:
         self.jobs: deque[Callable[[], Awaitable[None]]] = deque()
         self.busy = 0
         self._wake = asyncio.Event()
+        # Key ranges are cut for at most ``width`` workers; the width doubles
+        # while listing wider pays (see _observe).
+        self.width = 1
+        self._rate = 0.0  # keys/s at the width before this one
+        self._window: tuple[float, int, int] | None = None  # start, keys, pages
+        self._settled = self.parallel == 1
+        self.clock = time.monotonic
 
     @property
     def idle(self) -> int:
-        """Workers that have nothing to do and nothing queued for them."""
-        return self.parallel - self.busy - len(self.jobs)
+        """Workers that have nothing to do and nothing queued for them, within
+        the width that key ranges are cut for."""
+        return self.width - self.busy - len(self.jobs)
+
+    async def _hand_on(self, objects: list[S3Object]) -> None:
+        self._observe(len(objects))
+        await self.emit(objects)
+
+    def _observe(self, keys: int) -> None:
+        """Widen the key-range fan-out only while it pays.
+
+        Each range costs about one request more than a sequential listing (the
+        page that crosses its end), and on a server that does one request at a
+        time that is all it adds: moto took 7.07 s for 20,000 keys cut into
+        ranges for 16 workers against 3.84 s sequentially. So a flat space is
+        listed by one range first; the width doubles each time the keys listed
+        a second at this width beat the previous width's by a quarter (measured
+        over a page a worker and 2 more); when they do not, it goes back to
+        the previous width and stays there.
+        Directories (prefix jobs) are not held back: each costs no more than
+        its own pages.
+        """
+        if self._settled:
+            return
+        now = self.clock()
+        if self._window is None:
+            self._window = (now, 0, 0)
+            return
+        start, listed, pages = self._window
+        listed, pages = listed + keys, pages + 1
+        if pages < self.width + 2:
+            self._window = (start, listed, pages)
+            return
+        rate = listed / max(now - start, 1e-6)
+        if rate < 1.25 * self._rate:
+            # Wider did not pay: back to the width that did, and no more cuts
+            # beyond it (a range that ends costs its last page).
+            self.width = max(1, self.width // 2)
+            self._settled = True
+            return
+        self._rate = rate
+        self.width = min(self.parallel, self.width * 2)
+        self._settled = self.width == self.parallel
+        # The pages asked for before the widening still come in at the old
+        # rate: the next window starts with the next page.
+        self._window = None
 
     def submit(self, job: Callable[[], Awaitable[None]]) -> None:
         self.jobs.append(job)
@@ -352,7 +404,7 @@ class ParallelListing:
         # nothing but the server's own bookkeeping (no order, no start-after).
         async for page in self.lister.pages(self.prefix):
             if page.objects:
-                await self.emit(page.objects)
+                await self._hand_on(page.objects)
 
     async def _plan(self) -> None:
         """Check that the server lists as S3 does before the fan-out relies on it.
@@ -377,7 +429,7 @@ class ParallelListing:
             page = parse_page(body)
             if not page.truncated:
                 if page.objects:
-                    await self.emit(page.objects)
+                    await self._hand_on(page.objects)
                 return
             await asyncio.wait([level])
             problem = _deviation(prefix, page, level.result())
@@ -458,14 +510,14 @@ class ParallelListing:
                 if is_truncated(body) and flat:
                     # A page of keys and no directories: a flat key space. Go on
                     # by key ranges, from this page's last key.
-                    await self.emit(page.objects)
+                    await self._hand_on(page.objects)
                     keys = [o.key for o in page.objects]
                     self._split_flat(prefix, keys, last_key(body))
                     for sub in found:  # directories seen on earlier pages
                         self._submit_range(sub)
                     return
                 if page.objects:
-                    await self.emit(page.objects)
+                    await self._hand_on(page.objects)
                 found.extend(page.prefixes)
                 if len(found) >= GROUP_AT * self.parallel:
                     # Runs of directories, each ending where the next begins; the
@@ -545,7 +597,7 @@ class ParallelListing:
                 ]
                 lister.stats.wasted_keys += len(objects) - len(kept)
                 if kept:
-                    await self.emit(kept)
+                    await self._hand_on(kept)
         finally:
             if pending is not None:
                 pending.cancel()
@@ -614,7 +666,7 @@ class ParallelListing:
                 if objects:
                     handed = keys[-1]
                     listed += len(objects)
-                    await self.emit(objects)
+                    await self._hand_on(objects)
                 if not more or last is None:
                     continue
                 if splitting and len(keys) >= 2:

@@ -335,6 +335,7 @@ class ParallelListing:
         self._rate = 0.0  # keys/s at the width before this one
         self._window: tuple[float, int, int] | None = None  # start, keys, pages
         self._settled = self.parallel == 1
+        self._paired = 0.0  # how long the plan's two requests at once took
         self.clock = time.monotonic
 
     @property
@@ -386,6 +387,18 @@ class ParallelListing:
         # rate: the next window starts with the next page.
         self._window = None
 
+    def _judge(self, alone: float) -> None:
+        """The first request of a range, sent alone, against the plan's two sent
+        together: a server that takes about as long for two at once scales, and
+        the width goes to ``parallel`` at once (a flat space of a few pages
+        behind 20 ms would be listed before the rates could show it); one that
+        takes twice as long answers one at a time, and the rates decide."""
+        if self._settled or self.width != 1 or self._paired <= 0 or alone <= 0:
+            return
+        if self._paired < 1.7 * alone:
+            self.width = self.parallel
+            self._settled = True
+
     def submit(self, job: Callable[[], Awaitable[None]]) -> None:
         self.jobs.append(job)
         self._wake.set()
@@ -422,6 +435,7 @@ class ParallelListing:
         """
         lister = self.lister
         prefix = self.prefix
+        started = self.clock()
         plain = asyncio.ensure_future(lister.fetch(prefix))
         level = asyncio.ensure_future(lister.fetch(prefix, delimiter="/"))
         try:
@@ -432,6 +446,7 @@ class ParallelListing:
                     await self._hand_on(page.objects)
                 return
             await asyncio.wait([level])
+            self._paired = self.clock() - started
             problem = _deviation(prefix, page, level.result())
         finally:
             if not level.done():
@@ -635,6 +650,7 @@ class ParallelListing:
         lister.stats.ranges += 1
         size = lister.page_size
         max_keys = _page_for(expect, size)
+        sent = self.clock()
         pending: asyncio.Task[bytes] | None = asyncio.ensure_future(
             lister.fetch(prefix, start_after=after, max_keys=max_keys)
         )
@@ -644,6 +660,9 @@ class ParallelListing:
             while pending is not None:
                 body = await pending
                 pending = None
+                if sent:
+                    self._judge(self.clock() - sent)
+                    sent = 0.0
                 asked, last = last, last_key(body)
                 more = is_truncated(body) and last is not None and (end is None or last < end)
                 # With workers idle, this range is about to be cut: the next request

@@ -69,6 +69,36 @@ def buckets(minio: MinioServer, s3: Any) -> Buckets:
     return Buckets(minio.endpoint_url, Credentials(minio.access_key, minio.secret_key), s3)
 
 
+@pytest.fixture(scope="session")
+def moto_buckets() -> Iterator[Buckets]:
+    """The same buckets on moto's server (a second S3 implementation, in this
+    process, on loopback), filled through boto3 as on MinIO."""
+    server_module = require("moto.server")
+    server = server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        keys = Credentials("moto-key", "moto-secret")
+        client = boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            aws_access_key_id=keys.access_key,
+            aws_secret_access_key=keys.secret_key,
+            region_name="us-east-1",
+            config=Config(s3={"addressing_style": "path"}, max_pool_connections=8),
+        )
+        items = []
+        for bucket, names in BUCKETS.items():
+            client.create_bucket(Bucket=bucket)
+            items += [(bucket, key) for key in names()]
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda i: client.put_object(Bucket=i[0], Key=i[1], Body=b"x"), items))
+        yield Buckets(endpoint, keys, client)
+    finally:
+        server.stop()
+
+
 @pytest.fixture(autouse=True)
 def _isolated_aws_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     """No credentials, profiles or regions from the machine's environment or
@@ -92,5 +122,6 @@ def _isolated_aws_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None
         "AWS_WEB_IDENTITY_TOKEN_FILE",
         "AWS_ENDPOINT_URL",
         "AWS_ENDPOINT_URL_S3",
+        "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS",
     ):
         monkeypatch.delenv(name, raising=False)

@@ -110,3 +110,31 @@ def test_progress_line_is_rewritten_in_place() -> None:
 def test_no_progress_when_stderr_is_not_a_terminal(buckets: Buckets) -> None:
     code, _, err = run(buckets, "s3://flat", "--recursive")
     assert code == 0 and "\x1b[K" not in err and "objects" not in err
+
+
+def test_a_prefix_that_matches_nothing_exits_1_as_aws_does(buckets: Buckets) -> None:
+    assert run(buckets, "s3://nested/nothing-here/")[0] == 1
+    assert run(buckets, "s3://nested/nothing-here", "--recursive")[0] == 1
+    assert run(buckets, "s3://empty")[0] == 0  # no prefix: an empty bucket is no error
+    assert run(buckets, "s3://nested/dir1/")[0] == 0
+
+
+def test_human_readable_sizes_as_aws_writes_them(buckets: Buckets) -> None:
+    from surge.s3.cli import human_size
+
+    assert [human_size(n) for n in (0, 1, 10, 1023, 1024, 1536, 1024**2 - 1, 5 * 1024**3)] == [
+        "0 Bytes",
+        "1 Byte",
+        "10 Bytes",
+        "1023 Bytes",
+        "1.0 KiB",
+        "1.5 KiB",
+        "1.0 MiB",
+        "5.0 GiB",
+    ]
+    code, out, _ = run(
+        buckets, "s3://awkward/plain.txt", "--human-readable", "--summarize", "--parallel", "1"
+    )
+    assert code == 0
+    assert out.splitlines()[0][19:] == "    9 Bytes plain.txt"  # right-aligned in 10
+    assert out.rstrip().endswith("Total Size: 9 Bytes")

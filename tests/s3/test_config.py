@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 
 from surge.errors import UsageError
-from surge.s3.config import make_target, resolve_credentials, resolve_region, split_s3_url
+from surge.s3.config import (
+    make_target,
+    resolve_credentials,
+    resolve_endpoint,
+    resolve_region,
+    split_s3_url,
+)
 from surge.s3.sigv4 import Credentials
 
 KEYS = Credentials("AK", "SK")
@@ -45,7 +51,7 @@ def test_anonymous_has_no_signer() -> None:
 
 
 def test_bad_endpoint() -> None:
-    with pytest.raises(UsageError, match="--endpoint-url"):
+    with pytest.raises(UsageError, match="endpoint URL"):
         make_target("bkt", endpoint_url="ftp://x", credentials=KEYS)
 
 
@@ -66,3 +72,66 @@ def test_region_from_a_profile_else_us_east_1(
     config.write_text("[profile eu]\nregion = eu-central-1\n")
     assert resolve_region(None, "eu") == "eu-central-1"
     assert resolve_region(None, None) == "us-east-1"
+
+
+def test_the_environment_region_comes_before_a_named_profiles(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "aws-config").write_text("[profile eu]\nregion = eu-central-1\n")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "ap-south-1")
+    assert resolve_region(None, "eu") == "ap-south-1"  # botocore: env, then profile
+
+
+CONFIG = """\
+[default]
+endpoint_url = http://127.0.0.1:1001
+
+[profile svc]
+services = local
+endpoint_url = http://127.0.0.1:1002
+
+[services local]
+dynamodb =
+  endpoint_url = http://127.0.0.1:1003
+s3 =
+  endpoint_url = http://127.0.0.1:1004
+
+[profile broken]
+services = nowhere
+"""
+
+
+def test_endpoint_precedence_is_botocores(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "aws-config").write_text(CONFIG)
+    # botocore itself, on the same files and environment, is the reference
+    botocore_session = pytest.importorskip("botocore.session")
+
+    def botocores(profile: str | None) -> str:
+        client = botocore_session.Session(profile=profile).create_client(
+            "s3", region_name="us-east-1", aws_access_key_id="a", aws_secret_access_key="b"
+        )
+        return str(client.meta.endpoint_url)
+
+    assert resolve_endpoint(None, None) == "http://127.0.0.1:1001" == botocores(None)
+    assert resolve_endpoint(None, "svc") == "http://127.0.0.1:1004" == botocores("svc")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1005")
+    assert resolve_endpoint(None, "svc") == "http://127.0.0.1:1005" == botocores("svc")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:1006")
+    assert resolve_endpoint(None, "svc") == "http://127.0.0.1:1006" == botocores("svc")
+    assert resolve_endpoint("http://127.0.0.1:1007", "svc") == "http://127.0.0.1:1007"
+    monkeypatch.setenv("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "true")
+    assert resolve_endpoint(None, "svc") is None
+    assert botocores("svc") == "https://s3.amazonaws.com"
+    monkeypatch.delenv("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS")
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3")
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    with pytest.raises(UsageError, match="services 'nowhere'"):
+        resolve_endpoint(None, "broken")
+
+
+def test_a_configured_endpoint_is_addressed_path_style(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9000")
+    target = make_target("bkt", credentials=KEYS)
+    assert (target.base_url, target.path) == ("http://127.0.0.1:9000", "/bkt")

@@ -39,11 +39,13 @@ def test_flat_key_spaces_are_split_into_ranges(buckets: Buckets) -> None:
         options = ListOptions(parallel=8, page_size=50, **buckets.options())
         got = [e.key for e in list_all(f"s3://{bucket}", options=options)]  # type: ignore[union-attr]
         assert sorted(got) == sorted(buckets.boto3_keys(bucket))
-        assert options.stats.ranges > 4, (bucket, options.stats)
+        # cut at least once (how wide depends on what the server's rate shows)
+        assert options.stats.ranges >= 2, (bucket, options.stats)
 
 
 def test_nested_prefixes_are_listed_in_parallel_without_waste(buckets: Buckets) -> None:
-    options = ListOptions(parallel=8, page_size=1000, **buckets.options())
+    # 811 keys: more than a page of 100 (one page ends the listing without fan-out)
+    options = ListOptions(parallel=8, page_size=100, **buckets.options())
     got = [e.key for e in list_all("s3://nested", options=options)]  # type: ignore[union-attr]
     assert sorted(got) == sorted(buckets.boto3_keys("nested"))
     assert options.stats.discovers > 1 and options.stats.ranges >= 4
@@ -286,3 +288,39 @@ async def test_the_next_page_is_asked_for_before_this_one_is_handed_on() -> None
         rest = [p async for p in pages]
         assert len(rest) == 1 and rest[0].objects == []
     server.close()
+
+
+# -- moto's server: a second S3 implementation --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("parallel", "page_size"), [(1, 1000), (1, 37), (4, 37), (16, 1000), (16, 37)]
+)
+@pytest.mark.parametrize("bucket", list(BUCKETS))
+def test_moto_listings_have_boto3s_exact_key_set(
+    moto_buckets: Buckets, bucket: str, parallel: int, page_size: int
+) -> None:
+    expected = moto_buckets.boto3_keys(bucket)
+    options = ListOptions(parallel=parallel, page_size=page_size, **moto_buckets.options())
+    got = [e.key for e in list_all(f"s3://{bucket}", options=options)]  # type: ignore[union-attr]
+    assert len(got) == len(set(got)), "a key listed twice"
+    assert set(got) == set(expected)
+    assert options.stats.fallback is None  # moto lists as S3 does
+    if parallel == 1:
+        assert got == expected
+
+
+@pytest.mark.parametrize("url_prefix", ["", "dir1/", "dir1/sub"])
+def test_moto_one_level_listing_matches_boto3(moto_buckets: Buckets, url_prefix: str) -> None:
+    entries = list(
+        list_all(
+            f"s3://nested/{url_prefix}", recursive=False, page_size=7, **moto_buckets.options()
+        )
+    )
+    got = [e.prefix if isinstance(e, CommonPrefix) else e.key for e in entries]
+    want = []
+    paginator = moto_buckets.s3.get_paginator("list_objects_v2")
+    for page in paginator.paginate(Bucket="nested", Prefix=url_prefix, Delimiter="/"):
+        want += [p["Prefix"] for p in page.get("CommonPrefixes", [])]
+        want += [o["Key"] for o in page.get("Contents", [])]
+    assert sorted(got) == sorted(want) and len(got) == len(want)

@@ -27,10 +27,17 @@ from surge.s3.parse import S3Object
 class ModelLister(Lister):
     """A Lister whose pages come from a sorted list in memory."""
 
-    def __init__(self, keys: list[str], page_size: int) -> None:
+    def __init__(self, keys: list[str], page_size: int, *, serial: bool = False) -> None:
         target = make_target("bkt", endpoint_url="http://127.0.0.1:9", no_sign_request=True)
         super().__init__(target, Client(), page_size=page_size)
         self.keys = sorted(set(keys))
+        # A virtual clock, read by the fan-out to judge whether going wider pays:
+        # a request takes one unit; a server that answers one request at a time
+        # (serial, as moto) finishes one a unit, one that scales finishes all
+        # of those in flight in that unit.
+        self.serial = serial
+        self.now = 0.0
+        self.in_flight = 0
 
     async def fetch(
         self,
@@ -42,7 +49,10 @@ class ModelLister(Lister):
         max_keys: int | None = None,
     ) -> bytes:
         self.stats.requests += 1
+        self.in_flight += 1
         await asyncio.sleep(0)  # let other workers run, as a network wait would
+        self.now += 1.0 if self.serial else 1.0 / self.in_flight
+        self.in_flight -= 1
         keys, limit = self.keys, max_keys or self.page_size
         after = token if token is not None else start_after
         i = max(bisect.bisect_right(keys, after) if after else 0, bisect.bisect_left(keys, prefix))
@@ -86,15 +96,19 @@ class ModelLister(Lister):
         return "".join(parts).encode()
 
 
-def list_with_model(keys: list[str], prefix: str, page_size: int, parallel: int) -> Any:
+def list_with_model(
+    keys: list[str], prefix: str, page_size: int, parallel: int, *, serial: bool = False
+) -> Any:
     async def run() -> tuple[list[str], ModelLister]:
-        lister = ModelLister(keys, page_size)
+        lister = ModelLister(keys, page_size, serial=serial)
         found: list[str] = []
 
         async def emit(objects: list[S3Object]) -> None:
             found.extend(o.key for o in objects)
 
-        await ParallelListing(lister, prefix, parallel, emit).run()
+        listing = ParallelListing(lister, prefix, parallel, emit)
+        listing.clock = lambda: lister.now
+        await listing.run()
         return found, lister
 
     return asyncio.run(run())
@@ -137,11 +151,20 @@ def test_a_big_flat_space_is_split_and_read_about_once() -> None:
     assert stats.requests < 30 * 1.5 + 20  # about one request a page
 
 
+def test_on_a_server_that_answers_one_request_at_a_time_the_fan_out_stays_narrow() -> None:
+    keys = [f"part-{i:06d}.parquet" for i in range(30_000)]
+    found, lister = list_with_model(keys, "", 1000, 16, serial=True)
+    assert sorted(found) == keys
+    # 30 pages sequentially; the probe's page and a range or two more, no more
+    assert lister.stats.requests <= 30 * 1.1
+
+
 def test_prefixes_are_fanned_out_without_waste() -> None:
     keys = [f"p{p:02d}/obj-{i:04d}" for p in range(40) for i in range(250)]
     found, lister = list_with_model(keys, "", 1000, 16)
     assert sorted(found) == keys
-    assert lister.stats.wasted_keys == 0 and lister.stats.requests == 41
+    # a page each, the delimiter page, and the first plain page that checks it
+    assert lister.stats.wasted_keys == 0 and lister.stats.requests == 42
 
 
 def test_many_small_directories_are_listed_in_runs() -> None:

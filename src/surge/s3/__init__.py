@@ -4,10 +4,15 @@
     for obj in surge.s3.list_all("s3://bucket/prefix/", endpoint_url="http://127.0.0.1:9000"):
         print(obj.key, obj.size, obj.last_modified, obj.etag, obj.storage_class)
 
+Errors: :class:`S3Error` (``code``: S3's own, or ``InvalidListing`` /
+``NotListBucketResult`` for a server that lists wrongly), :class:`UsageError`
+(a bad URL or option, no credentials). Unlike ``surge s3 ls``, the API lists
+recursively by default (``recursive=False`` for one level).
+
 See :mod:`surge.s3.api` for the options, :mod:`surge.s3.listing` for how it works.
 """
 
-from surge.errors import S3Error
+from surge.errors import S3Error, UsageError
 from surge.s3.api import ListOptions, list_all, list_objects, list_pages
 from surge.s3.listing import CommonPrefix, Stats
 from surge.s3.parse import S3Object
@@ -20,6 +25,7 @@ __all__ = [
     "S3Error",
     "S3Object",
     "Stats",
+    "UsageError",
     "list_all",
     "list_objects",
     "list_pages",

@@ -19,7 +19,8 @@ AccessDenied, ...); bad arguments raise :class:`surge.errors.UsageError`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Iterator
+import logging
+from collections.abc import AsyncGenerator, Callable, Iterator
 from contextlib import aclosing, closing
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -34,6 +35,7 @@ from surge.s3.parse import S3Object
 from surge.s3.sigv4 import Credentials
 
 Entry = S3Object | CommonPrefix
+_log = logging.getLogger("surge.s3")
 
 
 @dataclass
@@ -49,6 +51,9 @@ class ListOptions:
     retries: int = 5
     max_time: float = 60.0  # seconds per request
     relax_gc: bool = True  # the cycle collector relaxed while listing (surge.gc_tuning)
+    #: told, in one line, when the server does not list as S3 does and the
+    #: parallel listing gives way to a sequential one (default: a logging warning)
+    notice: Callable[[str], None] | None = None
     stats: Stats = field(default_factory=Stats)  # filled in as the listing runs
 
     def __post_init__(self) -> None:
@@ -98,7 +103,8 @@ async def list_pages(
                         yield entries
                 return
             out: asyncio.Queue[list[S3Object] | None] = asyncio.Queue(maxsize=256)
-            listing = ParallelListing(lister, prefix, opts.parallel, out.put)
+            notice = opts.notice or _log.warning
+            listing = ParallelListing(lister, prefix, opts.parallel, out.put, notice)
 
             async def produce() -> None:
                 try:

@@ -7,7 +7,8 @@ prefixes) so that scripts and fingers carry over; ``--json`` writes one JSON
 object per line instead, as s5cmd does. Data goes to stdout; progress to stderr,
 and only on a terminal.
 
-Exit status: 0 when the listing completed; 2 for a usage error, and for an
+Exit status: 0 when the listing completed (1 if a prefix was given and matched
+nothing, as aws s3 ls); 2 for a usage error, and for an
 error that is the caller's to fix (no such bucket, access denied, bad
 credentials) - the message names the bucket; 1 for a listing that failed
 otherwise (the server kept failing after the retries); 130 when interrupted;
@@ -51,6 +52,14 @@ def s3_group() -> None:
     show_default=True,
     help="Listing requests in flight (1: sequential, in key order).",
 )
+@click.option(
+    "--page-size",
+    type=click.IntRange(1, 1000),
+    default=1000,
+    show_default=True,
+    help="Keys asked for per request (aws s3 ls --page-size).",
+)
+@click.option("--human-readable", is_flag=True, help="Sizes in Bytes/KiB/MiB/... (aws s3 ls's).")
 @click.option("--summarize", is_flag=True, help="Object count and total size at the end.")
 @click.option("--no-progress", is_flag=True, help="No progress line, even on a terminal.")
 def ls_command(
@@ -62,6 +71,8 @@ def ls_command(
     profile: str | None,
     no_sign_request: bool,
     parallel: int,
+    page_size: int,
+    human_readable: bool,
     summarize: bool,
     no_progress: bool,
 ) -> None:
@@ -75,10 +86,12 @@ def ls_command(
         options = ListOptions(
             recursive=recursive,
             parallel=parallel,
+            page_size=page_size,
             endpoint_url=endpoint_url,
             region=region,
             profile=profile,
             no_sign_request=no_sign_request,
+            notice=lambda message: click.echo(f"surge s3 ls: {message}", err=True),
         )
     except UsageError as e:
         _die(str(e))
@@ -87,7 +100,7 @@ def ls_command(
     strip = 0 if recursive else prefix.rfind("/") + 1
     out = sys.stdout
     progress = Progress() if sys.stderr.isatty() and not no_progress else None
-    writer = JsonWriter(out) if as_json else TextWriter(out, strip)
+    writer = JsonWriter(out) if as_json else TextWriter(out, strip, human_readable)
     loop = new_event_loop()
     try:
         loop.run_until_complete(_run(url, options, writer, progress))
@@ -97,6 +110,9 @@ def ls_command(
         out.flush()
         if summarize:
             writer.summary()
+        if prefix and writer.objects == writer.prefixes == 0:
+            # as aws s3 ls: a prefix that matches nothing is status 1
+            sys.exit(1)
     except KeyboardInterrupt:
         click.echo("surge s3 ls: interrupted", err=True)
         sys.exit(130)
@@ -130,23 +146,27 @@ class Writer:
     def __init__(self, out: TextIO) -> None:
         self.out = out
         self.objects = 0
+        self.prefixes = 0
         self.bytes = 0
+        self.human = False
 
     def write(self, page: list[Entry]) -> None:
         raise NotImplementedError
 
     def summary(self) -> None:
         # as aws s3 ls --summarize prints it, on stdout
-        self.out.write(f"\nTotal Objects: {self.objects}\n   Total Size: {self.bytes}\n")
+        size = human_size(self.bytes) if self.human else self.bytes
+        self.out.write(f"\nTotal Objects: {self.objects}\n   Total Size: {size}\n")
         self.out.flush()
 
 
 class TextWriter(Writer):
     """``aws s3 ls`` lines: local date and time, size right-aligned in ten, key."""
 
-    def __init__(self, out: TextIO, strip: int) -> None:
+    def __init__(self, out: TextIO, strip: int, human: bool = False) -> None:
         super().__init__(out)
         self.strip = strip
+        self.human = human
         self._stamps: dict[int, str] = {}
 
     def _stamp(self, when: datetime) -> str:
@@ -166,11 +186,13 @@ class TextWriter(Writer):
         lines = []
         for entry in page:
             if isinstance(entry, CommonPrefix):
+                self.prefixes += 1
                 lines.append(f"{'PRE':>30} {entry.prefix[strip:]}\n")
                 continue
             self.objects += 1
             self.bytes += entry.size
-            lines.append(f"{stamp(entry.last_modified)} {entry.size:>10} {entry.key[strip:]}\n")
+            size = human_size(entry.size) if self.human else entry.size
+            lines.append(f"{stamp(entry.last_modified)} {size:>10} {entry.key[strip:]}\n")
         self.out.write("".join(lines))
 
 
@@ -187,6 +209,7 @@ class JsonWriter(Writer):
         lines = []
         for entry in page:
             if isinstance(entry, CommonPrefix):
+                self.prefixes += 1
                 lines.append(f'{{"prefix": {encode_basestring(entry.prefix)}}}\n')
                 continue
             self.objects += 1
@@ -229,6 +252,20 @@ class Progress:
     def close(self) -> None:
         self.stream.write("\r\x1b[K")
         self.stream.flush()
+
+
+def human_size(size: int) -> str:
+    """A size as aws s3 ls --human-readable writes it (awscli's
+    human_readable_size): "1 Byte", "10 Bytes", "1.0 KiB", ... base 1024."""
+    if size == 1:
+        return "1 Byte"
+    if size < 1024:
+        return f"{size} Bytes"
+    for power, suffix in enumerate(("KiB", "MiB", "GiB", "TiB", "PiB", "EiB"), start=2):
+        unit = 1024**power
+        if round(size / unit * 1024) < 1024:
+            return f"{1024 * size / unit:.1f} {suffix}"
+    return f"{1024 * size / 1024**7:.1f} EiB"
 
 
 def _die(message: str) -> None:

@@ -21,7 +21,6 @@ Every input yields exactly one record, failures included: a remote failure is
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import AsyncGenerator, Iterable, Iterator
 from contextlib import aclosing, closing
 from dataclasses import dataclass, field
@@ -34,14 +33,8 @@ from surge.gc_tuning import relaxed_gc
 from surge.http.client import Client
 from surge.http.timings import Timings, ms3
 from surge.loops import iterate_in_thread
+from surge.retry import RETRY_AFTER_STATUSES, RetryPolicy, retry_after_seconds
 from surge.trace.tracer import LAG_EVERY, Tracer
-
-#: Error classes worth another attempt: the network or the server may do better.
-RETRYABLE_ERRORS = frozenset(
-    {"dns_error", "connect_refused", "connect_timeout", "read_timeout", "connection_reset"}
-)
-#: Statuses worth another attempt, as curl's --retry has them.
-RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 
 Record = dict[str, Any]
 
@@ -86,6 +79,12 @@ class FetchOptions:
         self.method = self.method.upper()
         if self.method not in ("GET", "HEAD"):
             raise UsageError(f"method must be GET or HEAD, not {self.method}")
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        """``retries`` and ``retry_backoff`` as the one policy (surge.retry); made
+        when a try failed, never on the path of a request that did not."""
+        return RetryPolicy(self.retries, self.retry_backoff, max(30.0, self.retry_backoff))
 
     def client(self) -> Client:
         return Client(
@@ -211,10 +210,12 @@ async def fetch_one(client: Client, item: Item, opts: FetchOptions) -> Record:
             response = await client.request(opts.method, item.url)
         except RequestError as e:
             attempts += 1  # tries under --retries only (not hops, not a stale reuse)
-            if e.error_class in RETRYABLE_ERRORS and attempts <= opts.retries:
-                await asyncio.sleep(_backoff(opts, attempts))
-                retried = True
-                continue
+            if opts.retries and (policy := opts.retry_policy).error_worth_retrying(e.error_class):
+                wait = policy.delay(attempts, time_left=opts.max_time)
+                if wait is not None:
+                    await asyncio.sleep(wait)
+                    retried = True
+                    continue
             record = _record(
                 item, start, attempts, e.status, e, e.final_url, e.bytes, e.timings, e.redirects
             )
@@ -223,10 +224,19 @@ async def fetch_one(client: Client, item: Item, opts: FetchOptions) -> Record:
                 opts.trace.add(record, start, end, e.timings, retried)
             return record
         attempts += 1
-        if response.status in RETRYABLE_STATUSES and attempts <= opts.retries:
-            await asyncio.sleep(_backoff(opts, attempts))
-            retried = True
-            continue
+        if opts.retries and opts.retry_policy.status_worth_retrying(response.status):
+            # A wait the server asks for (Retry-After) longer than a try may
+            # take (--max-time) is not waited for: the try is the last.
+            asked = (
+                retry_after_seconds(response.header("retry-after"))
+                if response.status in RETRY_AFTER_STATUSES
+                else None
+            )
+            wait = opts.retry_policy.delay(attempts, retry_after=asked, time_left=opts.max_time)
+            if wait is not None:
+                await asyncio.sleep(wait)
+                retried = True
+                continue
         record = _record(
             item,
             start,
@@ -244,11 +254,6 @@ async def fetch_one(client: Client, item: Item, opts: FetchOptions) -> Record:
         if opts.keep_body:
             record["body"] = response.text()
         return record
-
-
-def _backoff(opts: FetchOptions, attempt: int) -> float:
-    """Exponential, with full jitter so retries of one outage do not march in step."""
-    return float(random.uniform(0, opts.retry_backoff * 2 ** (attempt - 1)))
 
 
 def _record(

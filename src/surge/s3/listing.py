@@ -31,7 +31,6 @@ order across ranges.
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from bisect import bisect_right
 from collections import deque
@@ -44,6 +43,7 @@ from typing import NamedTuple
 
 from surge.errors import RequestError, S3Error
 from surge.http import Client
+from surge.retry import RetryPolicy, retry_after_seconds
 from surge.s3 import keyspace
 from surge.s3.config import Target
 from surge.s3.parse import (
@@ -67,12 +67,8 @@ MAX_DEPTH = 3
 GROUP_AT = 8
 #: ... in about this many runs per worker.
 GROUPS_PER_WORKER = 4
-#: Transport failures worth another try (DESIGN: the transient classes).
-_TRANSIENT = frozenset(
-    {"dns_error", "connect_refused", "connect_timeout", "read_timeout", "connection_reset"}
-)
 #: S3 asks for a retry with these (503 SlowDown above all); botocore retries
-#: the same statuses and codes.
+#: the same statuses and codes.  Transport failures: surge.retry's.
 _RETRY_STATUS = frozenset({500, 502, 503, 504})
 _RETRY_CODES = frozenset({"SlowDown", "InternalError", "RequestTimeout", "ServiceUnavailable"})
 #: The S3Error code of a listing the server got wrong (a repeated token, keys
@@ -181,9 +177,7 @@ class Lister:
         self.target = target
         self.client = client
         self.page_size = page_size
-        self.retries = retries
-        self.backoff = backoff
-        self.max_backoff = max_backoff
+        self.policy = RetryPolicy(retries, backoff, max_backoff)
         self.stats = Stats()
 
     async def fetch(
@@ -224,9 +218,8 @@ class Lister:
             try:
                 response = await self.client.request("GET", url, headers=headers)
             except RequestError as e:
-                if e.error_class in _TRANSIENT and attempt < self.retries:
-                    attempt += 1
-                    await self._pause(attempt)
+                attempt += 1
+                if self.policy.error_worth_retrying(e.error_class) and await self._pause(attempt):
                     continue
                 raise S3Error(e.error_class, e.detail, status=e.status, bucket=target.bucket) from e
             if response.status == 200:
@@ -244,12 +237,11 @@ class Lister:
                     )
                 return body
             code, message = parse_error(response.body)
-            if (response.status in _RETRY_STATUS or code in _RETRY_CODES) and (
-                attempt < self.retries
-            ):
+            if response.status in _RETRY_STATUS or code in _RETRY_CODES:
                 attempt += 1
-                await self._pause(attempt)
-                continue
+                asked = retry_after_seconds(response.header("retry-after"))
+                if await self._pause(attempt, asked):
+                    continue
             if response.status == 301:
                 region = response.header("x-amz-bucket-region")
                 if region:
@@ -261,10 +253,14 @@ class Lister:
                 bucket=target.bucket,
             )
 
-    async def _pause(self, attempt: int) -> None:
+    async def _pause(self, attempt: int, retry_after: float | None = None) -> bool:
+        """Wait before another try, as the retry policy says; False: no more tries."""
+        wait = self.policy.delay(attempt, retry_after=retry_after)
+        if wait is None:
+            return False
         self.stats.retries += 1
-        limit = min(self.max_backoff, self.backoff * 2 ** (attempt - 1))
-        await asyncio.sleep(random.uniform(0, limit))
+        await asyncio.sleep(wait)
+        return True
 
     # -- one listing, sequential and pipelined ---------------------------------------
 

@@ -1,0 +1,102 @@
+"""The one retry policy: which failures are worth another try, and how long to wait.
+
+Used by ``surge fetch`` (``--retries``), the Python fetch API and ``surge s3``.
+Pure: no clock is read and nothing sleeps here; callers pass the time left and
+sleep for what :meth:`RetryPolicy.delay` returns.
+
+* Backoff is exponential with *full jitter* (a uniform draw below the doubling
+  limit), so the retries of many requests hit by one outage do not march in
+  step - the scheme AWS's SDKs use ("Exponential Backoff And Jitter", AWS
+  Architecture Blog, 2015), capped at ``max_backoff``.
+* A ``Retry-After`` on a 429 or 503 (RFC 9110, section 10.2.3: delay-seconds or
+  an HTTP-date) is honoured as the least wait.  A server that asks for more
+  than ``max_backoff``, or for longer than the time left, gets no early retry:
+  that try is the last (curl does the same with ``--retry-max-time``).
+* ``time_left``: the request's own deadline.  A wait that would pass it is not
+  started.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+
+#: Transport failures worth another try: the next try may well succeed.
+RETRYABLE_ERRORS = frozenset(
+    {"dns_error", "connect_refused", "connect_timeout", "read_timeout", "connection_reset"}
+)
+#: Statuses worth another try, as curl's ``--retry`` has them.
+RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+#: Statuses whose Retry-After is a request to wait (RFC 9110: 503, and 429 per RFC 6585).
+RETRY_AFTER_STATUSES = frozenset({429, 503})
+#: A Retry-After longer than this is not believed to be a number of seconds
+#: (a day: no bulk job waits that long for one request).
+RETRY_AFTER_MAX = 86_400.0
+
+
+def retry_after_seconds(value: str | None, now: datetime | None = None) -> float | None:
+    """A Retry-After header's wait in seconds (0 for a date in the past), or None
+    if there is none or it is neither delay-seconds nor an HTTP-date."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():  # delay-seconds = 1*DIGIT
+        return min(float(int(value[:12])), RETRY_AFTER_MAX)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # an HTTP-date is GMT
+        when = when.replace(tzinfo=UTC)
+    seconds = (when - (now or datetime.now(UTC))).total_seconds()
+    return min(max(0.0, seconds), RETRY_AFTER_MAX)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """``retries``: tries after the first; ``backoff``: the first wait's limit,
+    doubling per try up to ``max_backoff`` seconds."""
+
+    retries: int = 0
+    backoff: float = 0.5
+    max_backoff: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.retries < 0:
+            raise ValueError(f"retries must be 0 or more, not {self.retries}")
+        if not 0 <= self.backoff <= self.max_backoff:
+            raise ValueError(
+                f"backoff must be between 0 and max_backoff ({self.max_backoff}),"
+                f" not {self.backoff}"
+            )
+
+    def delay(
+        self,
+        attempt: int,
+        *,
+        retry_after: float | None = None,
+        time_left: float | None = None,
+        rng: random.Random | None = None,
+    ) -> float | None:
+        """Seconds to wait before try ``attempt + 1`` (``attempt`` tries have
+        failed), or None: no more tries.  ``retry_after``: the server's wait, in
+        seconds; ``time_left``: seconds until the request's deadline."""
+        if attempt > self.retries:
+            return None
+        limit = min(self.max_backoff, self.backoff * 2 ** min(attempt - 1, 62))
+        wait = (rng or random).uniform(0, limit)
+        if retry_after is not None:
+            if retry_after > self.max_backoff:
+                return None  # asked to stay away longer than we would wait
+            wait = max(wait, retry_after)
+        if time_left is not None and wait >= time_left:
+            return None
+        return wait
+
+    def status_worth_retrying(self, status: int) -> bool:
+        return status in RETRYABLE_STATUSES
+
+    def error_worth_retrying(self, error_class: str) -> bool:
+        return error_class in RETRYABLE_ERRORS

@@ -238,3 +238,69 @@ def test_a_low_open_files_limit_lowers_concurrency_and_says_so(
     assert done.returncode == 0, done.stderr
     assert "lowering concurrency from 1000 to 236" in done.stderr  # soft raised to hard: 300
     assert len(done.stdout.splitlines()) == 50
+
+
+# ------------------------------------------------- nothing already written is lost
+
+
+def test_an_input_that_cannot_be_read_leaves_the_output_as_it_was(tmp_path: Path) -> None:
+    out = tmp_path / "results.jsonl"
+    out.write_text('{"kept": true}\n')
+    done = surge_fetch(str(tmp_path / "missing.txt"), "-o", str(out))
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"surge fetch: error: {tmp_path / 'missing.txt'}: cannot read:"
+        " [Errno 2] No such file or directory"
+    ]
+    assert out.read_text() == '{"kept": true}\n'
+
+
+def test_the_output_may_not_be_the_input(tmp_path: Path) -> None:
+    source = tmp_path / "urls.txt"
+    source.write_text("http://127.0.0.1:9/\n")
+    for out in (source, tmp_path / "." / "urls.txt"):
+        done = surge_fetch(str(source), "-o", str(out))
+        assert done.returncode == 2
+        assert "is the input file" in done.stderr and "Traceback" not in done.stderr
+    assert source.read_text() == "http://127.0.0.1:9/\n"
+
+
+def test_a_full_disk_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    source = tmp_path / "urls.txt"
+    source.write_text("http://127.0.0.1:9/\n" * 3)
+    done = surge_fetch(str(source), "-o", "/dev/full", "-q")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "surge fetch: error: /dev/full: cannot write: [Errno 28] No space left on device"
+    ]
+
+
+def test_a_write_that_fails_mid_run_keeps_the_records_written_for_resume(
+    sim: SimInfo, tmp_path: Path
+) -> None:
+    """The output file hits a size limit (RLIMIT_FSIZE: EFBIG, as a full disk's
+    ENOSPC) part-way: the records before it stay, and --resume completes the job
+    with one record per input."""
+    n = 300
+    source = tmp_path / "urls.txt"
+    source.write_text("".join(sim.url(f"w{i}--status-200.sim") + "\n" for i in range(n)))
+    out = tmp_path / "out.jsonl"
+    args = [str(source), "-o", str(out), "-c", "20", "--resolve", RESOLVE, "-q"]
+    limit = 20_000  # bytes: some 50 records, far from all
+    script = (
+        "import resource, signal, sys, runpy;"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN);"
+        f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}));"
+        f"sys.argv = ['surge', 'fetch', *{args!r}];"
+        "runpy.run_module('surge.cli', run_name='__main__')"
+    )
+    first = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert first.returncode == 2, first.stderr
+    assert "cannot write" in first.stderr and "Traceback" not in first.stderr
+    kept = out.read_bytes()
+    assert 0 < len(kept) <= limit
+    second = surge_fetch(*args, "--resume")
+    assert second.returncode == 0, second.stderr
+    assert sorted(r["line"] for r in records(out)) == list(range(1, n + 1))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import signal
 import sys
@@ -197,10 +198,16 @@ def fetch_command(
                 raise UsageError("--trace and --har are not available with --cluster yet")
             for path in (trace_path, har_path):
                 _check_writable(path)
+            _check_not_the_input(output, input_path)
             done = done_lines(output, fmt) if resume and output and os.path.exists(output) else None
             items = read_inputs(
                 input_path, column=column, template=template, input_format=input_format
             )
+            # The first input read before OUT is opened (and truncated): an input
+            # that cannot be opened or parsed leaves an existing OUT as it was.
+            first = next(items, None)
+            if first is not None:
+                items = itertools.chain((first,), items)
             dask_client = None
             if cluster is None:
                 opts.concurrency = fit_concurrency(opts.concurrency)
@@ -222,7 +229,9 @@ def fetch_command(
         broken: Exception | None = None  # the cluster could not complete the job
         pending = _skip_done(items, done, summary)
         try:
-            with writer:
+            # A write that fails (a full disk) is one line and exit 2; the records
+            # written before it stay, and --resume goes on after the last whole one.
+            with _keep_first(writer) as first_failure:
                 try:
                     if dask_client is None:
                         stopped_by = _run(opts, pending, writer, summary, progress)
@@ -240,6 +249,7 @@ def fetch_command(
                     if not isinstance(e, (ShardFailed, SchedulerLost)):
                         raise
                     broken = e
+            failure = failure or first_failure.error
         finally:
             # Written whatever stopped the run: a trace of an interrupted run is still
             # a trace, and a HAR left without its closing brackets is not JSON.
@@ -270,6 +280,31 @@ def fetch_command(
             )
     if stopped_by is not None:  # after the cluster (if any) is closed
         sys.exit(128 + stopped_by)  # as a shell reports it: 130 for Ctrl-C, 143 for SIGTERM
+
+
+class _WriteFailure:
+    error: UsageError | None = None
+
+
+@contextlib.contextmanager
+def _keep_first(writer: RecordWriter) -> Iterator[_WriteFailure]:
+    """``with writer`` whose closing flush may fail again after a failed write: the
+    failure is kept (the first one), not raised from the exit."""
+    failure = _WriteFailure()
+    try:
+        with writer:
+            yield failure
+    except UsageError as e:
+        failure.error = e
+
+
+def _check_not_the_input(output: str | None, input_path: str) -> None:
+    """-o naming the input file would truncate it before it is read."""
+    if not output or output == "-" or input_path == "-":
+        return
+    with contextlib.suppress(OSError):  # either missing: not the same file
+        if os.path.samefile(output, input_path):
+            raise UsageError(f"{output}: is the input file; write the records elsewhere")
 
 
 def _check_writable(path: str | None) -> None:

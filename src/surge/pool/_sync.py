@@ -26,6 +26,13 @@ K = TypeVar("K", bound=Hashable)
 _allocate_lock = threading.Lock
 
 
+def _armed_lock() -> threading.Lock:
+    """A waiter's wake: a lock taken now, released by whoever grants the waiter."""
+    wake = _allocate_lock()
+    wake.acquire()
+    return wake
+
+
 class _SyncFrontEnd(Generic[R]):
     """Lock, clock, callbacks and waiting: what Pool and KeyedPool share."""
 
@@ -87,6 +94,9 @@ class _SyncFrontEnd(Generic[R]):
         except Exception:
             log.info("check of %r raised; discarding it", entry.resource, exc_info=True)
             ok = False
+        except BaseException:  # interrupted mid-check: the slot must not leak
+            self.discard(entry.resource)
+            raise
         if not ok:
             self.discard(entry.resource)
         return ok
@@ -211,6 +221,8 @@ class Pool(_SyncFrontEnd[R]):
         lock.acquire()
         try:
             got = core.acquire(self._clock() if self._timed else 0.0)
+            if type(got) is Waiter:
+                self._arm(got)
         finally:
             lock.release()
         if type(got) is Entry and self._check is None and not core.garbage:
@@ -222,13 +234,6 @@ class Pool(_SyncFrontEnd[R]):
         deadline = None
         while True:
             now = self._clock()
-            if isinstance(got, Waiter):
-                with self._lock:
-                    if not self._timed:
-                        got.queued_at = now
-                    if got.wake is None:
-                        got.wake = _allocate_lock()
-                        got.wake.acquire()
             if core.garbage:
                 with self._lock:
                     garbage = core.take_garbage()
@@ -250,6 +255,8 @@ class Pool(_SyncFrontEnd[R]):
                     return entry.resource
             with self._lock:
                 got = core.acquire(self._clock())
+                if type(got) is Waiter:
+                    self._arm(got)
 
     def release(self, resource: R) -> None:
         """Return a resource: to the oldest waiter if any, else to the idle set."""
@@ -347,6 +354,14 @@ class Pool(_SyncFrontEnd[R]):
             self._core.created(resource, now, self._options.expires_at(now))
         return resource
 
+    def _arm(self, waiter: Waiter[R]) -> None:
+        """Give a waiter the core just queued its wake lock, under the same lock that
+        queued it: a release that runs as soon as the lock is let go may grant it.
+        (The hot path reads no clock: a waiter's wait is timed from here.)"""
+        waiter.wake = _armed_lock()
+        if not self._timed:
+            waiter.queued_at = self._clock()
+
     def _cancel(self, waiter: Waiter[R]) -> None:
         self._core.cancel(waiter, timed_out=True)
 
@@ -402,8 +417,7 @@ class KeyedPool(_SyncFrontEnd[R], Generic[K, R]):
             with self._lock:
                 got = core.acquire(key, now)
                 if isinstance(got, Waiter):
-                    got.wake = _allocate_lock()
-                    got.wake.acquire()
+                    got.wake = _armed_lock()
                 garbage = core.take_garbage() if core.garbage else None
             if garbage:
                 self._dispose(garbage)

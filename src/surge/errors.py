@@ -30,8 +30,9 @@ class SurgeError(Exception):
     """Base class of every exception surge raises on purpose."""
 
 
-class UsageError(SurgeError):
-    """The caller asked for something impossible (bad flag, bad file): exit status 2."""
+class UsageError(SurgeError, ValueError):
+    """The caller asked for something impossible (bad flag, bad file): exit status 2
+    on the command line; a ValueError to Python code."""
 
 
 class PoolError(SurgeError):

@@ -304,3 +304,41 @@ def test_a_write_that_fails_mid_run_keeps_the_records_written_for_resume(
     second = surge_fetch(*args, "--resume")
     assert second.returncode == 0, second.stderr
     assert sorted(r["line"] for r in records(out)) == list(range(1, n + 1))
+
+
+@pytest.mark.parametrize(
+    "flag",
+    [
+        ["--max-time", "nan"],
+        ["--max-time", "inf"],
+        ["--max-time", "0"],
+        ["--connect-timeout", "-1"],
+        ["--max-connecting", "0"],
+        ["--max-filesize", "-1"],
+        ["-c", "0"],
+        ["-H", "X-Test: €uro"],
+    ],
+)
+def test_bad_option_values_are_one_line_and_exit_2(flag: list[str], tmp_path: Path) -> None:
+    source = tmp_path / "urls.txt"
+    source.write_text("http://127.0.0.1:9/\n")
+    done = surge_fetch(str(source), *flag)
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert done.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"max_time": float("nan")}, {"max_connecting": 0}, {"body_cap": -1}, {"retries": 1.5}],
+)
+def test_the_api_raises_value_error_for_bad_options(options: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        surge.fetch_all(["http://127.0.0.1:9/"], **options)
+
+
+def test_one_url_string_is_a_type_error_and_one_resolve_string_an_entry(sim: SimInfo) -> None:
+    with pytest.raises(TypeError, match="not one string"):
+        surge.fetch_all(sim.url("status-200.sim"))
+    (record,) = surge.fetch_all([sim.url("status-200.sim")], resolve=RESOLVE)
+    assert record["status"] == 200

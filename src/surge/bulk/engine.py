@@ -21,6 +21,7 @@ Every input yields exactly one record, failures included: a remote failure is
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncGenerator, Iterable, Iterator
 from contextlib import aclosing, closing
 from dataclasses import dataclass, field
@@ -68,14 +69,21 @@ class FetchOptions:
     trace: Tracer | None = None
 
     def __post_init__(self) -> None:
-        if self.concurrency < 1:
-            raise UsageError(f"concurrency must be at least 1, not {self.concurrency}")
-        if self.per_host is not None and self.per_host < 1:
-            raise UsageError(f"per-host must be at least 1, not {self.per_host}")
-        if self.retries < 0:
-            raise UsageError(f"retries must be 0 or more, not {self.retries}")
-        if self.max_time <= 0 or self.connect_timeout <= 0:
-            raise UsageError("timeouts must be positive")
+        # Every option checked here, once, for the CLI (exit 2) and the Python API
+        # (UsageError, a ValueError) alike: NaN, infinities and negative sizes
+        # would otherwise get as far as a socket.
+        _count("concurrency", self.concurrency, least=1)
+        if self.per_host is not None:
+            _count("per-host", self.per_host, least=1)
+        _count("retries", self.retries, least=0)
+        _count("max-redirects", self.max_redirects, least=0)
+        _count("max-connecting", self.max_connecting, least=1)
+        _count("max-filesize", self.body_cap, least=0)
+        _seconds("max-time", self.max_time)
+        _seconds("connect-timeout", self.connect_timeout)
+        _seconds("retry-backoff", self.retry_backoff, zero=True)
+        if isinstance(self.resolve, str):  # one --resolve entry, not its characters
+            self.resolve = [self.resolve]
         self.method = self.method.upper()
         if self.method not in ("GET", "HEAD"):
             raise UsageError(f"method must be GET or HEAD, not {self.method}")
@@ -105,6 +113,28 @@ class FetchOptions:
         )
 
 
+def _count(name: str, value: object, *, least: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UsageError(f"{name} must be a whole number, not {value!r}")
+    if value < least:
+        raise UsageError(f"{name} must be at least {least}, not {value}")
+
+
+def _seconds(name: str, value: object, *, zero: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise UsageError(f"{name} must be a number of seconds, not {value!r}")
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+        wanted = "0 or more" if zero else "more than 0"
+        raise UsageError(f"{name} must be a finite number of seconds, {wanted}, not {value}")
+
+
+def check_urls(urls: object) -> None:
+    """A single string where an iterable of URLs belongs would be fetched one
+    character at a time."""
+    if isinstance(urls, str | bytes):
+        raise TypeError("urls must be an iterable of URLs, not one string: pass [url] for one URL")
+
+
 def as_items(urls: Iterable[str | Item]) -> Iterator[Item]:
     """Plain strings become items numbered from 1; items pass through."""
     for n, url in enumerate(urls, 1):
@@ -118,6 +148,7 @@ async def fetch(urls: Iterable[str | Item], **options: Any) -> AsyncGenerator[Re
     strings or :class:`Item`; it is consumed lazily.  Options as
     :class:`FetchOptions`.
     """
+    check_urls(urls)
     opts = options.pop("options", None) or FetchOptions(**options)
     # aclosing: a caller that stops early (break, an exception) must stop the
     # workers before the client closes under them, not leave run() for the
@@ -302,7 +333,12 @@ def fetch_all(urls: Iterable[str | Item], **options: Any) -> Iterator[Record]:
     where a loop is already running (Jupyter, an async web framework's sync view).
     Records arrive as they complete; closing the iterator early stops the engine.
     """
-    opts = FetchOptions(**options)
+    check_urls(urls)
+    opts = FetchOptions(**options)  # a bad option raises here, at the call
+    return _fetch_all(urls, opts)
+
+
+def _fetch_all(urls: Iterable[str | Item], opts: FetchOptions) -> Iterator[Record]:
     with closing(
         iterate_in_thread(lambda: fetch(urls, options=opts), name="surge-fetch", buffer=1024)
     ) as records:

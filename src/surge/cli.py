@@ -14,6 +14,27 @@ import click
 
 from surge import __version__
 
+#: A module an optional part of surge needs -> the extra that installs it.
+EXTRAS = {
+    "botocore": "s3",
+    "dask": "cluster",
+    "distributed": "cluster",
+    "pymysql": "db",
+    "psycopg": "db",
+    "aiomysql": "db",
+    "sqlalchemy": "dev",
+    "django": "dev",
+    "requests": "bench",
+    "aiohttp": "bench",
+    "httpx": "bench",
+    "pycurl": "bench",
+    "grequests": "bench",
+    "gevent": "bench",
+    "pyreqwest": "bench",
+    "psutil": "bench",
+    "matplotlib": "bench",
+}
+
 #: name -> "module:attribute" of a click command.
 SUBCOMMANDS = {
     "demo": "surge.bench.demo:demo_command",
@@ -25,7 +46,30 @@ SUBCOMMANDS = {
 }
 
 
+def missing_extra(error: ModuleNotFoundError) -> str | None:
+    """The line to print for a missing optional dependency, or None if the module
+    is not one (then it is a bug, and its traceback is wanted)."""
+    top = (error.name or "").partition(".")[0]
+    extra = EXTRAS.get(top)
+    if extra is None:
+        return None
+    return (
+        f"surge: this needs {top}, which is not installed: install surge with its"
+        f" [{extra}] extra (pip install '.[{extra}]' in a checkout)"
+    )
+
+
 class LazyGroup(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ModuleNotFoundError as error:
+            line = missing_extra(error)
+            if line is None:
+                raise
+            click.echo(line, err=True)
+            ctx.exit(2)
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted([*super().list_commands(ctx), *SUBCOMMANDS])
 

@@ -124,7 +124,8 @@ def test_format_from_extension_or_first_line(tmp_path: Path, name: str, content:
 def test_input_format_overrides_the_extension(tmp_path: Path) -> None:
     path = write(tmp_path, "top.txt", "1,google.com\n")
     assert items(path, input_format="csv") == [(1, "google.com", "http://google.com/")]
-    assert items(path)[0][1] == "1,google.com"  # as text, the whole line is the input
+    assert items(path, input_format="text")[0][1] == "1,google.com"  # the whole line
+    assert items(path) == [(1, "google.com", "http://google.com/")]  # CSV by its content
 
 
 def test_csv_extension_with_tabs_is_sniffed(tmp_path: Path) -> None:
@@ -409,3 +410,26 @@ def test_input_items_survive_pickling() -> None:
     # Shards of items travel to Dask workers pickled (surge fetch --cluster).
     items = [InputItem(1, "example.com", "http://example.com/"), InputItem(7, "x", "http://x/")]
     assert pickle.loads(pickle.dumps(items)) == items
+
+
+@pytest.mark.parametrize(
+    ("text", "urls"),
+    [
+        (
+            "rank,domain\n1,google.com\n2,youtube.com\n",
+            ["http://google.com/", "http://youtube.com/"],
+        ),
+        ("1,google.com\n2,a.org\n", ["http://google.com/", "http://a.org/"]),
+        ("1\tgoogle.com\n", ["http://google.com/"]),
+        ("http://a.com/x,y\nb.com\n", ["http://a.com/x,y", "http://b.com/"]),
+        ("a.com/x,y\n", ["http://a.com/x,y"]),
+    ],
+)
+def test_csv_is_recognised_by_its_content_without_an_extension(
+    text: str, urls: list[str], tmp_path: Path
+) -> None:
+    """A top-sites list in a .txt file, or on stdin, is CSV: its rank is not a host."""
+    path = tmp_path / "top.txt"
+    path.write_text(text)
+    assert [item.url for item in read_inputs(str(path))] == urls
+    assert [item.url for item in read_inputs(io.StringIO(text))] == urls

@@ -17,7 +17,8 @@ What is an input and what is a stop:
 
 Formats come from ``input_format`` (``text``, ``csv``, ``tsv``, ``jsonl``), else the
 extension (``.csv``, ``.tsv``; ``.jsonl``, ``.ndjson``, ``.json``), else the first
-non-blank line (``{`` means JSONL, anything else text).  CSV columns given by
+non-blank line (``{`` means JSONL; a first field before a comma or tab that is a
+bare word or number, as ``rank,domain`` or ``1,google.com``, CSV; else text).  CSV columns given by
 ``--column`` are a header name or a number counted from 1, as ``cut -f`` and awk's
 ``$2`` count them (so ``rank,domain`` has its domain in column 2).
 """
@@ -169,7 +170,7 @@ def _read(
 
         fmt = input_format or _EXTENSION_FORMATS.get(PurePath(name).suffix.lower())
         if fmt is None:
-            fmt = "jsonl" if first.lstrip().startswith("{") else "text"
+            fmt = _sniff(first)
         if fmt == "text":
             if column is not None:
                 raise UsageError(
@@ -185,6 +186,20 @@ def _read(
             yield from _csv_items(replayed, name, "\t" if tabs else ",", column, make_url)
     finally:
         lines.close()
+
+
+def _sniff(first: str) -> str:
+    """The format of an input with no known extension (stdin, ``top.txt``), from its
+    first non-blank line: ``{`` is JSONL; a line whose first field, before a comma
+    or a tab, is a bare word or number (``rank,domain``, ``1,google.com``) is CSV -
+    a URL or a host name has a scheme, a dot or a slash before any comma; else text."""
+    line = first.strip()
+    if line.startswith("{"):
+        return "jsonl"
+    cut = min((i for i in (line.find(","), line.find("\t")) if i > 0), default=-1)
+    if cut > 0 and not any(c in line[:cut] for c in ":/."):
+        return "csv"
+    return "text"
 
 
 def _source_lines(

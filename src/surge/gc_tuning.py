@@ -14,7 +14,9 @@ the rest).
 While any run is active, this freezes the objects that existed before it
 (``gc.freeze()``: start-up and the caller's data are never rescanned) and
 raises the young-generation threshold to 50,000; when the last run ends, the
-caller's thresholds come back and the frozen objects are unfrozen. The cost is
+caller's thresholds come back and the frozen objects are unfrozen. A host that
+had frozen objects itself keeps exactly its freeze: nothing more is frozen then
+(``gc.unfreeze()`` cannot tell its objects from ours). The cost is
 garbage cycles waiting up to 50,000 allocations longer to be freed. A collector
 switched off (``gc.disable()``, or a threshold of 0) stays off. Opt out with
 ``FetchOptions(relax_gc=False)``.
@@ -33,6 +35,7 @@ YOUNG_THRESHOLD = 50_000
 _lock = threading.Lock()
 _active = 0  # runs in progress (fetch_all runs on threads of its own)
 _saved: tuple[int, int, int] | None = None
+_froze = False  # whether this run froze (and so may unfreeze) anything
 
 
 @contextmanager
@@ -41,13 +44,18 @@ def relaxed_gc(enabled: bool = True) -> Iterator[None]:
     if not enabled:
         yield
         return
-    global _active, _saved
+    global _active, _saved, _froze
     with _lock:
         _active += 1
         if _active == 1:
             _saved = gc.get_threshold()
             if _saved[0] != 0:  # 0 means automatic collection is off: leave it off
-                gc.freeze()
+                # A host that froze objects itself (gc.freeze() after start-up, as
+                # pre-fork servers do) keeps its freeze: unfreezing ours would
+                # unfreeze its too, so then nothing more is frozen.
+                _froze = gc.get_freeze_count() == 0
+                if _froze:
+                    gc.freeze()
                 gc.set_threshold(max(_saved[0], YOUNG_THRESHOLD), _saved[1], _saved[2])
     try:
         yield
@@ -57,5 +65,7 @@ def relaxed_gc(enabled: bool = True) -> Iterator[None]:
             if _active == 0 and _saved is not None:
                 if _saved[0] != 0:
                     gc.set_threshold(*_saved)
-                    gc.unfreeze()
+                    if _froze:
+                        gc.unfreeze()
                 _saved = None
+                _froze = False

@@ -1,5 +1,6 @@
-"""benchmarks/db.py still runs, measures every approach, and its round-trip
-counts (MariaDB's own) say what docs/architecture.md says; times are not checked."""
+"""benchmarks/db.py and benchmarks/django.py still run, measure every approach,
+and their round-trip counts (the server's own) say what docs/architecture.md
+says; times are not checked."""
 
 from __future__ import annotations
 
@@ -7,25 +8,32 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "db.py"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
-@pytest.mark.slow
-def test_db_benchmark_smoke_run(tmp_path: Path, mariadb_server: object) -> None:
-    # (mariadb_server: skips or fails, per the conftest rule, where MariaDB is missing)
-    out = tmp_path / "db.json"
-    args = ["--only", "mariadb", "--queries", "50", "--connects", "2", "--repeat", "1"]
+def run_benchmark(script: str, args: list[str], tmp_path: Path) -> dict[str, Any]:
+    """Run ``benchmarks/<script>`` with ``args``; the results of its JSON file."""
+    out = tmp_path / "results.json"
     result = subprocess.run(
-        [sys.executable, str(SCRIPT), *args, "--out", str(out)],
+        [sys.executable, str(BENCHMARKS / script), *args, "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    approaches = json.loads(out.read_text())["results"]["mariadb"]["approaches"]
+    results: dict[str, Any] = json.loads(out.read_text())["results"]
+    return results
+
+
+@pytest.mark.slow
+def test_db_benchmark_smoke_run(tmp_path: Path, mariadb_server: object) -> None:
+    # (mariadb_server: skips or fails, per the conftest rule, where MariaDB is missing)
+    args = ["--only", "mariadb", "--queries", "50", "--connects", "2", "--repeat", "1"]
+    approaches = run_benchmark("db.py", args, tmp_path)["mariadb"]["approaches"]
     trips = {name: a["round_trips"] for name, a in approaches.items()}
     assert trips["one reused connection"] == 1
     assert trips["SQLAlchemy QueuePool"] == 2  # the query and a ROLLBACK
@@ -38,24 +46,13 @@ def test_db_benchmark_smoke_run(tmp_path: Path, mariadb_server: object) -> None:
     assert 1 <= trips["surge.db.sqlalchemy engine"] <= 1.01
 
 
-DJANGO_SCRIPT = SCRIPT.with_name("django.py")
-
-
 @pytest.mark.slow
 def test_django_benchmark_smoke_run(tmp_path: Path, postgresql_server: object) -> None:
     """benchmarks/django.py runs every peer, and surge's backend costs a request
     cycle no more round trips than Django's persistent connection or its pool,
     and no login."""
-    out = tmp_path / "django.json"
     args = ["--only", "postgresql", "--requests", "100", "--repeat", "1", "--threads", "1"]
-    result = subprocess.run(
-        [sys.executable, str(DJANGO_SCRIPT), *args, "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    peers = json.loads(out.read_text())["results"]["postgresql"]["1 threads"]
+    peers = run_benchmark("django.py", args, tmp_path)["postgresql"]["1 threads"]
     surge, pool = peers["surge"], peers["Django pool (psycopg_pool)"]
     assert surge["logins"] == 0 and peers["Django, CONN_MAX_AGE=0"]["logins"] == 1
     # 9 reads in 10 run 2 statements, 1 write in 10 runs 4 (BEGIN, INSERT, UPDATE,

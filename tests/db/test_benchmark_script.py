@@ -1,4 +1,4 @@
-"""benchmarks/db.py and benchmarks/django.py still run, measure every approach,
+"""benchmarks/db.py and benchmarks/django_cycle.py still run, measure every approach,
 and their round-trip counts (the server's own) say what docs/architecture.md
 says; times are not checked."""
 
@@ -48,11 +48,11 @@ def test_db_benchmark_smoke_run(tmp_path: Path, mariadb_server: object) -> None:
 
 @pytest.mark.slow
 def test_django_benchmark_smoke_run(tmp_path: Path, postgresql_server: object) -> None:
-    """benchmarks/django.py runs every peer, and surge's backend costs a request
+    """benchmarks/django_cycle.py runs every peer, and surge's backend costs a request
     cycle no more round trips than Django's persistent connection or its pool,
     and no login."""
     args = ["--only", "postgresql", "--requests", "100", "--repeat", "1", "--threads", "1"]
-    peers = run_benchmark("django.py", args, tmp_path)["postgresql"]["1 threads"]
+    peers = run_benchmark("django_cycle.py", args, tmp_path)["postgresql"]["1 threads"]
     surge, pool = peers["surge"], peers["Django pool (psycopg_pool)"]
     assert surge["logins"] == 0 and peers["Django, CONN_MAX_AGE=0"]["logins"] == 1
     # 9 reads in 10 run 2 statements, 1 write in 10 runs 4 (BEGIN, INSERT, UPDATE,

@@ -48,7 +48,7 @@ LIFETIME_SHARE = 0.9
 #: A connection back in the pool for less than this (seconds) is handed out
 #: without looking at its socket.  The look is a ``select()``, a system call
 #: that lets go of the GIL: with four Django threads sharing a pool it cost a
-#: request cycle ~30 us of its ~430 (``benchmarks/django.py``, 4 threads:
+#: request cycle ~30 us of its ~430 (``benchmarks/django_cycle.py``, 4 threads:
 #: 427-460 us with it, 400 without, Django's own pool 393-427).  A server that
 #: goes away in those 50 ms is met by the first statement instead, as a kill
 #: that races the check always is.

@@ -3,9 +3,9 @@ on a realistic request cycle, with MariaDB and PostgreSQL on loopback.
 
 Run it from the repository root::
 
-    python benchmarks/django.py               # both servers, ~2 minutes
-    python benchmarks/django.py --quick       # fewer requests: a smoke run
-    python benchmarks/django.py --only postgresql --requests 3000
+    python benchmarks/django_cycle.py               # both servers, ~2 minutes
+    python benchmarks/django_cycle.py --quick       # fewer requests: a smoke run
+    python benchmarks/django_cycle.py --only postgresql --requests 3000
 
 One request is what a small Django view does, called through Django's WSGI
 handler the way a WSGI server calls it (request_started, the view,
@@ -26,7 +26,7 @@ The peers, per server
 Round trips per request are counted on the server: MariaDB's own counters
 (Questions + Com_admin_commands; Connections for logins), PostgreSQL's log
 (every statement and ping, with ``log_min_duration_statement=0``; every login).
-Results go to ``benchmarks/results/django.json``.
+Results go to ``benchmarks/results/django_cycle.json``.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from typing import Any
 
 from _common import Table, machine_info, write_json
 
-DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "django.json"
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "django_cycle.json"
 BACKENDS = ("mariadb", "postgresql")
 
 #: The Django process: reads "N" lines, serves N requests on its threads, answers

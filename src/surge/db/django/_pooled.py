@@ -27,6 +27,7 @@ What this adds to Django's wrapper, and why:
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any
 
@@ -132,6 +133,10 @@ class PooledWrapper:
         }
         return params
 
+    @functools.cached_property
+    def _surge_returned(self) -> _Returned:
+        return _Returned(self.Database.InterfaceError)
+
     def _surge_checkout(self, conn_params: dict[str, Any]) -> Any:
         # Django makes the parameters anew at every connect: the pool found for
         # equal ones last time is the pool, unless close_pools() closed it (a dict
@@ -189,14 +194,12 @@ class PooledWrapper:
         assert pool is not None  # a connection came from it
         _holders.get(pool, {}).pop(id(conn), None)
         # From here on this wrapper cannot reach the connection.
-        self.connection = _Returned(self.Database.InterfaceError)
+        self.connection = self._surge_returned
         with self.wrap_database_errors:
-            if pool.driver.is_closed(conn):
-                if self.errors_occurred:  # the driver closed it on a network error
-                    pool.lost(conn)
-                else:
-                    pool.discard(conn)
+            if self.errors_occurred and pool.driver.is_closed(conn):
+                pool.lost(conn)  # the driver closed it on a network error
             elif self._surge_unusable:
                 pool.discard(conn)  # Django judged it unusable: never hand it out again
             else:
-                pool.release(conn)  # rolled back unless no transaction is open
+                pool.release(conn)  # rolled back unless no transaction is open; discarded
+                # if the driver closed it

@@ -254,6 +254,22 @@ class KeyedMachine(RuleBasedStateMachine):
             other.waiters.append(waiter)
         return False
 
+    @precondition(lambda self: hasattr(self, "core"))
+    @rule()
+    def clear(self) -> None:
+        """Every idle resource of every key is retired; those in use are not."""
+        was_idle = sorted((r for k in self.keys.values() for r, _ in k.idle), key=repr)
+        self.core.clear(0.0)
+        garbage = sorted((e.resource for e in self.core.take_garbage()), key=repr)
+        assert garbage == was_idle
+        if was_idle:
+            event("clear retires idle resources")
+        for km in self.keys.values():
+            km.idle.clear()
+        woken: list[Waiter[Res]] = []
+        self._grant_free_slots(woken)
+        self._check_woken(woken)
+
     @precondition(
         lambda self: bool(self.global_waiters) or any(k.waiters for k in self.keys.values())
     )

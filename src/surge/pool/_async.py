@@ -455,6 +455,12 @@ class AsyncKeyedPool(_AsyncFrontEnd[K, R]):
         self._wake_granted()
         await self._dispose()
 
+    async def clear(self) -> None:
+        """Close every idle resource of every key now; resources in use are unaffected."""
+        self._core.clear(self._clock())
+        self._wake_granted()
+        await self._dispose()
+
     async def close(self) -> None:
         for waiter in self._core.close():
             _wake(waiter)

@@ -268,6 +268,17 @@ class KeyedCore(Generic[K, R]):
             else:
                 break
 
+    def clear(self, now: float) -> None:
+        """Retire every idle resource of every key (their servers went away, or the
+        process needs the descriptors they hold); slots freed go to global waiters."""
+        for core in list(self.cores.values()):
+            if core.n_idle:
+                self.open -= core.n_idle
+                self.n_idle -= core.n_idle
+                core.clear()
+                self._after_slot_change(core, None, now)
+        self.idle_log.clear()
+
     def evict_coldest(self) -> bool:
         """Close the coldest idle resource of any key; False if nothing is idle."""
         log = self.idle_log

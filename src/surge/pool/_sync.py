@@ -457,6 +457,12 @@ class KeyedPool(_SyncFrontEnd[R], Generic[K, R]):
             self._core.expire(self._clock())
         self._settle()
 
+    def clear(self) -> None:
+        """Close every idle resource of every key now; resources in use are unaffected."""
+        with self._lock:
+            self._core.clear(self._clock())
+        self._settle()
+
     def close(self) -> None:
         with self._lock:
             woken = self._core.close()

@@ -49,3 +49,31 @@ def test_closing_early_stops_the_generator_and_its_thread() -> None:
     iterator.close()
     assert closed.wait(5)
     assert not any(t.name == "t-endless" for t in threading.enumerate())
+
+
+def test_closing_early_cancels_a_generator_that_is_waiting() -> None:
+    """A consumer that leaves while the generator awaits something slow (a request
+    in flight for up to --max-time) is not held until it finishes: the wait is
+    cancelled and the generator closed."""
+    cancelled = threading.Event()
+    closed = threading.Event()
+
+    async def slow() -> AsyncGenerator[int, None]:
+        try:
+            yield 1
+            await asyncio.sleep(3600)
+            yield 2
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        finally:
+            closed.set()
+
+    iterator = iterate_in_thread(slow, name="t-slow", buffer=4)
+    assert next(iterator) == 1
+    closer = threading.Thread(target=iterator.close)  # returns once the thread has ended
+    closer.start()
+    closer.join(10)  # not an hour
+    assert not closer.is_alive()
+    assert cancelled.is_set() and closed.is_set()
+    assert not any(t.name == "t-slow" for t in threading.enumerate())

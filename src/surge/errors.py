@@ -8,6 +8,7 @@ which a caller of the pool asked for by setting a timeout).
 
 from __future__ import annotations
 
+import errno
 from typing import Any
 
 #: The stable names of the error classes a result record may carry (see
@@ -33,6 +34,18 @@ class SurgeError(Exception):
 class UsageError(SurgeError, ValueError):
     """The caller asked for something impossible (bad flag, bad file): exit status 2
     on the command line; a ValueError to Python code."""
+
+
+class LocalResourceError(SurgeError):
+    """This machine ran out of something a request needs (file descriptors, socket
+    buffers): a fault of the client, never recorded as the remote host's.
+
+    The bulk engine waits for a descriptor to free and tries again; one that
+    stays out past the wait ends the run (exit status 2 on the command line).
+    """
+
+    #: The errno values that mean a local shortage, not a remote failure.
+    ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
 class PoolError(SurgeError):

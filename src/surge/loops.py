@@ -11,6 +11,7 @@ engine instead of growing memory, and closing the iterator early stops it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import threading
 from collections.abc import AsyncGenerator, Callable, Generator
@@ -40,7 +41,8 @@ def iterate_in_thread(
 
     The generator runs on a new event loop in a daemon thread called ``name``;
     at most ``buffer`` items wait in between. An exception in the generator is
-    raised here; closing this iterator stops the generator (``aclose``) and
+    raised here; closing this iterator cancels the generator where it waits (a
+    request in flight is abandoned, not waited for), closes it (``aclose``) and
     waits for the thread.
     """
     handoff: queue.Queue[T | BaseException | _Done] = queue.Queue(maxsize=buffer)
@@ -61,14 +63,20 @@ def iterate_in_thread(
                             await asyncio.sleep(_FULL_POLL_S)
                     if stop.is_set():
                         return
+        except asyncio.CancelledError:
+            if stop.is_set():
+                return  # the consumer left: cancelled on purpose, nobody to tell
+            raise
         except BaseException as e:
             handoff.put(e)
             return
         handoff.put(_DONE)
 
+    producer = loop.create_task(produce())
+
     def thread_main() -> None:
         try:
-            loop.run_until_complete(produce())
+            loop.run_until_complete(producer)
         finally:
             loop.close()
 
@@ -84,6 +92,11 @@ def iterate_in_thread(
             yield item
     finally:
         stop.set()
+        # The producer may be waiting on the generator (a request in flight for
+        # up to --max-time): cancel it there, so that leaving early is prompt
+        # and what was in flight is abandoned, not waited for.
+        with contextlib.suppress(RuntimeError):  # the loop has closed already
+            loop.call_soon_threadsafe(producer.cancel)
         while thread.is_alive():  # let the producer see the stop and finish
             try:
                 handoff.get_nowait()

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -141,6 +142,19 @@ def test_fetch_all_can_be_abandoned_early(sim: SimInfo) -> None:
     assert time.monotonic() - started < 30  # did not go on to fetch all 10,000
 
 
+def test_fetch_all_left_early_cancels_what_is_in_flight(sim: SimInfo) -> None:
+    """Breaking out returns at once: the requests in flight (here each would take
+    an hour, under a --max-time of two) are cancelled, not waited for."""
+    urls = [sim.url("status-200.sim")] + [sim.url(f"h{i}--delay-3600000.sim") for i in range(20)]
+    records = surge.fetch_all(urls, concurrency=21, max_time=7200, resolve=[RESOLVE])
+    assert next(records)["status"] == 200
+    closer = threading.Thread(target=records.close)
+    closer.start()
+    closer.join(10)  # an hour's wait is not waited for
+    assert not closer.is_alive()
+    assert not any(t.name == "surge-fetch" for t in threading.enumerate())
+
+
 async def test_fetch_stopped_early_stops_its_workers_before_its_client(sim: SimInfo) -> None:
     """A caller that leaves ``surge.fetch()`` early leaves no worker running
     against a closed pool and no task for the garbage collector to finish."""
@@ -238,6 +252,107 @@ def test_a_low_open_files_limit_lowers_concurrency_and_says_so(
     assert done.returncode == 0, done.stderr
     assert "lowering concurrency from 1000 to 236" in done.stderr  # soft raised to hard: 300
     assert len(done.stdout.splitlines()) == 50
+
+
+def _python_under_a_low_fd_limit(limit: int, body: str) -> subprocess.CompletedProcess[str]:
+    script = (
+        "import collections, json, os, resource, warnings, surge\n"
+        f"resource.setrlimit(resource.RLIMIT_NOFILE, ({limit}, {limit}))\n" + textwrap.dedent(body)
+    )
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_the_python_api_fits_its_concurrency_to_the_open_files_limit(sim: SimInfo) -> None:
+    urls = [sim.url(f"a{i}--delay-20.sim") for i in range(200)]
+    done = _python_under_a_low_fd_limit(
+        120,
+        f"""
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            got = list(surge.fetch_all({urls!r}, concurrency=200, resolve=[{RESOLVE!r}]))
+        print(json.dumps(collections.Counter(str(r["error"]) for r in got)))
+        print(*(str(w.message) for w in said), sep="\\n")
+        """,
+    )
+    assert done.returncode == 0, done.stderr
+    counts, *warned = done.stdout.splitlines()
+    assert json.loads(counts) == {"None": 200}
+    assert warned == [
+        "surge: the open-files limit is 120; running 56 requests at a time, not 200"
+        " (raise it with 'ulimit -n')"
+    ]
+
+
+def test_out_of_descriptors_is_waited_out_not_recorded_as_a_remote_failure(
+    sim: SimInfo,
+) -> None:
+    """The host program holds most of the process's descriptors, so connects fail
+    with EMFILE: each request waits for one to come back and every record is a
+    success - never connect_refused (the old record: 85 of 200)."""
+    urls = [sim.url(f"m{i}--delay-50.sim") for i in range(300)]
+    done = _python_under_a_low_fd_limit(
+        160,
+        f"""
+        held = [os.open(os.devnull, os.O_RDONLY) for _ in range(110)]  # the host's own
+        got = list(surge.fetch_all({urls!r}, concurrency=90, resolve=[{RESOLVE!r}]))
+        print(json.dumps(collections.Counter(str(r["error"]) for r in got)))
+        print(sum(r["attempts"] for r in got))
+        """,
+    )
+    assert done.returncode == 0, done.stderr
+    counts, attempts = done.stdout.splitlines()
+    assert json.loads(counts) == {"None": 300}
+    assert int(attempts) == 300  # a wait for a descriptor is not a try
+
+
+def test_out_of_descriptors_for_good_stops_the_run_with_one_line(sim: SimInfo) -> None:
+    """Once the run is under way, another thread of the program takes every free
+    descriptor and keeps taking any that comes back: the run stops with one line
+    and exit 2, the records done are written, and none says connect_refused."""
+    urls = [sim.url("first--delay-1000.sim")] + [sim.url(f"g{i}.sim") for i in range(4)]
+    script = textwrap.dedent(
+        f"""
+        import atexit, os, resource, runpy, sys, threading, time
+        from surge.bulk import engine
+        engine.LOCAL_WAIT_S = 0.5
+        resource.setrlimit(resource.RLIMIT_NOFILE, (200, 200))
+        held, done = [], threading.Event()
+
+        def hog():
+            time.sleep(0.5)  # the first request is connected and waiting by then
+            while not done.is_set():
+                try:
+                    held.append(os.open(os.devnull, os.O_RDONLY))
+                except OSError:
+                    time.sleep(0.002)
+
+        def give_back():  # the C runtime needs a descriptor or two to exit
+            done.set()
+            hogging.join()
+            for fd in held:
+                os.close(fd)
+
+        hogging = threading.Thread(target=hog, daemon=True)
+        hogging.start()
+        atexit.register(give_back)
+        sys.argv = ["surge", "fetch", "-", "-c", "1", "--resolve", {RESOLVE!r}, "-q"]
+        runpy.run_module("surge.cli", run_name="__main__")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        input="".join(u + "\n" for u in urls),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "Too many open files, still after 0.5 s" in done.stderr
+    assert [json.loads(line)["status"] for line in done.stdout.splitlines()] == [200]
 
 
 # ------------------------------------------------- nothing already written is lost

@@ -36,7 +36,7 @@ from surge.bulk.inputs import InputItem, read_inputs
 from surge.bulk.limits import fit_open_files, open_files_limit
 from surge.bulk.outputs import LineSet, RecordWriter, done_lines, open_writer
 from surge.bulk.summary import Summary
-from surge.errors import UsageError
+from surge.errors import LocalResourceError, UsageError
 from surge.http.client import parse_header
 from surge.http.headers import parse_user
 from surge.loops import new_event_loop
@@ -225,7 +225,7 @@ def fetch_command(
         summary = Summary()
         started = time.perf_counter()
         stopped_by: int | None = None
-        failure: UsageError | None = None
+        failure: UsageError | LocalResourceError | None = None
         broken: Exception | None = None  # the cluster could not complete the job
         pending = _skip_done(items, done, summary)
         try:
@@ -241,8 +241,8 @@ def fetch_command(
                             dask_client, opts, shard_size, pending, writer, summary, progress, stop
                         )
                         stopped_by = stop.signum
-                except UsageError as e:
-                    failure = e
+                except (UsageError, LocalResourceError) as e:
+                    failure = e  # a bad input line, or out of descriptors for good
                 except Exception as e:
                     from surge.bulk.cluster import SchedulerLost, ShardFailed
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import warnings
 from collections.abc import AsyncGenerator, Iterable, Iterator
 from contextlib import aclosing, closing
 from dataclasses import dataclass, field
@@ -29,7 +30,8 @@ from time import perf_counter
 from typing import Any
 
 from surge.bulk.inputs import InputItem as Item
-from surge.errors import RequestError, UsageError
+from surge.bulk.limits import fit_open_files, open_files_limit
+from surge.errors import LocalResourceError, RequestError, UsageError
 from surge.gc_tuning import relaxed_gc
 from surge.http.client import Client
 from surge.http.timings import Timings, ms3
@@ -38,6 +40,12 @@ from surge.retry import RETRY_AFTER_STATUSES, RetryPolicy, retry_after_seconds
 from surge.trace.tracer import LAG_EVERY, Tracer
 
 Record = dict[str, Any]
+
+#: How long a request waits for this process to have a file descriptor free (one
+#: comes back each time a request in flight ends) before the run stops.
+LOCAL_WAIT_S = 30.0
+#: How often it looks.
+LOCAL_POLL_S = 0.02
 
 
 @dataclass
@@ -161,7 +169,19 @@ async def fetch(urls: Iterable[str | Item], **options: Any) -> AsyncGenerator[Re
 async def run(
     client: Client, items: Iterator[Item], opts: FetchOptions
 ) -> AsyncGenerator[Record, None]:
-    """Drive ``opts.concurrency`` workers over ``items`` with ``client``."""
+    """Drive ``opts.concurrency`` workers over ``items`` with ``client``.
+
+    Fewer when the open-files limit cannot hold that many sockets (raised as far
+    as it goes first, as ``surge fetch`` does): a RuntimeWarning says so.
+    """
+    workers = fit_open_files(opts.concurrency)
+    if workers < opts.concurrency:
+        warnings.warn(
+            f"surge: the open-files limit is {open_files_limit()}; running {workers} "
+            f"requests at a time, not {opts.concurrency} (raise it with 'ulimit -n')",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     results: asyncio.Queue[Record | None] = asyncio.Queue(maxsize=max(opts.concurrency, 64))
     source = iter(items)
     exhausted = False
@@ -192,10 +212,17 @@ async def run(
 
     async def supervise() -> None:
         try:
-            await asyncio.gather(*(worker() for _ in range(opts.concurrency)))
+            # A task group: a worker that fails (out of descriptors for good, a
+            # bug) stops its siblings, instead of leaving them running unwatched.
+            async with asyncio.TaskGroup() as group:
+                for _ in range(workers):
+                    group.create_task(worker())
         except asyncio.CancelledError:
             raise  # run() is closing: nobody reads the queue, which may be full
-        except BaseException:
+        except BaseExceptionGroup as failed:
+            await results.put(None)
+            raise failed.exceptions[0] from None
+        except BaseException:  # KeyboardInterrupt, SystemExit: not grouped
             await results.put(None)
             raise
         await results.put(None)
@@ -236,9 +263,24 @@ async def fetch_one(client: Client, item: Item, opts: FetchOptions) -> Record:
     attempts = 0
     retried = False
     start = perf_counter()
+    short_until: float | None = None  # out of descriptors: wait for one until then
     while True:
         try:
             response = await client.request(opts.method, item.url)
+        except LocalResourceError as e:
+            # This process is out of descriptors (another part of it holds them):
+            # wait for a request in flight to give one back and try again - not a
+            # try under --retries, and never a remote error class on the record.
+            now = perf_counter()
+            if short_until is None:
+                short_until = now + LOCAL_WAIT_S
+            elif now > short_until:
+                raise LocalResourceError(
+                    f"{e}, still after {LOCAL_WAIT_S:g} s (open-files limit "
+                    f"{open_files_limit()}: raise it with 'ulimit -n')"
+                ) from None
+            await asyncio.sleep(LOCAL_POLL_S)
+            continue
         except RequestError as e:
             attempts += 1  # tries under --retries only (not hops, not a stale reuse)
             if opts.retries and (policy := opts.retry_policy).error_worth_retrying(e.error_class):

@@ -21,7 +21,7 @@ from contextvars import ContextVar
 from time import perf_counter
 from typing import Any
 
-from surge.errors import RequestError, UsageError
+from surge.errors import LocalResourceError, RequestError, UsageError
 from surge.http import redirects as redirect_policy
 from surge.http.connection import HTTPConnection, parse_head
 from surge.http.deadlines import Deadlines, TaskDeadline
@@ -482,6 +482,12 @@ class Client:
             except TimeoutError:
                 phase = "TLS handshake" if timings.tcp_end else "TCP connect"
                 raise _timeout_error("connect_timeout", phase, timeout) from None
+            except LocalResourceError:
+                # Out of descriptors: idle keep-alive sockets (to hosts this run
+                # may not see again) hold some. Close them, so that the caller's
+                # next try - the bulk engine waits and tries again - finds one.
+                await self._pool.clear()
+                raise
 
 
 def _timeout_error(

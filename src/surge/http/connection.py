@@ -31,7 +31,7 @@ from typing import Any
 
 import httptools
 
-from surge.errors import RequestError
+from surge.errors import LocalResourceError, RequestError
 from surge.http.deadlines import Deadlines, Expirable
 from surge.http.timings import Timings
 
@@ -114,6 +114,10 @@ class HTTPConnection(asyncio.Protocol):
             except ConnectionRefusedError:
                 error = RequestError("connect_refused", f"{address}:{port} refused the connection")
             except OSError as e:
+                if e.errno in LocalResourceError.ERRNOS:  # ours, not the host's
+                    raise LocalResourceError(
+                        f"connecting to {address}:{port}: {e.strerror or e}"
+                    ) from None
                 error = RequestError("connect_refused", f"{address}:{port}: {e.strerror or e}")
         if protocol is None:
             assert error is not None

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -138,3 +142,58 @@ def test_human_readable_sizes_as_aws_writes_them(buckets: Buckets) -> None:
     assert code == 0
     assert out.splitlines()[0][19:] == "    9 Bytes plain.txt"  # right-aligned in 10
     assert out.rstrip().endswith("Total Size: 9 Bytes")
+
+
+_BROKEN_PROFILES = """\
+[profile role]
+role_arn = arn:aws:iam::123456789012:role/x
+source_profile = missing
+[profile missing-process]
+credential_process = /nonexistent/credential-helper
+[profile failing-process]
+credential_process = sh -c "echo 'token expired' >&2; exit 3"
+[profile no-json]
+credential_process = echo not-json
+[profile partial]
+aws_access_key_id = AKIDONLY
+"""
+
+
+ENDPOINT = "http://127.0.0.1:9"  # never reached: the credentials fail first
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"AWS_PROFILE": "role"}, '(AWS_PROFILE=role): The source_profile "missing"'),
+        ({"AWS_PROFILE": "missing-process"}, "No such file or directory"),
+        ({"AWS_PROFILE": "failing-process"}, "token expired"),
+        ({"AWS_PROFILE": "no-json"}, "the credential_process printed no JSON"),
+        ({"AWS_PROFILE": "partial"}, "missing: aws_secret_access_key"),
+        ({"AWS_ACCESS_KEY_ID": "AKIDONLY"}, "missing: AWS_SECRET_ACCESS_KEY"),
+        ({"AWS_PROFILE": "nosuch"}, "AWS_PROFILE=nosuch: no such profile"),
+    ],
+)
+def test_a_broken_credential_configuration_is_one_line_and_exit_2(
+    tmp_path: Path, env: dict[str, str], message: str
+) -> None:
+    """Each was a traceback and exit 1 (the last: '--profile None: no such profile')."""
+    config = tmp_path / "config"
+    config.write_text(_BROKEN_PROFILES)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "surge.cli", "s3", "ls", "s3://bkt", "--endpoint-url", ENDPOINT],
+        env={
+            **clean,
+            "HOME": str(tmp_path),
+            "AWS_CONFIG_FILE": str(config),
+            "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "credentials"),
+            **env,
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("surge s3 ls: error: ")
+    assert message in done.stderr

@@ -21,6 +21,7 @@ for new buckets, except for bucket names with dots (they break the TLS name).
 from __future__ import annotations
 
 import configparser
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -67,13 +68,50 @@ def resolve_credentials(profile: str | None) -> Credentials | None:
             env.get("AWS_SESSION_TOKEN") or env.get("AWS_SECURITY_TOKEN") or None,
         )
     session = _botocore_session(profile)
-    found = session.get_credentials()
-    if found is None:
-        return None
-    # Frozen once per listing: refreshable credentials (SSO, assume-role) last 15
-    # minutes at the least, far longer than a listing's few seconds.
-    frozen = found.get_frozen_credentials()
+    import botocore.exceptions
+
+    try:
+        found = session.get_credentials()
+        if found is None:
+            return None
+        # Frozen once per listing: refreshable credentials (SSO, assume-role) last
+        # 15 minutes at the least, far longer than a listing's few seconds.
+        frozen = found.get_frozen_credentials()
+    except botocore.exceptions.ProfileNotFound:
+        raise UsageError(_no_such_profile(profile)) from None
+    except (botocore.exceptions.BotoCoreError, OSError, ValueError) as e:
+        # Partial keys, a source_profile that is not there, a credential_process
+        # that is missing, fails or prints no JSON: the user's configuration.
+        raise UsageError(f"AWS credentials ({_whose(profile)}): {_one_line(e)}") from None
     return Credentials(frozen.access_key, frozen.secret_key, frozen.token or None)
+
+
+def _whose(profile: str | None) -> str:
+    """The profile as the user named it: the flag, or the variable that chose it."""
+    env = os.environ
+    if profile is not None:
+        return f"--profile {profile}"
+    if env.get("AWS_PROFILE"):
+        return f"AWS_PROFILE={env['AWS_PROFILE']}"
+    if env.get("AWS_DEFAULT_PROFILE"):
+        return f"AWS_DEFAULT_PROFILE={env['AWS_DEFAULT_PROFILE']}"
+    return "profile default"
+
+
+def _no_such_profile(profile: str | None) -> str:
+    return f"{_whose(profile)}: no such profile in the AWS config files"
+
+
+def _one_line(error: BaseException) -> str:
+    """An exception as one short line (a credential_process's stderr may be long)."""
+    if isinstance(error, json.JSONDecodeError):
+        text = f"the credential_process printed no JSON ({error})"
+    elif isinstance(error, OSError) and error.strerror:
+        text = f"{error.strerror}: {error.filename}" if error.filename else error.strerror
+    else:
+        text = str(error) or type(error).__name__
+    text = " ".join(text.split())
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def _profile_name(profile: str | None) -> str:
@@ -174,7 +212,7 @@ def _botocore_session(profile: str | None):  # type: ignore[no-untyped-def]
         session = botocore.session.Session(profile=profile)
         session.get_scoped_config()  # raises ProfileNotFound now, not later
     except botocore.exceptions.ProfileNotFound:
-        raise UsageError(f"--profile {profile}: no such profile in the AWS config files") from None
+        raise UsageError(_no_such_profile(profile)) from None
     return session
 
 

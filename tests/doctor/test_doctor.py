@@ -444,6 +444,58 @@ def test_live_pymysql_connections_each_built_a_context_by_default_warn(
     assert finding["measured"]["default_shared"] == 3
 
 
+def test_connects_already_closed_are_counted_when_watched(
+    start_mariadb: Callable[..., DBServer],
+) -> None:
+    """The MySQL write-up's own program: connect, query, close, over and over. No
+    connection is open when the check looks; surge.doctor.watch(), called first
+    (before PyMySQL is imported, or after), counted them."""
+    mariadb_server = start_mariadb(tls=True)
+    login = (
+        f"user={mariadb_server.user!r}, password={mariadb_server.password!r}, "
+        f"host={mariadb_server.host!r}, port={mariadb_server.port}, "
+        f"database={mariadb_server.database!r}"
+    )
+    each_time = (
+        "for _ in range(20):\n"
+        f"    connection = pymysql.connect({login})\n"
+        "    with connection.cursor() as cursor:\n"
+        "        cursor.execute('SELECT 1')\n"
+        "    connection.close()\n"
+    )
+    unwatched = checked_after(f"import pymysql\n{each_time}", "pymysql-ssl-per-connect")
+    finding = unwatched["pymysql-ssl-per-connect"]
+    assert finding["status"] == "ok"  # nothing open, nothing seen: and it says so
+    assert "call surge.doctor.watch()" in finding["message"]
+    assert finding["measured"]["watching"] is False
+    for order in (
+        "import surge.doctor; surge.doctor.watch(); import pymysql",
+        "import pymysql, surge.doctor; surge.doctor.watch()",
+    ):
+        findings = checked_after(f"{order}\n{each_time}", "pymysql-ssl-per-connect")
+        finding = findings["pymysql-ssl-per-connect"]
+        assert finding["status"] == "warn", (order, finding)
+        assert finding["measured"]["connects_made"] == 20
+        assert finding["measured"]["made_built_by_default"] == 20
+        assert finding["measured"]["live_connections"] == 0
+        assert "20 of the 20 PyMySQL connects" in finding["message"]
+    # A pool's connects share the one context it built: counted, and fine.
+    no_tls_options = mariadb_server.url.partition("?")[0]
+    findings = checked_after(
+        "import surge.doctor; surge.doctor.watch()\n"
+        "import surge.db\n"
+        f"pool = surge.db.pool({no_tls_options!r}, max_size=3)\n"
+        "held = [pool.acquire() for _ in range(3)]\n"
+        "[pool.discard(connection) for connection in held]\n"
+        "held = [pool.acquire() for _ in range(3)]",
+        "pymysql-ssl-per-connect",
+    )
+    finding = findings["pymysql-ssl-per-connect"]
+    assert finding["status"] == "ok", finding
+    assert finding["measured"]["connects_made"] == 6
+    assert finding["measured"]["made_built_by_default"] == 1
+
+
 # -- the API itself ----------------------------------------------------------------------------
 
 

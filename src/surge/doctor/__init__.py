@@ -3,7 +3,8 @@
 ``surge doctor`` checks the interpreter it runs in; ``surge.doctor.run_checks()``
 called inside an application (after its imports and any gevent patching) checks
 the live process: what gevent patched and when, whether urllib3 runs on pyOpenSSL,
-the open-files limit, PyMySQL connections that each had PyMySQL build a TLS context.
+the open-files limit, PyMySQL connections that each had PyMySQL build a TLS context
+(those open now; every connect since ``surge.doctor.watch()``, called first).
 
 Each check returns one ``Finding`` with a stable ``id``, a ``status`` and a ``fix``
 (``error`` is set when the check itself raised; the CLI then exits 2):
@@ -28,5 +29,6 @@ process when that module is already imported, else in a child interpreter.
 from __future__ import annotations
 
 from surge.doctor.checks import Finding, Status, check_ids, exit_status, format_table, run_checks
+from surge.doctor.counters import watch
 
-__all__ = ["Finding", "Status", "check_ids", "exit_status", "format_table", "run_checks"]
+__all__ = ["Finding", "Status", "check_ids", "exit_status", "format_table", "run_checks", "watch"]

@@ -17,6 +17,7 @@ from typing import Any, Literal
 # The descriptors surge fetch keeps free besides its sockets (limits.py imports
 # nothing but ``resource``: looking still loads nothing the checks look at).
 from surge.bulk.limits import FD_HEADROOM
+from surge.doctor import counters
 
 Status = Literal["ok", "warn", "fail"]
 
@@ -798,6 +799,9 @@ def _live_pymysql_connections() -> dict[str, int]:
         "default_shared",
         "given_tls",
         "without_tls",
+        "watching",
+        "connects_made",
+        "made_built_by_default",
     ),
 )
 def _check_pymysql(context: _Context) -> _Verdict:
@@ -811,13 +815,24 @@ def _check_pymysql(context: _Context) -> _Verdict:
             else f"PyMySQL {version} is installed but not imported here: call "
             "surge.doctor.run_checks() inside the program to see its connections",
             "",
-            {"version": version, "imported": False, **_live_pymysql_connections()},
+            {"version": version, "imported": False, **_live_pymysql_connections(), **_watched()},
         )
     # pymysql.__version__ is the mysqlclient version it poses as (for Django).
     version = getattr(pymysql, "VERSION_STRING", None) or _version("pymysql")
     counts = _live_pymysql_connections()
-    measured: dict[str, Any] = {"version": version, "imported": True, **counts}
+    watched = _watched()
+    measured: dict[str, Any] = {"version": version, "imported": True, **counts, **watched}
     built, live = counts["built_by_default"], counts["live_connections"]
+    made, made_built = watched["connects_made"], watched["made_built_by_default"]
+    if made_built is not None and made_built >= 2:
+        return _Verdict(
+            "warn",
+            f"{made_built} of the {made} PyMySQL connects since surge.doctor.watch() were "
+            "made with no TLS options, so PyMySQL built each its own SSLContext and loaded "
+            "the system CA store (ssl-context-cost: what one costs here)",
+            _PYMYSQL_FIX,
+            measured,
+        )
     if built >= 2:
         return _Verdict(
             "warn",
@@ -825,24 +840,47 @@ def _check_pymysql(context: _Context) -> _Verdict:
             "options, so PyMySQL built each its own SSLContext and loaded the system CA "
             "store on connect (ssl-context-cost: what one costs here); every new connect "
             "made that way pays it again",
-            "build one ssl.SSLContext and pass ssl=context to every pymysql.connect() (or "
-            "ssl_disabled=True where TLS is not wanted), or use a pool that does: "
-            "surge.db.pool('mysql://...') builds one per pool",
+            _PYMYSQL_FIX,
             measured,
+        )
+    if made is not None:
+        seen = f"PyMySQL {version}: {made} connect(s) since surge.doctor.watch()"
+    else:
+        # Closed connections leave nothing to look at: say so, and how to count them.
+        seen = (
+            f"PyMySQL {version}: {live} open connection(s) here (connections already "
+            "closed are not seen: call surge.doctor.watch() at the program's start to "
+            "count every connect)"
         )
     return _Verdict(
         "ok",
-        f"PyMySQL {version}: {live} open connection(s) here"
+        seen
         + (
-            f": {counts['given_tls']} given their TLS options, {counts['default_shared']} "
-            f"sharing one default context, {counts['without_tls']} without TLS, {built} "
-            "with a context PyMySQL built for it"
+            f"; open now: {counts['given_tls']} given their TLS options, "
+            f"{counts['default_shared']} sharing one default context, "
+            f"{counts['without_tls']} without TLS, {built} with a context PyMySQL built for it"
             if live
             else ""
         ),
         "",
         measured,
     )
+
+
+_PYMYSQL_FIX = (
+    "build one ssl.SSLContext and pass ssl=context to every pymysql.connect() (or "
+    "ssl_disabled=True where TLS is not wanted), or use a pool that does: "
+    "surge.db.pool('mysql://...') builds one per pool"
+)
+
+
+def _watched() -> dict[str, Any]:
+    counts = counters.made()
+    return {
+        "watching": counts is not None,
+        "connects_made": None if counts is None else counts["connects"],
+        "made_built_by_default": None if counts is None else counts["built_by_default"],
+    }
 
 
 # -- output ----------------------------------------------------------------------------------

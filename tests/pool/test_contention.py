@@ -10,6 +10,7 @@ timeout although it had been granted a resource.
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import threading
 import time
@@ -17,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from surge.pool import Pool
+from surge.pool import AsyncKeyedPool, Pool
 
 #: Wall-clock budget of one run (a bound on the test's length, never asserted).
 BUDGET_S = 4.0
@@ -98,3 +99,35 @@ def test_an_interrupted_callback_gives_the_slot_back(step: str) -> None:
         pool.release(resource)
     pool.release(pool.acquire())  # no PoolTimeout: the slot came back
     assert pool.stats()["in_use"] == 0
+
+
+async def test_a_waiter_granted_while_the_acquire_awaits_a_close_is_woken() -> None:
+    """AsyncKeyedPool: an acquire that queues a waiter for its full key while the
+    same call retired another key's expired connection awaits that ``close``
+    before it waits; a release in that gap grants the waiter. The waiter's wake
+    must exist from the moment it is queued (it was made later, in ``_wait``:
+    the release raised AttributeError and the waiter slept out its timeout)."""
+    now = [0.0]
+    closing = asyncio.Event()
+
+    async def close(_: object) -> None:
+        closing.set()
+        await asyncio.sleep(0.01)  # the gap: other tasks run here
+
+    pool: AsyncKeyedPool[str, object] = AsyncKeyedPool(
+        lambda key: object(),
+        max_size=4,
+        max_per_key=1,
+        max_idle=1.0,
+        close=close,
+        timeout=2.0,
+        clock=lambda: now[0],
+    )
+    held = await pool.acquire("a")
+    await pool.release(await pool.acquire("b"))  # idle, and about to expire
+    now[0] = 5.0
+    waiting = asyncio.create_task(pool.acquire("a"))  # expires b, queues for a
+    await closing.wait()
+    await pool.release(held)  # in the gap: hands "held" to the waiter
+    assert await asyncio.wait_for(waiting, 1.0) is held
+    await pool.close()

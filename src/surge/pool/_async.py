@@ -41,6 +41,12 @@ async def _call(fn: Callable[..., Any], *args: Any) -> Any:
     return result
 
 
+def _new_wake() -> asyncio.Future[None]:
+    """A waiter's wake, made by the core as it queues the waiter: an acquire that
+    awaits (a ``close``) before it waits may be granted in between."""
+    return asyncio.get_running_loop().create_future()
+
+
 def _wake(waiter: Waiter[Any]) -> None:
     future: asyncio.Future[None] = waiter.wake
     if not future.done():
@@ -76,6 +82,8 @@ class _AsyncFrontEnd(Generic[K, R]):
 
     # -- adapters to the core --------------------------------------------------------------
 
+    _core: Any  # PoolCore or KeyedCore
+
     def _core_acquire(self, key: K | None, now: float) -> Entry[R] | Waiter[R] | None:
         raise NotImplementedError
 
@@ -102,6 +110,9 @@ class _AsyncFrontEnd(Generic[K, R]):
 
     def stats(self) -> dict[str, Any]:
         raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._core.describe()}>"
 
     async def _new_resource(self, key: K | None) -> R:
         raise NotImplementedError
@@ -139,8 +150,7 @@ class _AsyncFrontEnd(Generic[K, R]):
     async def _wait(
         self, waiter: Waiter[R], deadline: float, timeout: float, key: K | None
     ) -> Entry[R] | None:
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        waiter.wake = future
+        future: asyncio.Future[None] = waiter.wake
         try:
             remaining = deadline - self._clock()
             if remaining <= 0:
@@ -271,7 +281,12 @@ class AsyncPool(_AsyncFrontEnd[Any, R]):
             clock=clock,
         )
         self._core: PoolCore[R] = PoolCore(
-            max_size, max_overflow, lifo=lifo, max_idle=max_idle, lifetimes=bool(max_lifetime)
+            max_size,
+            max_overflow,
+            lifo=lifo,
+            max_idle=max_idle,
+            lifetimes=bool(max_lifetime),
+            make_wake=_new_wake,
         )
 
     def acquire_nowait(self) -> R | None:
@@ -331,13 +346,6 @@ class AsyncPool(_AsyncFrontEnd[Any, R]):
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
-
-    def __repr__(self) -> str:
-        s = self._core
-        return (
-            f"<AsyncPool max_size={s.max_size} open={s.open} in_use={len(s.checked_out)} "
-            f"idle={s.n_idle} waiting={s.n_waiting}>"
-        )
 
     def _core_acquire(self, key: Any, now: float) -> Entry[R] | Waiter[R] | None:
         return self._core.acquire(now)
@@ -408,7 +416,9 @@ class AsyncKeyedPool(_AsyncFrontEnd[K, R]):
             close=close,
             clock=clock,
         )
-        self._core: KeyedCore[K, R] = KeyedCore(max_size, max_per_key, lifo=lifo, max_idle=max_idle)
+        self._core: KeyedCore[K, R] = KeyedCore(
+            max_size, max_per_key, lifo=lifo, max_idle=max_idle, make_wake=_new_wake
+        )
 
     def acquire_nowait(self, key: K) -> R | None:
         """An idle resource of ``key`` at once, or None (then ``await acquire(key)``):
@@ -460,6 +470,10 @@ class AsyncKeyedPool(_AsyncFrontEnd[K, R]):
         self._core.clear(self._clock())
         self._wake_granted()
         await self._dispose()
+
+    def set_max_lifetime(self, seconds: float | None) -> None:
+        """Change ``max_lifetime`` for resources created from now on."""
+        self._options = dataclasses.replace(self._options, max_lifetime=seconds)
 
     async def close(self) -> None:
         for waiter in self._core.close():

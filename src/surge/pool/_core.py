@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from surge.errors import PoolClosed
@@ -74,8 +75,10 @@ class Waiter(Generic[R]):
     """A caller waiting for a resource, in arrival order.
 
     The core grants a waiter either an ``entry`` (a resource handed over by a
-    release) or ``may_create`` (a slot freed by a discard).  ``wake`` belongs to
-    the front-end: a lock to release or a future to resolve.
+    release) or ``may_create`` (a slot freed by a discard).  ``wake`` is the
+    front-end's (a lock to release, a future to resolve), made by the core's
+    ``make_wake`` in the same step that queues the waiter: whoever grants a
+    waiter may wake it at once, however soon after it was queued.
     """
 
     __slots__ = (
@@ -89,7 +92,7 @@ class Waiter(Generic[R]):
         "wake",
     )
 
-    def __init__(self, queued_at: float, key: Any = None) -> None:
+    def __init__(self, queued_at: float, key: Any = None, wake: Any = None) -> None:
         self.queued_at = queued_at
         self.key = key
         self.entry: Entry[R] | None = None
@@ -98,7 +101,7 @@ class Waiter(Generic[R]):
         self.closed = False
         #: True while it waits in a keyed pool's global queue (for room, not a key).
         self.in_global_queue = False
-        self.wake: Any = None
+        self.wake: Any = wake
 
     @property
     def granted(self) -> bool:
@@ -124,6 +127,7 @@ class PoolCore(Generic[R]):
         max_idle: float | None = None,
         lifetimes: bool = False,
         key: Any = None,
+        make_wake: Callable[[], Any] | None = None,
     ) -> None:
         if max_size < 1:
             raise ValueError(f"max_size must be at least 1, not {max_size}")
@@ -137,6 +141,8 @@ class PoolCore(Generic[R]):
         self.lifo = lifo
         self.max_idle = INF if max_idle is None else max_idle
         self.key = key
+        #: Makes each waiter's wake object as it is queued (None: no wake object).
+        self.make_wake = make_wake
         self.closed = False
         #: How many resources may be kept idle: ``max_size``, or -1 once closed, so
         #: that one comparison on release covers both overflow and closing.
@@ -296,6 +302,13 @@ class PoolCore(Generic[R]):
         self.garbage = []
         return garbage
 
+    def describe(self) -> str:
+        """The gauges, for a front-end's repr."""
+        return (
+            f"max_size={self.max_size} open={self.open} in_use={len(self.checked_out)} "
+            f"idle={self.n_idle} waiting={self.n_waiting}"
+        )
+
     def stats(self) -> dict[str, Any]:
         return {
             "max_size": self.max_size,
@@ -358,7 +371,8 @@ class PoolCore(Generic[R]):
             self.idle = deque(e for e in self.idle if e.state == IDLE)
 
     def enqueue(self, now: float) -> Waiter[R]:
-        waiter: Waiter[R] = Waiter(now, self.key)
+        make_wake = self.make_wake
+        waiter: Waiter[R] = Waiter(now, self.key, None if make_wake is None else make_wake())
         self.waiters.append(waiter)
         self.n_waiting += 1
         self.n_waits += 1

@@ -28,7 +28,7 @@ freed anywhere.  Operations that wake waiters append them to ``woken``.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
 
 from surge.errors import PoolClosed
@@ -48,6 +48,7 @@ class KeyedCore(Generic[K, R]):
         *,
         lifo: bool = True,
         max_idle: float | None = None,
+        make_wake: Callable[[], Any] | None = None,
     ) -> None:
         if max_size < 1:
             raise ValueError(f"max_size must be at least 1, not {max_size}")
@@ -60,6 +61,8 @@ class KeyedCore(Generic[K, R]):
         self.lifo = lifo
         self.max_idle = INF if max_idle is None else max_idle
         self.closed = False
+        #: As PoolCore's, for every key's waiters and the global ones.
+        self.make_wake = make_wake
 
         self.cores: dict[K, PoolCore[R]] = {}
         self.open = 0  # the sum of the cores' ``open``
@@ -103,7 +106,8 @@ class KeyedCore(Generic[K, R]):
             self.open += 1
             return None
         self._drop_if_empty(core)
-        waiter: Waiter[R] = Waiter(now, key)
+        make_wake = self.make_wake
+        waiter: Waiter[R] = Waiter(now, key, None if make_wake is None else make_wake())
         waiter.in_global_queue = True
         self.global_waiters.append(waiter)
         self.n_global_waiting += 1
@@ -322,6 +326,15 @@ class KeyedCore(Generic[K, R]):
         self.woken = []
         return woken
 
+    def describe(self) -> str:
+        """The gauges, for a front-end's repr."""
+        waiting = self.n_global_waiting + sum(core.n_waiting for core in self.cores.values())
+        return (
+            f"max_size={self.max_size} max_per_key={self.max_per_key} open={self.open} "
+            f"in_use={len(self.checked_out)} idle={self.n_idle} keys={len(self.cores)} "
+            f"waiting={waiting}"
+        )
+
     def stats(self) -> dict[str, Any]:
         totals = dict(self.dropped)
         wait_max = max(self.dropped_wait_max, self.global_wait_max)
@@ -355,7 +368,9 @@ class KeyedCore(Generic[K, R]):
     def core(self, key: K) -> PoolCore[R]:
         core = self.cores.get(key)
         if core is None:
-            core = PoolCore(self.max_per_key, lifo=self.lifo, max_idle=None, key=key)
+            core = PoolCore(
+                self.max_per_key, lifo=self.lifo, max_idle=None, key=key, make_wake=self.make_wake
+            )
             core.checked_out = self.checked_out
             core.garbage = self.garbage
             self.cores[key] = core

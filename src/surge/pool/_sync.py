@@ -68,6 +68,47 @@ class _SyncFrontEnd(Generic[R]):
             except Exception:
                 log.warning("closing %r failed", entry.resource, exc_info=True)
 
+    def _acquire(self, key: Any, timeout: float | None, got: Entry[R] | Waiter[R] | None) -> R:
+        """The general acquire, from the core's first answer ``got`` (the one loop
+        both thread pools run: ``key`` is None for the plain pool)."""
+        deadline = None
+        while True:
+            now = self._clock()
+            if self._core.garbage:
+                self._settle()
+            if type(got) is Entry:
+                if self._passes_check(got, now):
+                    return got.resource
+            elif got is None:
+                return self._create_in_slot(key)
+            else:
+                assert isinstance(got, Waiter)
+                if timeout is None:
+                    timeout = self._options.timeout
+                if deadline is None:
+                    deadline = now + timeout
+                entry = self._wait(got, deadline, timeout, key)
+                if entry is None:
+                    return self._create_in_slot(key)
+                if self._passes_check(entry, self._clock()):
+                    return entry.resource
+            got = self._locked_acquire(key)
+
+    def _acquire_nowait(self, key: Any) -> R | None:
+        if self._check is not None:
+            raise RuntimeError("acquire_nowait() cannot run check: use acquire()")
+        with self._lock:
+            entry = self._take(key, self._clock())
+        if self._core.garbage:
+            self._settle()
+        return None if entry is None else entry.resource
+
+    def release_nowait(self, resource: R) -> None:
+        """``release`` for a pool with no ``reset`` callback (as the async pools')."""
+        if self._reset is not None:
+            raise RuntimeError("release_nowait() cannot run reset: use release()")
+        self.release(resource)
+
     def _wait(
         self, waiter: Waiter[R], deadline: float, timeout: float, key: Any = None
     ) -> Entry[R] | None:
@@ -118,6 +159,28 @@ class _SyncFrontEnd(Generic[R]):
 
     # -- what each front-end provides ----------------------------------------------------
 
+    _core: Any  # PoolCore or KeyedCore
+
+    def _locked_acquire(self, key: Any) -> Entry[R] | Waiter[R] | None:
+        """The core's acquire, under the lock, with the clock read there."""
+        raise NotImplementedError
+
+    def _create_in_slot(self, key: Any) -> R:
+        """Create a resource in the slot the core reserved; give the slot back if
+        creating raises anything."""
+        raise NotImplementedError
+
+    def _settle(self) -> None:
+        """Wake whoever the last operations granted, and close what they retired."""
+        raise NotImplementedError
+
+    def _take(self, key: Any, now: float) -> Entry[R] | None:
+        """The core's take (an idle resource or None), under the lock."""
+        raise NotImplementedError
+
+    def release(self, resource: R) -> None:
+        raise NotImplementedError
+
     def _cancel(self, waiter: Waiter[R]) -> None:
         raise NotImplementedError
 
@@ -131,6 +194,9 @@ class _SyncFrontEnd(Generic[R]):
         """Counters and gauges; see the README for the fields."""
         with self._lock:
             return self._stats()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._core.describe()}>"
 
 
 class _Checkout(Generic[R]):
@@ -206,7 +272,12 @@ class Pool(_SyncFrontEnd[R]):
         )
         self._create = create
         self._core: PoolCore[R] = PoolCore(
-            max_size, max_overflow, lifo=lifo, max_idle=max_idle, lifetimes=bool(max_lifetime)
+            max_size,
+            max_overflow,
+            lifo=lifo,
+            max_idle=max_idle,
+            lifetimes=bool(max_lifetime),
+            make_wake=_armed_lock,
         )
         # Checkout reads the clock only when some option depends on time (or to
         # time a wait): a clock read is a tenth of a checkout's cost.
@@ -227,36 +298,14 @@ class Pool(_SyncFrontEnd[R]):
             lock.release()
         if type(got) is Entry and self._check is None and not core.garbage:
             return got.resource
-        return self._acquire_slow(got, timeout)
+        return self._acquire(None, timeout, got)
 
-    def _acquire_slow(self, got: Entry[R] | Waiter[R] | None, timeout: float | None) -> R:
-        core = self._core
-        deadline = None
-        while True:
-            now = self._clock()
-            if core.garbage:
-                with self._lock:
-                    garbage = core.take_garbage()
-                self._dispose(garbage)
-            if isinstance(got, Entry):
-                if self._passes_check(got, now):
-                    return got.resource
-            elif got is None:
-                return self._create_in_slot()
-            else:
-                if timeout is None:
-                    timeout = self._options.timeout
-                if deadline is None:
-                    deadline = now + timeout
-                entry = self._wait(got, deadline, timeout)
-                if entry is None:
-                    return self._create_in_slot()
-                if self._passes_check(entry, self._clock()):
-                    return entry.resource
-            with self._lock:
-                got = core.acquire(self._clock())
-                if type(got) is Waiter:
-                    self._arm(got)
+    def _locked_acquire(self, key: Any) -> Entry[R] | Waiter[R] | None:
+        with self._lock:
+            got = self._core.acquire(self._clock())
+            if type(got) is Waiter:
+                self._arm(got)
+        return got
 
     def release(self, resource: R) -> None:
         """Return a resource: to the oldest waiter if any, else to the idle set."""
@@ -272,7 +321,7 @@ class Pool(_SyncFrontEnd[R]):
         if waiter is not None:
             waiter.wake.release()
         if self._core.garbage:
-            self._collect()
+            self._settle()
 
     def discard(self, resource: R) -> None:
         """Close a checked-out resource instead of returning it (it failed)."""
@@ -287,6 +336,14 @@ class Pool(_SyncFrontEnd[R]):
     def connection(self, timeout: float | None = None) -> _Checkout[R]:
         """``with pool.connection() as r:`` - returned after the block, discarded if it raised."""
         return _Checkout(self, timeout)
+
+    def acquire_nowait(self) -> R | None:
+        """An idle resource at once, or None: never creates, waits or queues (as
+        AsyncPool's).  For a pool with no ``check`` callback."""
+        return self._acquire_nowait(None)
+
+    def _take(self, key: Any, now: float) -> Entry[R] | None:
+        return self._core.take(now)
 
     def expire(self) -> None:
         """Close resources idle longer than ``max_idle`` now, rather than at the next
@@ -326,21 +383,14 @@ class Pool(_SyncFrontEnd[R]):
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def __repr__(self) -> str:
-        s = self._core
-        return (
-            f"<Pool max_size={s.max_size} open={s.open} in_use={len(s.checked_out)} "
-            f"idle={s.n_idle} waiting={s.n_waiting}>"
-        )
-
     # -- internals --------------------------------------------------------------------
 
-    def _collect(self) -> None:
+    def _settle(self) -> None:
         with self._lock:
             garbage = self._core.take_garbage()
         self._dispose(garbage)
 
-    def _create_in_slot(self) -> R:
+    def _create_in_slot(self, key: Any = None) -> R:
         try:
             resource = self._create()
         except BaseException:
@@ -355,10 +405,8 @@ class Pool(_SyncFrontEnd[R]):
         return resource
 
     def _arm(self, waiter: Waiter[R]) -> None:
-        """Give a waiter the core just queued its wake lock, under the same lock that
-        queued it: a release that runs as soon as the lock is let go may grant it.
-        (The hot path reads no clock: a waiter's wait is timed from here.)"""
-        waiter.wake = _armed_lock()
+        """Time a waiter the core just queued (its wake lock the core made): the hot
+        path reads no clock, so its wait is timed from here, under the same lock."""
         if not self._timed:
             waiter.queued_at = self._clock()
 
@@ -407,35 +455,38 @@ class KeyedPool(_SyncFrontEnd[R], Generic[K, R]):
             clock=clock,
         )
         self._create = create
-        self._core: KeyedCore[K, R] = KeyedCore(max_size, max_per_key, lifo=lifo, max_idle=max_idle)
+        self._core: KeyedCore[K, R] = KeyedCore(
+            max_size, max_per_key, lifo=lifo, max_idle=max_idle, make_wake=_armed_lock
+        )
 
     def acquire(self, key: K, timeout: float | None = None) -> R:
+        """Check out a resource for ``key``, waiting up to ``timeout`` (default: the pool's)."""
         core = self._core
-        deadline = None
-        while True:
-            now = self._clock()
-            with self._lock:
-                got = core.acquire(key, now)
-                if isinstance(got, Waiter):
-                    got.wake = _armed_lock()
-                garbage = core.take_garbage() if core.garbage else None
-            if garbage:
-                self._dispose(garbage)
-            if isinstance(got, Entry):
-                if self._check is None or self._passes_check(got, now):
-                    return got.resource
-                continue
-            if got is None:
-                return self._create_in_slot(key)
-            if timeout is None:
-                timeout = self._options.timeout
-            if deadline is None:
-                deadline = now + timeout
-            entry = self._wait(got, deadline, timeout, key)
-            if entry is None:
-                return self._create_in_slot(key)
-            if self._check is None or self._passes_check(entry, self._clock()):
-                return entry.resource
+        lock = self._lock
+        lock.acquire()
+        try:
+            got = core.acquire(key, self._clock())
+        finally:
+            lock.release()
+        if type(got) is Entry and self._check is None and not core.garbage:
+            return got.resource
+        return self._acquire(key, timeout, got)
+
+    def _locked_acquire(self, key: K) -> Entry[R] | Waiter[R] | None:
+        with self._lock:
+            return self._core.acquire(key, self._clock())
+
+    def acquire_nowait(self, key: K) -> R | None:
+        """An idle resource of ``key`` at once, or None: never creates, waits or
+        queues.  For a pool with no ``check`` callback."""
+        return self._acquire_nowait(key)
+
+    def _take(self, key: K, now: float) -> Entry[R] | None:
+        return self._core.take(key, now)
+
+    def set_max_lifetime(self, seconds: float | None) -> None:
+        """Change ``max_lifetime`` for resources created from now on."""
+        self._options = dataclasses.replace(self._options, max_lifetime=seconds)
 
     def release(self, resource: R) -> None:
         if self._reset is not None and not self._returns_clean(resource):

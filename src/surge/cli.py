@@ -8,6 +8,8 @@ does not pay for the event loop, the HTTP parser or the TLS machinery.
 from __future__ import annotations
 
 import importlib
+import sys
+from collections.abc import Sequence
 from typing import Any
 
 import click
@@ -59,7 +61,40 @@ def missing_extra(error: ModuleNotFoundError) -> str | None:
     )
 
 
+def one_line_usage_error(error: click.ClickException) -> str:
+    """click's usage error (a value it cannot convert, an unknown option) as the one
+    line surge prints for every usage error: ``surge fetch: error: ...``, not
+    click's four lines of usage and blank line."""
+    ctx = getattr(error, "ctx", None)
+    names = []
+    while ctx is not None:
+        names.append(ctx.info_name or "")
+        ctx = ctx.parent
+    command = " ".join(["surge", *reversed(names[:-1])])  # the root's name is argv[0]
+    message = " ".join(error.format_message().split()).rstrip(".")
+    hint = f" (see {command} --help)" if isinstance(error, click.UsageError) else ""
+    return f"{command}: error: {message}{hint}"
+
+
 class LazyGroup(click.Group):
+    def main(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, standalone_mode: bool = True, **extra: Any
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, standalone_mode=False, **extra)
+        try:
+            result = super().main(args, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as error:
+            error.show()  # `surge` alone: the help, as click prints it
+            sys.exit(error.exit_code)
+        except click.ClickException as error:
+            click.echo(one_line_usage_error(error), err=True)
+            sys.exit(error.exit_code)
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(result if isinstance(result, int) else 0)  # ctx.exit(n) returns n here
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)

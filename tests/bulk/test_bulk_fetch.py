@@ -246,12 +246,16 @@ def test_a_low_open_files_limit_lowers_concurrency_and_says_so(
     source.write_text("".join(sim.url(f"f{i}--status-200.sim") + "\n" for i in range(50)))
     script = (
         "ulimit -Sn 200 && ulimit -Hn 300 && "
-        f"exec {sys.executable} -m surge.cli fetch {source} -c 1000 --resolve '{RESOLVE}' -q"
+        f"exec {sys.executable} -m surge.cli fetch {source} -c 1000 --resolve '{RESOLVE}'"
     )
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "lowering concurrency from 1000 to 236" in done.stderr  # soft raised to hard: 300
     assert len(done.stdout.splitlines()) == 50
+    quiet = subprocess.run(
+        ["bash", "-c", script + " -q"], capture_output=True, text=True, timeout=60
+    )
+    assert quiet.returncode == 0 and quiet.stderr == ""  # -q: errors only
 
 
 def _python_under_a_low_fd_limit(limit: int, body: str) -> subprocess.CompletedProcess[str]:
@@ -432,6 +436,11 @@ def test_a_write_that_fails_mid_run_keeps_the_records_written_for_resume(
         ["--max-filesize", "-1"],
         ["-c", "0"],
         ["-H", "X-Test: €uro"],
+        # Refused by click itself: once its four lines of usage, now one.
+        ["--format", "xml"],
+        ["-c", "many"],
+        ["--max-time", "abc"],
+        ["--no-such-flag"],
     ],
 )
 def test_bad_option_values_are_one_line_and_exit_2(flag: list[str], tmp_path: Path) -> None:

@@ -120,7 +120,7 @@ from surge.trace.tracer import Tee, Tracer
 )
 @click.option("--har", "har_path", metavar="FILE.har", help="Write each request to a HAR 1.2 file.")
 @click.option("--no-progress", is_flag=True, help="No progress line, even on a terminal.")
-@click.option("-q", "--quiet", is_flag=True, help="No summary either.")
+@click.option("-q", "--quiet", is_flag=True, help="No summary or notices either: errors only.")
 def fetch_command(
     input_path: str,
     output: str | None,
@@ -210,7 +210,7 @@ def fetch_command(
                 items = itertools.chain((first,), items)
             dask_client = None
             if cluster is None:
-                opts.concurrency = fit_concurrency(opts.concurrency)
+                opts.concurrency = fit_concurrency(opts.concurrency, quiet)
             else:
                 # Connected before OUT is opened: a wrong address leaves OUT alone.
                 from surge.bulk.cluster import connect
@@ -488,11 +488,12 @@ def _skip_done(
             yield item
 
 
-def fit_concurrency(wanted: int) -> int:
+def fit_concurrency(wanted: int, quiet: bool = False) -> int:
     """Raise the open-files limit as far as it goes; if that still cannot hold
-    ``wanted`` sockets, lower the concurrency and say so (see surge.bulk.limits)."""
+    ``wanted`` sockets, lower the concurrency and say so unless ``quiet`` (see
+    surge.bulk.limits)."""
     fitted = fit_open_files(wanted)
-    if fitted < wanted:
+    if fitted < wanted and not quiet:
         click.echo(
             f"surge fetch: the open-files limit is {open_files_limit()}; lowering concurrency "
             f"from {wanted} to {fitted} (raise it with 'ulimit -n')",

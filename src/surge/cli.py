@@ -14,7 +14,8 @@ from typing import Any
 
 import click
 
-from surge import __version__
+from surge._version import __version__
+from surge.terminal import error_line
 
 #: A module an optional part of surge needs -> the extra that installs it.
 EXTRAS = {
@@ -73,7 +74,7 @@ def one_line_usage_error(error: click.ClickException) -> str:
     command = " ".join(["surge", *reversed(names[:-1])])  # the root's name is argv[0]
     message = " ".join(error.format_message().split()).rstrip(".")
     hint = f" (see {command} --help)" if isinstance(error, click.UsageError) else ""
-    return f"{command}: error: {message}{hint}"
+    return error_line(command, f"{message}{hint}")
 
 
 class LazyGroup(click.Group):

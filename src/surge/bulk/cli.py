@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 import click
 
@@ -40,6 +40,7 @@ from surge.errors import LocalResourceError, UsageError
 from surge.http.client import parse_header
 from surge.http.headers import parse_user
 from surge.loops import new_event_loop
+from surge.terminal import ProgressLine, die
 from surge.trace.har import HarWriter
 from surge.trace.html import write_html
 from surge.trace.recorder import DEFAULT_ROWS, TraceRecorder
@@ -502,18 +503,15 @@ def fit_concurrency(wanted: int, quiet: bool = False) -> int:
     return fitted
 
 
-def _die(message: str) -> None:
-    click.echo(f"surge fetch: error: {message}", err=True)
-    sys.exit(2)
+def _die(message: str) -> NoReturn:
+    die("surge fetch", message)
 
 
-class Progress:
-    """One line on stderr, rewritten a few times a second: done/total, rate, errors."""
+class Progress(ProgressLine):
+    """done/total, rate and errors, rewritten a few times a second."""
 
     def __init__(self, input_path: str, stream: TextIO | None = None) -> None:
-        self.stream = stream or sys.stderr
-        self.started = time.perf_counter()
-        self.next_draw = 0.0
+        super().__init__(stream)
         self.total: int | None = None
         if input_path != "-" and Path(input_path).is_file():
             threading.Thread(target=self._count_lines, args=(input_path,), daemon=True).start()
@@ -526,25 +524,17 @@ class Progress:
         self.total = count
 
     def update(self, summary: Summary, *, force: bool = False) -> None:
-        now = time.perf_counter()
-        if now < self.next_draw and not force:
+        elapsed = self.due(force)
+        if elapsed is None:
             return
-        self.next_draw = now + 0.2
-        elapsed = now - self.started
         done = summary.records + summary.skipped
         total = f"/~{self.total:,}" if self.total else ""
         rate = summary.records / elapsed if elapsed > 0 else 0.0
         errors = sum(summary.errors.values())
         top = ", ".join(f"{e} {n:,}" for e, n in summary.errors.most_common(3))
-        line = f"{done:,}{total} done  {rate:,.0f}/s  {errors:,} errors" + (
-            f" ({top})" if top else ""
+        self.show(
+            f"{done:,}{total} done  {rate:,.0f}/s  {errors:,} errors" + (f" ({top})" if top else "")
         )
-        self.stream.write("\r\x1b[K" + line)
-        self.stream.flush()
-
-    def close(self) -> None:
-        self.stream.write("\r\x1b[K")
-        self.stream.flush()
 
 
 def main(args: list[str] | None = None) -> Any:  # pragma: no cover - for python -m

@@ -23,7 +23,7 @@ import time
 from contextlib import aclosing
 from datetime import datetime
 from json.encoder import encode_basestring
-from typing import TextIO
+from typing import NoReturn, TextIO
 
 import click
 
@@ -31,6 +31,7 @@ from surge.errors import S3Error, UsageError
 from surge.loops import new_event_loop
 from surge.s3.api import Entry, ListOptions, list_pages
 from surge.s3.listing import CommonPrefix
+from surge.terminal import ProgressLine, die, error_line
 
 
 @click.group("s3")
@@ -124,7 +125,7 @@ def ls_command(
     except UsageError as e:
         _die(str(e))
     except S3Error as e:
-        click.echo(f"surge s3 ls: error: {e}", err=True)
+        click.echo(error_line("surge s3 ls", str(e)), err=True)
         sys.exit(2 if e.is_usage else 1)
     finally:
         loop.close()
@@ -232,26 +233,15 @@ class JsonWriter(Writer):
         click.echo(f"Total Objects: {self.objects}\n   Total Size: {self.bytes}", err=True)
 
 
-class Progress:
-    """One line on stderr, a few times a second: objects so far and the rate."""
-
-    def __init__(self, stream: TextIO | None = None) -> None:
-        self.stream = stream or sys.stderr
-        self.started = time.perf_counter()
-        self.next_draw = 0.0
+class Progress(ProgressLine):
+    """Objects so far and the rate, rewritten a few times a second."""
 
     def update(self, objects: int) -> None:
-        now = time.perf_counter()
-        if now < self.next_draw:
+        elapsed = self.due()
+        if elapsed is None:
             return
-        self.next_draw = now + 0.2
-        rate = objects / (now - self.started) if now > self.started else 0.0
-        self.stream.write(f"\r\x1b[K{objects:,} objects  {rate:,.0f}/s")
-        self.stream.flush()
-
-    def close(self) -> None:
-        self.stream.write("\r\x1b[K")
-        self.stream.flush()
+        rate = objects / elapsed if elapsed > 0 else 0.0
+        self.show(f"{objects:,} objects  {rate:,.0f}/s")
 
 
 def human_size(size: int) -> str:
@@ -268,6 +258,5 @@ def human_size(size: int) -> str:
     return f"{1024 * size / 1024**7:.1f} EiB"
 
 
-def _die(message: str) -> None:
-    click.echo(f"surge s3 ls: error: {message}", err=True)
-    sys.exit(2)
+def _die(message: str) -> NoReturn:
+    die("surge s3 ls", message)

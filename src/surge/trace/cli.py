@@ -20,8 +20,9 @@ import click
 
 from surge.errors import RequestError, UsageError
 from surge.http.client import Client, Response, parse_header
-from surge.http.timings import Timings
+from surge.http.timings import RECORD_PHASES, Timings
 from surge.loops import new_event_loop
+from surge.terminal import die
 
 
 @click.command("trace")
@@ -74,8 +75,7 @@ def trace_command(
         # one client's connections do: a new connection each time, not a new CA load.
         options["ssl_context"] = Client(**options).ssl_context
     except UsageError as e:
-        click.echo(f"surge trace: error: {e}", err=True)
-        sys.exit(2)
+        die("surge trace", str(e))
     color = sys.stdout.isatty() and not as_json
     loop = new_event_loop()
     try:
@@ -235,7 +235,6 @@ _COLUMNS = (
     "Server Processing",
     "Content Transfer",
 )
-_PHASE_KEYS = ("dns_ms", "connect_ms", "tls_ms", "ttfb_ms", "body_ms")
 _MARKS = ("namelookup", "connect", "pretransfer", "starttransfer", "total")
 
 
@@ -280,10 +279,10 @@ def render(
         lines.append(f"body: {outcome.bytes:,} bytes on the wire")
     else:
         lines.append(paint(f"FAILED: {outcome.error_class}: {outcome.detail}", "31"))
-    phases = record["timings"] or dict.fromkeys(_PHASE_KEYS)
+    phases = record["timings"] or dict.fromkeys(RECORD_PHASES)
     tls = str(record["final_url"]).startswith("https:")
     curl = hop_timers(chain[-1], tls=tls, end=end) if chain else {}  # the last hop's
-    cells = [_fmt(phases[k]) for k in _PHASE_KEYS]
+    cells = [_fmt(phases[k]) for k in RECORD_PHASES]
     widths = [max(len(c), len(h)) + 2 for c, h in zip(cells, _COLUMNS, strict=True)]
     lines.append("")
     lines.append(" " + "".join(h.center(w) + " " for h, w in zip(_COLUMNS, widths, strict=True)))

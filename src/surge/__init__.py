@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from surge._version import __version__
 
 __all__ = ["__version__", "fetch", "fetch_all", "fetch_on_cluster"]
 

@@ -34,7 +34,7 @@ from surge.bulk.limits import fit_open_files, open_files_limit
 from surge.errors import LocalResourceError, RequestError, UsageError
 from surge.gc_tuning import relaxed_gc
 from surge.http.client import Client
-from surge.http.timings import Timings, ms3
+from surge.http.timings import RECORD_PHASES, Timings, ms3
 from surge.loops import iterate_in_thread
 from surge.retry import RETRY_AFTER_STATUSES, RetryPolicy, retry_after_seconds
 from surge.trace.tracer import LAG_EVERY, Tracer
@@ -340,7 +340,7 @@ def _record(
     timings: Timings | None,
     redirects: int,
 ) -> Record:
-    phases = timings.phases_ms() if timings is not None else dict.fromkeys(_PHASES)
+    phases = timings.phases_ms() if timings is not None else dict.fromkeys(RECORD_PHASES)
     hop_start = timings.hop_start if timings is not None else None
     return {
         "url": item.url,
@@ -360,9 +360,6 @@ def _record(
         "final_url": final_url,
         "timings": phases,
     }
-
-
-_PHASES = ("dns_ms", "connect_ms", "tls_ms", "ttfb_ms", "body_ms")
 
 
 # -- the synchronous API ------------------------------------------------------------------

@@ -33,6 +33,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import IO, Any, Final
 
 from surge.errors import ERROR_CLASSES, UsageError
+from surge.http.timings import RECORD_PHASES
 
 #: The keys of a result record, in the order they are written.
 FIELDS: Final = (
@@ -51,7 +52,7 @@ FIELDS: Final = (
     "timings",
 )
 #: The keys of a record's ``timings`` (curl's -w timers, see surge.http.timings).
-TIMING_FIELDS: Final = ("dns_ms", "connect_ms", "tls_ms", "ttfb_ms", "body_ms")
+TIMING_FIELDS: Final = RECORD_PHASES
 #: The CSV header: the record's fields with ``timings`` flattened into its phases.
 CSV_COLUMNS: Final = FIELDS[:-1] + TIMING_FIELDS
 OUTPUT_FORMATS: Final = ("jsonl", "csv")

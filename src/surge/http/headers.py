@@ -85,7 +85,7 @@ def build(headers: HeaderInput, defaults: str | None = None) -> RequestHeaders:
         else:
             common.append(line)
     if defaults is not None:
-        from surge import __version__
+        from surge._version import __version__
 
         own = []
         if "user-agent" not in names:

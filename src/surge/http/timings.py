@@ -103,6 +103,12 @@ class Timings:
         return {name: getattr(self, name) for name in self.__slots__ if name != "previous"}
 
 
+#: The keys of a record's ``timings`` (curl's -w phases, in milliseconds), in
+#: order: what :meth:`Timings.phases_ms` returns. The waterfall's finer phases
+#: (queued, send, wait, ...) are surge.trace.phases.PHASES.
+RECORD_PHASES: tuple[str, ...] = ("dns_ms", "connect_ms", "tls_ms", "ttfb_ms", "body_ms")
+
+
 def ms3(seconds: float) -> float:
     """``seconds`` in milliseconds, rounded to 0.001 ms (a microsecond).
 

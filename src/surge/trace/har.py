@@ -26,7 +26,7 @@ import time
 from collections.abc import Mapping
 from typing import IO, Any
 
-from surge import __version__
+from surge._version import __version__
 from surge.http.timings import Timings
 from surge.trace.phases import (
     CONNECT,

@@ -1,5 +1,7 @@
-"""One request's time cut into consecutive phases: the single definition that the
-waterfall, the phase summary and HAR all use.
+"""One request's time cut into consecutive phases: the one definition that the
+waterfall, the phase summary and HAR use.  (A result record's ``timings`` keep
+curl's five coarser phases, ``surge.http.timings.RECORD_PHASES``: dns, connect,
+tls, ttfb = send + wait, body = receive.)
 
 A request's time runs from the moment a worker picked up its input (``start``)
 to the moment its record was made (``end``); its last attempt's

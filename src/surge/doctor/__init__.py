@@ -28,7 +28,8 @@ process when that module is already imported, else in a child interpreter.
 
 from __future__ import annotations
 
-from surge.doctor.checks import Finding, Status, check_ids, exit_status, format_table, run_checks
+from surge.doctor.checks import Finding, Status, check_ids, run_checks
 from surge.doctor.counters import watch
+from surge.doctor.report import exit_status, format_table
 
 __all__ = ["Finding", "Status", "check_ids", "exit_status", "format_table", "run_checks", "watch"]

@@ -7,7 +7,8 @@ import sys
 
 import click
 
-from surge.doctor.checks import check_ids, exit_status, format_table, run_checks
+from surge.doctor.checks import check_ids, run_checks
+from surge.doctor.report import exit_status, format_table
 
 #: The version of the --json shape: {schema, findings: [{id, status, message, fix,
 #: measured, error}]}, each id's measured keys fixed.  Bumped when that changes.

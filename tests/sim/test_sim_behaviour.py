@@ -265,3 +265,19 @@ def test_lower_bound_uses_the_seed_and_checks_concurrency() -> None:
     assert lower_bound(names, 10, 5, seed=1) == lower_bound([behaviour(h, 1) for h in names], 10, 5)
     with pytest.raises(ValueError, match="concurrency"):
         lower_bound(names, 0, 5)
+
+
+def test_surge_sim_help_names_every_part_of_the_grammar() -> None:
+    """`surge sim --help` carries the host grammar; a part added to the grammar
+    (behaviour's docstring table) and not to the help fails here."""
+    import importlib
+    import re
+
+    from surge.sim.cli import GRAMMAR
+
+    module = importlib.import_module("surge.sim.behaviour")  # the package exports a function
+    table = (module.__doc__ or "").split("Generic hosts")[0]
+    parts = {re.split(r"[-<\[]", name)[0] for name in re.findall(r"^``([a-z][^`]*)``", table, re.M)}
+    assert {"status", "delay", "redirect", "hang", "badcert", "site"} <= parts
+    missing = [part for part in sorted(parts) if part not in GRAMMAR]
+    assert missing == []

@@ -56,7 +56,30 @@ async def _serve_until_signalled(
         await server.close()
 
 
-@click.command("sim")
+#: The host grammar, for --help (the full one: surge.sim.behaviour's docstring).
+GRAMMAR = """\b
+Each *.sim host behaves as its name says; parts combine with '.' or '--'
+(delay-200.status-404.sim = delay-200--status-404.sim), other names answer 200:
+  status-<code>     final status (200-599)
+  delay-<ms>        wait before every response (redirect hops included)
+  redirect-<n>      n redirects (301 odd, 302 even), then the other parts
+  redirect-loop     redirect to itself forever
+  gzip, chunked     encodings (gzip only when Accept-Encoding allows it)
+  big-<n>[k|m]      body size; slowbody-<ms>: the body trickles out over ms
+  hang, hang-body   never answer / stall after half a body
+  reset, close      TCP RST / FIN after the request; garbage: not HTTP
+  badcert           over TLS, a certificate from an untrusted CA
+  site<N>           a generic host: a realistic mix drawn from N and --seed
+                    (85% 200, 5% 404/500, 4% redirects, 3% hangs, 2% resets
+                    or closes, 1% garbage; latency median 70 ms, 5% 1-3 s)
+
+\b
+Point a client at it: surge fetch --resolve '*.sim:*:127.0.0.1' (curl's flag),
+or surge.sim.patch_getaddrinfo() in-process for requests, aiohttp, httpx.
+"""
+
+
+@click.command("sim", epilog=GRAMMAR)
 @click.option(
     "--port",
     type=click.IntRange(0, 65535),

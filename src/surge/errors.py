@@ -87,7 +87,8 @@ class S3Error(SurgeError):
     )
 
     def __init__(self, code: str, message: str, *, status: int | None, bucket: str) -> None:
-        super().__init__(f"{code}: {message} (bucket {bucket!r})")
+        # bucket "": a request of the service itself (ListBuckets)
+        super().__init__(f"{code}: {message}" + (f" (bucket {bucket!r})" if bucket else ""))
         self.code = code
         self.message = message
         self.status = status

@@ -197,3 +197,40 @@ def test_a_broken_credential_configuration_is_one_line_and_exit_2(
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("surge s3 ls: error: ")
     assert message in done.stderr
+
+
+@pytest.mark.parametrize("server", ["buckets", "moto_buckets"])
+def test_with_no_bucket_the_buckets_are_listed_as_aws_lists_them(
+    server: str, request: pytest.FixtureRequest
+) -> None:
+    """`surge s3 ls` alone lists the buckets (ListBuckets): the names and creation
+    times boto3 sees, one `YYYY-MM-DD HH:MM:SS name` line each, on MinIO and moto."""
+    where: Buckets = request.getfixturevalue(server)
+    expected = where.s3.list_buckets()["Buckets"]
+    code, out, err = run(where)
+    assert code == 0, err
+    assert out.splitlines() == [
+        f"{b['CreationDate'].astimezone().strftime('%Y-%m-%d %H:%M:%S')} {b['Name']}"
+        for b in expected
+    ]
+    code, out, err = run(where, "--json")
+    assert code == 0, err
+    got = [json.loads(line) for line in out.splitlines()]
+    assert [g["name"] for g in got] == [b["Name"] for b in expected]
+    assert all(g["created"].endswith("Z") for g in got)
+
+
+def test_listing_the_buckets_with_wrong_keys_is_one_line_and_exit_2(buckets: Buckets) -> None:
+    code, out, err = run(buckets, env={"AWS_SECRET_ACCESS_KEY": "wrong"})
+    assert code == 2 and out == ""
+    assert err.startswith("surge s3 ls: error: SignatureDoesNotMatch") and err.count("\n") == 1
+
+
+def test_the_python_api_lists_the_buckets(buckets: Buckets) -> None:
+    import asyncio
+
+    import surge.s3
+
+    got = asyncio.run(surge.s3.list_buckets(**buckets.options()))
+    assert [b.name for b in got] == [b["Name"] for b in buckets.s3.list_buckets()["Buckets"]]
+    assert all(isinstance(b, surge.s3.Bucket) and b.created.tzinfo for b in got)

@@ -3,6 +3,7 @@
     import surge.s3
     for obj in surge.s3.list_all("s3://bucket/prefix/", endpoint_url="http://127.0.0.1:9000"):
         print(obj.key, obj.size, obj.last_modified, obj.etag, obj.storage_class)
+    buckets = asyncio.run(surge.s3.list_buckets(endpoint_url=...))   # [Bucket(name, created)]
 
 Errors: :class:`S3Error` (``code``: S3's own, or ``InvalidListing`` /
 ``NotListBucketResult`` for a server that lists wrongly), :class:`UsageError`
@@ -13,12 +14,13 @@ See :mod:`surge.s3.api` for the options, :mod:`surge.s3.listing` for how it work
 """
 
 from surge.errors import S3Error, UsageError
-from surge.s3.api import ListOptions, list_all, list_objects, list_pages
+from surge.s3.api import ListOptions, list_all, list_buckets, list_objects, list_pages
 from surge.s3.listing import CommonPrefix, Stats
-from surge.s3.parse import S3Object
+from surge.s3.parse import Bucket, S3Object
 from surge.s3.sigv4 import Credentials
 
 __all__ = [
+    "Bucket",
     "CommonPrefix",
     "Credentials",
     "ListOptions",
@@ -27,6 +29,7 @@ __all__ = [
     "Stats",
     "UsageError",
     "list_all",
+    "list_buckets",
     "list_objects",
     "list_pages",
 ]

@@ -25,13 +25,13 @@ from contextlib import aclosing, closing
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from surge.errors import UsageError
+from surge.errors import S3Error, UsageError
 from surge.gc_tuning import relaxed_gc
 from surge.http import Client
 from surge.loops import iterate_in_thread
-from surge.s3.config import make_target, split_s3_url
+from surge.s3.config import Target, make_target, split_s3_url
 from surge.s3.listing import CommonPrefix, Lister, ParallelListing, Stats
-from surge.s3.parse import S3Object
+from surge.s3.parse import Bucket, S3Object, parse_buckets
 from surge.s3.sigv4 import Credentials
 
 Entry = S3Object | CommonPrefix
@@ -56,6 +56,17 @@ class ListOptions:
     notice: Callable[[str], None] | None = None
     stats: Stats = field(default_factory=Stats)  # filled in as the listing runs
 
+    def target(self, bucket: str) -> Target:
+        """Where and how to send a bucket's requests ("": the service's)."""
+        return make_target(
+            bucket,
+            endpoint_url=self.endpoint_url,
+            region=self.region,
+            profile=self.profile,
+            no_sign_request=self.no_sign_request,
+            credentials=self.credentials,
+        )
+
     def __post_init__(self) -> None:
         if self.parallel < 1:
             raise UsageError(f"--parallel must be at least 1, not {self.parallel}")
@@ -70,14 +81,7 @@ async def list_pages(
     a big listing, with no per-object iterator step."""
     opts = options or ListOptions(**kwargs)
     bucket, prefix = split_s3_url(url)
-    target = make_target(
-        bucket,
-        endpoint_url=opts.endpoint_url,
-        region=opts.region,
-        profile=opts.profile,
-        no_sign_request=opts.no_sign_request,
-        credentials=opts.credentials,
-    )
+    target = opts.target(bucket)
     own_client = client is None
     if client is None:
         # identity, not gzip: MinIO compresses listings when asked, and inflating
@@ -130,6 +134,57 @@ async def list_pages(
         finally:
             if own_client:
                 await client.close()
+
+
+#: Pages of a bucket list at most (AWS pages by 10,000 buckets when asked; a
+#: server that keeps answering with a token is not followed forever).
+MAX_BUCKET_PAGES = 1000
+
+
+async def list_buckets(
+    *, options: ListOptions | None = None, client: Client | None = None, **kwargs: Any
+) -> list[Bucket]:
+    """The buckets the credentials can see (ListBuckets), as ``aws s3 ls`` with no
+    bucket lists them; options as :class:`ListOptions` (endpoint, region,
+    credentials, retries)."""
+    opts = options or ListOptions(**kwargs)
+    target = opts.target("")
+    own_client = client is None
+    if client is None:
+        client = Client(max_connections=1, max_time=opts.max_time)
+    lister = Lister(target, client, retries=opts.retries)
+    lister.stats = opts.stats
+    buckets: list[Bucket] = []
+    params: dict[str, str] = {}
+    seen: set[str] = set()
+    try:
+        for _ in range(MAX_BUCKET_PAGES):
+            body = await lister.get(params, "ListAllMyBucketsResult")
+            try:
+                page, token = parse_buckets(body)
+            except ValueError as e:
+                raise S3Error("InvalidListing", str(e), status=200, bucket="") from None
+            buckets.extend(page)
+            if token is None:
+                return buckets
+            if token in seen:
+                raise S3Error(
+                    "InvalidListing",
+                    f"the bucket list repeats its token {token[:80]!r}",
+                    status=200,
+                    bucket="",
+                )
+            seen.add(token)
+            params = {"continuation-token": token}
+        raise S3Error(
+            "InvalidListing",
+            f"more than {MAX_BUCKET_PAGES} pages of buckets",
+            status=200,
+            bucket="",
+        )
+    finally:
+        if own_client:
+            await client.close()
 
 
 async def _first_error(task: asyncio.Future[None]) -> None:

@@ -29,7 +29,7 @@ import click
 
 from surge.errors import S3Error, UsageError
 from surge.loops import new_event_loop
-from surge.s3.api import Entry, ListOptions, list_pages
+from surge.s3.api import Entry, ListOptions, list_buckets, list_pages
 from surge.s3.listing import CommonPrefix
 from surge.terminal import ProgressLine, die, error_line
 
@@ -40,7 +40,7 @@ def s3_group() -> None:
 
 
 @s3_group.command("ls")
-@click.argument("url", metavar="s3://BUCKET[/PREFIX]")
+@click.argument("url", metavar="[s3://BUCKET[/PREFIX]]", required=False)
 @click.option("--recursive", "-r", is_flag=True, help="Every object under the prefix.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @click.option("--endpoint-url", metavar="URL", help="An S3-compatible server (path-style).")
@@ -64,7 +64,7 @@ def s3_group() -> None:
 @click.option("--summarize", is_flag=True, help="Object count and total size at the end.")
 @click.option("--no-progress", is_flag=True, help="No progress line, even on a terminal.")
 def ls_command(
-    url: str,
+    url: str | None,
     recursive: bool,
     as_json: bool,
     endpoint_url: str | None,
@@ -77,7 +77,7 @@ def ls_command(
     summarize: bool,
     no_progress: bool,
 ) -> None:
-    """List objects under s3://BUCKET[/PREFIX].
+    """List objects under s3://BUCKET[/PREFIX]; with no URL, list the buckets.
 
     With --recursive the listing runs --parallel requests at once (by prefix,
     and by key range for flat key spaces) and lines come in no particular
@@ -96,6 +96,9 @@ def ls_command(
         )
     except UsageError as e:
         _die(str(e))
+    if url is None:
+        _list_buckets(options, as_json)
+        return
     prefix = url[5:].partition("/")[2] if url.startswith("s3://") else ""
     # Without --recursive, aws s3 ls shows names relative to the prefix's "directory".
     strip = 0 if recursive else prefix.rfind("/") + 1
@@ -122,15 +125,31 @@ def ls_command(
         # otherwise complain again when it flushes stdout at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(141)
-    except UsageError as e:
-        _die(str(e))
-    except S3Error as e:
-        click.echo(error_line("surge s3 ls", str(e)), err=True)
-        sys.exit(2 if e.is_usage else 1)
+    except (UsageError, S3Error) as e:
+        _fail(e)
     finally:
         loop.close()
         if progress is not None:
             progress.close()
+
+
+def _list_buckets(options: ListOptions, as_json: bool) -> None:
+    """``aws s3 ls`` with no bucket: each bucket's creation time and name."""
+    loop = new_event_loop()
+    try:
+        buckets = loop.run_until_complete(list_buckets(options=options))
+    except (UsageError, S3Error) as e:
+        _fail(e)
+    finally:
+        loop.close()
+    for bucket in buckets:
+        if as_json:
+            created = bucket.created.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+            line = f'{{"name": {encode_basestring(bucket.name)}, "created": "{created}"}}'
+        else:  # local time, as aws prints it
+            created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(bucket.created.timestamp()))
+            line = f"{created} {bucket.name}"
+        click.echo(line)
 
 
 async def _run(url: str, options: ListOptions, writer: Writer, progress: Progress | None) -> None:
@@ -260,3 +279,12 @@ def human_size(size: int) -> str:
 
 def _die(message: str) -> NoReturn:
     die("surge s3 ls", message)
+
+
+def _fail(error: UsageError | S3Error) -> NoReturn:
+    """One line; exit 2 for what is the caller's to fix (a usage error, no such
+    bucket, access denied), 1 for a listing that failed otherwise."""
+    if isinstance(error, S3Error) and not error.is_usage:
+        click.echo(error_line("surge s3 ls", str(error)), err=True)
+        sys.exit(1)
+    _die(str(error))

@@ -225,7 +225,10 @@ def make_target(
     no_sign_request: bool = False,
     credentials: Credentials | None = None,
 ) -> Target:
-    """Resolve the endpoint, the region and (unless anonymous) the credentials."""
+    """Resolve the endpoint, the region and (unless anonymous) the credentials.
+
+    ``bucket`` "" is the service itself (ListBuckets): the endpoint's root, or
+    ``s3.<region>.amazonaws.com``."""
     region = resolve_region(region, profile)
     endpoint_url = resolve_endpoint(endpoint_url, profile)
     signer = None
@@ -245,10 +248,13 @@ def make_target(
         except Exception:
             raise UsageError(f"endpoint URL {endpoint_url!r}: not an http(s) URL") from None
         base_path = parsed.target.decode("ascii").rstrip("/")
-        path = f"{base_path}/{quote(bucket, safe='')}"
+        path = f"{base_path}/{quote(bucket, safe='')}" if bucket else f"{base_path}/"
         base = f"{parsed.scheme}://{parsed.host_header.decode('ascii')}"
         return Target(bucket, base, parsed.host_header.decode("ascii"), path, region, signer)
-    if "." in bucket:
+    if not bucket:
+        host = f"s3.{region}.amazonaws.com"
+        path = "/"
+    elif "." in bucket:
         host = f"s3.{region}.amazonaws.com"
         path = f"/{bucket}"
     else:

@@ -205,6 +205,13 @@ class Lister:
             params["continuation-token"] = token
         if start_after:
             params["start-after"] = start_after
+        return await self.get(params, "ListBucketResult")
+
+    async def get(self, params: dict[str, str], answer: str) -> bytes:
+        """One signed GET of the target's path with ``params``: the body of a 200
+        whose document is ``answer`` (its root element). Retried on 5xx,
+        SlowDown and transient transport errors as the retry policy says; any
+        other failure raises :class:`S3Error`."""
         target = self.target
         query = canonical_query(params)
         url = f"{target.base_url}{target.path}?{query}"
@@ -226,10 +233,10 @@ class Lister:
                 body = response.body
                 # An HTML login page or a JSON answer from something that is not
                 # S3 would otherwise read as an empty bucket.
-                if b"<ListBucketResult" not in body[:1024]:
+                if b"<" + answer.encode() not in body[:1024]:
                     raise S3Error(
-                        "NotListBucketResult",
-                        "a 200 response that is not a ListBucketResult ("
+                        f"Not{answer}",
+                        f"a 200 response that is not a {answer} ("
                         + describe(body, response.header("content-type"))
                         + "): is the endpoint an S3 server?",
                         status=200,

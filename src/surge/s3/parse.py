@@ -200,6 +200,35 @@ def _parse_element(element: bytes, decode: Decode) -> S3Object:
     )
 
 
+class Bucket(NamedTuple):
+    """One bucket of a ListBuckets answer."""
+
+    name: str
+    created: datetime
+
+
+_BUCKET = re.compile(rb"<Bucket>(.*?)</Bucket>", re.S)
+_BUCKET_FIELD = {
+    name: re.compile(rb"<" + name + rb">([^<]*)</" + name + rb">")
+    for name in (b"Name", b"CreationDate")
+}
+_TOKEN = re.compile(rb"<ContinuationToken>([^<]*)</ContinuationToken>")
+
+
+def parse_buckets(body: bytes) -> tuple[list[Bucket], str | None]:
+    """A ListAllMyBucketsResult: its buckets, and the token of the next page (AWS
+    pages a long list since 2024; None: the last page)."""
+    buckets = []
+    for element in _BUCKET.findall(body):
+        name = _BUCKET_FIELD[b"Name"].search(element)
+        created = _BUCKET_FIELD[b"CreationDate"].search(element)
+        if name is None or created is None:
+            raise ValueError(f"a <Bucket> without its Name or CreationDate: {element[:200]!r}")
+        buckets.append(Bucket(_text(name.group(1)), _timestamp(created.group(1).strip())))
+    token = _TOKEN.search(body)
+    return buckets, (_text(token.group(1)) or None) if token else None
+
+
 def parse_error(body: bytes) -> tuple[str | None, str]:
     """(Code, Message) of an S3 error document; (None, "") if it is not one."""
     found = {}

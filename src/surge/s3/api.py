@@ -55,6 +55,14 @@ class ListOptions:
     #: parallel listing gives way to a sequential one (default: a logging warning)
     notice: Callable[[str], None] | None = None
     stats: Stats = field(default_factory=Stats)  # filled in as the listing runs
+    #: The keys under this prefix (with a URL that names only the bucket).
+    prefix: str | None = None
+    #: Only the keys after this one; the listing then runs in key order, one
+    #: pipelined page after another (S3's ``start-after``).
+    start_after: str | None = None
+    #: At most this many entries, the first in key order (the listing then runs
+    #: in key order, as with ``start_after``), as the AWS CLI's ``--max-items``.
+    limit: int | None = None
 
     def target(self, bucket: str) -> Target:
         """Where and how to send a bucket's requests ("": the service's)."""
@@ -72,6 +80,8 @@ class ListOptions:
             raise UsageError(f"--parallel must be at least 1, not {self.parallel}")
         if not 1 <= self.page_size <= 1000:
             raise UsageError(f"page size must be 1..1000, not {self.page_size}")
+        if self.limit is not None and (isinstance(self.limit, bool) or self.limit < 1):
+            raise UsageError(f"limit must be at least 1, not {self.limit!r}")
 
 
 async def list_pages(
@@ -81,6 +91,10 @@ async def list_pages(
     a big listing, with no per-object iterator step."""
     opts = options or ListOptions(**kwargs)
     bucket, prefix = split_s3_url(url)
+    if opts.prefix is not None:
+        if prefix:
+            raise UsageError(f"{url!r} has a prefix already: give prefix= or the URL's, not both")
+        prefix = opts.prefix
     target = opts.target(bucket)
     own_client = client is None
     if client is None:
@@ -99,12 +113,24 @@ async def list_pages(
     # had the collector rescan the live ones over and over, finding no garbage).
     with relaxed_gc(opts.relax_gc):
         try:
-            if not opts.recursive:
-                async for page in lister.pages(prefix, delimiter="/"):
+            if not opts.recursive or opts.start_after is not None or opts.limit is not None:
+                # In key order, one pipelined page after another.
+                left = opts.limit
+                delimiter = None if opts.recursive else "/"
+                async for page in lister.pages(
+                    prefix, delimiter=delimiter, start_after=opts.start_after
+                ):
                     entries: list[Entry] = [CommonPrefix(p) for p in page.prefixes]
                     entries.extend(page.objects)
+                    if left is not None:
+                        if delimiter is not None and page.prefixes and page.objects:
+                            entries.sort(key=_entry_key)  # the first N: prefixes and keys merged
+                        entries = entries[:left]
+                        left -= len(entries)
                     if entries:
                         yield entries
+                    if left == 0:
+                        return
                 return
             out: asyncio.Queue[list[S3Object] | None] = asyncio.Queue(maxsize=256)
             notice = opts.notice or _log.warning
@@ -185,6 +211,10 @@ async def list_buckets(
     finally:
         if own_client:
             await client.close()
+
+
+def _entry_key(entry: Entry) -> str:
+    return entry.prefix if isinstance(entry, CommonPrefix) else entry.key
 
 
 async def _first_error(task: asyncio.Future[None]) -> None:

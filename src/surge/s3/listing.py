@@ -271,13 +271,15 @@ class Lister:
 
     # -- one listing, sequential and pipelined ---------------------------------------
 
-    async def pages(self, prefix: str, *, delimiter: str | None = None) -> AsyncIterator[Page]:
-        """Every page of one listing, the next one always asked for before this
-        one is parsed."""
+    async def pages(
+        self, prefix: str, *, delimiter: str | None = None, start_after: str | None = None
+    ) -> AsyncIterator[Page]:
+        """Every page of one listing (of the keys after ``start_after``, if given),
+        the next one always asked for before this one is parsed."""
         tokens = Tokens(self.target.bucket)
         first: str | None = None
         pending: asyncio.Task[bytes] | None = asyncio.ensure_future(
-            self.fetch(prefix, delimiter=delimiter)
+            self.fetch(prefix, delimiter=delimiter, start_after=start_after)
         )
         try:
             while pending is not None:

@@ -14,9 +14,16 @@ See :mod:`surge.s3.api` for the options, :mod:`surge.s3.listing` for how it work
 """
 
 from surge.errors import S3Error, UsageError
-from surge.s3.api import ListOptions, list_all, list_buckets, list_objects, list_pages
+from surge.s3.api import (
+    ListOptions,
+    list_all,
+    list_buckets,
+    list_objects,
+    list_pages,
+    list_versions,
+)
 from surge.s3.listing import CommonPrefix, Stats
-from surge.s3.parse import Bucket, S3Object
+from surge.s3.parse import Bucket, S3Object, S3Version
 from surge.s3.sigv4 import Credentials
 
 __all__ = [
@@ -26,10 +33,12 @@ __all__ = [
     "ListOptions",
     "S3Error",
     "S3Object",
+    "S3Version",
     "Stats",
     "UsageError",
     "list_all",
     "list_buckets",
     "list_objects",
     "list_pages",
+    "list_versions",
 ]

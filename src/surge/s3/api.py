@@ -31,7 +31,7 @@ from surge.http import Client
 from surge.loops import iterate_in_thread
 from surge.s3.config import Target, make_target, split_s3_url
 from surge.s3.listing import CommonPrefix, Lister, ParallelListing, Stats
-from surge.s3.parse import Bucket, S3Object, parse_buckets
+from surge.s3.parse import Bucket, S3Object, S3Version, parse_buckets
 from surge.s3.sigv4 import Credentials
 
 Entry = S3Object | CommonPrefix
@@ -90,11 +90,7 @@ async def list_pages(
     """The listing a page (a list of entries) at a time: the cheapest way through
     a big listing, with no per-object iterator step."""
     opts = options or ListOptions(**kwargs)
-    bucket, prefix = split_s3_url(url)
-    if opts.prefix is not None:
-        if prefix:
-            raise UsageError(f"{url!r} has a prefix already: give prefix= or the URL's, not both")
-        prefix = opts.prefix
+    bucket, prefix = _bucket_and_prefix(url, opts)
     target = opts.target(bucket)
     own_client = client is None
     if client is None:
@@ -160,6 +156,36 @@ async def list_pages(
         finally:
             if own_client:
                 await client.close()
+
+
+async def list_versions(
+    url: str, *, options: ListOptions | None = None, client: Client | None = None, **kwargs: Any
+) -> AsyncGenerator[list[S3Version], None]:
+    """Every version and delete marker under ``url`` (ListObjectVersions), a page
+    at a time, in key order (newest version first within a key), as s5cmd's
+    ``ls --all-versions``; ``prefix=`` as :func:`list_pages`."""
+    opts = options or ListOptions(**kwargs)
+    bucket, prefix = _bucket_and_prefix(url, opts)
+    own_client = client is None
+    if client is None:
+        client = Client(max_connections=2, max_time=opts.max_time)
+    lister = Lister(opts.target(bucket), client, page_size=opts.page_size, retries=opts.retries)
+    lister.stats = opts.stats
+    try:
+        async for page in lister.versions(prefix):
+            yield page
+    finally:
+        if own_client:
+            await client.close()
+
+
+def _bucket_and_prefix(url: str, opts: ListOptions) -> tuple[str, str]:
+    bucket, prefix = split_s3_url(url)
+    if opts.prefix is not None:
+        if prefix:
+            raise UsageError(f"{url!r} has a prefix already: give prefix= or the URL's, not both")
+        prefix = opts.prefix
+    return bucket, prefix
 
 
 #: Pages of a bucket list at most (AWS pages by 10,000 buckets when asked; a

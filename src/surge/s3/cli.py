@@ -29,8 +29,9 @@ import click
 
 from surge.errors import S3Error, UsageError
 from surge.loops import new_event_loop
-from surge.s3.api import Entry, ListOptions, list_buckets, list_pages
+from surge.s3.api import Entry, ListOptions, list_buckets, list_pages, list_versions
 from surge.s3.listing import CommonPrefix
+from surge.s3.parse import S3Version
 from surge.terminal import ProgressLine, die, error_line
 
 
@@ -61,6 +62,11 @@ def s3_group() -> None:
     help="Keys asked for per request (aws s3 ls --page-size).",
 )
 @click.option("--human-readable", is_flag=True, help="Sizes in Bytes/KiB/MiB/... (aws s3 ls's).")
+@click.option(
+    "--all-versions",
+    is_flag=True,
+    help="Every version and delete marker under the prefix, in key order (s5cmd's flag).",
+)
 @click.option("--summarize", is_flag=True, help="Object count and total size at the end.")
 @click.option("--no-progress", is_flag=True, help="No progress line, even on a terminal.")
 def ls_command(
@@ -74,6 +80,7 @@ def ls_command(
     parallel: int,
     page_size: int,
     human_readable: bool,
+    all_versions: bool,
     summarize: bool,
     no_progress: bool,
 ) -> None:
@@ -97,7 +104,12 @@ def ls_command(
     except UsageError as e:
         _die(str(e))
     if url is None:
+        if all_versions:
+            _die("--all-versions needs s3://BUCKET[/PREFIX]")
         _list_buckets(options, as_json)
+        return
+    if all_versions:
+        _list_versions(url, options, as_json, human_readable)
         return
     prefix = url[5:].partition("/")[2] if url.startswith("s3://") else ""
     # Without --recursive, aws s3 ls shows names relative to the prefix's "directory".
@@ -131,6 +143,54 @@ def ls_command(
         loop.close()
         if progress is not None:
             progress.close()
+
+
+def _list_versions(url: str, options: ListOptions, as_json: bool, human: bool) -> None:
+    """Every version under ``url``: text lines ``date time size key version-id``
+    (``DELETE`` for the size of a delete marker, ``(latest)`` after the current
+    version), or JSON lines."""
+    found = 0
+
+    async def run() -> None:
+        nonlocal found
+        async with aclosing(list_versions(url, options=options)) as pages:
+            async for page in pages:
+                found += len(page)
+                sys.stdout.write("".join(_version_line(v, as_json, human) for v in page))
+
+    loop = new_event_loop()
+    try:
+        loop.run_until_complete(run())
+        sys.stdout.flush()
+    except KeyboardInterrupt:
+        click.echo("surge s3 ls: interrupted", err=True)
+        sys.exit(130)
+    except (UsageError, S3Error) as e:
+        _fail(e)
+    finally:
+        loop.close()
+    if not found and url[5:].partition("/")[2]:
+        sys.exit(1)  # a prefix that matches nothing, as without --all-versions
+
+
+def _version_line(version: S3Version, as_json: bool, human: bool) -> str:
+    if as_json:
+        stamp = version.last_modified.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        return (
+            f'{{"key": {encode_basestring(version.key)}, '
+            f'"version_id": {encode_basestring(version.version_id)}, '
+            f'"is_latest": {"true" if version.is_latest else "false"}, '
+            f'"delete_marker": {"true" if version.delete_marker else "false"}, '
+            f'"size": {version.size}, "last_modified": "{stamp}", '
+            f'"etag": {encode_basestring(version.etag)}, '
+            f'"storage_class": {encode_basestring(version.storage_class)}}}\n'
+        )
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(version.last_modified.timestamp()))
+    size: str | int = "DELETE" if version.delete_marker else version.size
+    if human and not version.delete_marker:
+        size = human_size(version.size)
+    latest = " (latest)" if version.is_latest else ""
+    return f"{stamp} {size:>10} {version.key} {version.version_id}{latest}\n"
 
 
 def _list_buckets(options: ListOptions, as_json: bool) -> None:

@@ -49,11 +49,14 @@ from surge.s3.config import Target
 from surge.s3.parse import (
     Page,
     S3Object,
+    S3Version,
     is_truncated,
     last_key,
     next_token,
     parse_error,
     parse_page,
+    parse_versions,
+    version_markers,
 )
 from surge.s3.sigv4 import canonical_query
 
@@ -206,6 +209,43 @@ class Lister:
         if start_after:
             params["start-after"] = start_after
         return await self.get(params, "ListBucketResult")
+
+    async def versions(self, prefix: str) -> AsyncIterator[list[S3Version]]:
+        """Every version and delete marker under ``prefix`` (ListObjectVersions),
+        in key order, each page asked for as soon as the last one's markers are
+        read - before its versions are parsed."""
+        params = {"versions": "", "encoding-type": "url", "max-keys": str(self.page_size)}
+        if prefix:
+            params["prefix"] = prefix
+        seen: set[tuple[str, str]] = set()
+        pending: asyncio.Task[bytes] | None = asyncio.ensure_future(
+            self.get(params, "ListVersionsResult")
+        )
+        try:
+            while pending is not None:
+                body = await pending
+                pending = None
+                try:
+                    markers = version_markers(body)
+                except ValueError as e:
+                    raise invalid(self.target.bucket, str(e)) from None
+                if markers is not None:
+                    if markers in seen:
+                        raise invalid(self.target.bucket, f"the version markers repeat: {markers}")
+                    seen.add(markers)
+                    follow = {**params, "key-marker": markers[0]}
+                    if markers[1]:
+                        follow["version-id-marker"] = markers[1]
+                    pending = asyncio.ensure_future(self.get(follow, "ListVersionsResult"))
+                try:
+                    page = parse_versions(body)
+                except ValueError as e:
+                    raise invalid(self.target.bucket, str(e)) from None
+                if page:
+                    yield page
+        finally:
+            if pending is not None:
+                pending.cancel()
 
     async def get(self, params: dict[str, str], answer: str) -> bytes:
         """One signed GET of the target's path with ``params``: the body of a 200

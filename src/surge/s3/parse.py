@@ -26,6 +26,7 @@ import html
 import re
 from collections.abc import Callable
 from datetime import datetime
+from itertools import pairwise
 from typing import NamedTuple
 from urllib.parse import unquote_plus
 
@@ -198,6 +199,88 @@ def _parse_element(element: bytes, decode: Decode) -> S3Object:
         _etag(etag) if etag is not None else "",
         storage.decode() if storage else "STANDARD",
     )
+
+
+class S3Version(NamedTuple):
+    """One version of an object, or a delete marker (``size`` 0, no ``etag``), of
+    a ListObjectVersions answer."""
+
+    key: str
+    version_id: str
+    is_latest: bool
+    delete_marker: bool
+    last_modified: datetime
+    size: int
+    etag: str
+    storage_class: str
+
+
+_VERSION = re.compile(rb"<(Version|DeleteMarker)>(.*?)</\1>", re.S)
+_VERSION_FIELD = {
+    name: re.compile(rb"<" + name + rb">([^<]*)</" + name + rb">")
+    for name in (
+        b"Key",
+        b"VersionId",
+        b"IsLatest",
+        b"LastModified",
+        b"ETag",
+        b"Size",
+        b"StorageClass",
+    )
+}
+_MARKER = {
+    name: re.compile(rb"<" + name + rb">([^<]*)</" + name + rb">")
+    for name in (b"NextKeyMarker", b"NextVersionIdMarker")
+}
+
+
+def version_markers(body: bytes) -> tuple[str, str] | None:
+    """The (key, version id) markers of the next ListObjectVersions page; None on
+    the last page."""
+    if not is_truncated(body):
+        return None
+    key = _MARKER[b"NextKeyMarker"].search(body)
+    version = _MARKER[b"NextVersionIdMarker"].search(body)
+    if key is None:
+        raise ValueError("a truncated version listing without its NextKeyMarker")
+    decode = _key_decoder(is_url_encoded(body))
+    return decode(key.group(1)), _text(version.group(1)) if version else ""
+
+
+def parse_versions(body: bytes) -> list[S3Version]:
+    """The versions and delete markers of a ListVersionsResult, in key order
+    (S3 interleaves the two in key order; moto writes a page's versions, then its
+    delete markers: a stable sort by key keeps each key's own order)."""
+    decode = _key_decoder(is_url_encoded(body))
+    versions = []
+    for kind, element in _VERSION.findall(body):
+        found = {}
+        for name, pattern in _VERSION_FIELD.items():
+            m = pattern.search(element)
+            found[name] = m.group(1) if m else None
+        key, modified = found[b"Key"], found[b"LastModified"]
+        if key is None or modified is None:
+            raise ValueError(f"a <{kind.decode()}> without its Key or LastModified")
+        size, etag, storage = found[b"Size"], found[b"ETag"], found[b"StorageClass"]
+        versions.append(
+            S3Version(
+                decode(key),
+                _text(found[b"VersionId"] or b"null"),
+                found[b"IsLatest"] == b"true",
+                kind == b"DeleteMarker",
+                _timestamp(modified.strip()),
+                int(size) if size else 0,
+                _etag(etag) if etag is not None else "",
+                storage.decode() if storage else ("" if kind == b"DeleteMarker" else "STANDARD"),
+            )
+        )
+    if any(a.key > b.key for a, b in pairwise(versions)):
+        versions.sort(key=_version_key)
+    return versions
+
+
+def _version_key(version: S3Version) -> str:
+    return version.key
 
 
 class Bucket(NamedTuple):

@@ -355,11 +355,26 @@ def test_a_job_started_before_any_worker_runs_when_one_joins(sim: SimInfo) -> No
             )
         )
         job.start()
-        time.sleep(1)
+        # the job's first shards are submitted, and held for want of a worker
+        deadline = time.monotonic() + 30
+        while not empty.run_on_scheduler(_tasks_without_a_worker):
+            assert time.monotonic() < deadline, "the job submitted no shard"
+            time.sleep(0.05)
         empty.cluster.scale(1)
         job.join(90)
         assert not job.is_alive()
     assert sorted(got) == list(range(1, 61))
+
+
+def _tasks_without_a_worker(dask_scheduler: Any) -> int:
+    # held for want of a worker: "no-worker", or "queued" (Dask's root-task queuing)
+    return len(dask_scheduler.unrunnable) + len(dask_scheduler.queued)
+
+
+def _shards_running_at(concurrency: int) -> int:
+    with shard_engines._lock:
+        engines = list(shard_engines._engines.values())
+    return sum(e.active for e in engines if e.opts.concurrency == concurrency)
 
 
 def test_a_stopped_job_stops_its_running_shards(sim: SimInfo, client: distributed.Client) -> None:
@@ -369,18 +384,23 @@ def test_a_stopped_job_stops_its_running_shards(sim: SimInfo, client: distribute
     urls = [sim.url(f"h{i}--hang.sim") for i in range(200)]
     opts = FetchOptions(concurrency=10, max_time=60, resolve=[RESOLVE])
     stop = threading.Event()
+    seen_running: list[bool] = []
 
     def stop_once_running() -> None:
+        # once the job's shards are on their engines (a polling wait, bounded)
         deadline = time.monotonic() + 30
-        while not any(client.processing().values()) and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            if any(client.run(_shards_running_at, 10).values()):
+                seen_running.append(True)
+                break
             time.sleep(0.05)
-        time.sleep(0.5)  # the shards are on their engines by now
         stop.set()
 
     stopper = threading.Thread(target=stop_once_running)
     stopper.start()
     assert list(run_shards(client, as_items(urls), opts, shard_size=50, stop=stop)) == []
     stopper.join()
+    assert seen_running, "the job's shards never reached their engines"
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         running = client.run(lambda: len(shard_engines._engines))
@@ -434,26 +454,33 @@ def test_a_shard_given_up_by_a_retiring_worker_is_not_sent_back_to_it(sim: SimIn
     with cluster_client(2) as two:
         scattered_to: list[tuple[float, str]] = []
         scatter = two.scatter
+        all_out = threading.Event()  # the 12 shards' inputs are on their workers
 
         def watched_scatter(*args: Any, **kwargs: Any) -> Any:
             scattered_to.append((time.monotonic(), kwargs["workers"][0]))
-            return scatter(*args, **kwargs)
+            sent = scatter(*args, **kwargs)
+            if len(scattered_to) == 12:
+                all_out.set()
+            return sent
 
         retired: list[tuple[float, str]] = []
 
         def retire() -> None:
+            if not all_out.wait(60):  # a hang guard only
+                return  # no retirement: the assertion on ``retired`` below fails
             busy = [w for w, keys in two.processing().items() if keys]
             retired.append((time.monotonic(), busy[0]))
             two.retire_workers([busy[0]], close_workers=False, remove=False)
 
-        timer = threading.Timer(1.5, retire)
+        retirer = threading.Thread(target=retire)
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(two, "scatter", watched_scatter)
-            timer.start()
+            retirer.start()
             try:
                 shards = list(run_shards(two, as_items(urls), opts, shard_size=40))
             finally:
-                timer.join()
+                retirer.join(90)
+    assert not retirer.is_alive()
     assert sorted(r["line"] for s in shards for r in s.records) == list(range(1, 481))
     ((when, worker),) = retired
     assert max(s.attempts for s in shards) == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -126,18 +127,35 @@ def test_a_returned_resource_goes_to_the_waiter_not_back_to_its_releaser() -> No
 
 
 def test_timeout_message_says_size_in_use_and_waiting() -> None:
-    pool = make_pool(max_size=2, max_overflow=1, timeout=0.05)
+    pool = make_pool(max_size=2, max_overflow=1, timeout=0.5)
     held = [pool.acquire() for _ in range(3)]
     served: list[Conn] = []
     blocker = threading.Thread(target=lambda: served.append(pool.acquire(timeout=5)))
     blocker.start()
     wait_until(lambda: pool.stats()["waiting"] == 1)
-    started = time.monotonic()
+    assert pool.stats()["waits"] == 1 and pool.stats()["timeouts"] == 0
+    # The acquire below must block in the queue beside the blocker for the pool's
+    # default timeout: an observer sees the two waiters at once (an acquire that
+    # gave up without waiting would leave it seeing only one).
+    queued_together = threading.Event()
+
+    def observe() -> None:
+        with contextlib.suppress(AssertionError):
+            wait_until(lambda: pool.stats()["waiting"] == 2)
+            queued_together.set()
+
+    observer = threading.Thread(target=observe)
+    observer.start()
     with pytest.raises(PoolTimeout) as info:
         pool.acquire()
-    assert time.monotonic() - started >= 0.04
+    observer.join(timeout=10)  # a hang guard only
+    assert not observer.is_alive()
+    assert queued_together.is_set()
+    # it was counted as a wait that ended in a timeout; the blocker still waits
+    stats = pool.stats()
+    assert stats["waits"] == 2 and stats["timeouts"] == 1 and stats["waiting"] == 1
     message = str(info.value)
-    assert "0.05 s" in message
+    assert "0.5 s" in message
     assert "max_size=2 + max_overflow=1" in message
     assert "3 in use" in message
     assert "1 waiting" in message

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from contextlib import aclosing
 from typing import Any
 
 import pytest
@@ -104,13 +105,20 @@ async def test_async_iterator(buckets: Buckets) -> None:
 
 
 async def test_closing_the_iterator_early_stops_the_listing(buckets: Buckets) -> None:
+    options = ListOptions(page_size=50, parallel=4, **buckets.options())
     seen = 0
-    async for _ in list_objects("s3://flat", **buckets.options(page_size=50, parallel=4)):
-        seen += 1
-        if seen == 120:
-            break
-    await asyncio.sleep(0)
-    assert seen == 120
+    async with aclosing(list_objects("s3://flat", options=options)) as entries:
+        async for _ in entries:
+            seen += 1
+            if seen == 120:
+                break
+    # Closed: none of the listing's tasks is left running, and it asks for no
+    # more pages. (How many it asked for before is a race with the consumer.)
+    asked = options.stats.requests
+    assert asyncio.all_tasks() == {asyncio.current_task()}
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert options.stats.requests == asked > 0
 
 
 # -- errors -------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ Run it from the repository root::
     python benchmarks/s3.py                       # 7,500 and 100,000 objects, direct and at 20 ms
     python benchmarks/s3.py --sizes 7500 --latency-ms 20
     python benchmarks/s3.py --only surge,boto3_paginator --out /tmp/s3.json
+    python benchmarks/s3.py --server moto         # the fan-out against --parallel 1 on moto
 
 Nothing leaves the machine. A MinIO server (:mod:`surge.s3.minio`; .ci/run
 builds it) runs on 127.0.0.1 with its data in ``${XDG_CACHE_HOME:-~/.cache}/
@@ -34,6 +35,20 @@ its ListObjectsV2 paginator, obstore (``obstore.list``, 1,000 a chunk) and
 obstore fanned out by prefix (``list_with_delimiter`` then 16 prefixes listed at
 once on asyncio), and s5cmd (``s5cmd --json ls 's3://bucket/*'``).
 Tables on stdout, everything in ``benchmarks/results/s3.json``.
+
+``--server moto``: moto's server (``ThreadedMotoServer``, in a ``python -c``
+process of its own, so it does not share the lister's interpreter) answers
+about one request at a time and spends each on the whole bucket (it walks and
+sorts every key under the prefix, whatever max-keys or start-after), so a fan-out
+that adds requests adds their time (issue #19: ``--parallel 16`` took 7.07 s
+against 3.84 s for ``--parallel 1``; the plan must cost at most ~10% over a
+sequential listing). moto keeps its buckets in memory: ``flat-20000`` (20,000
+keys ``obj-0000000`` ...) and ``nested-20000`` (20 prefixes of 1,000) are
+filled on every run. Only surge (16 and ``--parallel 1``, interleaved for
+``--rounds``, 3 by default, the order swapped every round; best and median
+wall time, requests from ``ListOptions.stats``) and boto3's paginator (once,
+the reference key set) are listed, every bucket directly and at
+``--latency-ms``. Everything in ``benchmarks/results/s3-moto.json``.
 """
 
 from __future__ import annotations
@@ -41,10 +56,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -69,19 +86,26 @@ PEERS = [
     "s5cmd",
 ]
 BUCKETS = {7500: "flat-7500", 100_000: "nested-100000"}
+MOTO_BUCKETS = ["flat-20000", "nested-20000"]
+MOTO_PEERS = ["surge", "surge_seq", "boto3_paginator"]
+MAX_ROUNDS = 20
 
 
-def bucket_keys(size: int) -> list[str]:
-    if size == 100_000:
-        return [f"p{p:03d}/obj-{i:04d}" for p in range(100) for i in range(1000)]
-    return [f"obj-{i:07d}" for i in range(size)]
+def bucket_keys(bucket: str) -> list[str]:
+    """``flat-N``: N keys ``obj-0000000`` ...; ``nested-N``: N/1,000 prefixes of 1,000."""
+    kind, size = bucket.rsplit("-", 1)
+    if kind == "nested":
+        return [f"p{p:03d}/obj-{i:04d}" for p in range(int(size) // 1000) for i in range(1000)]
+    return [f"obj-{i:07d}" for i in range(int(size))]
 
 
 # -- the listers, each run in a child process ---------------------------------------------
 
 
-def _listing(peer: str, endpoint: str, bucket: str) -> tuple[list[str], float, float]:
-    """(keys, wall seconds, CPU seconds) of one listing by ``peer``."""
+def _listing(
+    peer: str, endpoint: str, bucket: str
+) -> tuple[list[str], float, float, dict[str, Any]]:
+    """(keys, wall seconds, CPU seconds, surge's Stats or {}) of one listing by ``peer``."""
     url = f"s3://{bucket}"
     if peer in ("surge", "surge_seq"):
         from surge.loops import new_event_loop
@@ -103,7 +127,8 @@ def _listing(peer: str, endpoint: str, bucket: str) -> tuple[list[str], float, f
         loop = new_event_loop()
         cpu, wall = time.process_time(), time.perf_counter()
         keys = loop.run_until_complete(run_surge())
-        return keys, time.perf_counter() - wall, time.process_time() - cpu
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        return keys, wall, cpu, dataclasses.asdict(options.stats)
     if peer.startswith("boto3"):
         import boto3
         from botocore.config import Config
@@ -123,7 +148,7 @@ def _listing(peer: str, endpoint: str, bucket: str) -> tuple[list[str], float, f
             keys = []
             for page in paginator.paginate(Bucket=bucket):
                 keys.extend(o["Key"] for o in page.get("Contents", []))
-        return keys, time.perf_counter() - wall, time.process_time() - cpu
+        return keys, time.perf_counter() - wall, time.process_time() - cpu, {}
     if peer.startswith("obstore"):
         import obstore
         from obstore.store import S3Store
@@ -161,7 +186,7 @@ def _listing(peer: str, endpoint: str, bucket: str) -> tuple[list[str], float, f
                 return keys
 
             keys = asyncio.run(fan_out())
-        return keys, time.perf_counter() - wall, time.process_time() - cpu
+        return keys, time.perf_counter() - wall, time.process_time() - cpu, {}
     raise ValueError(f"unknown peer {peer}")
 
 
@@ -208,8 +233,12 @@ def _summary(keys: list[str], wall: float, cpu: float) -> dict[str, Any]:
 
 
 def child_main(peer: str, endpoint: str, bucket: str) -> None:
-    keys, wall, cpu = _listing(peer, endpoint, bucket)
-    print(json.dumps(_summary(keys, wall, cpu)))
+    keys, wall, cpu, stats = _listing(peer, endpoint, bucket)
+    summary = _summary(keys, wall, cpu)
+    if stats:
+        summary["stats"] = stats
+        summary["requests"] = stats["requests"]
+    print(json.dumps(summary))
 
 
 def run_peer(peer: str, endpoint: str, bucket: str, workdir: Path) -> dict[str, Any]:
@@ -288,14 +317,59 @@ def start_proxy(target_port: int, delay: float) -> tuple[subprocess.Popen[bytes]
     raise RuntimeError("the delay proxy did not start")
 
 
+# -- moto's server -------------------------------------------------------------------------
+
+# Runs until its stdin closes (this process ended, however) or it is terminated.
+_MOTO_SERVER = """
+import logging
+import sys
+from moto.server import ThreadedMotoServer
+logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
+server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+server.start()
+print(server.get_host_and_port()[1], flush=True)
+sys.stdin.read()
+server.stop()
+"""
+
+
+@contextlib.contextmanager
+def moto_server(timeout: float = 60.0) -> Any:
+    """moto's server on 127.0.0.1, in a ``python -c`` process of its own: (endpoint URL, port)."""
+    import selectors
+
+    process = subprocess.Popen(
+        [sys.executable, "-c", _MOTO_SERVER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        with selectors.DefaultSelector() as selector:
+            selector.register(process.stdout, selectors.EVENT_READ)
+            if not selector.select(timeout):
+                raise RuntimeError(f"moto's server did not start in {timeout:g} s")
+        line = process.stdout.readline().strip()
+        if not line.isdigit():
+            raise RuntimeError(f"moto's server did not start: {line!r}")
+        yield f"http://127.0.0.1:{int(line)}", int(line)
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 # -- filling the buckets ------------------------------------------------------------------
 
 
-def ensure_bucket(endpoint: str, size: int) -> str:
+def ensure_bucket(endpoint: str, bucket: str) -> str:
     import boto3
     from botocore.config import Config
 
-    bucket = BUCKETS[size]
     s3 = boto3.client(
         "s3",
         endpoint_url=endpoint,
@@ -311,7 +385,7 @@ def ensure_bucket(endpoint: str, size: int) -> str:
     present = set()
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
         present.update(o["Key"] for o in page.get("Contents", []))
-    missing = [k for k in bucket_keys(size) if k not in present]
+    missing = [k for k in bucket_keys(bucket) if k not in present]
     if missing:
         print(f"filling {bucket}: {len(missing):,} objects ...", file=sys.stderr, flush=True)
         started = time.perf_counter()
@@ -324,16 +398,178 @@ def ensure_bucket(endpoint: str, size: int) -> str:
 # -- the run -------------------------------------------------------------------------------
 
 
+LABELS = {
+    "surge": "surge parallel=16",
+    "surge_seq": "surge parallel=1",
+    "boto3_paginator": "boto3 paginator",
+}
+#: The issue's bound: the fan-out may cost at most about this much over --parallel 1.
+MOTO_BOUND = 1.10
+
+
+def _moto_rows(bucket: str, latency: float, runs: dict[str, list[dict[str, Any]]]) -> Any:
+    """Best and median of each lister's rounds, its keys against boto3's."""
+    references = runs.get("boto3_paginator")
+    reference = references[0] if references else None
+    rows: dict[str, dict[str, Any]] = {}
+    for peer, results in runs.items():
+        walls = [r["wall"] for r in results]
+        same = reference is None or all(
+            r["sha256"] == reference["sha256"] and r["unique"] == r["objects"] for r in results
+        )
+        rows[peer] = {
+            "rounds": results,
+            "wall_best": min(walls),
+            "wall_median": statistics.median(walls),
+            "cpu_median": statistics.median(r["cpu"] for r in results),
+            "requests": [r.get("requests") for r in results],
+            "objects": results[0]["objects"],
+            "same_keys_as_boto3": same,
+        }
+    seq, fan = rows.get("surge_seq"), rows.get("surge")
+    ratio = None
+    if seq and fan:
+        ratio = {
+            "best": fan["wall_best"] / seq["wall_best"],
+            "median": fan["wall_median"] / seq["wall_median"],
+            "rounds": [
+                f["wall"] / q["wall"] for f, q in zip(fan["rounds"], seq["rounds"], strict=True)
+            ],
+        }
+    table = Table(
+        f"{bucket} on moto, {latency:g} ms each way, {len(next(iter(runs.values())))} rounds",
+        [
+            "lister",
+            "wall best s",
+            "wall median s",
+            "each round s",
+            "requests",
+            "CPU s (median)",
+            "vs parallel=1 (median)",
+            "keys",
+        ],
+    )
+    for peer, r in rows.items():
+        requests = sorted({n for n in r["requests"] if n is not None})
+        table.add(
+            LABELS.get(peer, peer),
+            f"{r['wall_best']:.2f}",
+            f"{r['wall_median']:.2f}",
+            " / ".join(f"{x['wall']:.2f}" for x in r["rounds"]),
+            "/".join(map(str, requests)) or "-",
+            f"{r['cpu_median']:.2f}",
+            f"{r['wall_median'] / seq['wall_median']:.2f}x" if seq else "",
+            f"{r['objects']:,} {'=' if r['same_keys_as_boto3'] else 'DIFFERENT'}",
+        )
+    if ratio:
+        table.note(
+            f"parallel=16 / parallel=1: best {ratio['best']:.2f}x, median {ratio['median']:.2f}x"
+            f" (bound: {MOTO_BOUND:.2f}x, issue #19)"
+        )
+    table.note("keys: '=' when every round's sorted key set is boto3's exactly (count and sha256)")
+    table.print()
+    return rows, ratio
+
+
+def main_moto(args: argparse.Namespace, out: str) -> None:
+    """surge's fan-out against its sequential listing on moto's server."""
+    import tempfile
+
+    peers = args.only.split(",") if args.only else MOTO_PEERS
+    repeated = [p for p in peers if p in ("surge", "surge_seq")]
+    once = [p for p in peers if p not in repeated]
+    rounds = min(max(1, args.rounds or 3), MAX_ROUNDS)
+    latencies = [0.0] + ([args.latency_ms] if args.latency_ms > 0 else [])
+    info = machine_info(["moto", "boto3", "botocore", "uvloop", "httptools"])
+    print(f"run started {info['date']}", file=sys.stderr, flush=True)
+    results: list[dict[str, Any]] = []
+    summary = Table(
+        f"moto: surge parallel=16 against parallel=1, {rounds} rounds each (interleaved)",
+        [
+            "bucket",
+            "ms each way",
+            "p=16 best/median s",
+            "p=1 best/median s",
+            "ratio best/median",
+            "requests p=16 / p=1",
+            f"<= {MOTO_BOUND:.2f}x",
+        ],
+    )
+    with moto_server() as (direct, port), tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        for bucket in MOTO_BUCKETS:
+            ensure_bucket(direct, bucket)
+        for bucket in MOTO_BUCKETS:
+            for latency in latencies:
+                proxy = None
+                endpoint = direct
+                if latency:
+                    proxy, proxy_port = start_proxy(port, latency / 1000)
+                    endpoint = f"http://127.0.0.1:{proxy_port}"
+                runs: dict[str, list[dict[str, Any]]] = {}
+                try:
+                    run_peer("surge_seq", endpoint, bucket, workdir)  # untimed: warms moto up
+                    for round_ in range(rounds):
+                        order = repeated if round_ % 2 == 0 else repeated[::-1]
+                        for peer in order + (once if round_ == 0 else []):
+                            print(
+                                f"{bucket} at {latency:g} ms, round {round_ + 1}: {peer} ...",
+                                file=sys.stderr,
+                                flush=True,
+                            )
+                            runs.setdefault(peer, []).append(
+                                run_peer(peer, endpoint, bucket, workdir)
+                            )
+                finally:
+                    if proxy is not None:
+                        proxy.terminate()
+                        proxy.wait()
+                rows, ratio = _moto_rows(bucket, latency, runs)
+                results.append(
+                    {"bucket": bucket, "latency_ms": latency, "rows": rows, "ratio": ratio}
+                )
+                fan, seq = rows.get("surge"), rows.get("surge_seq")
+                if fan and seq and ratio:
+                    summary.add(
+                        bucket,
+                        f"{latency:g}",
+                        f"{fan['wall_best']:.2f} / {fan['wall_median']:.2f}",
+                        f"{seq['wall_best']:.2f} / {seq['wall_median']:.2f}",
+                        f"{ratio['best']:.2f}x / {ratio['median']:.2f}x",
+                        f"{'/'.join(map(str, sorted(set(fan['requests']))))}"
+                        f" / {'/'.join(map(str, sorted(set(seq['requests']))))}",
+                        "yes" if ratio["median"] <= MOTO_BOUND else "NO",
+                    )
+    summary.note("ratio: parallel=16's wall time over parallel=1's (best/best, median/median)")
+    summary.print()
+    payload = {"machine": info, "server": "moto", "rounds": rounds, "scenarios": results}
+    print(f"wrote {write_json(out, payload)}", file=sys.stderr)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", default="7500,100000")
+    parser.add_argument("--server", choices=["minio", "moto"], default="minio")
+    parser.add_argument("--sizes", default="7500,100000", help="MinIO's buckets")
     parser.add_argument("--latency-ms", type=float, default=20.0, help="one way; 0: none")
     parser.add_argument(
-        "--latency-sizes", default="7500", help="sizes also listed through the delay proxy"
+        "--latency-sizes",
+        default="7500",
+        help="sizes also listed through the delay proxy (MinIO; on moto: every bucket)",
     )
-    parser.add_argument("--only", help=f"comma-separated peers (default: all of {PEERS})")
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "s3.json"))
+    parser.add_argument(
+        "--only",
+        help=f"comma-separated peers (default: all of {PEERS}; on moto {MOTO_PEERS})",
+    )
+    parser.add_argument(
+        "--rounds", type=int, help=f"moto: rounds of surge's listers (default 3, <= {MAX_ROUNDS})"
+    )
+    parser.add_argument("--out", help="default: benchmarks/results/s3.json (moto: s3-moto.json)")
     args = parser.parse_args()
+    results_dir = Path(__file__).parent / "results"
+    if args.server == "moto":
+        main_moto(args, args.out or str(results_dir / "s3-moto.json"))
+        return
+    args.out = args.out or str(results_dir / "s3.json")
 
     from surge.s3.minio import cache_dir, minio_server
 
@@ -348,7 +584,7 @@ def main() -> None:
     ) as server:
         scenarios: list[tuple[int, float]] = []
         for size in sizes:
-            ensure_bucket(server.endpoint_url, size)
+            ensure_bucket(server.endpoint_url, BUCKETS[size])
             scenarios.append((size, 0.0))
             if args.latency_ms > 0 and size in latency_sizes:
                 scenarios.append((size, args.latency_ms))

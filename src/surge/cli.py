@@ -15,28 +15,8 @@ from typing import Any
 import click
 
 from surge._version import __version__
+from surge.extras import EXTRAS, install_hint
 from surge.terminal import error_line
-
-#: A module an optional part of surge needs -> the extra that installs it.
-EXTRAS = {
-    "botocore": "s3",
-    "dask": "cluster",
-    "distributed": "cluster",
-    "pymysql": "db",
-    "psycopg": "db",
-    "aiomysql": "db",
-    "sqlalchemy": "dev",
-    "django": "dev",
-    "requests": "bench",
-    "aiohttp": "bench",
-    "httpx": "bench",
-    "pycurl": "bench",
-    "grequests": "bench",
-    "gevent": "bench",
-    "pyreqwest": "bench",
-    "psutil": "bench",
-    "matplotlib": "bench",
-}
 
 #: name -> "module:attribute" of a click command.
 SUBCOMMANDS = {
@@ -56,10 +36,7 @@ def missing_extra(error: ModuleNotFoundError) -> str | None:
     extra = EXTRAS.get(top)
     if extra is None:
         return None
-    return (
-        f"surge: this needs {top}, which is not installed: install surge with its"
-        f" [{extra}] extra (pip install '.[{extra}]' in a checkout)"
-    )
+    return f"surge: this needs {top}, which is not installed: {install_hint(extra)}"
 
 
 def one_line_usage_error(error: click.ClickException) -> str:

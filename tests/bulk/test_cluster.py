@@ -726,4 +726,4 @@ def test_without_dask_cluster_is_a_usage_error_naming_the_extra(tmp_path: Path) 
         timeout=60,
     )
     assert done.returncode == 2
-    assert "pip install 'surge[cluster]'" in done.stderr
+    assert "install surge with its [cluster] extra (pip install '.[cluster]'" in done.stderr

@@ -76,6 +76,7 @@ from surge.bulk.inputs import InputItem
 from surge.bulk.shards import DRAINED_TOPIC, ShardOutcome, WorkerClosing, pack_inputs, run_shard
 from surge.bulk.summary import Summary
 from surge.errors import UsageError
+from surge.extras import install_hint
 
 if TYPE_CHECKING:
     from distributed import Client, Future, LocalCluster
@@ -168,7 +169,7 @@ def import_distributed() -> ModuleType:
         import distributed
     except ImportError:
         raise UsageError(
-            "--cluster needs Dask's distributed scheduler: pip install 'surge[cluster]'"
+            f"--cluster needs Dask's distributed scheduler: {install_hint('cluster')}"
         ) from None
     return distributed
 

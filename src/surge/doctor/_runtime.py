@@ -82,7 +82,8 @@ def _check_event_loop(context: _Context) -> _Verdict:
             "warn",
             "uvloop is not installed: asyncio programs (and surge's engine) run on asyncio's "
             "default loop, which spends several times more CPU per socket event",
-            "pip install uvloop (or 'surge[http]'); surge uses it by itself when installed",
+            "pip install uvloop (a dependency of surge's: reinstall surge); surge uses it "
+            "by itself when installed",
             measured,
         )
     error = _import_error("uvloop", context)
@@ -136,7 +137,7 @@ def _asyncio_in_use() -> dict[str, str | None]:
 def _check_http_parser(context: _Context) -> _Verdict:
     version = _version("httptools")
     measured: dict[str, Any] = {"httptools": version, "import_error": None}
-    fix = "pip install httptools (or 'surge[http]')"
+    fix = "pip install httptools (a dependency of surge's: reinstall surge)"
     if version is None:
         return _Verdict(
             "warn",

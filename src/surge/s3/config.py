@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from surge.errors import UsageError
+from surge.extras import install_hint
 from surge.http.url import parse_url
 from surge.s3.sigv4 import Credentials, Signer
 
@@ -205,8 +206,8 @@ def _botocore_session(profile: str | None):  # type: ignore[no-untyped-def]
         import botocore.session
     except ImportError:  # pragma: no cover - depends on the environment
         raise UsageError(
-            "reading AWS profiles needs botocore: pip install 'surge[s3]' "
-            "(or set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)"
+            f"reading AWS profiles needs botocore: {install_hint('s3')}, "
+            "or set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
         ) from None
     try:
         session = botocore.session.Session(profile=profile)

@@ -17,9 +17,11 @@ otherwise (the server kept failing after the retries); 130 when interrupted;
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import aclosing
 from datetime import datetime
 from json.encoder import encode_basestring
@@ -119,16 +121,29 @@ def ls_command(
     writer = JsonWriter(out) if as_json else TextWriter(out, strip, human_readable)
     loop = new_event_loop()
     try:
-        loop.run_until_complete(_run(url, options, writer, progress))
+        with _exit_statuses():
+            loop.run_until_complete(_run(url, options, writer, progress))
+            if progress is not None:
+                progress.close()
+                progress = None
+            out.flush()
+            if summarize:
+                writer.summary()
+    finally:
+        loop.close()
         if progress is not None:
             progress.close()
-            progress = None
-        out.flush()
-        if summarize:
-            writer.summary()
-        if prefix and writer.objects == writer.prefixes == 0:
-            # as aws s3 ls: a prefix that matches nothing is status 1
-            sys.exit(1)
+    if prefix and writer.objects == writer.prefixes == 0:
+        # as aws s3 ls: a prefix that matches nothing is status 1
+        sys.exit(1)
+
+
+@contextlib.contextmanager
+def _exit_statuses() -> Iterator[None]:
+    """What ends a listing early, as the exit status the module docstring lists:
+    130 interrupted, 141 for a reader gone (``| head``), 2 or 1 for an error."""
+    try:
+        yield
     except KeyboardInterrupt:
         click.echo("surge s3 ls: interrupted", err=True)
         sys.exit(130)
@@ -139,10 +154,16 @@ def ls_command(
         sys.exit(141)
     except (UsageError, S3Error) as e:
         _fail(e)
-    finally:
-        loop.close()
-        if progress is not None:
-            progress.close()
+
+
+def _utc_stamp(when: datetime) -> str:
+    """A JSON line's timestamp: ISO 8601 in UTC, to the millisecond, with Z."""
+    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _local_stamp(epoch_second: float) -> str:
+    """A text line's timestamp: local time, as aws s3 ls prints it."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch_second))
 
 
 def _list_versions(url: str, options: ListOptions, as_json: bool, human: bool) -> None:
@@ -160,13 +181,9 @@ def _list_versions(url: str, options: ListOptions, as_json: bool, human: bool) -
 
     loop = new_event_loop()
     try:
-        loop.run_until_complete(run())
-        sys.stdout.flush()
-    except KeyboardInterrupt:
-        click.echo("surge s3 ls: interrupted", err=True)
-        sys.exit(130)
-    except (UsageError, S3Error) as e:
-        _fail(e)
+        with _exit_statuses():
+            loop.run_until_complete(run())
+            sys.stdout.flush()
     finally:
         loop.close()
     if not found and url[5:].partition("/")[2]:
@@ -175,7 +192,7 @@ def _list_versions(url: str, options: ListOptions, as_json: bool, human: bool) -
 
 def _version_line(version: S3Version, as_json: bool, human: bool) -> str:
     if as_json:
-        stamp = version.last_modified.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        stamp = _utc_stamp(version.last_modified)
         return (
             f'{{"key": {encode_basestring(version.key)}, '
             f'"version_id": {encode_basestring(version.version_id)}, '
@@ -185,7 +202,7 @@ def _version_line(version: S3Version, as_json: bool, human: bool) -> str:
             f'"etag": {encode_basestring(version.etag)}, '
             f'"storage_class": {encode_basestring(version.storage_class)}}}\n'
         )
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(version.last_modified.timestamp()))
+    stamp = _local_stamp(version.last_modified.timestamp())
     size: str | int = "DELETE" if version.delete_marker else version.size
     if human and not version.delete_marker:
         size = human_size(version.size)
@@ -197,19 +214,17 @@ def _list_buckets(options: ListOptions, as_json: bool) -> None:
     """``aws s3 ls`` with no bucket: each bucket's creation time and name."""
     loop = new_event_loop()
     try:
-        buckets = loop.run_until_complete(list_buckets(options=options))
-    except (UsageError, S3Error) as e:
-        _fail(e)
+        with _exit_statuses():
+            buckets = loop.run_until_complete(list_buckets(options=options))
+            for bucket in buckets:
+                if as_json:
+                    created = _utc_stamp(bucket.created)
+                    line = f'{{"name": {encode_basestring(bucket.name)}, "created": "{created}"}}'
+                else:
+                    line = f"{_local_stamp(bucket.created.timestamp())} {bucket.name}"
+                click.echo(line)
     finally:
         loop.close()
-    for bucket in buckets:
-        if as_json:
-            created = bucket.created.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-            line = f'{{"name": {encode_basestring(bucket.name)}, "created": "{created}"}}'
-        else:  # local time, as aws prints it
-            created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(bucket.created.timestamp()))
-            line = f"{created} {bucket.name}"
-        click.echo(line)
 
 
 async def _run(url: str, options: ListOptions, writer: Writer, progress: Progress | None) -> None:
@@ -258,7 +273,7 @@ class TextWriter(Writer):
         if text is None:
             if len(self._stamps) > 4096:
                 self._stamps.clear()
-            text = self._stamps[second] = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second))
+            text = self._stamps[second] = _local_stamp(second)
         return text
 
     def write(self, page: list[Entry]) -> None:
@@ -297,9 +312,7 @@ class JsonWriter(Writer):
             when = entry.last_modified
             stamp = stamps.get(when)
             if stamp is None:
-                stamp = stamps[when] = when.isoformat(timespec="milliseconds").replace(
-                    "+00:00", "Z"
-                )
+                stamp = stamps[when] = _utc_stamp(when)
             lines.append(
                 f'{{"key": {encode_basestring(entry.key)}, "size": {entry.size}, '
                 f'"last_modified": "{stamp}", "etag": {encode_basestring(entry.etag)}, '

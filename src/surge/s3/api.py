@@ -25,12 +25,12 @@ from contextlib import aclosing, closing
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from surge.errors import S3Error, UsageError
+from surge.errors import UsageError
 from surge.gc_tuning import relaxed_gc
 from surge.http import Client
 from surge.loops import iterate_in_thread
 from surge.s3.config import Target, make_target, split_s3_url
-from surge.s3.listing import CommonPrefix, Lister, ParallelListing, Stats
+from surge.s3.listing import CommonPrefix, Lister, ParallelListing, Stats, invalid
 from surge.s3.parse import Bucket, S3Object, S3Version, parse_buckets
 from surge.s3.sigv4 import Credentials
 
@@ -215,25 +215,15 @@ async def list_buckets(
             try:
                 page, token = parse_buckets(body)
             except ValueError as e:
-                raise S3Error("InvalidListing", str(e), status=200, bucket="") from None
+                raise invalid("", str(e)) from None
             buckets.extend(page)
             if token is None:
                 return buckets
             if token in seen:
-                raise S3Error(
-                    "InvalidListing",
-                    f"the bucket list repeats its token {token[:80]!r}",
-                    status=200,
-                    bucket="",
-                )
+                raise invalid("", f"the bucket list repeats its token {token[:80]!r}")
             seen.add(token)
             params = {"continuation-token": token}
-        raise S3Error(
-            "InvalidListing",
-            f"more than {MAX_BUCKET_PAGES} pages of buckets",
-            status=200,
-            bucket="",
-        )
+        raise invalid("", f"more than {MAX_BUCKET_PAGES} pages of buckets")
     finally:
         if own_client:
             await client.close()

@@ -399,15 +399,19 @@ def test_looking_for_pymysql_connections_does_not_touch_proxies() -> None:
     assert finding["measured"]["live_connections"] == 0
 
 
+def _login(server: DBServer) -> str:
+    """pymysql.connect()'s keyword arguments for ``server``, as source text."""
+    return (
+        f"user={server.user!r}, password={server.password!r}, host={server.host!r}, "
+        f"port={server.port}, database={server.database!r}"
+    )
+
+
 def test_live_pymysql_connections_each_built_a_context_by_default_warn(
     start_mariadb: Callable[..., DBServer],
 ) -> None:
     mariadb_server = start_mariadb(tls=True)  # TLS optional: every way of connecting works
-    login = (
-        f"user={mariadb_server.user!r}, password={mariadb_server.password!r}, "
-        f"host={mariadb_server.host!r}, port={mariadb_server.port}, "
-        f"database={mariadb_server.database!r}"
-    )
+    login = _login(mariadb_server)
     findings = checked_after(
         f"import pymysql\nconnections = [pymysql.connect({login}) for _ in range(3)]",
         "pymysql-ssl-per-connect",
@@ -460,11 +464,7 @@ def test_connects_already_closed_are_counted_when_watched(
     connection is open when the check looks; surge.doctor.watch(), called first
     (before PyMySQL is imported, or after), counted them."""
     mariadb_server = start_mariadb(tls=True)
-    login = (
-        f"user={mariadb_server.user!r}, password={mariadb_server.password!r}, "
-        f"host={mariadb_server.host!r}, port={mariadb_server.port}, "
-        f"database={mariadb_server.database!r}"
-    )
+    login = _login(mariadb_server)
     each_time = (
         "for _ in range(20):\n"
         f"    connection = pymysql.connect({login})\n"

@@ -80,13 +80,12 @@ def _live_pymysql_connections() -> dict[str, int]:
         if getattr(connection, "_sock", None) is None:  # closed, or never connected
             continue
         counts["live_connections"] += 1
-        if getattr(connection, "ctx", None) is None:
-            counts["without_tls"] += 1
-        elif getattr(connection, "_ssl_required", True) is False:
+        origin = counters.tls_origin(connection)
+        if origin == "default":
             context_id = id(connection.ctx)
             default_users[context_id] = default_users.get(context_id, 0) + 1
         else:
-            counts["given_tls"] += 1
+            counts[origin] += 1
     for users in default_users.values():
         counts["built_by_default" if users == 1 else "default_shared"] += users
     return counts

@@ -22,7 +22,7 @@ from typing import Any, cast
 _MODULE = "pymysql.connections"
 
 #: Connects counted since watch(), by where the connection's TLS context came
-#: from (the categories of ``_live_pymysql_connections`` in checks.py).
+#: from (:func:`tls_origin`, as ``_costs._live_pymysql_connections`` counts them).
 _made: dict[str, int] | None = None
 _COUNTED = ("connects", "built_by_default", "default_shared", "given_tls", "without_tls")
 
@@ -46,6 +46,17 @@ def made() -> dict[str, int] | None:
     return None if _made is None else dict(_made)
 
 
+def tls_origin(connection: Any) -> str:
+    """Where a connected PyMySQL connection's TLS context came from:
+    ``without_tls`` (none), ``given_tls`` (the program passed ssl options), or
+    ``default`` (PyMySQL built one on connect, unless it is shared)."""
+    if getattr(connection, "ctx", None) is None:
+        return "without_tls"
+    if getattr(connection, "_ssl_required", True) is False:
+        return "default"
+    return "given_tls"
+
+
 def _wrap(module: ModuleType) -> None:
     connection: Any = getattr(module, "Connection", None)
     original = getattr(connection, "connect", None)
@@ -62,15 +73,13 @@ def _wrap(module: ModuleType) -> None:
         counts = _made
         if counts is not None:
             counts["connects"] += 1
-            context = getattr(self, "ctx", None)
-            if context is None:
-                counts["without_tls"] += 1
-            elif getattr(self, "_ssl_required", True) is not False:
-                counts["given_tls"] += 1
-            elif context in seen:
+            origin = tls_origin(self)
+            if origin != "default":
+                counts[origin] += 1
+            elif self.ctx in seen:
                 counts["default_shared"] += 1
             else:
-                seen[context] = None
+                seen[self.ctx] = None
                 counts["built_by_default"] += 1
         return result
 

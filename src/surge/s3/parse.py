@@ -58,15 +58,17 @@ _FAST = re.compile(
     r"(?:<Owner>(?:<ID>[^<]*</ID>)?(?:<DisplayName>[^<]*</DisplayName>)?</Owner>)?"
     r"(?:<StorageClass>([^<]*)</StorageClass>)?"
 )
+
+
+def _elements(*names: bytes) -> dict[bytes, re.Pattern[bytes]]:
+    """For each name, a pattern for ``<Name>text</Name>`` capturing the text."""
+    return {name: re.compile(rb"<" + name + rb">([^<]*)</" + name + rb">") for name in names}
+
+
 _ELEMENT = re.compile(rb"<Contents>(.*?)</Contents>", re.S)
-_FIELDS = {
-    name: re.compile(rb"<" + name + rb">([^<]*)</" + name + rb">")
-    for name in (b"Key", b"LastModified", b"ETag", b"Size", b"StorageClass")
-}
+_FIELDS = _elements(b"Key", b"LastModified", b"ETag", b"Size", b"StorageClass")
 _PREFIX = re.compile(rb"<CommonPrefixes>\s*<Prefix>([^<]*)</Prefix>\s*</CommonPrefixes>")
-_ERROR_FIELD = {
-    name: re.compile(rb"<" + name + rb">([^<]*)</" + name + rb">") for name in (b"Code", b"Message")
-}
+_ERROR_FIELD = _elements(b"Code", b"Message")
 
 
 def _timestamp(raw: bytes) -> datetime:
@@ -216,22 +218,16 @@ class S3Version(NamedTuple):
 
 
 _VERSION = re.compile(rb"<(Version|DeleteMarker)>(.*?)</\1>", re.S)
-_VERSION_FIELD = {
-    name: re.compile(rb"<" + name + rb">([^<]*)</" + name + rb">")
-    for name in (
-        b"Key",
-        b"VersionId",
-        b"IsLatest",
-        b"LastModified",
-        b"ETag",
-        b"Size",
-        b"StorageClass",
-    )
-}
-_MARKER = {
-    name: re.compile(rb"<" + name + rb">([^<]*)</" + name + rb">")
-    for name in (b"NextKeyMarker", b"NextVersionIdMarker")
-}
+_VERSION_FIELD = _elements(
+    b"Key",
+    b"VersionId",
+    b"IsLatest",
+    b"LastModified",
+    b"ETag",
+    b"Size",
+    b"StorageClass",
+)
+_MARKER = _elements(b"NextKeyMarker", b"NextVersionIdMarker")
 
 
 def version_markers(body: bytes) -> tuple[str, str] | None:
@@ -291,10 +287,7 @@ class Bucket(NamedTuple):
 
 
 _BUCKET = re.compile(rb"<Bucket>(.*?)</Bucket>", re.S)
-_BUCKET_FIELD = {
-    name: re.compile(rb"<" + name + rb">([^<]*)</" + name + rb">")
-    for name in (b"Name", b"CreationDate")
-}
+_BUCKET_FIELD = _elements(b"Name", b"CreationDate")
 _TOKEN = re.compile(rb"<ContinuationToken>([^<]*)</ContinuationToken>")
 
 

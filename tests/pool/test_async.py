@@ -144,7 +144,7 @@ async def test_cancelled_during_create_frees_the_slot() -> None:
 async def test_async_check_reset_close_callbacks() -> None:
     resets: list[Conn] = []
 
-    async def check(c: Conn) -> bool:
+    async def check(c: Conn, idle: float) -> bool:
         return c.n % 2 == 1  # odd ones pass
 
     async def reset(c: Conn) -> None:

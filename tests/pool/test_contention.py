@@ -78,7 +78,7 @@ def test_an_interrupted_callback_gives_the_slot_back(step: str) -> None:
     propagates, and the pool of one still has its slot."""
     interrupt = [False]
 
-    def callback(_: object = None) -> object:
+    def callback(*_: object) -> object:
         if interrupt[0]:
             interrupt[0] = False
             raise KeyboardInterrupt

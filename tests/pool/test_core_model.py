@@ -29,6 +29,7 @@ from surge.pool._core import Entry, PoolCore, Waiter
 class Res:
     n: int
     expires_at: float = math.inf
+    generation: int = 0
 
     def __repr__(self) -> str:
         return f"R{self.n}"
@@ -88,6 +89,7 @@ class CoreMachine(RuleBasedStateMachine):
         self.lifetime = math.inf if lifetime is None else lifetime
         self.now = 0.0
         self.counter = 0
+        self.generation = 0
         self.garbage: list[Res] = []
 
     def _grant(self, waiter: Waiter[Res] | None, expected: Waiter[Res] | None) -> None:
@@ -132,12 +134,14 @@ class CoreMachine(RuleBasedStateMachine):
         self._waiters.append(got)
 
     @precondition(lambda self: self._has_reservation())
-    @rule()
-    def create(self) -> None:
+    @rule(stale=st.booleans())
+    def create(self, stale: bool) -> None:
+        """``stale``: the pool was invalidated while this resource was being made."""
         self.counter += 1
-        res = Res(self.counter, self.now + self.lifetime)
+        generation = self.generation - 1 if stale and self.generation else self.generation
+        res = Res(self.counter, self.now + self.lifetime, generation)
         self.model.reserved -= 1
-        self.core.created(res, self.now, res.expires_at)
+        self.core.created(res, self.now, res.expires_at, generation)
         self.model.out.add(id(res))
         self._out_objects[id(res)] = res
 
@@ -154,9 +158,9 @@ class CoreMachine(RuleBasedStateMachine):
         waiter = self._granted_slots.pop(0)
         self._waiters.remove(waiter)
         self.counter += 1
-        res = Res(self.counter, self.now + self.lifetime)
+        res = Res(self.counter, self.now + self.lifetime, self.generation)
         self.model.reserved -= 1
-        self.core.created(res, self.now, res.expires_at)
+        self.core.created(res, self.now, res.expires_at, self.generation)
         self.model.out.add(id(res))
         self._out_objects[id(res)] = res
 
@@ -169,7 +173,7 @@ class CoreMachine(RuleBasedStateMachine):
         m.out.discard(key)
         waiter = self.core.release(res, self.now)
         self._drain_garbage()
-        if res.expires_at <= self.now:
+        if res.expires_at <= self.now or res.generation != self.generation:
             assert res in self.garbage
             self._grant(waiter, m.grant_slot())
         elif m.waiters:
@@ -206,6 +210,26 @@ class CoreMachine(RuleBasedStateMachine):
         self.model.waiters.remove(waiter)
         self._waiters.remove(waiter)
         self.core.cancel(waiter, timed_out=True)
+
+    @rule(data=st.data())
+    def invalidate(self, data: st.DataObject) -> None:
+        """Everything that exists now is retired: idle at once, out when it returns.
+        An invalidate that names an old generation does nothing."""
+        named = data.draw(st.none() | st.sampled_from([self.generation, self.generation - 1]))
+        moved = self.core.invalidate(named)
+        self._drain_garbage()
+        if named is not None and named != self.generation:
+            assert not moved
+            return
+        assert moved
+        for res, _ in self.model.idle:
+            assert res in self.garbage
+        self.model.idle.clear()
+        self.generation += 1
+        assert self.core.generation == self.generation
+        for key in self.model.out:
+            res = self._out_objects[key]
+            assert self.core.generation_of(res) == res.generation
 
     @rule(dt=st.sampled_from([0.0, 0.5, 1.0, 2.5]))
     def tick(self, dt: float) -> None:

@@ -1,7 +1,8 @@
 """The four front-ends - Pool, KeyedPool, AsyncPool, AsyncKeyedPool - offer the
 same public API and behave alike where it means something: the same method
-names, the ``*_nowait`` forms, ``clear``, ``set_max_lifetime``, a repr, and a
-slot given back whichever callback a BaseException interrupts.
+names, the ``*_nowait`` forms, ``clear``, ``set_max_lifetime``, ``invalidate``,
+a repr, ``check`` told how long a resource was idle, ``reset`` able to refuse
+one, and a slot given back whichever callback a BaseException interrupts.
 
 Each test runs every front-end through one driver: a sync pool's calls return
 their result, an async pool's are run on the test's own event loop.
@@ -31,6 +32,9 @@ PUBLIC = {
     "set_max_lifetime",
     "close",
     "stats",
+    "invalidate",
+    "generation",
+    "generation_of",
 }
 
 
@@ -129,3 +133,101 @@ def test_a_callback_interrupted_by_a_base_exception_gives_the_slot_back(
         pytest.fail(f"{cls.__name__}: the slot leaked after an interrupted {step}")
     assert pool.stats()["in_use"] == 0
     pool.close()
+
+
+@pytest.mark.parametrize("cls", FRONT_ENDS, ids=lambda c: c.__name__)
+def test_invalidate_retires_everything_made_before_it(
+    cls: type, loop: asyncio.AbstractEventLoop
+) -> None:
+    """A server restart: idle resources close at once, those in use are retired
+    when they come back, and a second report of the same failure (naming the
+    generation it saw) does not drop the fresh ones.  A resource on its way out
+    is not reset (a rollback on a server that is gone can hang)."""
+    closed: list[object] = []
+    resets: list[object] = []
+    pool = Driver(cls, loop, max_size=3, close=closed.append, reset=resets.append)
+    idle, held = pool.acquire(), pool.acquire()
+    pool.release(idle)
+    seen = pool.pool.generation_of(held)
+    assert seen == pool.pool.generation == 0
+    assert pool.invalidate(seen) is True
+    assert closed == [idle] and pool.pool.generation == 1
+    fresh = pool.acquire()
+    assert fresh is not idle and pool.pool.generation_of(fresh) == 1
+    pool.release(fresh)
+    assert pool.invalidate(seen) is False  # the same failure, reported again
+    assert closed == [idle]
+    resets.clear()
+    pool.release(held)  # made before: retired, not kept, not reset
+    assert closed == [idle, held] and resets == []
+    assert pool.acquire() is fresh
+    assert pool.stats()["generation"] == 1 and pool.stats()["open"] == 1
+    assert pool.pool.generation_of(object()) is None
+
+
+@pytest.mark.parametrize("cls", FRONT_ENDS, ids=lambda c: c.__name__)
+def test_a_resource_made_across_an_invalidate_is_used_once(
+    cls: type, loop: asyncio.AbstractEventLoop
+) -> None:
+    """``create`` was running when the pool was invalidated: its caller gets the
+    resource, which is retired when it comes back (it may be of the old server)."""
+    closed: list[object] = []
+    holder: list[Driver] = []
+    is_async = cls in (AsyncPool, AsyncKeyedPool)
+
+    async def restart_then_make() -> object:
+        await holder[0].pool.invalidate()
+        return object()
+
+    def create(*_: object) -> object:
+        if holder[0].pool.generation:
+            return object()
+        if is_async:
+            return restart_then_make()  # the restart lands mid-connect
+        holder[0].pool.invalidate()
+        return object()
+
+    pool = Driver(cls, loop, max_size=1, close=closed.append, create=create)
+    holder.append(pool)
+    made = pool.acquire()
+    assert pool.pool.generation_of(made) == 0 and pool.pool.generation == 1
+    pool.release(made)
+    assert closed == [made]
+
+
+@pytest.mark.parametrize("cls", FRONT_ENDS, ids=lambda c: c.__name__)
+def test_check_is_told_the_idle_time_and_reset_may_refuse(
+    cls: type, loop: asyncio.AbstractEventLoop
+) -> None:
+    now = [0.0]
+    idles: list[float] = []
+    refuse: list[object] = []
+
+    def check(resource: object, idle: float) -> bool:
+        idles.append(idle)
+        return True
+
+    def reset(resource: object) -> bool:
+        return resource not in refuse
+
+    closed: list[object] = []
+    pool = Driver(
+        cls,
+        loop,
+        max_size=1,
+        check=check,
+        check_idle_after=1.0,
+        reset=reset,
+        close=closed.append,
+        clock=lambda: now[0],
+    )
+    first = pool.acquire()
+    pool.release(first)
+    now[0] = 0.5
+    assert pool.acquire() is first and idles == []  # idle 0.5 s: not checked
+    pool.release(first)
+    now[0] = 3.0
+    assert pool.acquire() is first and idles == [2.5]
+    refuse.append(first)
+    pool.release(first)  # reset returned False: discarded, not kept
+    assert closed == [first] and pool.stats()["idle"] == 0

@@ -216,7 +216,7 @@ def test_check_failure_discards_and_replaces() -> None:
     clock = FakeClock()
     bad: set[int] = set()
 
-    def check(c: Conn) -> bool:
+    def check(c: Conn, idle: float) -> bool:
         if c.n in bad:
             raise OSError("gone away")
         return True
@@ -234,7 +234,7 @@ def test_check_failure_discards_and_replaces() -> None:
 
 
 def test_check_returning_false_discards() -> None:
-    pool = make_pool(check=lambda c: c.n % 2 == 0)
+    pool = make_pool(check=lambda c, idle: c.n % 2 == 0)
     Conn.count = 0
     first = pool.acquire()  # Conn1: new, so not checked
     pool.release(first)

@@ -24,7 +24,7 @@ from typing import Any, Generic, TypeVar
 from surge.errors import PoolClosed
 from surge.pool._core import Entry, PoolCore, Waiter
 from surge.pool._keyed_core import KeyedCore
-from surge.pool._options import Options, check_passed, log, timeout_error
+from surge.pool._options import Generations, Options, check_passed, log, timeout_error
 
 R = TypeVar("R")
 K = TypeVar("K", bound=Hashable)
@@ -53,7 +53,7 @@ def _wake(waiter: Waiter[Any]) -> None:
         future.set_result(None)
 
 
-class _AsyncFrontEnd(Generic[K, R]):
+class _AsyncFrontEnd(Generations, Generic[K, R]):
     """The acquire loop, waiting, checks and resets shared by both async pools.
 
     Subclasses adapt it to their core; ``key`` is None for the plain pool.
@@ -67,7 +67,7 @@ class _AsyncFrontEnd(Generic[K, R]):
         max_idle: float | None,
         max_lifetime: float | None,
         lifetime_jitter: float,
-        check: Callable[[R], Any] | None,
+        check: Callable[[R, float], Any] | None,
         check_idle_after: float,
         reset: Callable[[R], Any] | None,
         close: Callable[[R], Any] | None,
@@ -76,6 +76,8 @@ class _AsyncFrontEnd(Generic[K, R]):
         self._options = Options(timeout, max_idle, max_lifetime, lifetime_jitter, check_idle_after)
         self._create = create
         self._check = check
+        #: Seconds idle below which a reused resource skips ``check`` (inf: no check).
+        self._unchecked_below = check_idle_after if check is not None else float("inf")
         self._reset = reset
         self._close = close
         self._clock = clock
@@ -87,7 +89,7 @@ class _AsyncFrontEnd(Generic[K, R]):
     def _core_acquire(self, key: K | None, now: float) -> Entry[R] | Waiter[R] | None:
         raise NotImplementedError
 
-    def _core_created(self, key: K | None, resource: R, now: float) -> None:
+    def _core_created(self, key: K | None, resource: R, now: float, generation: int) -> None:
         raise NotImplementedError
 
     def _core_create_failed(self, key: K | None, now: float) -> None:
@@ -174,12 +176,13 @@ class _AsyncFrontEnd(Generic[K, R]):
         return waiter.entry
 
     async def _create_in_slot(self, key: K | None) -> R:
+        generation = self._core.generation
         try:
             resource = await self._new_resource(key)
         except BaseException:
             self._core_create_failed(key, self._clock())
             raise
-        self._core_created(key, resource, self._clock())
+        self._core_created(key, resource, self._clock(), generation)
         return resource
 
     async def _passes_check(self, entry: Entry[R], now: float) -> bool:
@@ -187,7 +190,7 @@ class _AsyncFrontEnd(Generic[K, R]):
         if not self._options.wants_check(now, entry.idle_since):
             return True
         try:
-            ok = check_passed(await _call(self._check, entry.resource))
+            ok = check_passed(await _call(self._check, entry.resource, now - entry.idle_since))
         except Exception:
             log.info("check of %r raised; discarding it", entry.resource, exc_info=True)
             ok = False
@@ -217,15 +220,23 @@ class _AsyncFrontEnd(Generic[K, R]):
             if self._core_has_garbage():
                 await self._dispose()
             return
+        now = self._clock()
+        entry = self._core.checked_out.get(id(resource))
+        if entry is not None and entry.expires_at <= now:  # to be retired: no reset
+            self._core_release(resource, now)
+            await self._dispose()
+            return
         try:
-            await _call(self._reset, resource)
+            ok = check_passed(await _call(self._reset, resource))
         except Exception:
             log.info("reset of %r raised; discarding it", resource, exc_info=True)
-            await self.discard(resource)
-            return
+            ok = False
         except BaseException:
             await self.discard(resource)
             raise
+        if not ok:
+            await self.discard(resource)
+            return
         self._core_release(resource, self._clock())
         await self._dispose()
 
@@ -261,7 +272,7 @@ class AsyncPool(_AsyncFrontEnd[Any, R]):
         max_idle: float | None = None,
         max_lifetime: float | None = None,
         lifetime_jitter: float = 0.1,
-        check: Callable[[R], Any] | None = None,
+        check: Callable[[R, float], Any] | None = None,
         check_idle_after: float = 0.0,
         reset: Callable[[R], Any] | None = None,
         close: Callable[[R], Any] | None = None,
@@ -302,8 +313,9 @@ class AsyncPool(_AsyncFrontEnd[Any, R]):
     async def acquire(self, timeout: float | None = None) -> R:
         """Check out a resource, waiting up to ``timeout`` (default: the pool's)."""
         core = self._core
-        got = core.acquire(self._clock())
-        if type(got) is Entry and self._check is None and not core.garbage:
+        now = self._clock()
+        got = core.acquire(now)
+        if type(got) is Entry and now - got.idle_since < self._unchecked_below and not core.garbage:
             return got.resource  # the hot path: an idle resource, nothing else to do
         return await self._acquire(None, timeout, got)
 
@@ -328,6 +340,12 @@ class AsyncPool(_AsyncFrontEnd[Any, R]):
         self._core.clear()
         await self._dispose()
 
+    async def invalidate(self, generation: int | None = None) -> bool:
+        """As :meth:`surge.pool.Pool.invalidate`."""
+        moved = self._core.invalidate(generation)
+        await self._dispose()
+        return moved
+
     def set_max_lifetime(self, seconds: float | None) -> None:
         """Change ``max_lifetime`` for resources created from now on."""
         self._options = dataclasses.replace(self._options, max_lifetime=seconds)
@@ -350,8 +368,8 @@ class AsyncPool(_AsyncFrontEnd[Any, R]):
     def _core_acquire(self, key: Any, now: float) -> Entry[R] | Waiter[R] | None:
         return self._core.acquire(now)
 
-    def _core_created(self, key: Any, resource: R, now: float) -> None:
-        self._core.created(resource, now, self._options.expires_at(now))
+    def _core_created(self, key: Any, resource: R, now: float, generation: int) -> None:
+        self._core.created(resource, now, self._options.expires_at(now), generation)
 
     def _core_create_failed(self, key: Any, now: float) -> None:
         waiter = self._core.create_failed(now)
@@ -397,7 +415,7 @@ class AsyncKeyedPool(_AsyncFrontEnd[K, R]):
         max_idle: float | None = None,
         max_lifetime: float | None = None,
         lifetime_jitter: float = 0.1,
-        check: Callable[[R], Any] | None = None,
+        check: Callable[[R, float], Any] | None = None,
         check_idle_after: float = 0.0,
         reset: Callable[[R], Any] | None = None,
         close: Callable[[R], Any] | None = None,
@@ -445,8 +463,9 @@ class AsyncKeyedPool(_AsyncFrontEnd[K, R]):
 
     async def acquire(self, key: K, timeout: float | None = None) -> R:
         core = self._core
-        got = core.acquire(key, self._clock())
-        if type(got) is Entry and self._check is None and not core.garbage:
+        now = self._clock()
+        got = core.acquire(key, now)
+        if type(got) is Entry and now - got.idle_since < self._unchecked_below and not core.garbage:
             return got.resource  # the hot path: an idle resource, nothing else to do
         return await self._acquire(key, timeout, got)
 
@@ -470,6 +489,13 @@ class AsyncKeyedPool(_AsyncFrontEnd[K, R]):
         self._core.clear(self._clock())
         self._wake_granted()
         await self._dispose()
+
+    async def invalidate(self, generation: int | None = None) -> bool:
+        """As :meth:`surge.pool.Pool.invalidate`, for every key."""
+        moved = self._core.invalidate(self._clock(), generation)
+        self._wake_granted()
+        await self._dispose()
+        return moved
 
     def set_max_lifetime(self, seconds: float | None) -> None:
         """Change ``max_lifetime`` for resources created from now on."""
@@ -498,8 +524,9 @@ class AsyncKeyedPool(_AsyncFrontEnd[K, R]):
     def _core_acquire(self, key: K | None, now: float) -> Entry[R] | Waiter[R] | None:
         return self._core.acquire(key, now)  # type: ignore[arg-type]
 
-    def _core_created(self, key: K | None, resource: R, now: float) -> None:
-        self._core.created(key, resource, now, self._options.expires_at(now))  # type: ignore[arg-type]
+    def _core_created(self, key: K | None, resource: R, now: float, generation: int) -> None:
+        expires_at = self._options.expires_at(now)
+        self._core.created(key, resource, now, expires_at, generation)  # type: ignore[arg-type]
 
     def _core_create_failed(self, key: K | None, now: float) -> None:
         self._core.create_failed(key, now)  # type: ignore[arg-type]

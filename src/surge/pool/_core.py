@@ -51,9 +51,25 @@ _COMPACT_SLACK = 512
 class Entry(Generic[R]):
     """One resource and the facts the pool keeps about it."""
 
-    __slots__ = ("created_at", "expires_at", "idle_since", "idle_turn", "key", "resource", "state")
+    __slots__ = (
+        "created_at",
+        "expires_at",
+        "generation",
+        "idle_since",
+        "idle_turn",
+        "key",
+        "resource",
+        "state",
+    )
 
-    def __init__(self, resource: R, created_at: float, expires_at: float, key: Any = None) -> None:
+    def __init__(
+        self,
+        resource: R,
+        created_at: float,
+        expires_at: float,
+        key: Any = None,
+        generation: int = 0,
+    ) -> None:
         self.resource = resource
         self.created_at = created_at
         #: When the resource's lifetime ends (``inf`` for never); the front-end
@@ -65,6 +81,8 @@ class Entry(Generic[R]):
         self.key = key
         #: Which of its idle periods a keyed pool's idle log last recorded.
         self.idle_turn = 0
+        #: The pool's generation when its slot was reserved (see ``invalidate``).
+        self.generation = generation
 
     def __repr__(self) -> str:
         state = ("in_use", "idle", "gone")[self.state]
@@ -159,6 +177,8 @@ class PoolCore(Generic[R]):
         self.waiters: deque[Waiter[R]] = deque()
         self.n_waiting = 0  # live waiters in ``waiters``
         self.garbage: list[Entry[R]] = []
+        #: Moved on by ``invalidate``: resources of an older one are never reused.
+        self.generation = 0
 
         # Counters for stats().
         self.n_created = 0
@@ -201,9 +221,19 @@ class PoolCore(Generic[R]):
             raise PoolClosed("the pool is closed")
         return self.take_idle(now)
 
-    def created(self, resource: R, now: float, expires_at: float = INF) -> Entry[R]:
-        """A reserved slot produced ``resource``; it is checked out to its creator."""
-        entry: Entry[R] = Entry(resource, now, expires_at, self.key)
+    def created(
+        self, resource: R, now: float, expires_at: float = INF, generation: int | None = None
+    ) -> Entry[R]:
+        """A reserved slot produced ``resource``; it is checked out to its creator.
+
+        ``generation``: the pool's when the slot was reserved (before the create
+        began).  If ``invalidate`` ran while it was being made, its creator uses it
+        and it is retired when it comes back."""
+        if generation is None:
+            generation = self.generation
+        elif generation != self.generation:
+            expires_at = -INF
+        entry: Entry[R] = Entry(resource, now, expires_at, self.key, generation)
         self.checked_out[id(resource)] = entry
         self.n_created += 1
         return entry
@@ -284,6 +314,20 @@ class PoolCore(Generic[R]):
         self.idle.clear()
         self.n_idle = 0
 
+    def invalidate(self, generation: int | None = None) -> bool:
+        """No resource that exists now is reused: the idle ones are retired now, the
+        checked-out ones when they come back (their lifetime is made over).
+
+        ``generation``: only if the pool is still at that generation, so that
+        eight users who met the same failure move the pool on once, not eight
+        times (dropping seven rounds of fresh resources).  True if it moved on."""
+        if generation is not None and generation != self.generation:
+            return False
+        self.generation += 1
+        end_lifetimes(self.checked_out)
+        self.clear()
+        return True
+
     def close(self) -> list[Waiter[R]]:
         """Refuse new acquires, retire every idle resource, and return the waiters,
         each marked ``closed``, for the front-end to wake."""
@@ -302,6 +346,12 @@ class PoolCore(Generic[R]):
         self.garbage = []
         return garbage
 
+    def generation_of(self, resource: R) -> int | None:
+        """The generation a checked-out resource was made in; None if it is not
+        checked out from this pool."""
+        entry = self.checked_out.get(id(resource))
+        return None if entry is None else entry.generation
+
     def describe(self) -> str:
         """The gauges, for a front-end's repr."""
         return (
@@ -317,6 +367,7 @@ class PoolCore(Generic[R]):
             "in_use": len(self.checked_out),
             "idle": self.n_idle,
             "waiting": self.n_waiting,
+            "generation": self.generation,
             "created": self.n_created,
             "reused": self.n_reused,
             "discarded": self.n_discarded,
@@ -425,3 +476,11 @@ class PoolCore(Generic[R]):
         entry.state = GONE
         self.open -= 1
         self.garbage.append(entry)
+
+
+def end_lifetimes(checked_out: dict[int, Entry[Any]]) -> None:
+    """Make every checked-out resource's lifetime over: each is retired, not kept,
+    when it comes back (release already compares ``expires_at`` on every return,
+    so this costs the hot path nothing)."""
+    for entry in checked_out.values():
+        entry.expires_at = -INF

@@ -32,7 +32,16 @@ from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
 
 from surge.errors import PoolClosed
-from surge.pool._core import _COMPACT_SLACK, IDLE, IN_USE, INF, Entry, PoolCore, Waiter
+from surge.pool._core import (
+    _COMPACT_SLACK,
+    IDLE,
+    IN_USE,
+    INF,
+    Entry,
+    PoolCore,
+    Waiter,
+    end_lifetimes,
+)
 
 K = TypeVar("K", bound=Hashable)
 R = TypeVar("R")
@@ -71,6 +80,8 @@ class KeyedCore(Generic[K, R]):
         self.checked_out: dict[int, Entry[R]] = {}
         self.garbage: list[Entry[R]] = []
         self.woken: list[Waiter[R]] = []
+        #: As PoolCore's; every key's core follows it.
+        self.generation = 0
         self.global_waiters: deque[Waiter[R]] = deque()
         self.n_global_waiting = 0
 
@@ -150,8 +161,15 @@ class KeyedCore(Generic[K, R]):
             self._drop_if_empty(core)
         return taken
 
-    def created(self, key: K, resource: R, now: float, expires_at: float = INF) -> Entry[R]:
-        return self.core(key).created(resource, now, expires_at)
+    def created(
+        self,
+        key: K,
+        resource: R,
+        now: float,
+        expires_at: float = INF,
+        generation: int | None = None,
+    ) -> Entry[R]:
+        return self.core(key).created(resource, now, expires_at, generation)
 
     def create_failed(self, key: K, now: float) -> None:
         core = self.core(key)
@@ -283,6 +301,20 @@ class KeyedCore(Generic[K, R]):
                 self._after_slot_change(core, None, now)
         self.idle_log.clear()
 
+    def invalidate(self, now: float, generation: int | None = None) -> bool:
+        """As :meth:`PoolCore.invalidate`, for every key (a proxy or a certificate
+        store changed, say)."""
+        if generation is not None and generation != self.generation:
+            return False
+        self.generation += 1
+        for core in self.cores.values():
+            core.generation = self.generation
+        end_lifetimes(self.checked_out)
+        self.clear(now)
+        return True
+
+    generation_of = PoolCore.generation_of
+
     def evict_coldest(self) -> bool:
         """Close the coldest idle resource of any key; False if nothing is idle."""
         log = self.idle_log
@@ -352,6 +384,7 @@ class KeyedCore(Generic[K, R]):
             "in_use": len(self.checked_out),
             "idle": self.n_idle,
             "waiting": waiting,
+            "generation": self.generation,
             "created": int(totals["created"]),
             "reused": int(totals["reused"]),
             "discarded": int(totals["discarded"]),
@@ -373,6 +406,7 @@ class KeyedCore(Generic[K, R]):
             )
             core.checked_out = self.checked_out
             core.garbage = self.garbage
+            core.generation = self.generation
             self.cores[key] = core
         return core
 

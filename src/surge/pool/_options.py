@@ -50,6 +50,22 @@ class Options:
         return now - idle_since >= self.check_idle_after
 
 
+class Generations:
+    """``generation`` and ``generation_of``, read from the front-end's core."""
+
+    _core: Any
+
+    @property
+    def generation(self) -> int:
+        """How many times ``invalidate`` moved the pool on."""
+        return int(self._core.generation)
+
+    def generation_of(self, resource: Any) -> int | None:
+        """The generation a checked-out resource was made in (None if it is not
+        checked out from this pool): pass it to ``invalidate``."""
+        return self._core.generation_of(resource)  # type: ignore[no-any-return]
+
+
 def timeout_error(timeout: float, stats: dict[str, Any], key: Any = None) -> PoolTimeout:
     """The message says how big the pool is, how many are in use, and how many wait."""
     size = f"max_size={stats['max_size']}"

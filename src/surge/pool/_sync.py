@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 from surge.errors import PoolClosed
 from surge.pool._core import Entry, PoolCore, Waiter
 from surge.pool._keyed_core import KeyedCore
-from surge.pool._options import Options, check_passed, log, timeout_error
+from surge.pool._options import Generations, Options, check_passed, log, timeout_error
 
 R = TypeVar("R")
 K = TypeVar("K", bound=Hashable)
@@ -33,7 +33,7 @@ def _armed_lock() -> threading.Lock:
     return wake
 
 
-class _SyncFrontEnd(Generic[R]):
+class _SyncFrontEnd(Generations, Generic[R]):
     """Lock, clock, callbacks and waiting: what Pool and KeyedPool share."""
 
     def __init__(
@@ -43,7 +43,7 @@ class _SyncFrontEnd(Generic[R]):
         max_idle: float | None,
         max_lifetime: float | None,
         lifetime_jitter: float,
-        check: Callable[[R], object] | None,
+        check: Callable[[R, float], object] | None,
         check_idle_after: float,
         reset: Callable[[R], object] | None,
         close: Callable[[R], object] | None,
@@ -51,6 +51,8 @@ class _SyncFrontEnd(Generic[R]):
     ) -> None:
         self._options = Options(timeout, max_idle, max_lifetime, lifetime_jitter, check_idle_after)
         self._check = check
+        #: Seconds idle below which a reused resource skips ``check`` (inf: no check).
+        self._unchecked_below = check_idle_after if check is not None else float("inf")
         self._reset = reset
         self._close = close
         self._clock = clock
@@ -131,7 +133,7 @@ class _SyncFrontEnd(Generic[R]):
         if self._check is None or not self._options.wants_check(now, entry.idle_since):
             return True
         try:
-            ok = check_passed(self._check(entry.resource))
+            ok = check_passed(self._check(entry.resource, now - entry.idle_since))
         except Exception:
             log.info("check of %r raised; discarding it", entry.resource, exc_info=True)
             ok = False
@@ -142,20 +144,26 @@ class _SyncFrontEnd(Generic[R]):
             self.discard(entry.resource)
         return ok
 
-    def _returns_clean(self, resource: R) -> bool:
-        """Run ``reset`` before a resource goes back; one that fails is discarded."""
+    def _returns_clean(self, resource: R, now: float) -> bool:
+        """Run ``reset`` before a resource goes back; one that fails is discarded.
+        One the pool will retire anyway (its lifetime is over, or ``invalidate``
+        ran) is not reset: a rollback on a server that is gone can hang."""
         if self._reset is None:
             return True
+        entry = self._core.checked_out.get(id(resource))  # read-only, under the GIL
+        if entry is not None and entry.expires_at <= now:
+            return True
         try:
-            self._reset(resource)
+            ok = check_passed(self._reset(resource))
         except Exception:
             log.info("reset of %r raised; discarding it", resource, exc_info=True)
-            self.discard(resource)
-            return False
+            ok = False
         except BaseException:
             self.discard(resource)
             raise
-        return True
+        if not ok:
+            self.discard(resource)
+        return ok
 
     # -- what each front-end provides ----------------------------------------------------
 
@@ -227,11 +235,13 @@ class _Checkout(Generic[R]):
 class Pool(_SyncFrontEnd[R]):
     """A thread-safe pool of reusable resources (connections, sessions, ...).
 
-    ``create()`` makes a resource; ``check(r)`` (optional) is run on checkout of a
-    resource idle for ``check_idle_after`` seconds or more, and a resource for which
-    it raises or returns False is discarded and replaced; ``reset(r)`` (optional)
-    runs on return, and a resource for which it raises is discarded; ``close(r)``
-    runs on every resource the pool retires.
+    ``create()`` makes a resource; ``check(r, idle)`` (optional) is run on checkout
+    of a resource idle for ``check_idle_after`` seconds or more (``idle``: how many
+    seconds, so a check can pick its depth), and a resource for which it raises or
+    returns False is discarded and replaced; ``reset(r)`` (optional) runs on
+    return, and a resource for which it raises or returns False is discarded;
+    ``close(r)`` runs on every resource the pool retires.  ``invalidate()`` makes
+    every resource that exists now unusable (a server restart).
 
     At most ``max_size + max_overflow`` resources exist; up to ``max_size`` are kept
     idle, overflow ones are closed on return.  ``acquire`` waits up to ``timeout``
@@ -252,7 +262,7 @@ class Pool(_SyncFrontEnd[R]):
         max_idle: float | None = None,
         max_lifetime: float | None = None,
         lifetime_jitter: float = 0.1,
-        check: Callable[[R], object] | None = None,
+        check: Callable[[R, float], object] | None = None,
         check_idle_after: float = 0.0,
         reset: Callable[[R], object] | None = None,
         close: Callable[[R], object] | None = None,
@@ -291,12 +301,13 @@ class Pool(_SyncFrontEnd[R]):
         lock = self._lock
         lock.acquire()
         try:
-            got = core.acquire(self._clock() if self._timed else 0.0)
+            now = self._clock() if self._timed else 0.0
+            got = core.acquire(now)
             if type(got) is Waiter:
                 self._arm(got)
         finally:
             lock.release()
-        if type(got) is Entry and self._check is None and not core.garbage:
+        if type(got) is Entry and now - got.idle_since < self._unchecked_below and not core.garbage:
             return got.resource
         return self._acquire(None, timeout, got)
 
@@ -309,9 +320,9 @@ class Pool(_SyncFrontEnd[R]):
 
     def release(self, resource: R) -> None:
         """Return a resource: to the oldest waiter if any, else to the idle set."""
-        if self._reset is not None and not self._returns_clean(resource):
+        now = self._clock()  # before reset: a slow reset makes it look idle longer
+        if self._reset is not None and not self._returns_clean(resource, now):
             return
-        now = self._clock()
         lock = self._lock
         lock.acquire()
         try:
@@ -360,6 +371,17 @@ class Pool(_SyncFrontEnd[R]):
             garbage = self._core.take_garbage()
         self._dispose(garbage)
 
+    def invalidate(self, generation: int | None = None) -> bool:
+        """Reuse nothing that exists now (its server restarted, say): idle resources
+        are closed now, those in use when they come back.  With ``generation``
+        (from ``generation_of``), only if the pool has not moved on since, so that
+        many users who met one failure move it on once.  True if it moved on."""
+        with self._lock:
+            moved = self._core.invalidate(generation)
+            garbage = self._core.take_garbage()
+        self._dispose(garbage)
+        return moved
+
     def set_max_lifetime(self, seconds: float | None) -> None:
         """Change ``max_lifetime`` for resources created from now on."""
         self._options = dataclasses.replace(self._options, max_lifetime=seconds)
@@ -391,6 +413,7 @@ class Pool(_SyncFrontEnd[R]):
         self._dispose(garbage)
 
     def _create_in_slot(self, key: Any = None) -> R:
+        generation = self._core.generation
         try:
             resource = self._create()
         except BaseException:
@@ -401,7 +424,7 @@ class Pool(_SyncFrontEnd[R]):
             raise
         now = self._clock()
         with self._lock:
-            self._core.created(resource, now, self._options.expires_at(now))
+            self._core.created(resource, now, self._options.expires_at(now), generation)
         return resource
 
     def _arm(self, waiter: Waiter[R]) -> None:
@@ -436,7 +459,7 @@ class KeyedPool(_SyncFrontEnd[R], Generic[K, R]):
         max_idle: float | None = None,
         max_lifetime: float | None = None,
         lifetime_jitter: float = 0.1,
-        check: Callable[[R], object] | None = None,
+        check: Callable[[R, float], object] | None = None,
         check_idle_after: float = 0.0,
         reset: Callable[[R], object] | None = None,
         close: Callable[[R], object] | None = None,
@@ -465,10 +488,11 @@ class KeyedPool(_SyncFrontEnd[R], Generic[K, R]):
         lock = self._lock
         lock.acquire()
         try:
-            got = core.acquire(key, self._clock())
+            now = self._clock()
+            got = core.acquire(key, now)
         finally:
             lock.release()
-        if type(got) is Entry and self._check is None and not core.garbage:
+        if type(got) is Entry and now - got.idle_since < self._unchecked_below and not core.garbage:
             return got.resource
         return self._acquire(key, timeout, got)
 
@@ -489,10 +513,11 @@ class KeyedPool(_SyncFrontEnd[R], Generic[K, R]):
         self._options = dataclasses.replace(self._options, max_lifetime=seconds)
 
     def release(self, resource: R) -> None:
-        if self._reset is not None and not self._returns_clean(resource):
+        now = self._clock()
+        if self._reset is not None and not self._returns_clean(resource, now):
             return
         with self._lock:
-            self._core.release(resource, self._clock())
+            self._core.release(resource, now)
         self._settle()
 
     def discard(self, resource: R) -> None:
@@ -513,6 +538,13 @@ class KeyedPool(_SyncFrontEnd[R], Generic[K, R]):
         with self._lock:
             self._core.clear(self._clock())
         self._settle()
+
+    def invalidate(self, generation: int | None = None) -> bool:
+        """As :meth:`Pool.invalidate`, for every key."""
+        with self._lock:
+            moved = self._core.invalidate(self._clock(), generation)
+        self._settle()
+        return moved
 
     def close(self) -> None:
         with self._lock:
@@ -538,6 +570,7 @@ class KeyedPool(_SyncFrontEnd[R], Generic[K, R]):
             self._dispose(list(garbage))
 
     def _create_in_slot(self, key: K) -> R:
+        generation = self._core.generation
         try:
             resource = self._create(key)
         except BaseException:
@@ -547,7 +580,7 @@ class KeyedPool(_SyncFrontEnd[R], Generic[K, R]):
             raise
         now = self._clock()
         with self._lock:
-            self._core.created(key, resource, now, self._options.expires_at(now))
+            self._core.created(key, resource, now, self._options.expires_at(now), generation)
         return resource
 
     def _cancel(self, waiter: Waiter[R]) -> None:

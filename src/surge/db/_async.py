@@ -28,7 +28,7 @@ from surge.db._drivers import (
     pg_connect_params,
     readable,
 )
-from surge.db._pool import LIFETIME_SHARE, _Record, needs_ping
+from surge.db._pool import LIFETIME_SHARE, SOCKET_CHECK_AFTER, log, needs_ping
 from surge.errors import UsageError
 from surge.pool import AsyncPool
 
@@ -200,12 +200,9 @@ class AsyncDBPool:
         self.autocommit = autocommit
         self.check_idle_after = check_idle_after
         self._connect_args = dict(connect_args or {})
-        self._clock = clock
-        self._generation = 0
-        self._records: dict[int, _Record] = {}
         self._lifetime_lock = asyncio.Lock()
         self.max_lifetime: float | Literal["auto"] | None = max_lifetime
-        self.n_pings = self.n_rollbacks = self.n_gone = 0
+        self.n_pings = self.n_rollbacks = 0
         self.pool: AsyncPool[Any] = AsyncPool(
             self._create,
             max_size=max_size,
@@ -213,6 +210,9 @@ class AsyncDBPool:
             timeout=timeout,
             max_idle=max_idle,
             lifetime_jitter=lifetime_jitter,
+            check=self._check,
+            check_idle_after=min(check_idle_after, SOCKET_CHECK_AFTER),
+            reset=self._reset,
             close=self._close,
             lifo=lifo,
             clock=clock,
@@ -221,45 +221,9 @@ class AsyncDBPool:
             self.pool.set_max_lifetime(max_lifetime)
 
     async def acquire(self, timeout: float | None = None) -> Any:
-        pool, driver = self.pool, self.driver
-        while True:
-            conn = await pool.acquire(timeout)
-            record = self._records.get(id(conn))
-            if record is None or record.generation != self._generation:
-                await pool.discard(conn)
-                continue
-            idle_since = record.idle_since
-            if idle_since is None:
-                return conn
-            idle = self._clock() - idle_since
-            if not needs_ping(idle, self.check_idle_after, driver, conn):
-                return conn
-            self.n_pings += 1
-            try:
-                await driver.ping(conn)
-            except Exception as error:
-                await self._failed(conn, error)
-                continue
-            return conn
+        return await self.pool.acquire(timeout)
 
     async def release(self, conn: Any) -> None:
-        record = self._records.get(id(conn))
-        if record is None or record.generation != self._generation or self.driver.is_closed(conn):
-            await self.pool.discard(conn)
-            return
-        driver = self.driver
-        try:
-            if driver.in_transaction(conn):
-                self.n_rollbacks += 1
-                await conn.rollback()
-            await driver.restore_autocommit(conn, self.autocommit)
-        except Exception as error:
-            await self._failed(conn, error)
-            return
-        except BaseException:
-            await self.pool.discard(conn)  # cancelled mid-rollback: its state is unknown
-            raise
-        record.idle_since = self._clock()
         await self.pool.release(conn)
 
     async def discard(self, conn: Any) -> None:
@@ -270,33 +234,27 @@ class AsyncDBPool:
 
     async def server_gone(self, generation: int | None = None) -> None:
         """As :meth:`surge.db.DBPool.server_gone`."""
-        if generation is not None and generation != self._generation:
-            return
-        self._generation += 1
-        self.n_gone += 1
-        await self.pool.clear()
+        await self.pool.invalidate(generation)
 
     def generation_of(self, conn: Any) -> int | None:
-        record = self._records.get(id(conn))
-        return None if record is None else record.generation
+        return self.pool.generation_of(conn)
 
     async def lost(self, conn: Any) -> None:
         """A checked-out connection found the server gone: discard it, move on."""
-        generation = self.generation_of(conn)
+        generation = self.pool.generation_of(conn)
         await self.pool.discard(conn)
-        await self.server_gone(generation)
+        await self.pool.invalidate(generation)
 
     @property
     def generation(self) -> int:
-        return self._generation
+        return self.pool.generation
 
     def stats(self) -> dict[str, Any]:
         stats = self.pool.stats()
         stats.update(
-            generation=self._generation,
             pings=self.n_pings,
             rollbacks=self.n_rollbacks,
-            server_gone=self.n_gone,
+            server_gone=stats["generation"],
             max_lifetime=self.max_lifetime,
         )
         return stats
@@ -310,23 +268,48 @@ class AsyncDBPool:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
+    async def _check(self, conn: Any, idle: float) -> bool:
+        """As DBPool's: ping if ``needs_ping``; a disconnect moves the generation on."""
+        if not needs_ping(idle, self.check_idle_after, self.driver, conn):
+            return True
+        self.n_pings += 1
+        try:
+            await self.driver.ping(conn)
+        except Exception as error:
+            await self._failed(conn, error)
+            return False
+        return True
+
+    async def _reset(self, conn: Any) -> bool:
+        """As DBPool's: roll back if a transaction may be open, restore autocommit;
+        False for a closed connection."""
+        driver = self.driver
+        if driver.is_closed(conn):
+            return False
+        try:
+            if driver.in_transaction(conn):
+                self.n_rollbacks += 1
+                await conn.rollback()
+            await driver.restore_autocommit(conn, self.autocommit)
+        except Exception as error:
+            await self._failed(conn, error)
+            return False
+        return True
+
     async def _failed(self, conn: Any, error: BaseException) -> None:
         if self.driver.is_disconnect(error, conn):
-            await self.lost(conn)
+            await self.pool.invalidate(self.pool.generation_of(conn))
         else:
-            await self.pool.discard(conn)
+            log.info("%r failed on %r; discarding it", error, conn)
 
     async def _create(self) -> Any:
-        generation = self._generation
         conn = await self.driver.connect(self.url, self.autocommit, self._connect_args)
-        self._records[id(conn)] = _Record(generation)
         if self.max_lifetime == "auto":
             try:
                 await self._learn_lifetime(conn)
             except BaseException:
                 with contextlib.suppress(Exception):
                     await self.driver.close(conn)
-                self._records.pop(id(conn), None)
                 raise
         return conn
 
@@ -343,7 +326,6 @@ class AsyncDBPool:
                 self.max_lifetime = None
 
     async def _close(self, conn: Any) -> None:
-        self._records.pop(id(conn), None)
         with contextlib.suppress(Exception):
             await self.driver.close(conn)
 

@@ -31,6 +31,7 @@ On top of :class:`surge.pool.Pool` (O(1) checkout, waiters in arrival order,
 from __future__ import annotations
 
 import contextlib
+import logging
 import ssl
 import threading
 import time
@@ -40,6 +41,8 @@ from typing import Any, Literal
 
 from surge.db._drivers import DatabaseURL, Driver, driver_for
 from surge.pool import Pool
+
+log = logging.getLogger("surge.db")
 
 #: Share of the server's idle timeout that ``max_lifetime="auto"`` keeps below
 #: (then jittered down by up to ``lifetime_jitter``).
@@ -62,17 +65,6 @@ def needs_ping(idle: float, check_idle_after: float, driver: Any, conn: Any) -> 
     if idle >= check_idle_after:
         return True
     return idle >= SOCKET_CHECK_AFTER and bool(driver.has_input(conn))
-
-
-class _Record:
-    """What the pool knows of one connection besides what the Pool core keeps."""
-
-    __slots__ = ("generation", "idle_since")
-
-    def __init__(self, generation: int) -> None:
-        self.generation = generation
-        #: When it was last returned; None while it has never been.
-        self.idle_since: float | None = None
 
 
 class DBPool:
@@ -115,16 +107,11 @@ class DBPool:
         self.autocommit = autocommit
         self.check_idle_after = check_idle_after
         self._connect_args = dict(connect_args or {})
-        self._clock = clock
-        self._generation = 0
-        self._records: dict[int, _Record] = {}  # id(conn) -> its record, while it is open
-        self._lock = threading.Lock()
         self._lifetime_lock = threading.Lock()
         #: The lifetime in force; ``"auto"`` until the first connection has read it.
         self.max_lifetime: float | Literal["auto"] | None = max_lifetime
         self.n_pings = 0
         self.n_rollbacks = 0
-        self.n_gone = 0
         #: Called with each connection the pool closes (glue that keeps its own
         #: record per connection forgets it here).
         self.on_close: list[Callable[[Any], object]] = []
@@ -139,6 +126,9 @@ class DBPool:
             max_idle=max_idle,
             max_lifetime=None if max_lifetime == "auto" else max_lifetime,
             lifetime_jitter=lifetime_jitter,
+            check=self._check,
+            check_idle_after=min(check_idle_after, SOCKET_CHECK_AFTER),
+            reset=self._reset,
             close=self._close,
             lifo=lifo,
             clock=clock,
@@ -147,51 +137,14 @@ class DBPool:
     # -- the public surface ---------------------------------------------------------------
 
     def acquire(self, timeout: float | None = None) -> Any:
-        """A connection of the current generation, checked if it was idle long
+        """A connection of the current generation, pinged first if it was idle long
         enough to doubt it; stale ones found on the way are replaced."""
-        pool = self.pool
-        driver = self.driver
-        while True:
-            conn = pool.acquire(timeout)
-            record = self._records.get(id(conn))
-            if record is None or record.generation != self._generation:
-                pool.discard(conn)  # made before the server went away
-                continue
-            idle_since = record.idle_since
-            if idle_since is None:
-                return conn  # just connected
-            idle = self._clock() - idle_since
-            if not needs_ping(idle, self.check_idle_after, driver, conn):
-                return conn
-            self.n_pings += 1
-            try:
-                driver.ping(conn)
-            except Exception as error:
-                self._failed(conn, error)
-                continue
-            return conn
+        return self.pool.acquire(timeout)
 
     def release(self, conn: Any) -> None:
         """Take a connection back, rolled back first unless no transaction is known
         to be open, in the pool's autocommit mode; a connection that is closed or of
         an old generation is discarded."""
-        record = self._records.get(id(conn))
-        if record is None or record.generation != self._generation or self.driver.is_closed(conn):
-            self.pool.discard(conn)
-            return
-        driver = self.driver
-        try:
-            if driver.in_transaction(conn):
-                self.n_rollbacks += 1
-                conn.rollback()
-            driver.restore_autocommit(conn, self.autocommit)
-        except Exception as error:
-            self._failed(conn, error)
-            return
-        except BaseException:
-            self.pool.discard(conn)  # interrupted mid-rollback: its state is unknown
-            raise
-        record.idle_since = self._clock()
         self.pool.release(conn)
 
     def discard(self, conn: Any) -> None:
@@ -219,38 +172,31 @@ class DBPool:
         pool has moved on since - eight threads whose queries all failed in one
         restart report it eight times - nothing more happens, so the fresh
         connections of the new server are not dropped seven times over."""
-        with self._lock:
-            if generation is not None and generation != self._generation:
-                return
-            self._generation += 1
-            self.n_gone += 1
-        self.pool.clear()
+        self.pool.invalidate(generation)
 
     def generation_of(self, conn: Any) -> int | None:
-        """The generation ``conn`` was made in (None if it is not this pool's)."""
-        record = self._records.get(id(conn))
-        return None if record is None else record.generation
+        """The generation ``conn`` was made in (None if it is not checked out)."""
+        return self.pool.generation_of(conn)
 
     def lost(self, conn: Any) -> None:
         """A checked-out connection found the server gone: discard it and move the
         generation on (once per generation)."""
-        generation = self.generation_of(conn)
+        generation = self.pool.generation_of(conn)
         self.pool.discard(conn)
-        self.server_gone(generation)
+        self.pool.invalidate(generation)
 
     @property
     def generation(self) -> int:
-        return self._generation
+        return self.pool.generation
 
     def stats(self) -> dict[str, Any]:
         """The pool's counters plus ``generation``, ``pings``, ``rollbacks`` and
         ``server_gone`` (how many times a disconnect moved the generation on)."""
         stats = self.pool.stats()
         stats.update(
-            generation=self._generation,
             pings=self.n_pings,
             rollbacks=self.n_rollbacks,
-            server_gone=self.n_gone,
+            server_gone=stats["generation"],
             max_lifetime=self.max_lifetime,
         )
         return stats
@@ -272,18 +218,49 @@ class DBPool:
 
     # -- internals ------------------------------------------------------------------------------
 
+    def _check(self, conn: Any, idle: float) -> bool:
+        """The pool's check on checkout: ping if ``needs_ping``; a ping that fails
+        discards the connection, and a disconnect moves the generation on."""
+        if not needs_ping(idle, self.check_idle_after, self.driver, conn):
+            return True
+        self.n_pings += 1
+        try:
+            self.driver.ping(conn)
+        except Exception as error:
+            self._failed(conn, error)
+            return False
+        return True
+
+    def _reset(self, conn: Any) -> bool:
+        """The pool's reset on return: roll back if a transaction may be open, put
+        autocommit back.  False (discard) for a closed connection.  (The pool does
+        not reset a connection it is about to retire: one of an old generation,
+        whose server may be gone, is discarded without a round trip.)"""
+        driver = self.driver
+        if driver.is_closed(conn):
+            return False
+        try:
+            if driver.in_transaction(conn):
+                self.n_rollbacks += 1
+                conn.rollback()
+            driver.restore_autocommit(conn, self.autocommit)
+        except Exception as error:
+            self._failed(conn, error)
+            return False
+        return True
+
     def _failed(self, conn: Any, error: BaseException) -> None:
-        """A ping or rollback raised: discard, and if the server is gone, say so."""
+        """A ping or rollback raised: if the server is gone, move the generation on
+        (the pool discards the connection itself)."""
         if self.driver.is_disconnect(error, conn):
-            self.lost(conn)
+            self.pool.invalidate(self.pool.generation_of(conn))
         else:
-            self.pool.discard(conn)
+            log.info("%r failed on %r; discarding it", error, conn)
 
     def _connect_to_url(self) -> Any:
         return self.driver.connect(self.url, self.autocommit, self._connect_args)
 
     def _create(self) -> Any:
-        generation = self._generation
         conn = self.connector()
         try:
             self.driver.restore_autocommit(conn, self.autocommit)  # if the connector did not
@@ -293,7 +270,6 @@ class DBPool:
             with contextlib.suppress(Exception):
                 conn.close()
             raise
-        self._records[id(conn)] = _Record(generation)
         return conn
 
     def _learn_lifetime(self, conn: Any) -> None:
@@ -313,7 +289,6 @@ class DBPool:
                 self.max_lifetime = None
 
     def _close(self, conn: Any) -> None:
-        self._records.pop(id(conn), None)
         for forget in self.on_close:
             forget(conn)
         with contextlib.suppress(Exception):  # closing a dead connection may fail; it is gone

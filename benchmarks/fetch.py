@@ -125,6 +125,19 @@ Section 4, "input": a 10-million-line URL file
     so.  Records/s is lines / process wall.
     Target: peak RSS < 300 MB at 10M lines.
 
+Section 5, "job": the whole ``surge fetch`` job against a bare aiohttp loop
+    ``--requests`` (20,000) lines of one keep-alive URL (status-200.sim, 1 KiB)
+    in a file; ``surge fetch FILE -o OUT.jsonl -q -c 64 --resolve ...`` runs as
+    a process of its own, reading the file and writing every record.  Its CPU
+    per request is (CPU of that run - CPU of the same command over a one-line
+    file) / (requests - 1): start-up, imports and the first connection cancel
+    out, the input's reading and the records' writing stay in.  Against it:
+    aiohttp + uvloop as in section 2, with 64 in flight, which reads no file
+    and writes nothing.  Then, in this process, the two ends alone over the same
+    data: ``read_inputs`` over the file, and a ``RecordWriter`` writing the
+    run's own records (parsed back from OUT) to a file; each best of three.
+    Target: the job's CPU per request <= 0.5x aiohttp + uvloop's.
+
 What is excluded: the simulated web's CPU everywhere; interpreter start-up and
 imports (except in the CLI run of section 1 and in section 4, which time the
 whole ``surge`` process, as a user sees it); building the client and its
@@ -146,7 +159,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from time import perf_counter
+from time import perf_counter, process_time
 from typing import Any
 
 from _common import (
@@ -169,7 +182,7 @@ from _common import (
 )
 from fetch_clients import CLIENTS
 
-SECTIONS = ("sim", "keepalive", "tls", "input")
+SECTIONS = ("sim", "keepalive", "tls", "input", "job")
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results" / "fetch.json"
 #: A peer predicted to take longer than this at the next size is skipped there.
@@ -190,6 +203,8 @@ KEEPALIVE_CLIENTS = (
 TLS_CLIENTS = KEEPALIVE_CLIENTS
 #: Requests in flight in sections 2 and 3.
 INFLIGHT = 16
+#: Requests in flight in section 5 (the whole job).
+JOB_INFLIGHT = 64
 #: One line in this many of the input file is a real simulated host.
 REAL_EVERY = 100_000
 
@@ -209,7 +224,12 @@ def fmt_counts(counter: dict[str, int] | Counter[str]) -> str:
 
 
 def run_client(
-    name: str, urls: list[str], warmup: list[str], cafile: str | None, limit_s: float
+    name: str,
+    urls: list[str],
+    warmup: list[str],
+    cafile: str | None,
+    limit_s: float,
+    inflight: int = INFLIGHT,
 ) -> dict[str, Any]:
     """One run of ``fetch_clients.py`` for client ``name``: its JSON, or {"error": ...}."""
     with tempfile.TemporaryDirectory(prefix=f"surge-bench-{name}-") as directory:
@@ -221,7 +241,7 @@ def run_client(
                     "client": name,
                     "urls": urls,
                     "warmup": warmup,
-                    "inflight": INFLIGHT,
+                    "inflight": inflight,
                     "cafile": cafile,
                 },
                 spec,
@@ -654,6 +674,111 @@ def run_input(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
+# -- section 5: the whole job ------------------------------------------------------------------
+
+
+def run_job(args: argparse.Namespace) -> dict[str, Any]:
+    from surge.bulk.inputs import read_inputs
+    from surge.bulk.outputs import open_writer
+
+    n = max(2, args.requests)
+    runs: dict[str, list[dict[str, Any]]] = {"surge_fetch": [], "aiohttp_uvloop": []}
+    with (
+        sim_on_own_cpu(seed=0) as (sim, cpus),
+        tempfile.TemporaryDirectory(prefix="surge-bench-job-") as tmp,
+    ):
+        url = sim.url("status-200.sim")
+        inputs = {}
+        for lines in (n, 1):
+            inputs[lines] = os.path.join(tmp, f"urls-{lines}.txt")
+            Path(inputs[lines]).write_text(f"{url}\n" * lines)
+        out = os.path.join(tmp, "out.jsonl")
+
+        def job(lines: int) -> Any:
+            command = [*surge_command(), "fetch", inputs[lines], "-o", out, "-q"]
+            command += ["-c", str(JOB_INFLIGHT), "--resolve", "*.sim:*:127.0.0.1"]
+            run, _ = run_child(command, args.limit)
+            return run
+
+        for turn in range(args.repeat):
+            progress(f"job: surge fetch over {n:,} lines, run {turn + 1} of {args.repeat}")
+            full, one = job(n), job(1)
+            runs["surge_fetch"].append(
+                {
+                    "cpu_s": full.cpu_s,
+                    "one_line_cpu_s": one.cpu_s,
+                    "cpu_per_request_s": (full.cpu_s - one.cpu_s) / (n - 1),
+                    "exit_status": full.status,
+                    "killed": full.killed,
+                }
+            )
+            progress(f"job: aiohttp_uvloop, run {turn + 1} of {args.repeat}")
+            runs["aiohttp_uvloop"].append(
+                run_client(
+                    "aiohttp_uvloop",
+                    [url] * n,
+                    [url] * JOB_INFLIGHT,
+                    None,
+                    args.limit,
+                    JOB_INFLIGHT,
+                )
+            )
+        # One more run for its records: each end is then timed alone on them.
+        job(n)
+        records = [json.loads(line) for line in Path(out).read_text().splitlines()]
+        ok = sum(1 for record in records if record["status"] == 200)
+        reader_s = writer_s = math.inf
+        for _ in range(3):
+            started = process_time()
+            for _item in read_inputs(inputs[n]):
+                pass
+            reader_s = min(reader_s, process_time() - started)
+            started = process_time()
+            with open_writer(os.path.join(tmp, "written.jsonl"), "jsonl") as writer:
+                for record in records:
+                    writer.write(record)
+            writer_s = min(writer_s, process_time() - started)
+    surge_best = min(runs["surge_fetch"], key=lambda r: r["cpu_per_request_s"])
+    aio_ok = [r for r in runs["aiohttp_uvloop"] if "cpu_per_request_s" in r]
+    aio_best = min(aio_ok, key=lambda r: r["cpu_per_request_s"]) if aio_ok else None
+    results: dict[str, Any] = {
+        "requests": n,
+        "inflight": JOB_INFLIGHT,
+        "cpus": cpus,
+        "runs": runs,
+        "surge_fetch": surge_best,
+        "surge_ok": ok,
+        "aiohttp_uvloop": aio_best,
+        "reader_per_request_s": reader_s / n,
+        "writer_per_request_s": writer_s / len(records),
+    }
+    table = Table(
+        f"job: {n:,} keep-alive GETs to status-200.sim (1 KiB), {JOB_INFLIGHT} in flight, "
+        f"best of {args.repeat}",
+        ["", "cpu us/request", "x aiohttp+uvloop", "runs (us)"],
+    )
+    aio_per = aio_best["cpu_per_request_s"] if aio_best else math.nan
+
+    def row(name: str, per: float, spread: str = "") -> None:
+        table.add(name, f"{per * 1e6:,.1f}", fmt_num(per / aio_per), spread)
+
+    def spread(key: str) -> str:
+        values = [r["cpu_per_request_s"] * 1e6 for r in runs[key] if "cpu_per_request_s" in r]
+        return " / ".join(f"{v:.1f}" for v in values)
+
+    row("surge fetch, whole job", surge_best["cpu_per_request_s"], spread("surge_fetch"))
+    row("  of which: reading the input", results["reader_per_request_s"])
+    row("  of which: writing the records", results["writer_per_request_s"])
+    row("aiohttp + uvloop, writes nothing", aio_per, spread("aiohttp_uvloop"))
+    table.note("surge fetch: (CPU of the run - CPU of a one-line run) / (requests - 1), so")
+    table.note("start-up and imports cancel out; the input read and records written stay in.")
+    table.note("The reader and writer rows: each alone, in the benchmark's process, best of 3.")
+    if cpus:
+        table.note(f"server pinned to CPU {cpus['server']}, clients to CPU {cpus['client']}.")
+    table.print()
+    return results
+
+
 # -- targets ---------------------------------------------------------------------------------
 
 
@@ -764,6 +889,18 @@ def check_targets(results: dict[str, Any]) -> list[Target]:
                     s <= c,
                 )
             )
+    job = results.get("job")
+    if job and job.get("aiohttp_uvloop"):
+        s = job["surge_fetch"]["cpu_per_request_s"]
+        a = job["aiohttp_uvloop"]["cpu_per_request_s"]
+        targets.append(
+            Target(
+                "5. job: surge fetch CPU/request (input and records in) vs aiohttp + uvloop",
+                "<= 0.5x",
+                f"{s * 1e6:.1f} us vs {a * 1e6:.1f} us = {s / a:.2f}x",
+                s <= 0.5 * a and job["surge_ok"] == job["requests"],
+            )
+        )
     inputs = results.get("input")
     if inputs:
         measured = [v for v in inputs["sizes"].values() if "peak_rss_bytes" in v]
@@ -980,9 +1117,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=1000, help="sim: in flight (1000)")
     parser.add_argument("--seq-sample", type=int, help="sim: hosts requests_seq runs (50)")
     parser.add_argument("--limit", type=float, help="seconds before a child is killed (360)")
-    parser.add_argument("--requests", type=int, help="keepalive: requests per run (20,000)")
+    parser.add_argument("--requests", type=int, help="keepalive, job: requests per run (20,000)")
     parser.add_argument("--tls-hosts", type=int, help="tls: hosts, one request each (2,000)")
-    parser.add_argument("--repeat", type=int, help="keepalive, tls: runs per client (3)")
+    parser.add_argument("--repeat", type=int, help="keepalive, tls, job: runs per client (3)")
     parser.add_argument("--input-lines", help="input: sizes, comma-separated (1M,3M,10M)")
     parser.add_argument(
         "--input-budget", type=float, default=600.0, help="input: skip a size predicted longer"
@@ -1023,6 +1160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         results["tls"] = run_tls(args)
     if "input" in args.only:
         results["input"] = run_input(args)
+    if "job" in args.only:
+        results["job"] = run_job(args)
     targets = check_targets(results)
     print_targets(targets, args.quick)
     out = Path(args.out)

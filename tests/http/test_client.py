@@ -407,3 +407,28 @@ async def test_a_head_request_stays_a_head_after_a_303(tiny_server: ServerFactor
     async with tiny_server(see_other) as port, Client(follow_redirects=True) as client:
         response = await client.head(f"http://127.0.0.1:{port}/a")
     assert (response.status, response.redirects, methods) == (200, 1, [b"HEAD", b"HEAD"])
+
+
+async def test_a_response_is_its_own_object_not_the_connections_state(
+    sim: SimInfo, client_for: ClientFactory
+) -> None:
+    """The connection hands each exchange a WireResponse of its own: once the
+    connection is back in the pool and carries the next request, the earlier
+    response still holds its own status, head and body (the client no longer has
+    to copy them out before giving the connection back)."""
+    async with client_for(max_connections=1) as client:
+        await client.get(sim.url("big-5000.sim"))  # opens the connection
+        conn = client._pool.acquire_nowait(("http", "big-5000.sim", sim.http_port))
+        assert conn is not None
+        deadline = conn.loop.time() + 5.0
+        first = conn.send(b"GET / HTTP/1.1\r\nHost: big-5000.sim\r\n\r\n", False, deadline)
+        await first.done
+        assert conn.response is None  # idle: ready for the next request
+        second = conn.send(b"HEAD / HTTP/1.1\r\nHost: big-5000.sim\r\n\r\n", True, deadline)
+        assert second is not first
+        await second.done
+        assert first.status == 200 and first.body_bytes == 5000
+        assert sum(map(len, first.body)) == 5000 and first.head.startswith(b"HTTP/1.1 200")
+        assert second.status == 200 and second.body == [] and second.body_bytes == 0
+        assert first.keep_alive and second.keep_alive and conn.requests == 3
+        await client._pool.release(conn)

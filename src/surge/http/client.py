@@ -23,7 +23,7 @@ from typing import Any
 
 from surge.errors import LocalResourceError, RequestError, UsageError
 from surge.http import redirects as redirect_policy
-from surge.http.connection import HTTPConnection, parse_head
+from surge.http.connection import HTTPConnection, WireResponse, parse_head
 from surge.http.deadlines import Deadlines, TaskDeadline
 from surge.http.decoding import ACCEPT_ENCODING, decode
 from surge.http.gate import Gate
@@ -328,27 +328,29 @@ class Client:
                     else:
                         timings.started = now
                         deadline = conn.loop.time() + self._max_time
+                wire = None
                 try:
                     # Positional: keyword arguments cost a little on every request.
-                    done = conn.send(head, method == "HEAD", deadline)
+                    wire = conn.send(head, method == "HEAD", deadline)
                     timings.sent = perf_counter()
-                    await done
+                    await wire.done
                 except RequestError as e:
-                    timings.first_byte = conn.first_byte
+                    first_byte = timings.first_byte = None if wire is None else wire.first_byte
                     await pool.discard(conn)
                     stale = (
                         not fresh
                         and not retried
                         and e.error_class == "connection_reset"
-                        and conn.first_byte is None
+                        and first_byte is None
                     )
                     if stale:  # closed by the server as we reused it: once more, afresh
                         retried = True
                         _reset_attempt(timings)
                         continue
-                    if conn.head_done and e.status is None:
-                        e.status = conn.status
-                    e.bytes = conn.body_bytes
+                    if wire is not None:
+                        if wire.head_done and e.status is None:
+                            e.status = wire.status
+                        e.bytes = wire.body_bytes
                     _annotate(e, url, target.url, timings, redirects)
                     raise
                 except BaseException:
@@ -356,47 +358,23 @@ class Client:
                     await pool.discard(conn)
                     raise
                 break
-            timings.first_byte = conn.first_byte
+            timings.first_byte = wire.first_byte
             timings.done = perf_counter()
             self.requests += 1
-            # What the response needs, read before the connection goes back to the
-            # pool (another request may take it at once).
-            status = conn.status
-            chunks = conn.body
-            encoding = conn.content_encoding
-            wire_bytes = conn.body_bytes
-            response_head = conn.head
-            if conn.keep_alive and not conn.closed:  # conn.reusable, inlined
+            # The response is its own object: the connection can go back at once.
+            if wire.keep_alive and not conn.closed:
                 pool.release_nowait(conn)  # no reset callback: no need to await
             else:
                 await pool.discard(conn)
-            if encoding is not None and self.decompress and wire_bytes:
-                try:
-                    decoded = decode(chunks, encoding, self._body_cap, status)
-                except RequestError as e:
-                    e.bytes = wire_bytes
-                    _annotate(e, url, target.url, timings, redirects)
-                    raise
-                if decoded is None:  # a coding surge does not decode: as it came
-                    decoded = b"".join(chunks) if len(chunks) != 1 else chunks[0]
-                payload = decoded
-            else:
-                payload = b"".join(chunks) if len(chunks) != 1 else chunks[0]
-            response = Response(
-                url,
-                target.url,
-                status,
-                response_head,
-                payload,
-                wire_bytes,
-                timings,
-                1,  # one try: retries (--retries) are the caller's, who counts them
-                redirects,
-                conn,
-            )
+            try:
+                response = self._response(url, target.url, wire, timings, redirects, conn)
+            except RequestError as e:
+                _annotate(e, url, target.url, timings, redirects)
+                raise
+            status = wire.status
             if not (follow and status in _REDIRECTS):
                 return response
-            location = redirect_policy.location(response_head)
+            location = redirect_policy.location(wire.head)
             if location is None:  # none, or empty: nowhere to go (curl neither)
                 return response
             redirects += 1
@@ -417,14 +395,46 @@ class Client:
             timings.url, timings.status = target.url, status  # for traces: hop by hop
             trusted = self.location_trusted if location_trusted is None else location_trusted
             secret = redirect_policy.credentials(own, self._auth, first, next_target, trusted)
-            # The caller's Host while the redirects stay on its host name (curl's rule).
-            if own.host is not None and next_target.host == first.host:
-                host_header = own.host
-            else:
-                host_header = next_target.host_header
+            host_header = redirect_policy.host_header(own, first, next_target)
             target = next_target
             method, body = redirect_policy.next_method(status, method, body)
             timings = _next_hop(timings)
+
+    def _response(
+        self,
+        url: str,
+        final_url: str,
+        wire: WireResponse,
+        timings: Timings,
+        redirects: int,
+        conn: HTTPConnection,
+    ) -> Response:
+        """The caller's :class:`Response`: the body joined and decoded (decoding.py:
+        streamed, bounded by the body cap; a coding surge does not decode stays as
+        it came)."""
+        chunks = wire.body
+        wire_bytes = wire.body_bytes
+        payload = None
+        if wire.content_encoding is not None and self.decompress and wire_bytes:
+            try:
+                payload = decode(chunks, wire.content_encoding, self._body_cap, wire.status)
+            except RequestError as e:
+                e.bytes = wire_bytes
+                raise
+        if payload is None:
+            payload = b"".join(chunks) if len(chunks) != 1 else chunks[0]
+        return Response(
+            url,
+            final_url,
+            wire.status,
+            wire.head,
+            payload,
+            wire_bytes,
+            timings,
+            1,  # one try: retries (--retries) are the caller's, who counts them
+            redirects,
+            conn,
+        )
 
     async def close(self) -> None:
         await self._pool.close()

@@ -80,3 +80,11 @@ def credentials(
         auth = user_auth or target.auth or first.auth
         return own.credentials + auth if auth is not None else own.credentials
     return target.auth or b""
+
+
+def host_header(own: RequestHeaders, first: URL, target: URL) -> bytes:
+    """The Host a hop to ``target`` sends: the caller's own while the redirects
+    stay on the first URL's host name (curl's rule), else the target's."""
+    if own.host is not None and target.host == first.host:
+        return own.host
+    return target.host_header

@@ -172,6 +172,11 @@ http {{
         location = /loop {{ return 302 /loop; }}
         location /files/ {{ gzip on; gzip_types text/plain; gzip_min_length 0; }}
         location /slow/ {{ limit_rate 400k; }}
+        location /close/ {{
+            alias {root}/files/;  # compressed on the fly with chunking off: no
+            chunked_transfer_encoding off;  # length, so the close ends the body
+            gzip on; gzip_types text/plain; gzip_min_length 0;
+        }}
         {redirects}
         {encoded}
     }}
@@ -429,6 +434,36 @@ def test_a_chunked_gzip_body(nginx: Nginx) -> None:
     surge, curl = both(nginx, f"http://a.test:{nginx.plain}/files/big.txt", ("--compressed",))
     same(surge, curl)
     assert surge.bytes == curl.bytes < len(surge.body) // 5
+
+
+def test_a_body_that_ends_at_the_close(nginx: Nginx) -> None:
+    """HTTP/1.0's framing: no Content-Length, not chunked, the body ends when the
+    server closes the connection (nginx does that with chunking off and a body
+    compressed on the fly)."""
+    url = f"http://a.test:{nginx.plain}/close/big.txt"
+    surge, curl = both(nginx, url, ("--compressed",))
+    same(surge, curl)
+    assert surge.bytes == curl.bytes < len(surge.body) // 5
+    assert surge.body == (nginx.root / "files" / "big.txt").read_text()
+    head = subprocess.run(
+        [
+            "curl",
+            "-s",
+            "-D",
+            "-",
+            "-o",
+            os.devnull,
+            "--compressed",
+            "--resolve",
+            nginx.resolve[0],
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout.lower()
+    assert "content-length" not in head and "transfer-encoding" not in head  # framed by the close
 
 
 @pytest.mark.parametrize("coding", ["gzip", "br", "zstd"])

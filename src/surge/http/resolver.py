@@ -7,8 +7,9 @@
 * IP literals and ``localhost`` never reach a resolver; names under ``.invalid``
   fail at once, as RFC 6761 section 6.4 asks of resolvers (and so tests can
   produce ``dns_error`` without sending a query anywhere).
-* Answers are cached (positive for ``ttl`` seconds, negative for
-  ``negative_ttl``), and concurrent lookups of one name share one query.
+* Answers are cached (dnscache.py: positive for ``ttl`` seconds, negative for
+  ``negative_ttl``, at most ``cache_size`` names, failures kept as text), and
+  concurrent lookups of one name share one query.
 * ``getaddrinfo`` blocks, so it runs in a thread pool of its own: the event
   loop's default executor has min(32, cores + 4) threads - six here - which
   would serialise a crawl's lookups.
@@ -19,12 +20,12 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from surge.errors import RequestError, UsageError
+from surge.http.dnscache import DEFAULT_MAX_ENTRIES, DNSCache
 
 Address = tuple[str, int]  # (ip, family)
 
@@ -77,18 +78,17 @@ class Resolver:
         negative_ttl: float = 30.0,
         family: int = socket.AF_UNSPEC,
         threads: int = 64,
+        cache_size: int = DEFAULT_MAX_ENTRIES,
     ) -> None:
         self._exact: dict[tuple[str, int | None], tuple[str, ...]] = {}
         self._suffixes: list[tuple[str, int | None, tuple[str, ...]]] = []
         self._wildcard: dict[int | None, tuple[str, ...]] = {}
         for spec in overrides:
             self.add_override(spec)
-        self._ttl = ttl
-        self._negative_ttl = negative_ttl
         self._family = family
         self._threads = threads
         self._executor: ThreadPoolExecutor | None = None
-        self._cache: dict[str, tuple[float, tuple[str, ...] | RequestError]] = {}
+        self.cache = DNSCache(max_entries=cache_size, ttl=ttl, negative_ttl=negative_ttl)
         self._inflight: dict[str, asyncio.Future[tuple[str, ...]]] = {}
         self.lookups = 0  # queries that reached getaddrinfo
 
@@ -132,15 +132,7 @@ class Resolver:
             return ("127.0.0.1", "::1")
         if host == "invalid" or host.endswith(".invalid"):
             raise RequestError("dns_error", f"{host}: reserved name, never resolves (RFC 6761)")
-        cached = self._cache.get(host)
-        if cached is not None:
-            expires, answer = cached
-            if expires > time.monotonic():
-                if isinstance(answer, RequestError):
-                    raise RequestError(answer.error_class, answer.detail)
-                return answer
-            del self._cache[host]
-        return None
+        return self.cache.get(host)
 
     async def resolve(self, host: str, port: int) -> tuple[str, ...]:
         """Addresses for ``host``, IPv4 first; ``RequestError('dns_error')`` if none."""
@@ -155,7 +147,7 @@ class Resolver:
         try:
             answer = await self._lookup(host, port)
         except RequestError as e:
-            self._cache[host] = (time.monotonic() + self._negative_ttl, e)
+            self.cache.put_failure(host, e.detail)
             future.set_exception(e)
             future.exception()  # retrieved: no "never retrieved" warning if nobody shares it
             raise
@@ -165,7 +157,7 @@ class Resolver:
             raise
         finally:
             del self._inflight[host]
-        self._cache[host] = (time.monotonic() + self._ttl, answer)
+        self.cache.put(host, answer)
         future.set_result(answer)
         return answer
 

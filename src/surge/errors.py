@@ -108,6 +108,13 @@ class RequestError(SurgeError):
     ``url``, ``final_url``, ``timings``, ``attempts``, ``redirects`` and ``bytes``.
     """
 
+    def __new__(cls, error_class: str, detail: str, *, status: int | None = None) -> RequestError:
+        # RequestError("dns_error", ...) is a DNSError: every raise site names the
+        # class by its record name, and callers may catch by type (httpx's names).
+        if cls is RequestError:
+            cls = _BY_CLASS.get(error_class, RequestError)
+        return super().__new__(cls, detail)
+
     def __init__(self, error_class: str, detail: str, *, status: int | None = None) -> None:
         if error_class not in ERROR_CLASSES:
             raise ValueError(f"unknown error class {error_class!r}")
@@ -121,3 +128,87 @@ class RequestError(SurgeError):
         self.attempts = 0
         self.redirects = 0  # redirects followed before the failure
         self.bytes = 0
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt from its own fields (the default would call cls(detail)).
+        return (_rebuild, (self.error_class, self.detail, self.status, self.__dict__))
+
+
+def _rebuild(
+    error_class: str, detail: str, status: int | None, state: dict[str, Any]
+) -> RequestError:
+    error = RequestError(error_class, detail, status=status)
+    error.__dict__.update(state)
+    return error
+
+
+class InvalidURL(RequestError):
+    """``invalid_url``: not a URL surge can fetch (scheme, host, port, characters)."""
+
+
+class ConnectError(RequestError):
+    """No connection was made: ``dns_error``, ``connect_refused`` or ``tls_error``."""
+
+
+class DNSError(ConnectError):
+    """``dns_error``: the name did not resolve."""
+
+
+class ConnectRefused(ConnectError):
+    """``connect_refused``: every address refused (or could not be reached)."""
+
+
+class TLSError(ConnectError):
+    """``tls_error``: the handshake failed or the certificate was not trusted."""
+
+
+class TimeoutException(RequestError, TimeoutError):
+    """A deadline passed: ``connect_timeout`` or ``read_timeout``."""
+
+
+class ConnectTimeout(TimeoutException):
+    """``connect_timeout``: DNS, TCP and TLS took longer than the connect timeout."""
+
+
+class ReadTimeout(TimeoutException):
+    """``read_timeout``: the response did not complete within ``max_time``."""
+
+
+class ReadError(RequestError):
+    """``connection_reset``: the connection was closed or reset mid-exchange."""
+
+
+class RemoteProtocolError(RequestError):
+    """``protocol_error``: what came back was not valid HTTP/1.1."""
+
+
+class TooManyRedirects(RequestError):
+    """``too_many_redirects``: more redirects than ``max_redirects``."""
+
+
+class BodyTooLarge(RequestError):
+    """``body_too_large``: the body (after decoding) passed the body cap."""
+
+
+_BY_CLASS: dict[str, type[RequestError]] = {
+    "invalid_url": InvalidURL,
+    "dns_error": DNSError,
+    "connect_refused": ConnectRefused,
+    "tls_error": TLSError,
+    "connect_timeout": ConnectTimeout,
+    "read_timeout": ReadTimeout,
+    "connection_reset": ReadError,
+    "protocol_error": RemoteProtocolError,
+    "too_many_redirects": TooManyRedirects,
+    "body_too_large": BodyTooLarge,
+}
+assert set(_BY_CLASS) == set(ERROR_CLASSES)
+
+
+class HTTPStatusError(SurgeError):
+    """``response.raise_for_status()`` on a 4xx or 5xx: ``response`` is the response
+    (a status is an answer, not a failed request: no error class, no record)."""
+
+    def __init__(self, message: str, *, response: Any) -> None:
+        super().__init__(message)
+        self.response = response

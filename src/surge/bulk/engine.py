@@ -325,7 +325,7 @@ async def fetch_one(client: Client, item: Item, opts: FetchOptions) -> Record:
             end = start + record["elapsed_ms"] / 1000
             opts.trace.add(record, start, end, response.timings, retried)
         if opts.keep_body:
-            record["body"] = response.text()
+            record["body"] = response.text
         return record
 
 

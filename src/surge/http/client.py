@@ -23,13 +23,14 @@ from typing import Any
 
 from surge.errors import LocalResourceError, RequestError, UsageError
 from surge.http import redirects as redirect_policy
-from surge.http.connection import HTTPConnection, WireResponse, parse_head
+from surge.http.connection import HTTPConnection, WireResponse
 from surge.http.deadlines import Deadlines, TaskDeadline
 from surge.http.decoding import ACCEPT_ENCODING, decode
 from surge.http.gate import Gate
 from surge.http.headers import HeaderInput, basic_auth, build, check_method
 from surge.http.resolver import Override, Resolver
-from surge.http.timings import Timings, ms3
+from surge.http.response import Response
+from surge.http.timings import Timings
 from surge.http.url import parse_url
 from surge.pool import AsyncKeyedPool
 
@@ -38,89 +39,6 @@ from surge.pool import AsyncKeyedPool
 _opening_for: ContextVar[Timings] = ContextVar("surge_opening_for")
 
 _REDIRECTS = redirect_policy.STATUSES
-
-
-class Response:
-    """A complete response: status, headers, the (decoded) body, and timings."""
-
-    __slots__ = (
-        "_headers",
-        "attempts",
-        "body",
-        "bytes",
-        "connection",
-        "final_url",
-        "head",
-        "redirects",
-        "status",
-        "timings",
-        "url",
-    )
-
-    def __init__(
-        self,
-        url: str,
-        final_url: str,
-        status: int,
-        head: bytes,
-        body: bytes,
-        wire_bytes: int,
-        timings: Timings,
-        attempts: int,
-        redirects: int,
-        connection: HTTPConnection | None = None,
-    ) -> None:
-        self.url = url
-        self.final_url = final_url
-        self.status = status
-        self.head = head  # the status line and header lines, as received
-        self._headers: list[tuple[str, str]] | None = None
-        self.body = body
-        self.bytes = wire_bytes  # body bytes on the wire (before decoding)
-        self.timings = timings
-        self.attempts = attempts
-        self.redirects = redirects
-        #: The connection it came on (its ``address``, and ``tls`` for https).
-        self.connection = connection
-
-    @property
-    def http_version(self) -> str:
-        """From the status line: "1.1" or "1.0" (read on use, not per response)."""
-        head = self.head
-        return head[5:8].decode("ascii", "replace") if head.startswith(b"HTTP/") else "1.1"
-
-    @property
-    def redirect_ms(self) -> float:
-        """curl's time_redirect: from the start to the start of the last hop."""
-        return redirect_ms(self.timings)
-
-    @property
-    def raw_headers(self) -> list[tuple[bytes, bytes]]:
-        """The response headers as bytes, in order (parsed from ``head`` on use)."""
-        return parse_head(self.head)
-
-    @property
-    def headers(self) -> list[tuple[str, str]]:
-        """The response headers, in order, names as sent (latin-1 decoded)."""
-        if self._headers is None:
-            self._headers = [
-                (k.decode("latin-1"), v.decode("latin-1")) for k, v in self.raw_headers
-            ]
-        return self._headers
-
-    def header(self, name: str) -> str | None:
-        """The first value of a header, by case-insensitive name."""
-        lname = name.lower()
-        for key, value in self.headers:
-            if key.lower() == lname:
-                return value
-        return None
-
-    def text(self, encoding: str = "utf-8") -> str:
-        return self.body.decode(encoding, "replace")
-
-    def __repr__(self) -> str:
-        return f"<Response {self.status} {self.final_url} {len(self.body)} bytes>"
 
 
 def make_ssl_context(cafile: str | None = None, *, insecure: bool = False) -> ssl.SSLContext:
@@ -527,13 +445,6 @@ def _annotate(
     error.timings = timings
     error.attempts = 1
     error.redirects = redirects
-
-
-def redirect_ms(timings: Timings | None) -> float:
-    """curl's time_redirect, in ms: the redirects' share of the request (0 without)."""
-    if timings is None or timings.hop_start is None or timings.started is None:
-        return 0.0
-    return ms3(timings.hop_start - timings.started)
 
 
 def _reset_attempt(timings: Timings) -> None:

@@ -19,7 +19,8 @@ from typing import Any
 import click
 
 from surge.errors import RequestError, UsageError
-from surge.http.client import Client, Response, parse_header
+from surge.http.client import Client, parse_header
+from surge.http.response import Response
 from surge.http.timings import RECORD_PHASES, Timings
 from surge.loops import new_event_loop
 from surge.terminal import die
@@ -195,7 +196,7 @@ def as_record(url: str, outcome: Outcome, end: float) -> dict[str, Any]:
             error=None,
             error_detail=None,
             bytes=outcome.bytes,
-            headers=outcome.headers,
+            headers=outcome.headers.multi_items(),
         )
     else:
         record.update(

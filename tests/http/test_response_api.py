@@ -1,0 +1,100 @@
+"""The response and error API a requests/httpx user reaches for, against a real
+httpbin: httpx's names (status_code, content, text, json(), raise_for_status(),
+headers.get_list()), and one exception class per error class."""
+
+from __future__ import annotations
+
+import pickle
+from datetime import timedelta
+
+import pytest
+
+from surge.http import (
+    Client,
+    ConnectError,
+    DNSError,
+    Headers,
+    HTTPStatusError,
+    InvalidURL,
+    ReadTimeout,
+    RequestError,
+    TimeoutException,
+)
+
+
+async def test_status_json_and_raise_for_status(httpbin: str) -> None:
+    async with Client() as client:
+        ok = await client.get(f"{httpbin}/json")
+        missing = await client.get(f"{httpbin}/status/404")
+        broken = await client.get(f"{httpbin}/status/503")
+    assert ok.status_code == 200 and ok.is_success
+    assert ok.json()["slideshow"]["title"] == "Sample Slide Show"
+    assert ok.raise_for_status() is ok  # chains
+    assert missing.status_code == 404 and not missing.is_success
+    with pytest.raises(HTTPStatusError, match="404 client error") as caught:
+        missing.raise_for_status()
+    assert caught.value.response is missing
+    with pytest.raises(HTTPStatusError, match="503 server error"):
+        broken.raise_for_status()
+
+
+async def test_headers_are_a_case_insensitive_multi_map(httpbin: str) -> None:
+    """/response-headers sends each query parameter back as a header, repeats too."""
+    async with Client() as client:
+        response = await client.get(f"{httpbin}/response-headers?X-Multi=one&X-Multi=two")
+    headers = response.headers
+    assert isinstance(headers, Headers)
+    assert headers.get_list("x-multi") == ["one", "two"]
+    assert headers["X-MULTI"] == "one, two" and "x-Multi" in headers
+    assert headers.get("x-absent") is None and headers.get_list("x-absent") == []
+    assert ("X-Multi", "one") in headers.multi_items()
+    assert response.header("x-multi") == "one"  # the first value
+    assert "content-type" in list(headers)  # names, lower-cased, each once
+
+
+async def test_text_follows_the_charset(httpbin: str) -> None:
+    async with Client() as client:
+        utf8 = await client.get(f"{httpbin}/encoding/utf8")
+        latin = await client.get(
+            f"{httpbin}/response-headers?Content-Type=text/plain;%20charset=ISO-8859-1&x=%C3%A9"
+        )
+    assert utf8.encoding == "utf-8" and "∮ E⋅da = Q" in utf8.text
+    # httpbin adds its own Content-Type first; the last one counts (Fetch's rule).
+    assert latin.headers.get_list("content-type")[-1] == "text/plain; charset=ISO-8859-1"
+    assert latin.encoding == "iso-8859-1"
+    assert latin.text == latin.content.decode("iso-8859-1")
+    assert latin.headers["x"] == "é"  # the header's byte 0xE9, read as latin-1
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate", "brotli"])
+async def test_content_is_decoded(httpbin: str, coding: str) -> None:
+    async with Client() as client:
+        response = await client.get(f"{httpbin}/{coding}")
+    flag = {"gzip": "gzipped", "deflate": "deflated", "brotli": "brotli"}[coding]
+    assert response.json()[flag] is True
+    assert response.content == response.body and response.bytes < len(response.content)
+
+
+async def test_elapsed_is_the_timings_span(httpbin: str) -> None:
+    async with Client() as client:
+        response = await client.get(f"{httpbin}/bytes/100")
+    t = response.timings
+    assert t.started is not None and t.done is not None
+    assert response.elapsed == timedelta(seconds=t.done - t.started) > timedelta(0)
+    assert len(response.content) == 100
+
+
+async def test_each_error_class_is_a_type_to_catch(httpbin: str) -> None:
+    async with Client(max_time=0.3) as client:
+        with pytest.raises(ReadTimeout) as slow:
+            await client.get(f"{httpbin}/delay/3")
+        with pytest.raises(InvalidURL):
+            await client.get("http://exa mple.com/")
+        with pytest.raises(DNSError) as unknown:
+            await client.get("http://no-such-host.invalid/")
+    assert isinstance(slow.value, TimeoutException) and isinstance(slow.value, TimeoutError)
+    assert slow.value.error_class == "read_timeout" and isinstance(slow.value, RequestError)
+    assert isinstance(unknown.value, ConnectError) and unknown.value.error_class == "dns_error"
+    copy = pickle.loads(pickle.dumps(slow.value))  # a cluster worker's error travels whole
+    assert type(copy) is ReadTimeout and copy.detail == slow.value.detail
+    assert copy.url == slow.value.url

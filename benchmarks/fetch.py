@@ -75,7 +75,7 @@ Section 2, "keepalive": one fast host over reused connections
     is the client's CPU per request: ``getrusage(RUSAGE_SELF)`` of the client's
     process (every thread) around the requests and the client's close, after
     an unmeasured warm-up of 64 requests on the same client.  Clients
-    (``benchmarks/fetch_clients.py``): surge's ``surge.http.Client`` on uvloop
+    (``benchmarks/fetch_clients.py``): surge's ``surge.http.AsyncClient`` on uvloop
     (16 worker tasks), aiohttp ``ClientSession`` with ``TCPConnector(limit=16)``
     on uvloop and on plain asyncio, httpx ``AsyncClient`` with
     ``Limits(max_connections=16)``, pycurl ``CurlMulti`` with 16 easy handles
@@ -1105,7 +1105,7 @@ def draw_chart(results: dict[str, Any], path: Path) -> Path | None:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description="Benchmark surge fetch and surge.http.Client against requests, aiohttp, "
+        description="Benchmark surge fetch and surge.http.AsyncClient against requests, aiohttp, "
         "httpx, pycurl, pyreqwest and friends on the simulated web (see the module docstring)."
     )
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run (< 2 min)")

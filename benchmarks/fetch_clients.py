@@ -40,7 +40,7 @@ REQUEST_TIMEOUT_S = 30.0
 
 #: Client name -> what it is, for the tables (fetch.py prints these).
 CLIENTS: dict[str, str] = {
-    "surge": "surge.http.Client on uvloop (surge's engine)",
+    "surge": "surge.http.AsyncClient on uvloop (surge's engine)",
     "aiohttp_uvloop": "aiohttp ClientSession + TCPConnector(limit=inflight), uvloop",
     "aiohttp": "aiohttp ClientSession + TCPConnector(limit=inflight), asyncio",
     "httpx": "httpx.AsyncClient(limits=max_connections=inflight), asyncio",
@@ -138,9 +138,9 @@ class _Measure:
 
 
 async def _surge(spec: dict[str, Any], m: _Measure) -> None:
-    from surge.http import Client
+    from surge.http import AsyncClient
 
-    client = Client(
+    client = AsyncClient(
         max_connections=spec["inflight"],
         resolve=["*.sim:*:127.0.0.1"],
         cafile=spec["cafile"],

@@ -4,9 +4,14 @@
     for record in surge.fetch_all(["https://example.com/", ...], concurrency=500):
         print(record["url"], record["status"], record["error"])
 
-``surge.fetch`` (async iterator), ``surge.fetch_all`` (plain iterator) and
-``surge.fetch_on_cluster`` (a plain iterator over a Dask cluster's shards) are
-loaded on first use, so ``import surge`` stays cheap.
+    response = surge.get("https://example.com/", params={"q": "x"})
+    response.raise_for_status()
+
+``surge.fetch`` (async iterator), ``surge.fetch_all`` (plain iterator),
+``surge.fetch_on_cluster`` (a plain iterator over a Dask cluster's shards) and
+the one-request functions ``surge.get``, ``post``, ``put``, ``patch``,
+``delete``, ``head`` and ``request`` (surge.http.sync) are loaded on first use,
+so ``import surge`` stays cheap.
 """
 
 from __future__ import annotations
@@ -15,7 +20,21 @@ from typing import Any
 
 from surge._version import __version__
 
-__all__ = ["__version__", "fetch", "fetch_all", "fetch_on_cluster"]
+__all__ = [
+    "__version__",
+    "delete",
+    "fetch",
+    "fetch_all",
+    "fetch_on_cluster",
+    "get",
+    "head",
+    "patch",
+    "post",
+    "put",
+    "request",
+]
+
+_ONE_REQUEST = frozenset({"get", "post", "put", "patch", "delete", "head", "request"})
 
 
 def __getattr__(name: str) -> Any:
@@ -23,6 +42,10 @@ def __getattr__(name: str) -> Any:
         from surge.bulk import engine
 
         return getattr(engine, name)
+    if name in _ONE_REQUEST:
+        from surge.http import sync
+
+        return getattr(sync, name)
     if name == "fetch_on_cluster":
         from surge.bulk import cluster
 

@@ -13,19 +13,19 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import pytest
 
-from surge.http import Client
+from surge.http import AsyncClient
 from surge.sim import SimInfo
 
 
 @pytest.fixture
-def client_for(sim: SimInfo) -> Callable[..., Client]:
+def client_for(sim: SimInfo) -> Callable[..., AsyncClient]:
     """A client that reaches *.sim on the simulated web and trusts its CA."""
 
-    def make(**kwargs: object) -> Client:
+    def make(**kwargs: object) -> AsyncClient:
         kwargs.setdefault("resolve", ["*.sim:*:127.0.0.1"])
         kwargs.setdefault("cafile", sim.cafile)
         kwargs.setdefault("max_time", 5.0)
-        return Client(**kwargs)  # type: ignore[arg-type]
+        return AsyncClient(**kwargs)  # type: ignore[arg-type]
 
     return make
 

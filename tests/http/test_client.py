@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 
 from surge.errors import ERROR_CLASSES, RequestError
-from surge.http import Client
+from surge.http import AsyncClient
 from surge.sim import SimInfo, behaviour
 
-ClientFactory = Callable[..., Client]
+ClientFactory = Callable[..., AsyncClient]
 ServerFactory = Callable[..., Any]
 
 
-async def outcome(client: Client, url: str, **kwargs: object) -> tuple[int | None, str | None]:
+async def outcome(client: AsyncClient, url: str, **kwargs: object) -> tuple[int | None, str | None]:
     try:
         response = await client.get(url, **kwargs)  # type: ignore[arg-type]
     except RequestError as e:
@@ -118,7 +118,7 @@ async def test_connect_refused() -> None:
     with socket.socket() as s:  # a port that was free a moment ago, and is closed now
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    async with Client() as client:
+    async with AsyncClient() as client:
         assert await outcome(client, f"http://127.0.0.1:{port}/") == (None, "connect_refused")
 
 
@@ -130,7 +130,7 @@ async def test_connect_timeout_in_a_tls_handshake_that_never_answers(
         await asyncio.sleep(5)
         writer.close()
 
-    async with tiny_server(silent) as port, Client(connect_timeout=0.3) as client:
+    async with tiny_server(silent) as port, AsyncClient(connect_timeout=0.3) as client:
         try:
             await client.get(f"https://127.0.0.1:{port}/")
         except RequestError as e:
@@ -146,7 +146,7 @@ async def test_connect_timeout_in_a_tls_handshake_that_never_answers(
     ["not a url", "ftp://example.com/", "http://", "http://exa mple.com/", "http://a..b/", "x:1"],
 )
 async def test_invalid_urls(url: str) -> None:
-    async with Client() as client:
+    async with AsyncClient() as client:
         assert await outcome(client, url) == (None, "invalid_url")
 
 
@@ -169,7 +169,7 @@ async def test_a_stale_keep_alive_connection_is_retried_once_on_a_fresh_one(
         await reader.readuntil(b"\r\n\r\n")  # the next request: hang up on it
         writer.transport.abort()
 
-    async with tiny_server(one_per_connection) as port, Client() as client:
+    async with tiny_server(one_per_connection) as port, AsyncClient() as client:
         url = f"http://127.0.0.1:{port}/"
         first = await client.get(url)
         second = await client.get(url)  # reuses, meets the drop, retries fresh
@@ -185,7 +185,7 @@ async def test_a_body_delimited_by_close_is_read_to_the_end(tiny_server: ServerF
         await writer.drain()
         writer.close()
 
-    async with tiny_server(http10) as port, Client() as client:
+    async with tiny_server(http10) as port, AsyncClient() as client:
         response = await client.get(f"http://127.0.0.1:{port}/")
     assert response.status == 200 and response.body == b"x" * 3000
 
@@ -213,7 +213,7 @@ async def test_a_body_that_ends_at_the_close_is_whole(
         await writer.drain()
         writer.close()
 
-    async with tiny_server(respond) as port, Client(decompress=False) as client:
+    async with tiny_server(respond) as port, AsyncClient(decompress=False) as client:
         response = await client.get(f"http://127.0.0.1:{port}/")
     assert (response.status, response.body) == (200, b"hello")
 
@@ -240,7 +240,7 @@ async def test_a_connection_reused_after_an_interim_response_reads_the_next_one_
             await writer.drain()
         await reader.read()
 
-    async with tiny_server(two) as port, Client() as client:
+    async with tiny_server(two) as port, AsyncClient() as client:
         url = f"http://127.0.0.1:{port}/"
         first = await client.get(url)
         second = await client.get(url)
@@ -270,7 +270,7 @@ async def test_a_body_cut_short_by_a_clean_close_is_a_reset(
         await writer.drain()
         writer.close()
 
-    async with tiny_server(short) as port, Client() as client:
+    async with tiny_server(short) as port, AsyncClient() as client:
         with pytest.raises(RequestError) as caught:
             await client.get(f"http://127.0.0.1:{port}/")
     assert caught.value.error_class == "connection_reset"
@@ -317,7 +317,7 @@ async def test_custom_headers_reach_the_server(tiny_server: ServerFactory) -> No
         await writer.drain()
         writer.close()
 
-    async with tiny_server(echo) as port, Client(headers={"X-Trace": "abc"}) as client:
+    async with tiny_server(echo) as port, AsyncClient(headers={"X-Trace": "abc"}) as client:
         response = await client.get(f"http://127.0.0.1:{port}/p?q=1", headers={"X-One": "1"})
     assert response.status == 204
     request = seen[0].decode()
@@ -336,7 +336,7 @@ async def test_a_request_body_goes_after_its_content_length(tiny_server: ServerF
         await writer.drain()
         writer.close()
 
-    async with tiny_server(echo) as port, Client(headers={"X-Trace": "abc"}) as client:
+    async with tiny_server(echo) as port, AsyncClient(headers={"X-Trace": "abc"}) as client:
         response = await client.request("post", f"http://127.0.0.1:{port}/f", body=b"hello world")
     assert response.status == 204
     request = seen[0].decode()
@@ -371,7 +371,7 @@ async def test_waiting_for_a_handshake_slot_does_not_count_against_max_time(
     async with (
         tiny_server(silent) as slow,
         tiny_server(quick) as fast,
-        Client(max_connecting=1, max_time=1.0, connect_timeout=0.6, insecure=True) as client,
+        AsyncClient(max_connecting=1, max_time=1.0, connect_timeout=0.6, insecure=True) as client,
     ):
         # two handshakes that each hold the only slot for connect_timeout (1.2 s)
         blocked += [
@@ -404,7 +404,7 @@ async def test_a_head_request_stays_a_head_after_a_303(tiny_server: ServerFactor
         await writer.drain()
         writer.close()
 
-    async with tiny_server(see_other) as port, Client(follow_redirects=True) as client:
+    async with tiny_server(see_other) as port, AsyncClient(follow_redirects=True) as client:
         response = await client.head(f"http://127.0.0.1:{port}/a")
     assert (response.status, response.redirects, methods) == (200, 1, [b"HEAD", b"HEAD"])
 
@@ -421,10 +421,10 @@ async def test_a_response_is_its_own_object_not_the_connections_state(
         conn = client._pool.acquire_nowait(("http", "big-5000.sim", sim.http_port))
         assert conn is not None
         deadline = conn.loop.time() + 5.0
-        first = conn.send(b"GET / HTTP/1.1\r\nHost: big-5000.sim\r\n\r\n", False, deadline)
+        first = conn.send(b"GET / HTTP/1.1\r\nHost: big-5000.sim\r\n\r\n", False, deadline, 5.0)
         await first.done
         assert conn.response is None  # idle: ready for the next request
-        second = conn.send(b"HEAD / HTTP/1.1\r\nHost: big-5000.sim\r\n\r\n", True, deadline)
+        second = conn.send(b"HEAD / HTTP/1.1\r\nHost: big-5000.sim\r\n\r\n", True, deadline, 5.0)
         assert second is not first
         await second.done
         assert first.status == 200 and first.body_bytes == 5000

@@ -16,7 +16,7 @@ import pytest
 from backports import zstd
 
 from surge.errors import RequestError
-from surge.http import Client
+from surge.http import AsyncClient
 from surge.http.headers import InvalidHeader
 from surge.http.url import parse_url
 
@@ -95,7 +95,7 @@ async def test_credentials_stay_with_their_origin_across_redirects(where: str) -
         return OK
 
     async with servers(2, route) as (recorder, ports):
-        client = Client(follow_redirects=True, headers=SECRETS if where == "client" else None)
+        client = AsyncClient(follow_redirects=True, headers=SECRETS if where == "client" else None)
         async with client:
             extra = {"headers": SECRETS} if where == "request" else {}
             response = await client.get(f"http://127.0.0.1:{ports[0]}/start", **extra)  # type: ignore[arg-type]
@@ -120,7 +120,7 @@ async def test_location_trusted_keeps_the_credentials() -> None:
 
     async with (
         servers(2, route) as (recorder, ports),
-        Client(follow_redirects=True, headers=SECRETS, auth=("u", "p")) as client,
+        AsyncClient(follow_redirects=True, headers=SECRETS, auth=("u", "p")) as client,
     ):
         await client.get(f"http://127.0.0.1:{ports[0]}/", location_trusted=True)
         await client.get(f"http://127.0.0.1:{ports[0]}/")
@@ -141,7 +141,7 @@ async def test_a_redirect_back_to_the_first_origin_gets_the_credentials_again() 
 
     async with (
         servers(2, route) as (recorder, ports),
-        Client(follow_redirects=True, auth=("u", "p")) as client,
+        AsyncClient(follow_redirects=True, auth=("u", "p")) as client,
     ):
         await client.get(f"http://127.0.0.1:{ports[0]}/start")
     assert [credential_lines(h) for h in recorder.sent_to(ports[0])] == [[b"authorization"]] * 2
@@ -161,7 +161,7 @@ async def test_a_callers_host_header_replaces_surges_own() -> None:
 
     async with (
         servers(1, route) as (recorder, ports),
-        Client(follow_redirects=True, headers={"host": "b.test"}) as client,
+        AsyncClient(follow_redirects=True, headers={"host": "b.test"}) as client,
     ):
         await client.get(f"http://127.0.0.1:{ports[0]}/start")
     hosts = [
@@ -182,7 +182,7 @@ async def test_userinfo_is_sent_as_basic_auth_and_not_to_another_origin() -> Non
             return redirect(b"http://127.0.0.1:%d/x" % ports[1])
         return OK
 
-    async with servers(2, route) as (recorder, ports), Client(follow_redirects=True) as client:
+    async with servers(2, route) as (recorder, ports), AsyncClient(follow_redirects=True) as client:
         response = await client.get(f"http://us%40er:p%3Ass@127.0.0.1:{ports[0]}/start")
     basic = b"Authorization: Basic dXNAZXI6cDpzcw=="  # us@er:p:ss
     assert all(basic in head for head in recorder.sent_to(ports[0]))
@@ -193,7 +193,7 @@ async def test_userinfo_is_sent_as_basic_auth_and_not_to_another_origin() -> Non
 async def test_user_option_wins_over_userinfo_as_in_curl() -> None:
     async with (
         servers(1, lambda path, port, ports: OK) as (recorder, ports),
-        Client(auth=("a", "b")) as client,
+        AsyncClient(auth=("a", "b")) as client,
     ):
         await client.get(f"http://c:d@127.0.0.1:{ports[0]}/")
     assert b"Authorization: Basic YTpi\r\n" in recorder.heads[0][1]  # a:b
@@ -215,7 +215,7 @@ async def test_location_is_decoded_and_escaped(location: bytes, path: str) -> No
     def route(got: str, port: int, ports: list[int]) -> bytes:
         return redirect(location) if got == "/start" else OK
 
-    async with servers(1, route) as (recorder, ports), Client(follow_redirects=True) as client:
+    async with servers(1, route) as (recorder, ports), AsyncClient(follow_redirects=True) as client:
         response = await client.get(f"http://127.0.0.1:{ports[0]}/start")
     assert recorder.heads[1][1].split(b" ")[1].decode() == path
     assert response.final_url == f"http://127.0.0.1:{ports[0]}{path}"
@@ -226,7 +226,7 @@ async def test_location_is_decoded_and_escaped(location: bytes, path: str) -> No
 async def test_an_empty_location_is_not_followed(location: bytes) -> None:
     async with (
         servers(1, lambda path, port, ports: redirect(location)) as (recorder, ports),
-        Client(follow_redirects=True) as client,
+        AsyncClient(follow_redirects=True) as client,
     ):
         response = await client.get(f"http://127.0.0.1:{ports[0]}/")
     assert response.status == 302 and response.redirects == 0
@@ -257,11 +257,11 @@ def encoded(coding: str, data: bytes) -> bytes:
 async def test_every_coding_decodes_and_a_bomb_is_body_too_large(coding: str) -> None:
     async with (
         servers(1, lambda path, port, ports: encoded(coding, ZEROS)) as (_, ports),
-        Client(body_cap=len(ZEROS)) as client,
+        AsyncClient(body_cap=len(ZEROS)) as client,
     ):
         response = await client.get(f"http://127.0.0.1:{ports[0]}/")
         assert response.body == ZEROS and response.bytes < len(ZEROS) // 100
-        async with Client(body_cap=len(ZEROS) - 1) as client:
+        async with AsyncClient(body_cap=len(ZEROS) - 1) as client:
             with pytest.raises(RequestError) as caught:
                 await client.get(f"http://127.0.0.1:{ports[0]}/")
     assert caught.value.error_class == "body_too_large"
@@ -276,7 +276,7 @@ async def test_a_bomb_is_stopped_within_bounded_memory(coding: str) -> None:
     cap = 1024 * 1024
     async with (
         servers(1, lambda path, port, ports: wire) as (_, ports),
-        Client(body_cap=cap) as client,
+        AsyncClient(body_cap=cap) as client,
     ):
         tracemalloc.start()
         try:
@@ -290,14 +290,17 @@ async def test_a_bomb_is_stopped_within_bounded_memory(coding: str) -> None:
 
 
 async def test_zstd_is_asked_for() -> None:
-    async with servers(1, lambda path, port, ports: OK) as (recorder, ports), Client() as client:
+    async with (
+        servers(1, lambda path, port, ports: OK) as (recorder, ports),
+        AsyncClient() as client,
+    ):
         await client.get(f"http://127.0.0.1:{ports[0]}/")
     assert b"Accept-Encoding: gzip, deflate, br, zstd\r\n" in recorder.heads[0][1]
 
 
 async def test_a_corrupt_body_is_a_protocol_error() -> None:
     wire = b"HTTP/1.1 200 OK\r\nContent-Encoding: br\r\nContent-Length: 4\r\n\r\nxxxx"
-    async with servers(1, lambda path, port, ports: wire) as (_, ports), Client() as client:
+    async with servers(1, lambda path, port, ports: wire) as (_, ports), AsyncClient() as client:
         with pytest.raises(RequestError) as caught:
             await client.get(f"http://127.0.0.1:{ports[0]}/")
     assert caught.value.error_class == "protocol_error"
@@ -333,7 +336,7 @@ def test_idn_hosts_are_idna_2008() -> None:
 
 
 async def test_an_invalid_host_fails_before_any_lookup() -> None:
-    async with Client() as client:
+    async with AsyncClient() as client:
         with pytest.raises(RequestError) as caught:
             await client.get("http://1,a.test/")
         assert client.resolver.lookups == 0
@@ -352,14 +355,14 @@ async def test_an_invalid_host_fails_before_any_lookup() -> None:
 )
 async def test_unsendable_headers_are_usage_errors(headers: dict[str, str]) -> None:
     with pytest.raises(ValueError):
-        Client(headers=headers)
-    async with Client() as client:
+        AsyncClient(headers=headers)
+    async with AsyncClient() as client:
         with pytest.raises(InvalidHeader):
             await client.get("http://127.0.0.1:9/", headers=headers)
 
 
 async def test_a_method_must_be_a_token() -> None:
-    async with Client() as client:
+    async with AsyncClient() as client:
         with pytest.raises(ValueError):
             await client.request("GET /x HTTP/1.1\r\n", "http://127.0.0.1:9/")
 
@@ -369,7 +372,7 @@ async def test_a_method_must_be_a_token() -> None:
 
 async def test_http_version_comes_from_the_status_line() -> None:
     wire = b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok"
-    async with servers(1, lambda path, port, ports: wire) as (_, ports), Client() as client:
+    async with servers(1, lambda path, port, ports: wire) as (_, ports), AsyncClient() as client:
         response = await client.get(f"http://127.0.0.1:{ports[0]}/")
     assert response.http_version == "1.0"
 
@@ -379,7 +382,7 @@ async def test_redirects_are_counted_and_timed_and_attempts_are_not_hops() -> No
         hop = int(path.strip("/") or 0)
         return redirect(b"/%d" % (hop + 1)) if hop < 3 else OK
 
-    async with servers(1, route) as (_, ports), Client(follow_redirects=True) as client:
+    async with servers(1, route) as (_, ports), AsyncClient(follow_redirects=True) as client:
         response = await client.get(f"http://127.0.0.1:{ports[0]}/")
         direct = await client.get(f"http://127.0.0.1:{ports[0]}/3")
     assert (response.redirects, response.attempts) == (3, 1)

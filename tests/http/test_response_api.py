@@ -9,7 +9,9 @@ from datetime import timedelta
 
 import pytest
 
+import surge
 from surge.http import (
+    AsyncClient,
     Client,
     ConnectError,
     DNSError,
@@ -23,7 +25,7 @@ from surge.http import (
 
 
 async def test_status_json_and_raise_for_status(httpbin: str) -> None:
-    async with Client() as client:
+    async with AsyncClient() as client:
         ok = await client.get(f"{httpbin}/json")
         missing = await client.get(f"{httpbin}/status/404")
         broken = await client.get(f"{httpbin}/status/503")
@@ -40,7 +42,7 @@ async def test_status_json_and_raise_for_status(httpbin: str) -> None:
 
 async def test_headers_are_a_case_insensitive_multi_map(httpbin: str) -> None:
     """/response-headers sends each query parameter back as a header, repeats too."""
-    async with Client() as client:
+    async with AsyncClient() as client:
         response = await client.get(f"{httpbin}/response-headers?X-Multi=one&X-Multi=two")
     headers = response.headers
     assert isinstance(headers, Headers)
@@ -53,7 +55,7 @@ async def test_headers_are_a_case_insensitive_multi_map(httpbin: str) -> None:
 
 
 async def test_text_follows_the_charset(httpbin: str) -> None:
-    async with Client() as client:
+    async with AsyncClient() as client:
         utf8 = await client.get(f"{httpbin}/encoding/utf8")
         latin = await client.get(
             f"{httpbin}/response-headers?Content-Type=text/plain;%20charset=ISO-8859-1&x=%C3%A9"
@@ -68,7 +70,7 @@ async def test_text_follows_the_charset(httpbin: str) -> None:
 
 @pytest.mark.parametrize("coding", ["gzip", "deflate", "brotli"])
 async def test_content_is_decoded(httpbin: str, coding: str) -> None:
-    async with Client() as client:
+    async with AsyncClient() as client:
         response = await client.get(f"{httpbin}/{coding}")
     flag = {"gzip": "gzipped", "deflate": "deflated", "brotli": "brotli"}[coding]
     assert response.json()[flag] is True
@@ -76,7 +78,7 @@ async def test_content_is_decoded(httpbin: str, coding: str) -> None:
 
 
 async def test_elapsed_is_the_timings_span(httpbin: str) -> None:
-    async with Client() as client:
+    async with AsyncClient() as client:
         response = await client.get(f"{httpbin}/bytes/100")
     t = response.timings
     assert t.started is not None and t.done is not None
@@ -85,7 +87,7 @@ async def test_elapsed_is_the_timings_span(httpbin: str) -> None:
 
 
 async def test_each_error_class_is_a_type_to_catch(httpbin: str) -> None:
-    async with Client(max_time=0.3) as client:
+    async with AsyncClient(max_time=0.3) as client:
         with pytest.raises(ReadTimeout) as slow:
             await client.get(f"{httpbin}/delay/3")
         with pytest.raises(InvalidURL):
@@ -98,3 +100,58 @@ async def test_each_error_class_is_a_type_to_catch(httpbin: str) -> None:
     copy = pickle.loads(pickle.dumps(slow.value))  # a cluster worker's error travels whole
     assert type(copy) is ReadTimeout and copy.detail == slow.value.detail
     assert copy.url == slow.value.url
+
+
+# -- the synchronous client and httpx's request arguments --------------------------------
+
+
+def test_the_sync_client_reuses_its_connection(httpbin: str) -> None:
+    with Client() as client:
+        first = client.get(f"{httpbin}/get", params={"q": "surge", "n": [1, 2]})
+        second = client.get(f"{httpbin}/get?a=b", params=[("c", "d")])
+        assert client.stats()["created"] == 1  # keep-alive across calls
+    assert first.json()["args"] == {"q": "surge", "n": ["1", "2"]}
+    assert second.json()["args"] == {"a": "b", "c": "d"}
+    assert first.url.endswith("/get?q=surge&n=1&n=2")
+    with pytest.raises(RuntimeError, match="closed"):
+        client.get(f"{httpbin}/get")
+
+
+def test_bodies_json_form_and_content(httpbin: str) -> None:
+    with Client() as client:
+        as_json = client.post(f"{httpbin}/post", json={"name": "é", "n": [1, None]}).json()
+        as_form = client.put(f"{httpbin}/put", data={"a": "1 2", "b": ["x", "y"]}).json()
+        raw = client.patch(
+            f"{httpbin}/patch", content=b"\x00\xff", headers={"Content-Type": "application/x-raw"}
+        ).json()
+        gone = client.delete(f"{httpbin}/delete")
+    assert as_json["json"] == {"name": "é", "n": [1, None]}
+    assert as_json["headers"]["Content-Type"] == "application/json"
+    assert as_form["form"] == {"a": "1 2", "b": ["x", "y"]}
+    assert as_form["headers"]["Content-Type"] == "application/x-www-form-urlencoded"
+    assert raw["data"] == "data:application/octet-stream;base64,AP8="
+    assert raw["headers"]["Content-Type"] == "application/x-raw"  # the caller's wins
+    assert gone.status_code == 200
+
+
+def test_one_body_argument_at_most(httpbin: str) -> None:
+    with Client() as client, pytest.raises(ValueError, match="one request body"):
+        client.post(f"{httpbin}/post", json={}, content=b"x")
+
+
+def test_module_functions_and_a_per_request_timeout(httpbin: str) -> None:
+    response = surge.get(f"{httpbin}/basic-auth/u/p", auth=("u", "p"))
+    assert response.status_code == 200 and response.json() == {"authenticated": True, "user": "u"}
+    assert surge.post(f"{httpbin}/post", json=[1]).json()["json"] == [1]
+    with Client(max_time=30) as client, pytest.raises(ReadTimeout, match=r"limit 0.3 s"):
+        client.get(f"{httpbin}/delay/3", timeout=0.3)
+
+
+async def test_the_sync_client_works_where_a_loop_runs(httpbin: str) -> None:
+    """As in Jupyter: this thread runs an event loop, inside which the client's own
+    cannot run; the call blocks, as requests' would, and returns the response."""
+    with Client() as client:
+        assert client.get(f"{httpbin}/get").status_code == 200
+        assert client.get(f"{httpbin}/get").status_code == 200
+        assert client.stats()["created"] == 1
+    assert surge.get(f"{httpbin}/status/204").status_code == 204

@@ -11,7 +11,7 @@ import pytest
 from tests.s3._buckets import AWKWARD_KEYS, BUCKETS, Buckets
 
 from surge.errors import S3Error, UsageError
-from surge.http import Client
+from surge.http import AsyncClient
 from surge.s3 import CommonPrefix, Credentials, ListOptions, S3Object, list_all, list_objects
 from surge.s3.config import make_target
 from surge.s3.listing import Lister
@@ -250,7 +250,7 @@ async def test_retries_with_backoff_then_succeeds(code: str) -> None:
     target = make_target(
         "b", endpoint_url=f"http://127.0.0.1:{port}", credentials=Credentials("a", "b")
     )
-    async with Client() as client:
+    async with AsyncClient() as client:
         lister = Lister(target, client, backoff=0.001)
         body = await lister.fetch("")
     server.close()
@@ -264,7 +264,7 @@ async def test_gives_up_after_the_retries() -> None:
     server, requests = await _serve([_response(503, error)] * 3)
     port = server.sockets[0].getsockname()[1]
     target = make_target("b", endpoint_url=f"http://127.0.0.1:{port}", no_sign_request=True)
-    async with Client() as client:
+    async with AsyncClient() as client:
         lister = Lister(target, client, retries=2, backoff=0.001)
         with pytest.raises(S3Error) as caught:
             await lister.fetch("")
@@ -284,7 +284,7 @@ async def test_the_next_page_is_asked_for_before_this_one_is_handed_on() -> None
     server, requests = await _serve([_response(200, first), _response(200, EMPTY_PAGE)])
     port = server.sockets[0].getsockname()[1]
     target = make_target("b", endpoint_url=f"http://127.0.0.1:{port}", no_sign_request=True)
-    async with Client() as client:
+    async with AsyncClient() as client:
         pages = Lister(target, client).pages("")
         page = await anext(pages)
         assert [o.key for o in page.objects] == ["a"]

@@ -18,7 +18,7 @@ from xml.sax.saxutils import escape
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from surge.http import Client
+from surge.http import AsyncClient
 from surge.s3.config import make_target
 from surge.s3.listing import Lister, ParallelListing
 from surge.s3.parse import S3Object
@@ -29,7 +29,7 @@ class ModelLister(Lister):
 
     def __init__(self, keys: list[str], page_size: int, *, serial: bool = False) -> None:
         target = make_target("bkt", endpoint_url="http://127.0.0.1:9", no_sign_request=True)
-        super().__init__(target, Client(), page_size=page_size)
+        super().__init__(target, AsyncClient(), page_size=page_size)
         self.keys = sorted(set(keys))
         # A virtual clock, read by the fan-out to judge whether going wider pays:
         # a request takes one unit; a server that answers one request at a time

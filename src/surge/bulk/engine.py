@@ -33,7 +33,7 @@ from surge.bulk.inputs import InputItem as Item
 from surge.bulk.limits import fit_open_files, open_files_limit
 from surge.errors import LocalResourceError, RequestError, UsageError
 from surge.gc_tuning import relaxed_gc
-from surge.http.client import Client
+from surge.http.client import AsyncClient
 from surge.http.timings import RECORD_PHASES, Timings, ms3
 from surge.loops import iterate_in_thread
 from surge.retry import RETRY_AFTER_STATUSES, RetryPolicy, retry_after_seconds
@@ -102,8 +102,8 @@ class FetchOptions:
         when a try failed, never on the path of a request that did not."""
         return RetryPolicy(self.retries, self.retry_backoff, max(30.0, self.retry_backoff))
 
-    def client(self) -> Client:
-        return Client(
+    def client(self) -> AsyncClient:
+        return AsyncClient(
             max_connections=self.concurrency,
             per_host=self.per_host,
             connect_timeout=self.connect_timeout,
@@ -167,7 +167,7 @@ async def fetch(urls: Iterable[str | Item], **options: Any) -> AsyncGenerator[Re
 
 
 async def run(
-    client: Client, items: Iterator[Item], opts: FetchOptions
+    client: AsyncClient, items: Iterator[Item], opts: FetchOptions
 ) -> AsyncGenerator[Record, None]:
     """Drive ``opts.concurrency`` workers over ``items`` with ``client``.
 
@@ -258,7 +258,7 @@ async def watch_lag(tracer: Tracer) -> None:
         tracer.loop_lag(perf_counter(), max(0.0, loop.time() - due))
 
 
-async def fetch_one(client: Client, item: Item, opts: FetchOptions) -> Record:
+async def fetch_one(client: AsyncClient, item: Item, opts: FetchOptions) -> Record:
     """One input to one record, with retries; never raises for a remote failure."""
     attempts = 0
     retried = False

@@ -7,7 +7,7 @@ Dask runs tasks on the threads of a worker's pool, where no event loop runs
 thread is not the place for one: a shard must not end with its slowest host.
 
 So each worker process keeps one engine per job -- an event loop on a thread
-of its own, one :class:`~surge.http.client.Client`, and ``concurrency`` fetcher
+of its own, one :class:`~surge.http.client.AsyncClient`, and ``concurrency`` fetcher
 tasks pulling inputs from one FIFO queue -- and a shard task only puts its
 inputs on that queue and waits for their records, out of Dask's thread pool
 (``secede``).  The concurrency bound is the engine's, so it holds per worker
@@ -56,7 +56,7 @@ from surge.bulk.limits import fit_open_files
 from surge.bulk.outputs import encode_records
 from surge.bulk.summary import Summary
 from surge.gc_tuning import relaxed_gc
-from surge.http.client import Client
+from surge.http.client import AsyncClient
 from surge.loops import new_event_loop
 
 #: Seconds an engine outlives the last active shard of its job.
@@ -317,7 +317,7 @@ class _Engine:
                         fetcher.cancel()
                     await asyncio.gather(*fetchers, return_exceptions=True)
 
-    async def _fetch(self, client: Client) -> None:
+    async def _fetch(self, client: AsyncClient) -> None:
         inputs, idle = self._inputs, self._idle
         while True:
             if inputs:

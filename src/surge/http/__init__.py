@@ -1,7 +1,9 @@
-"""surge.http: one HTTP/1.1 request at a time over pooled keep-alive connections.
+"""surge.http: HTTP/1.1 requests over pooled keep-alive connections.
 
-from surge.http import Client
-async with Client() as client:
+from surge.http import Client, AsyncClient
+with Client() as client:                      # synchronous
+    response = client.get("https://example.com/").raise_for_status()
+async with AsyncClient() as client:           # asyncio
     response = await client.get("https://example.com/")
 """
 
@@ -21,14 +23,16 @@ from surge.errors import (
     TLSError,
     TooManyRedirects,
 )
-from surge.http.client import Client, make_ssl_context
+from surge.http.client import AsyncClient, make_ssl_context
 from surge.http.resolver import Override, Resolver
 from surge.http.response import Headers, Response
+from surge.http.sync import Client, delete, get, head, patch, post, put, request
 from surge.http.timings import Timings
 from surge.http.url import URL, parse_url
 
 __all__ = [
     "URL",
+    "AsyncClient",
     "BodyTooLarge",
     "Client",
     "ConnectError",
@@ -49,6 +53,13 @@ __all__ = [
     "Resolver",
     "Response",
     "Timings",
+    "delete",
+    "get",
+    "head",
     "make_ssl_context",
     "parse_url",
+    "patch",
+    "post",
+    "put",
+    "request",
 ]

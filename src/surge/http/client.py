@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine, Iterable, Mapping
 from contextvars import ContextVar
 from time import perf_counter
 from typing import Any
 
 from surge.errors import LocalResourceError, RequestError, UsageError
 from surge.http import redirects as redirect_policy
+from surge.http.arguments import Params, prepare
 from surge.http.connection import HTTPConnection, WireResponse
 from surge.http.deadlines import Deadlines, TaskDeadline
 from surge.http.decoding import ACCEPT_ENCODING, decode
@@ -56,8 +57,9 @@ def make_ssl_context(cafile: str | None = None, *, insecure: bool = False) -> ss
     return context
 
 
-class Client:
-    """An asyncio HTTP/1.1 client for many requests to many hosts.
+class AsyncClient:
+    """An asyncio HTTP/1.1 client for many requests to many hosts
+    (:class:`surge.http.Client` is its synchronous twin).
 
     ``max_connections`` bounds the open connections in all (idle ones of other
     hosts are closed to make room), ``per_host`` per (scheme, host, port).
@@ -159,21 +161,39 @@ class Client:
         method: str,
         url: str,
         *,
+        params: Params | None = None,
         headers: HeaderInput = None,
+        content: bytes | str | None = None,
+        data: Mapping[str, Any] | None = None,
+        json: Any = None,
         body: bytes | None = None,
+        timeout: float | None = None,
         follow_redirects: bool | None = None,
         location_trusted: bool | None = None,
     ) -> Response:
         """Send one request (following redirects if asked) and read the response.
 
-        Raises ``RequestError`` with its ``error_class``; a response of any
-        status is a response, not an error.
+        ``params``, ``content``, ``data`` (a form) and ``json`` are httpx's
+        (arguments.py); ``body`` is raw bytes as ``content``.  ``timeout``: this
+        request's ``max_time``.  Raises a ``RequestError`` subclass named for its
+        ``error_class``; a response of any status is a response, not an error.
 
         One coroutine for the whole request - every hop, and the one retry of a
         request that met a stale keep-alive connection: each await layer costs
         about a microsecond on a path that costs tens.
         """
         timings = Timings(perf_counter())
+        if params is not None or content is not None or data is not None or json is not None:
+            url, headers, encoded = prepare(url, params, headers, content, data, json)
+            if encoded is not None:
+                if body is not None:
+                    raise UsageError("give one request body: body= or content=/data=/json=")
+                body = encoded
+        max_time = self._max_time
+        if timeout is not None:
+            if not timeout > 0:
+                raise UsageError(f"timeout must be positive, not {timeout!r}")
+            max_time = timeout
         try:
             target = parse_url(url)
         except RequestError as e:
@@ -242,14 +262,14 @@ class Client:
                         spent = now - timings.dns_start
                         if timings.connect_start and timings.dns_end:
                             spent -= timings.connect_start - timings.dns_end
-                        deadline = conn.loop.time() + self._max_time - spent
+                        deadline = conn.loop.time() + max_time - spent
                     else:
                         timings.started = now
-                        deadline = conn.loop.time() + self._max_time
+                        deadline = conn.loop.time() + max_time
                 wire = None
                 try:
                     # Positional: keyword arguments cost a little on every request.
-                    wire = conn.send(head, method == "HEAD", deadline)
+                    wire = conn.send(head, method == "HEAD", deadline, max_time)
                     timings.sent = perf_counter()
                     await wire.done
                 except RequestError as e:
@@ -358,7 +378,7 @@ class Client:
         await self._pool.close()
         self.resolver.close()
 
-    async def __aenter__(self) -> Client:
+    async def __aenter__(self) -> AsyncClient:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -405,7 +425,6 @@ class Client:
                         timings=timings,
                         deadlines=self._deadlines,
                         body_cap=self._body_cap,
-                        limit=self._max_time,
                     )
             except TimeoutError:
                 phase = "TLS handshake" if timings.tcp_end else "TCP connect"

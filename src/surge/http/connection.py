@@ -57,12 +57,14 @@ class WireResponse:
         "head_done",
         "is_head",
         "keep_alive",
+        "limit",
         "status",
     )
 
-    def __init__(self, done: asyncio.Future[None], is_head: bool) -> None:
+    def __init__(self, done: asyncio.Future[None], is_head: bool, limit: float) -> None:
         self.done = done
         self.is_head = is_head
+        self.limit = limit  # the request's max_time, for a read_timeout's message
         self.status = 0
         self.head = b""  # the final response's status line and header lines
         self.head_done = False
@@ -83,14 +85,11 @@ class HTTPConnection(asyncio.Protocol):
         key: tuple[str, str, int],
         deadlines: Deadlines,
         body_cap: int,
-        limit: float,
     ) -> None:
         self.key = key
         self._deadlines = deadlines
-        #: The client's body cap, and its ``max_time`` (for read_timeout messages):
-        #: the same for every exchange on the connection, so set once, here.
+        #: The client's body cap: the same for every exchange on the connection.
         self._body_cap = body_cap
-        self._limit = limit
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.requests = 0  # responses completed on this connection
@@ -120,7 +119,6 @@ class HTTPConnection(asyncio.Protocol):
         timings: Timings,
         deadlines: Deadlines,
         body_cap: int,
-        limit: float,
     ) -> HTTPConnection:
         """TCP to the first address that answers, then TLS if ``ssl_context``.
 
@@ -134,7 +132,7 @@ class HTTPConnection(asyncio.Protocol):
         for address in addresses:
             try:
                 transport, protocol = await loop.create_connection(
-                    lambda: cls(key, deadlines, body_cap, limit), address, port
+                    lambda: cls(key, deadlines, body_cap), address, port
                 )
                 break
             except ConnectionRefusedError:
@@ -182,7 +180,7 @@ class HTTPConnection(asyncio.Protocol):
 
     # -- one exchange -------------------------------------------------------------------
 
-    def send(self, data: bytes, is_head: bool, deadline: float) -> WireResponse:
+    def send(self, data: bytes, is_head: bool, deadline: float, limit: float) -> WireResponse:
         """Write a request; its response's ``done`` resolves when the response is
         complete, or fails with ``read_timeout`` at ``deadline`` (event-loop time,
         honoured to within the deadlines' resolution, 50 ms).
@@ -193,7 +191,7 @@ class HTTPConnection(asyncio.Protocol):
         """
         if self.closed or self.transport is None:
             raise RequestError("connection_reset", "connection closed before the request")
-        response = self.response = WireResponse(self.loop.create_future(), is_head)
+        response = self.response = WireResponse(self.loop.create_future(), is_head, limit)
         self._slot = self._deadlines.add(self, deadline)
         if self._parser is None:
             self._parser = httptools.HttpResponseParser(self)
@@ -342,7 +340,8 @@ class HTTPConnection(asyncio.Protocol):
         self._fail(
             RequestError(
                 "read_timeout",
-                f"timed out waiting for {where} (limit {self._limit:g} s)",
+                f"timed out waiting for {where}"
+                + ("" if response is None else f" (limit {response.limit:g} s)"),
                 status=response.status if response is not None and head_done else None,
             )
         )

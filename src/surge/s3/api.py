@@ -27,7 +27,7 @@ from typing import Any, cast
 
 from surge.errors import UsageError
 from surge.gc_tuning import relaxed_gc
-from surge.http import Client
+from surge.http.client import AsyncClient
 from surge.loops import iterate_in_thread
 from surge.s3.config import Target, make_target, split_s3_url
 from surge.s3.listing import CommonPrefix, Lister, ParallelListing, Stats, invalid
@@ -85,7 +85,11 @@ class ListOptions:
 
 
 async def list_pages(
-    url: str, *, options: ListOptions | None = None, client: Client | None = None, **kwargs: Any
+    url: str,
+    *,
+    options: ListOptions | None = None,
+    client: AsyncClient | None = None,
+    **kwargs: Any,
 ) -> AsyncGenerator[list[Entry], None]:
     """The listing a page (a list of entries) at a time: the cheapest way through
     a big listing, with no per-object iterator step."""
@@ -97,7 +101,7 @@ async def list_pages(
         # identity, not gzip: MinIO compresses listings when asked, and inflating
         # them cost 0.35 us an object of client CPU on loopback (a tenth of the
         # parse) - AWS does not compress them, and boto3 and obstore do not ask.
-        client = Client(
+        client = AsyncClient(
             max_connections=opts.parallel + 4,
             max_time=opts.max_time,
             headers={"Accept-Encoding": "identity"},
@@ -159,7 +163,11 @@ async def list_pages(
 
 
 async def list_versions(
-    url: str, *, options: ListOptions | None = None, client: Client | None = None, **kwargs: Any
+    url: str,
+    *,
+    options: ListOptions | None = None,
+    client: AsyncClient | None = None,
+    **kwargs: Any,
 ) -> AsyncGenerator[list[S3Version], None]:
     """Every version and delete marker under ``url`` (ListObjectVersions), a page
     at a time, in key order (newest version first within a key), as s5cmd's
@@ -168,7 +176,7 @@ async def list_versions(
     bucket, prefix = _bucket_and_prefix(url, opts)
     own_client = client is None
     if client is None:
-        client = Client(max_connections=2, max_time=opts.max_time)
+        client = AsyncClient(max_connections=2, max_time=opts.max_time)
     lister = Lister(opts.target(bucket), client, page_size=opts.page_size, retries=opts.retries)
     lister.stats = opts.stats
     try:
@@ -194,7 +202,7 @@ MAX_BUCKET_PAGES = 1000
 
 
 async def list_buckets(
-    *, options: ListOptions | None = None, client: Client | None = None, **kwargs: Any
+    *, options: ListOptions | None = None, client: AsyncClient | None = None, **kwargs: Any
 ) -> list[Bucket]:
     """The buckets the credentials can see (ListBuckets), as ``aws s3 ls`` with no
     bucket lists them; options as :class:`ListOptions` (endpoint, region,
@@ -203,7 +211,7 @@ async def list_buckets(
     target = opts.target("")
     own_client = client is None
     if client is None:
-        client = Client(max_connections=1, max_time=opts.max_time)
+        client = AsyncClient(max_connections=1, max_time=opts.max_time)
     lister = Lister(target, client, retries=opts.retries)
     lister.stats = opts.stats
     buckets: list[Bucket] = []
@@ -246,7 +254,11 @@ async def _first_error(task: asyncio.Future[None]) -> None:
 
 
 async def list_objects(
-    url: str, *, options: ListOptions | None = None, client: Client | None = None, **kwargs: Any
+    url: str,
+    *,
+    options: ListOptions | None = None,
+    client: AsyncClient | None = None,
+    **kwargs: Any,
 ) -> AsyncGenerator[Entry, None]:
     """Every object (and, not recursive, every common prefix) under ``url``."""
     async with aclosing(list_pages(url, options=options, client=client, **kwargs)) as pages:

@@ -42,7 +42,7 @@ from operator import lt
 from typing import NamedTuple
 
 from surge.errors import RequestError, S3Error
-from surge.http import Client
+from surge.http.client import AsyncClient
 from surge.retry import RetryPolicy, retry_after_seconds
 from surge.s3 import keyspace
 from surge.s3.config import Target
@@ -163,12 +163,12 @@ class Stats:
 
 
 class Lister:
-    """ListObjectsV2 requests for one bucket, over a :class:`surge.http.Client`."""
+    """ListObjectsV2 requests for one bucket, over a :class:`surge.http.AsyncClient`."""
 
     def __init__(
         self,
         target: Target,
-        client: Client,
+        client: AsyncClient,
         *,
         page_size: int = 1000,
         retries: int = 5,

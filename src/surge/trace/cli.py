@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from surge.errors import RequestError, UsageError
-from surge.http.client import Client, parse_header
+from surge.http.client import AsyncClient, parse_header
 from surge.http.response import Response
 from surge.http.timings import RECORD_PHASES, Timings
 from surge.loops import new_event_loop
@@ -74,7 +74,7 @@ def trace_command(
         }
         # Checks the flags now; and --no-reuse's clients share one TLS context, as
         # one client's connections do: a new connection each time, not a new CA load.
-        options["ssl_context"] = Client(**options).ssl_context
+        options["ssl_context"] = AsyncClient(**options).ssl_context
     except UsageError as e:
         die("surge trace", str(e))
     color = sys.stdout.isatty() and not as_json
@@ -102,13 +102,13 @@ async def _requests(
 ) -> list[tuple[str, Outcome, float]]:
     """(url, response or error, when it ended) for each request, in order."""
     results: list[tuple[str, Outcome, float]] = []
-    client = Client(**options)
+    client = AsyncClient(**options)
     try:
         for url in urls:
             for _ in range(count):
                 if no_reuse and results:
                     await client.close()
-                    client = Client(**options)
+                    client = AsyncClient(**options)
                 outcome: Outcome
                 try:
                     outcome = await client.request(method, url)

@@ -1,9 +1,33 @@
 """``surge demo``'s table says what it measured: answered + lost = answerable on
-every row, a pattern that gave up on hosts is marked, a sampled row says so."""
+every row, a pattern that gave up on hosts is marked, a sampled row says so.
+
+The sections after it, one per write-up, run here at tiny sizes and are checked
+on the work they count (items a pool moves, connections opened, what doctor
+names), never on wall-clock time."""
 
 from __future__ import annotations
 
-from surge.bench.demo import Row, render
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from surge.bench import writeups
+from surge.bench.demo import Row, demo_command, render
+from surge.bench.writeups import (
+    BotoHostConnectionPool,
+    answering_hosts,
+    connect_per_query,
+    grequests_pyopenssl,
+    pool_drain,
+    render_db,
+    render_pool_drain,
+    render_pyopenssl,
+    run_with_doctor,
+    tls_missing,
+)
+from surge.sim import SimInfo, behaviour
 
 
 def _row(peer: str, wall: float, ok: int, lost: int, answerable: int, **kw: object) -> Row:
@@ -35,3 +59,133 @@ def test_the_table_is_consistent_and_flags_what_it_should() -> None:
     assert "[sample]" in sequential and "~" in sequential
     assert any(line.startswith("* lost hosts") for line in lines)
     assert any(line.startswith("~ [sample]") for line in lines)
+
+
+# -- the sections after the table: the other write-ups ---------------------------------
+
+
+def test_boto_pool_drain_moves_quadratic_items_and_surges_linear() -> None:
+    sizes = (100, 1_000)
+    rows = {(r.pool, r.n): r for r in pool_drain(sizes, max_runs=1)}
+    for n in sizes:
+        # pop(0) of a list of L moves L items: L = n, n-1, ..., 1 over the drain.
+        assert rows["boto 2 HostConnectionPool", n].moved == n * (n + 1) // 2
+        # a deque's pop moves the one it takes.
+        assert rows["surge.pool.Pool", n].moved == n
+    boto_growth = (
+        rows["boto 2 HostConnectionPool", 1_000].moved
+        / rows["boto 2 HostConnectionPool", 100].moved
+    )
+    surge_growth = rows["surge.pool.Pool", 1_000].moved / rows["surge.pool.Pool", 100].moved
+    assert boto_growth > 95 and surge_growth == 10  # 10x the connections
+    text = render_pool_drain(list(rows.values()))
+    assert "boto's quadratic connection pool" in text.splitlines()[0]
+    assert "10x the connections took" in text
+
+
+def test_boto_reimplementation_keeps_boto_2s_rules() -> None:
+    """clean() drops stale pairs from the head; get() skips a connection whose
+    response is still open, putting it back at the tail."""
+
+    class Response:
+        def __init__(self, closed: bool) -> None:
+            self.closed = closed
+
+        def isclosed(self) -> bool:
+            return self.closed
+
+    class Conn:
+        def __init__(self, response: Response | None) -> None:
+            self._HTTPConnection__response = response
+
+    pool = BotoHostConnectionPool()
+    stale, busy, done, fresh = Conn(None), Conn(Response(False)), Conn(Response(True)), Conn(None)
+    pool.queue = [(stale, 0.0)]
+    for conn in (busy, done, fresh):
+        pool.put(conn)
+    assert pool.get() is done  # stale dropped, busy skipped
+    assert [conn for conn, _ in pool.queue] == [fresh, busy]
+    assert pool.get() is fresh
+    assert pool.get() is None and pool.size() == 1  # only the busy one is left
+
+
+def test_connect_per_query_section_counts_connects(tmp_path: Path) -> None:
+    rows = connect_per_query(50, directory=str(tmp_path))
+    per_query, pooled, kept = rows
+    assert [r.queries for r in rows] == [50, 50, 50]
+    assert per_query.connects == 50
+    assert pooled.connects == 1 and kept.connects == 1  # the pool reused its one connection
+    text = render_db(rows)
+    assert "MySQL connection cost" in text.splitlines()[0]
+    assert "benchmarks/README.md#databases" in text
+
+
+def test_pyopenssl_section_runs_both_and_doctor_names_pyopenssl(sim: SimInfo) -> None:
+    missing = tls_missing()
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed")
+    result = grequests_pyopenssl(sim, n_hosts=4, concurrency=4, timeout=5.0, limit_s=60)
+    assert [(r.answered, r.answerable) for r in result.runs] == [(4, 4), (4, 4)], result.runs
+    assert all(r.wall_s is not None for r in result.runs)
+    finding = result.doctor
+    assert finding is not None and finding["status"] == "fail"
+    assert "pyOpenSSL" in finding["message"] and finding["measured"]["injected"] is True
+    text = render_pyopenssl(result)
+    assert "grequests + pyOpenSSL" in text.splitlines()[0]
+    named = next(line for line in text.splitlines() if "pyopenssl-injected" in line)
+    assert "[fail]" in named and "pyOpenSSL" in named
+
+
+def test_answering_hosts_answer_quickly_over_tls() -> None:
+    names = answering_hosts(20, timeout=3.0)
+    assert len(names) == len(set(names)) == 20
+    for name in names:
+        fate = behaviour(name)
+        assert fate.expected(3.0, tls=True)[1] is None and fate.service_ms < 1000
+
+
+def test_a_peer_that_will_not_import_is_unavailable_and_skips_doctor() -> None:
+    result, events = run_with_doctor(
+        "no_such_peer", ["http://x.sim/"], concurrency=1, timeout=1.0, cafile=None, limit_s=30
+    )
+    assert not result.available and "no_such_peer" in result.note
+    assert "doctor" not in events
+
+
+def test_demo_runs_only_the_sections_asked_for(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(writeups, "DRAIN_SIZES", (50, 100))
+    monkeypatch.setattr(writeups, "DB_QUERIES", 20)
+    out = tmp_path / "demo.json"
+    result = CliRunner().invoke(demo_command, ["--sections", "db,pool", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    assert "I/O patterns for 1,000 GETs" not in text  # no table: fetch was not asked for
+    # in the demo's order, whatever the order asked
+    assert text.index("boto's quadratic connection pool") < text.index("MySQL connection cost")
+    payload = json.loads(out.read_text())
+    assert payload["sections"] == ["pool", "db"]
+    assert [r["connects"] for r in payload["connect_per_query"]] == [20, 1, 1]
+    assert {(r["pool"], r["n"]) for r in payload["pool_drain"]} == {
+        (pool, n) for pool in writeups.DRAINS for n in (50, 100)
+    }
+
+
+def test_a_section_without_its_libraries_says_which_extra_and_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(writeups, "tls_missing", lambda: ["pyOpenSSL"])
+    monkeypatch.setattr(writeups, "DB_QUERIES", 20)
+    result = CliRunner().invoke(demo_command, ["--sections", "pyopenssl,db"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert "MySQL connection cost" in result.stdout  # the next section still ran
+    skipped = [line for line in lines if line.startswith("grequests + pyOpenSSL")]
+    assert len(skipped) == 1 and "pyOpenSSL not installed" in skipped[0]
+    assert "[bench]" in skipped[0]
+
+
+def test_unknown_sections_are_a_usage_error() -> None:
+    result = CliRunner().invoke(demo_command, ["--sections", "pool,nope"])
+    assert result.exit_code == 2 and "nope" in result.output

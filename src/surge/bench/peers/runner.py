@@ -79,6 +79,8 @@ class PeerResult:
     urls_run: int = 0
     #: Wall time of the whole child process, start-up and imports included.
     process_s: float = 0.0
+    #: The child's event lines by name ("start", "done", and a wrapper's own).
+    events: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def available(name: str) -> bool:
@@ -104,15 +106,20 @@ def run_peer(
     sample: int | None = None,
     limit_s: float = LIMIT_S,
     python: str = sys.executable,
+    child_module: str = "_child",
 ) -> PeerResult:
     """Run peer ``name`` over ``urls`` in a fresh process and measure it.
 
-    Never raises for a peer's failure: a missing library, a crash or the time
-    limit end up in ``note`` (and ``available`` / ``killed``).
+    ``child_module``: the module of this package the process runs (``_child``; a
+    wrapper such as ``_doctor_child`` may also run peers not in ``PEERS``, by
+    module name, and add event lines of its own to ``events``).  Never raises
+    for a peer's failure: a missing library, a crash or the time limit end up
+    in ``note`` (and ``available`` / ``killed``).
     """
-    if name not in PEERS:
+    known = name in PEERS
+    if not known and child_module == "_child":
         raise ValueError(f"unknown peer {name!r}; known: {', '.join(PEERS)}")
-    if not available(name):
+    if known and not available(name):
         missing = [m for m in PEERS[name][1] if importlib.util.find_spec(m) is None]
         return PeerResult(
             name,
@@ -138,7 +145,7 @@ def run_peer(
             )
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), env.get("PYTHONPATH")) if p)
-        command = [python, "-m", f"{_PACKAGE}._child", name, spec_path, out_path]
+        command = [python, "-m", f"{_PACKAGE}.{child_module}", name, spec_path, out_path]
         started = time.perf_counter()
         with open(err_path, "wb") as err:
             child = subprocess.Popen(
@@ -155,7 +162,9 @@ def run_peer(
         with open(err_path, "rb") as err:
             stderr = err.read().decode("utf-8", "replace").strip()
 
-    result = PeerResult(name, None, None, outcomes, urls_run=len(run_urls), process_s=process_s)
+    result = PeerResult(
+        name, None, None, outcomes, urls_run=len(run_urls), process_s=process_s, events=events
+    )
     if "unavailable" in events:
         result.available = False
         result.note = f"unavailable: {events['unavailable'].get('detail', '')}"

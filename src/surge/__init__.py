@@ -16,9 +16,14 @@ so ``import surge`` stays cheap.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from surge._version import __version__
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, __getattr__ loads them
+    from surge.bulk.cluster import fetch_on_cluster
+    from surge.bulk.engine import fetch, fetch_all
+    from surge.http.sync import delete, get, head, patch, post, put, request
 
 __all__ = [
     "__version__",
@@ -51,3 +56,9 @@ def __getattr__(name: str) -> Any:
 
         return cluster.fetch_on_cluster
     raise AttributeError(f"module 'surge' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # dir(surge) and help(surge) list the lazily loaded functions too (pydoc
+    # reads them through getattr, which loads them).
+    return sorted(set(globals()) | set(__all__))

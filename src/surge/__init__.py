@@ -22,10 +22,11 @@ from surge._version import __version__
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, __getattr__ loads them
     from surge.bulk.cluster import fetch_on_cluster
-    from surge.bulk.engine import fetch, fetch_all
+    from surge.bulk.engine import FetchOptions, fetch, fetch_all
     from surge.http.sync import delete, get, head, patch, post, put, request
 
 __all__ = [
+    "FetchOptions",
     "__version__",
     "delete",
     "fetch",
@@ -43,7 +44,7 @@ _ONE_REQUEST = frozenset({"get", "post", "put", "patch", "delete", "head", "requ
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("fetch", "fetch_all"):
+    if name in ("fetch", "fetch_all", "FetchOptions"):
         from surge.bulk import engine
 
         return getattr(engine, name)

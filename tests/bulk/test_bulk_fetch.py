@@ -466,3 +466,19 @@ def test_one_url_string_is_a_type_error_and_one_resolve_string_an_entry(sim: Sim
         surge.fetch_all(sim.url("status-200.sim"))
     (record,) = surge.fetch_all([sim.url("status-200.sim")], resolve=RESOLVE)
     assert record["status"] == 200
+
+
+async def test_fetch_with_a_client_of_ones_own(sim: SimInfo) -> None:
+    """client=: two runs share one AsyncClient (its keep-alive connections), which
+    stays open after each; FetchOptions is exported beside fetch."""
+    from surge.http import AsyncClient
+
+    urls = [sim.url("status-200.sim")] * 20
+    options = surge.FetchOptions(concurrency=4)
+    async with AsyncClient(resolve=[RESOLVE]) as client:
+        first = [r async for r in surge.fetch(urls, client=client, options=options)]
+        second = [r async for r in surge.fetch(urls, client=client, options=options)]
+        assert (await client.get(sim.url("status-200.sim"))).status_code == 200  # still open
+        stats = client.stats()
+    assert [r["status"] for r in first + second] == [200] * 40
+    assert stats["created"] <= 4 and stats["requests"] == 41

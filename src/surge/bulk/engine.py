@@ -149,19 +149,28 @@ def as_items(urls: Iterable[str | Item]) -> Iterator[Item]:
         yield url if isinstance(url, Item) else Item(n, url, url.strip())
 
 
-async def fetch(urls: Iterable[str | Item], **options: Any) -> AsyncGenerator[Record, None]:
+async def fetch(
+    urls: Iterable[str | Item], *, client: AsyncClient | None = None, **options: Any
+) -> AsyncGenerator[Record, None]:
     """Fetch every URL; yield one record per input as results complete.
 
     ``urls`` is any iterable (a list, a generator over a file of millions) of URL
     strings or :class:`Item`; it is consumed lazily.  Options as
-    :class:`FetchOptions`.
+    :class:`FetchOptions`.  ``client``: an :class:`~surge.http.AsyncClient` of
+    yours to fetch with (its connections, timeouts, TLS and headers; the
+    connection options here are then not used), left open afterwards.
     """
     check_urls(urls)
     opts = options.pop("options", None) or FetchOptions(**options)
     # aclosing: a caller that stops early (break, an exception) must stop the
     # workers before the client closes under them, not leave run() for the
     # garbage collector to finish on a loop that may be gone by then.
-    async with opts.client() as client, aclosing(run(client, as_items(urls), opts)) as records:
+    if client is not None:
+        async with aclosing(run(client, as_items(urls), opts)) as records:
+            async for record in records:
+                yield record
+        return
+    async with opts.client() as own, aclosing(run(own, as_items(urls), opts)) as records:
         async for record in records:
             yield record
 

@@ -155,3 +155,20 @@ async def test_the_sync_client_works_where_a_loop_runs(httpbin: str) -> None:
         assert client.get(f"{httpbin}/get").status_code == 200
         assert client.stats()["created"] == 1
     assert surge.get(f"{httpbin}/status/204").status_code == 204
+
+
+def test_debug_logging_is_a_line_per_phase_and_silent_by_default(
+    httpbin: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level("INFO", logger="surge"), Client() as client:
+        client.get(f"{httpbin}/get")
+    assert caplog.records == []  # nothing at INFO
+    with caplog.at_level("DEBUG", logger="surge"), Client() as client:
+        client.get(f"{httpbin}/bytes/10")
+        with pytest.raises(RequestError):
+            client.get("http://no-such-host.invalid/")
+    lines = [r.getMessage() for r in caplog.records if r.name == "surge.http"]
+    phases = [line.split()[2] for line in lines if line.startswith("GET ") and " ms" in line]
+    assert phases == ["dns", "connect", "ttfb", "body"]
+    assert any(line.endswith("-> 200, 10 bytes on the wire") for line in lines)
+    assert any("failed: dns_error" in line for line in lines)

@@ -15,6 +15,7 @@ classification of every failure into one of surge's error classes.
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 from collections.abc import Coroutine, Iterable, Mapping
 from contextvars import ContextVar
@@ -38,6 +39,10 @@ from surge.pool import AsyncKeyedPool
 #: The request whose connection is being opened: the pool calls ``create(key)``
 #: in the acquiring task, so the connect phases land in that request's timings.
 _opening_for: ContextVar[Timings] = ContextVar("surge_opening_for")
+
+#: DEBUG: one line per phase of each request (nothing at INFO or above).
+log = logging.getLogger("surge.http")
+_DEBUG = logging.DEBUG
 
 _REDIRECTS = redirect_policy.STATUSES
 
@@ -310,6 +315,8 @@ class AsyncClient:
                 _annotate(e, url, target.url, timings, redirects)
                 raise
             status = wire.status
+            if log.isEnabledFor(_DEBUG):
+                _log_phases(method, target.url, response)
             if not (follow and status in _REDIRECTS):
                 return response
             location = redirect_policy.location(wire.head)
@@ -459,11 +466,21 @@ def _annotate(
     redirects: int,
 ) -> None:
     """What the failed request's record needs, carried by its error."""
+    if log.isEnabledFor(_DEBUG):
+        log.debug("%s failed: %s: %s", final_url, error.error_class, error.detail)
     error.url = url
     error.final_url = final_url
     error.timings = timings
     error.attempts = 1
     error.redirects = redirects
+
+
+def _log_phases(method: str, url: str, response: Response) -> None:
+    """The DEBUG lines of one hop: a line per phase it went through."""
+    for phase, ms in response.timings.phases_ms().items():
+        if ms is not None:
+            log.debug("%s %s %s %.3f ms", method, url, phase.removesuffix("_ms"), ms)
+    log.debug("%s %s -> %d, %d bytes on the wire", method, url, response.status, response.bytes)
 
 
 def _reset_attempt(timings: Timings) -> None:

@@ -172,3 +172,21 @@ def test_debug_logging_is_a_line_per_phase_and_silent_by_default(
     assert phases == ["dns", "connect", "ttfb", "body"]
     assert any(line.endswith("-> 200, 10 bytes on the wire") for line in lines)
     assert any("failed: dns_error" in line for line in lines)
+
+
+def test_per_request_auth_goes_to_its_origin_only(httpbin: str) -> None:
+    """auth= on one request: Basic to httpbin; after a redirect to another origin
+    (127.0.0.1 -> localhost, another host name) it is not sent along."""
+    port = httpbin.rsplit(":", 1)[1]
+    with Client(follow_redirects=True) as client:
+        ok = client.get(f"{httpbin}/basic-auth/u/p", auth=("u", "p"))
+        denied = client.get(f"{httpbin}/basic-auth/u/p")
+        moved = client.get(
+            f"{httpbin}/redirect-to",
+            params={"url": f"http://localhost:{port}/headers"},
+            auth=("u", "p"),
+        )
+    assert ok.status_code == 200 and denied.status_code == 401
+    assert moved.status_code == 200 and moved.redirects == 1
+    assert moved.final_url.startswith("http://localhost:")
+    assert "Authorization" not in moved.json()["headers"]

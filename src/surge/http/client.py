@@ -173,6 +173,7 @@ class AsyncClient:
         json: Any = None,
         body: bytes | None = None,
         timeout: float | None = None,
+        auth: tuple[str, str] | None = None,
         follow_redirects: bool | None = None,
         location_trusted: bool | None = None,
     ) -> Response:
@@ -180,7 +181,9 @@ class AsyncClient:
 
         ``params``, ``content``, ``data`` (a form) and ``json`` are httpx's
         (arguments.py); ``body`` is raw bytes as ``content``.  ``timeout``: this
-        request's ``max_time``.  Raises a ``RequestError`` subclass named for its
+        request's ``max_time``.  ``auth``: (user, password) for Basic
+        authentication, instead of the client's, on the same terms (its origin
+        only, unless ``location_trusted``).  Raises a ``RequestError`` subclass named for its
         ``error_class``; a response of any status is a response, not an error.
 
         One coroutine for the whole request - every hop, and the one retry of a
@@ -215,8 +218,9 @@ class AsyncClient:
         else:
             secret = self._credentials  # a local copy: NamedTuple fields cost a lookup
         first = target  # its origin is where credentials may go (redirects.py)
-        if target.auth is not None or self._auth is not None:
-            secret = redirect_policy.credentials(own, self._auth, first, target, True)
+        user_auth = self._auth if auth is None else basic_auth(*auth)
+        if target.auth is not None or user_auth is not None:
+            secret = redirect_policy.credentials(own, user_auth, first, target, True)
         common = own.common
         host_header = own.host or target.host_header
         pool = self._pool
@@ -339,7 +343,7 @@ class AsyncClient:
                 raise
             timings.url, timings.status = target.url, status  # for traces: hop by hop
             trusted = self.location_trusted if location_trusted is None else location_trusted
-            secret = redirect_policy.credentials(own, self._auth, first, next_target, trusted)
+            secret = redirect_policy.credentials(own, user_auth, first, next_target, trusted)
             host_header = redirect_policy.host_header(own, first, next_target)
             target = next_target
             method, body = redirect_policy.next_method(status, method, body)

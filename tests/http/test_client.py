@@ -432,3 +432,39 @@ async def test_a_response_is_its_own_object_not_the_connections_state(
         assert second.status == 200 and second.body == [] and second.body_bytes == 0
         assert first.keep_alive and second.keep_alive and conn.requests == 3
         await client._pool.release(conn)
+
+
+@pytest.mark.parametrize("interim", [False, True], ids=["headers", "1xx heads"])
+async def test_a_head_that_never_ends_is_cut_off_at_the_bound(
+    tiny_server: ServerFactory, interim: bool
+) -> None:
+    """A server that sends header lines (or 1xx interim heads) without end: the
+    request fails as protocol_error once the head passes MAX_HEAD_BYTES, long
+    before max_time (before the bound, it failed as connection_reset only when
+    the server gave up, having held everything it sent)."""
+    from surge.http.connection import MAX_HEAD_BYTES
+
+    sent = [0]
+
+    async def endless(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        line = b"HTTP/1.1 100 Continue\r\n\r\n" if interim else b"X-Filler: " + b"a" * 990 + b"\r\n"
+        if not interim:
+            writer.write(b"HTTP/1.1 200 OK\r\n")
+        try:
+            for _ in range(50 * MAX_HEAD_BYTES // len(line)):  # bounded: 50x the limit
+                writer.write(line * 16)
+                sent[0] += 16 * len(line)
+                await writer.drain()
+        except ConnectionError:
+            pass
+        writer.close()
+
+    async with tiny_server(endless) as port, AsyncClient(max_time=60) as client:
+        with pytest.raises(RequestError) as caught:
+            await client.get(f"http://127.0.0.1:{port}/")
+    assert caught.value.error_class == "protocol_error"
+    assert f"exceeds {MAX_HEAD_BYTES:,} bytes" in caught.value.detail
+    # The client hung up: the server's writes failed before all 50x were out
+    # (what it counts includes the loopback's socket buffers, some MB).
+    assert sent[0] < 50 * MAX_HEAD_BYTES - 16 * 1024

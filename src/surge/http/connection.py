@@ -40,6 +40,11 @@ from surge.http.timings import Timings
 
 _NO_BODY_STATUSES = frozenset({204, 304})
 
+#: The largest response head accepted (1xx interim heads included), as curl's
+#: limit on a response's headers: a server that never ends its head is cut off
+#: here, not when ``max_time`` runs out with everything it sent held in memory.
+MAX_HEAD_BYTES = 300 * 1024
+
 
 class WireResponse:
     """One response as the wire gave it: the status, the raw head, the body's
@@ -101,6 +106,7 @@ class HTTPConnection(asyncio.Protocol):
         #: The deadline slot this exchange waits in (deadlines.py), while it runs.
         self._slot: set[Expirable] | None = None
         self._head_parts: list[bytes] = []  # the head being read, as it came
+        self._head_bytes = 0  # their size
         self._interim = 0  # 1xx heads seen before the final one
         #: Where it connected (address, port), and for TLS (version, cipher, ALPN).
         self.address: tuple[str, int] | None = None
@@ -226,12 +232,22 @@ class HTTPConnection(asyncio.Protocol):
             response.first_byte = perf_counter()
         if not response.head_done:
             self._head_parts.append(data)
+            self._head_bytes += len(data)
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._fail(RequestError("protocol_error", "the server switched protocols"))
         except httptools.HttpParserError as e:
             self._fail(RequestError("protocol_error", f"not a valid HTTP response: {e}"))
+        else:
+            # Judged after the parse: a read that ends the head may carry any
+            # amount of body behind it.
+            if not response.head_done and self._head_bytes > MAX_HEAD_BYTES:
+                self._fail(
+                    RequestError(
+                        "protocol_error", f"the response head exceeds {MAX_HEAD_BYTES:,} bytes"
+                    )
+                )
 
     def eof_received(self) -> bool:
         return False  # close our side too
@@ -282,6 +298,7 @@ class HTTPConnection(asyncio.Protocol):
         parts = self._head_parts
         raw = parts[0] if len(parts) == 1 else b"".join(parts)
         self._head_parts = []
+        self._head_bytes = 0
         if self._interim:  # skip the 1xx heads (a guard: range() is a call per response)
             start = 0
             for _ in range(self._interim):

@@ -221,8 +221,7 @@ class _AsyncFrontEnd(Generations, Generic[K, R]):
                 await self._dispose()
             return
         now = self._clock()
-        entry = self._core.checked_out.get(id(resource))
-        if entry is not None and entry.expires_at <= now:  # to be retired: no reset
+        if self._core.retiring(resource, now):  # to be retired: no reset
             self._core_release(resource, now)
             await self._dispose()
             return

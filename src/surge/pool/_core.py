@@ -352,6 +352,12 @@ class PoolCore(Generic[R]):
         entry = self.checked_out.get(id(resource))
         return None if entry is None else entry.generation
 
+    def retiring(self, resource: R, now: float) -> bool:
+        """Whether a checked-out resource is retired when it comes back (its
+        lifetime is over, or ``invalidate`` ran): the front-end skips its reset."""
+        entry = self.checked_out.get(id(resource))
+        return entry is not None and entry.expires_at <= now
+
     def describe(self) -> str:
         """The gauges, for a front-end's repr."""
         return (

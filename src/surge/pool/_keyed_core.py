@@ -314,6 +314,7 @@ class KeyedCore(Generic[K, R]):
         return True
 
     generation_of = PoolCore.generation_of
+    retiring = PoolCore.retiring
 
     def evict_coldest(self) -> bool:
         """Close the coldest idle resource of any key; False if nothing is idle."""

@@ -150,8 +150,7 @@ class _SyncFrontEnd(Generations, Generic[R]):
         ran) is not reset: a rollback on a server that is gone can hang."""
         if self._reset is None:
             return True
-        entry = self._core.checked_out.get(id(resource))  # read-only, under the GIL
-        if entry is not None and entry.expires_at <= now:
+        if self._core.retiring(resource, now):  # read-only: no lock needed under the GIL
             return True
         try:
             ok = check_passed(self._reset(resource))

@@ -25,18 +25,24 @@ from surge.http.headers import HeaderInput
 Params = Mapping[str, Any] | Iterable[tuple[str, Any]]
 
 
-def with_params(url: str, params: Params) -> str:
-    """``url`` with ``params`` form-encoded onto its query (before any fragment)."""
+def form(params: Params) -> str:
+    """``params`` form-encoded (``a=1&b=x+y``); a list value repeats its name."""
     items = params.items() if isinstance(params, Mapping) else params
     pairs: list[tuple[str, str]] = []
     for name, value in items:
         values = value if isinstance(value, list | tuple) else [value]
         pairs.extend((str(name), _text(v)) for v in values)
-    if not pairs:
+    return urlencode(pairs)
+
+
+def with_params(url: str, params: Params) -> str:
+    """``url`` with ``params`` form-encoded onto its query (before any fragment)."""
+    query = form(params)
+    if not query:
         return url
     base, hash_, fragment = url.partition("#")
     joiner = "&" if "?" in base and not base.endswith(("?", "&")) else ("" if "?" in base else "?")
-    return f"{base}{joiner}{urlencode(pairs)}{hash_}{fragment}"
+    return f"{base}{joiner}{query}{hash_}{fragment}"
 
 
 def encode_body(content: Any, data: Any, json: Any) -> tuple[bytes | None, str | None]:
@@ -57,8 +63,7 @@ def encode_body(content: Any, data: Any, json: Any) -> tuple[bytes | None, str |
             raise UsageError(
                 f"data= takes a mapping (a form); send {type(data).__name__} with content="
             )
-        form = with_params("", data).lstrip("?")
-        return form.encode("ascii"), "application/x-www-form-urlencoded"
+        return form(data).encode("ascii"), "application/x-www-form-urlencoded"
     if json is not None:
         text = jsonlib.dumps(json, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         return text.encode("utf-8"), "application/json"

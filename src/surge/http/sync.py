@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import inspect
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -61,28 +61,28 @@ class Client:
     def request(self, method: str, url: str, **kwargs: Any) -> Response:
         """As :meth:`AsyncClient.request`: ``params``, ``headers``, ``content``,
         ``data``, ``json``, ``timeout``, ``follow_redirects``, ..."""
-        return self._run(self._client.request, method, url, **kwargs)
+        return self._run(method, url, **kwargs)
 
     def get(self, url: str, **kwargs: Any) -> Response:
-        return self._run(self._client.request, "GET", url, **kwargs)
+        return self._run("GET", url, **kwargs)
 
     def head(self, url: str, **kwargs: Any) -> Response:
-        return self._run(self._client.request, "HEAD", url, **kwargs)
+        return self._run("HEAD", url, **kwargs)
 
     def post(self, url: str, **kwargs: Any) -> Response:
-        return self._run(self._client.request, "POST", url, **kwargs)
+        return self._run("POST", url, **kwargs)
 
     def put(self, url: str, **kwargs: Any) -> Response:
-        return self._run(self._client.request, "PUT", url, **kwargs)
+        return self._run("PUT", url, **kwargs)
 
     def patch(self, url: str, **kwargs: Any) -> Response:
-        return self._run(self._client.request, "PATCH", url, **kwargs)
+        return self._run("PATCH", url, **kwargs)
 
     def delete(self, url: str, **kwargs: Any) -> Response:
-        return self._run(self._client.request, "DELETE", url, **kwargs)
+        return self._run("DELETE", url, **kwargs)
 
     def options(self, url: str, **kwargs: Any) -> Response:
-        return self._run(self._client.request, "OPTIONS", url, **kwargs)
+        return self._run("OPTIONS", url, **kwargs)
 
     def stats(self) -> dict[str, Any]:
         return self._client.stats()
@@ -94,7 +94,7 @@ class Client:
                 return
             self._closed = True
             try:
-                _blocking(self._loop.run_until_complete, self._client.close())
+                _blocking(self._loop, self._client.close())
             finally:
                 self._loop.close()
 
@@ -114,16 +114,18 @@ class Client:
             with contextlib.suppress(Exception):  # at exit: nothing to report to
                 self.close()
 
-    def _run(self, function: Callable[..., Coroutine[Any, Any, T]], *args: Any, **kwargs: Any) -> T:
+    def _run(self, method: str, url: str, **kwargs: Any) -> Response:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the client is closed")
-            return _blocking(self._loop.run_until_complete, function(*args, **kwargs))
+            return _blocking(self._loop, self._client.request(method, url, **kwargs))
 
 
-def _blocking(run: Callable[[Coroutine[Any, Any, T]], T], coroutine: Coroutine[Any, Any, T]) -> T:
-    """``run(coroutine)`` here, or - if this thread already runs an event loop,
-    inside which another cannot run - on a thread of its own, waited for."""
+def _blocking(loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, T]) -> T:
+    """``loop.run_until_complete(coroutine)`` here, or - if this thread already
+    runs an event loop, inside which another cannot run - on a thread of its
+    own, waited for."""
+    run = loop.run_until_complete
     if asyncio._get_running_loop() is None:
         return run(coroutine)
     outcome: list[Any] = []

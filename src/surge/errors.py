@@ -212,3 +212,15 @@ class HTTPStatusError(SurgeError):
     def __init__(self, message: str, *, response: Any) -> None:
         super().__init__(message)
         self.response = response
+
+
+class StreamError(SurgeError, RuntimeError):
+    """A streamed response used the wrong way round (httpx's names)."""
+
+
+class ResponseNotRead(StreamError):
+    """``content``/``text``/``json()`` of a streamed response before ``read()``."""
+
+
+class StreamConsumed(StreamError):
+    """A streamed body iterated a second time: it was not kept."""

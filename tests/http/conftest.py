@@ -103,3 +103,15 @@ def httpbin() -> Iterator[str]:
         process.wait(timeout=10)
         if process.stderr:
             process.stderr.close()
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A TCP port on 127.0.0.1 that accepts connections and never answers (its
+    backlog holds them): a TLS handshake there waits until a timeout ends it."""
+    import socket
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        yield listener.getsockname()[1]

@@ -14,6 +14,7 @@ from surge.http import (
     AsyncClient,
     Client,
     ConnectError,
+    ConnectTimeout,
     DNSError,
     Headers,
     HTTPStatusError,
@@ -190,3 +191,52 @@ def test_per_request_auth_goes_to_its_origin_only(httpbin: str) -> None:
     assert moved.status_code == 200 and moved.redirects == 1
     assert moved.final_url.startswith("http://localhost:")
     assert "Authorization" not in moved.json()["headers"]
+
+
+def test_a_timeout_object_sets_each_phase(httpbin: str, silent_port: int) -> None:
+    """Timeout(total, connect=): the total is the request's max_time, the connect
+    limit applies to a connection opened for the request (a TLS handshake that
+    never answers, here), each named in its error."""
+    with Client(max_time=30, connect_timeout=20) as client:
+        with pytest.raises(ReadTimeout, match=r"limit 0.3 s"):
+            client.get(f"{httpbin}/delay/3", timeout=surge.http.Timeout(0.3))
+        with pytest.raises(ConnectTimeout, match=r"TLS handshake \(limit 0.2 s\)"):
+            client.get(f"https://127.0.0.1:{silent_port}/", timeout=surge.http.Timeout(connect=0.2))
+        with pytest.raises(ValueError, match="positive"):
+            client.get(f"{httpbin}/get", timeout=surge.http.Timeout(connect=0))
+    with Client(timeout=surge.http.Timeout(0.3, connect=5)) as client:  # httpx's client option
+        assert client.async_client.max_time == 0.3
+        assert client.async_client.connect_timeout == 0.3  # never past the total
+        with pytest.raises(ReadTimeout):
+            client.get(f"{httpbin}/delay/3")
+
+
+def test_auth_may_be_a_callable_and_stays_with_its_origin(httpbin: str) -> None:
+    """A callable adds its headers (a bearer token here) to each request, once,
+    seeing the method, the URL with its params and the body; what it adds is a
+    credential: a redirect to another origin does not carry it."""
+    seen: list[surge.http.Request] = []
+
+    def bearer(request: surge.http.Request) -> None:
+        seen.append(request)
+        request.headers["Authorization"] = "Bearer t0ken"
+
+    port = httpbin.rsplit(":", 1)[1]
+    with Client(follow_redirects=True) as client:
+        ok = client.get(f"{httpbin}/bearer", auth=bearer, params={"a": "1"})
+        posted = client.post(f"{httpbin}/anything", auth=bearer, json={"x": 1})
+        moved = client.get(
+            f"{httpbin}/redirect-to",
+            params={"url": f"http://localhost:{port}/headers"},
+            auth=bearer,
+        )
+    with Client(auth=bearer) as client:  # the client's: called for each request
+        client.get(f"{httpbin}/bearer")
+        client.get(f"{httpbin}/bearer")
+    assert ok.status_code == 200 and ok.json() == {"authenticated": True, "token": "t0ken"}
+    assert posted.json()["headers"]["Authorization"] == "Bearer t0ken"
+    assert moved.status_code == 200 and "Authorization" not in moved.json()["headers"]
+    assert [r.method for r in seen] == ["GET", "POST", "GET", "GET", "GET"]
+    assert seen[0].url == f"{httpbin}/bearer?a=1" and seen[1].content == b'{"x":1}'
+    with pytest.raises(ValueError, match="auth= takes"):
+        Client(auth="user:password")

@@ -5,6 +5,9 @@ with Client() as client:                      # synchronous
     response = client.get("https://example.com/").raise_for_status()
 async with AsyncClient() as client:           # asyncio
     response = await client.get("https://example.com/")
+    async with client.stream("GET", url) as response:   # the body as it comes
+        async for chunk in response.aiter_bytes():
+            ...
 """
 
 from surge.errors import (
@@ -19,14 +22,19 @@ from surge.errors import (
     ReadTimeout,
     RemoteProtocolError,
     RequestError,
+    ResponseNotRead,
+    StreamConsumed,
+    StreamError,
     TimeoutException,
     TLSError,
     TooManyRedirects,
 )
+from surge.http.auth import Request
 from surge.http.client import AsyncClient, make_ssl_context
 from surge.http.resolver import Override, Resolver
 from surge.http.response import Headers, Response
 from surge.http.sync import Client, delete, get, head, patch, post, put, request
+from surge.http.timeout import Timeout
 from surge.http.timings import Timings
 from surge.http.url import URL, parse_url
 
@@ -45,8 +53,13 @@ __all__ = [
     "ReadError",
     "ReadTimeout",
     "RemoteProtocolError",
+    "Request",
     "RequestError",
+    "ResponseNotRead",
+    "StreamConsumed",
+    "StreamError",
     "TLSError",
+    "Timeout",
     "TimeoutException",
     "TooManyRedirects",
     "Override",

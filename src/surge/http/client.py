@@ -18,27 +18,37 @@ import asyncio
 import logging
 import ssl
 from collections.abc import Coroutine, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager as AsyncContextManager
 from contextvars import ContextVar
+from http.cookiejar import CookieJar
 from time import perf_counter
 from typing import Any
 
 from surge.errors import LocalResourceError, RequestError, UsageError
 from surge.http import redirects as redirect_policy
 from surge.http.arguments import Params, prepare
+from surge.http.auth import Auth
+from surge.http.auth import check as check_auth
+from surge.http.auth import lines as auth_lines
 from surge.http.connection import HTTPConnection, WireResponse
+from surge.http.cookies import CookiesInput, CookieStore
 from surge.http.deadlines import Deadlines, TaskDeadline
 from surge.http.decoding import ACCEPT_ENCODING, decode
 from surge.http.gate import Gate
-from surge.http.headers import HeaderInput, basic_auth, build, check_method
+from surge.http.headers import HeaderInput, build, check_method
 from surge.http.resolver import Override, Resolver
 from surge.http.response import Response
+from surge.http.stream import BodyStream, drain
+from surge.http.timeout import Timeout
+from surge.http.timeout import split as split_timeout
 from surge.http.timings import Timings
 from surge.http.url import parse_url
 from surge.pool import AsyncKeyedPool
 
-#: The request whose connection is being opened: the pool calls ``create(key)``
-#: in the acquiring task, so the connect phases land in that request's timings.
-_opening_for: ContextVar[Timings] = ContextVar("surge_opening_for")
+#: The request whose connection is being opened, and its connect timeout (None:
+#: the client's): the pool calls ``create(key)`` in the acquiring task, so the
+#: connect phases land in that request's timings.
+_opening_for: ContextVar[tuple[Timings, float | None]] = ContextVar("surge_opening_for")
 
 #: DEBUG: one line per phase of each request (nothing at INFO or above).
 log = logging.getLogger("surge.http")
@@ -85,8 +95,10 @@ class AsyncClient:
         follow_redirects: bool = False,
         max_redirects: int = 10,
         headers: HeaderInput = None,
-        auth: tuple[str, str] | None = None,
+        auth: Auth | None = None,
         location_trusted: bool = False,
+        timeout: float | Timeout | None = None,
+        cookies: CookiesInput | bool = None,
         cafile: str | None = None,
         insecure: bool = False,
         resolve: Iterable[str | Override] = (),
@@ -99,6 +111,9 @@ class AsyncClient:
     ) -> None:
         if max_connections < 1:
             raise UsageError(f"max_connections must be at least 1, not {max_connections}")
+        total, connect = split_timeout(timeout)  # httpx's name for both at once
+        max_time = total or max_time
+        connect_timeout = connect or connect_timeout
         if connect_timeout <= 0 or max_time <= 0:
             raise UsageError("timeouts must be positive")
         if max_redirects < 0:
@@ -116,10 +131,17 @@ class AsyncClient:
         #: The client's headers (surge's defaults first), split by headers.py's policy.
         self._headers = build(headers, ACCEPT_ENCODING if decompress else None)
         self._credentials = self._headers.credentials
-        #: ``-u user:password``: sent to the first origin of each request only.
-        self._auth = basic_auth(*auth) if auth is not None else None
+        #: ``-u user:password``: sent to the first origin of each request only; a
+        #: callable is called for each request (auth.py).
+        check_auth(auth)
+        self._auth = auth_lines(auth, "", "", None) if isinstance(auth, tuple | list) else None
+        self._auth_fn = auth if callable(auth) else None
         #: curl's --location-trusted: credentials follow redirects to any origin.
         self.location_trusted = location_trusted
+        #: What servers set, sent back where it belongs (cookies.py); False: none kept.
+        self._cookies = (
+            None if cookies is False else CookieStore(None if cookies is True else cookies)
+        )
         self._connecting = Gate(max_connecting)  # O(1) FIFO; asyncio.Semaphore is O(waiters)
         self._pool: AsyncKeyedPool[tuple[str, str, int], HTTPConnection] = AsyncKeyedPool(
             self._open,
@@ -142,6 +164,14 @@ class AsyncClient:
     def body_cap(self) -> int:
         """The largest body accepted, on the wire and decoded, in bytes."""
         return self._body_cap
+
+    @property
+    def cookies(self) -> CookieJar:
+        """The cookies the client keeps (a ``http.cookiejar.CookieJar``): set by
+        its responses, and by ``cookies=``; sent back by the jar's rules."""
+        if self._cookies is None:
+            raise UsageError("this client keeps no cookies (cookies=False)")
+        return self._cookies.jar
 
     @property
     def ssl_context(self) -> ssl.SSLContext:
@@ -172,19 +202,22 @@ class AsyncClient:
         data: Mapping[str, Any] | None = None,
         json: Any = None,
         body: bytes | None = None,
-        timeout: float | None = None,
-        auth: tuple[str, str] | None = None,
+        timeout: float | Timeout | None = None,
+        auth: Auth | None = None,
         follow_redirects: bool | None = None,
         location_trusted: bool | None = None,
+        _stream: bool = False,
     ) -> Response:
         """Send one request (following redirects if asked) and read the response.
 
         ``params``, ``content``, ``data`` (a form) and ``json`` are httpx's
         (arguments.py); ``body`` is raw bytes as ``content``.  ``timeout``: this
-        request's ``max_time``.  ``auth``: (user, password) for Basic
-        authentication, instead of the client's, on the same terms (its origin
-        only, unless ``location_trusted``).  Raises a ``RequestError`` subclass named for its
-        ``error_class``; a response of any status is a response, not an error.
+        request's ``max_time``, or a :class:`Timeout` (its ``connect`` applies to
+        a connection opened for this request).  ``auth``: (user, password) for
+        Basic authentication, or a callable (auth.py), instead of the client's,
+        on the same terms (its origin only, unless ``location_trusted``).
+        Raises a ``RequestError`` subclass named for its ``error_class``; a
+        response of any status is a response, not an error.
 
         One coroutine for the whole request - every hop, and the one retry of a
         request that met a stale keep-alive connection: each await layer costs
@@ -198,10 +231,12 @@ class AsyncClient:
                     raise UsageError("give one request body: body= or content=/data=/json=")
                 body = encoded
         max_time = self._max_time
+        connect_timeout = None
         if timeout is not None:
-            if not timeout > 0:
-                raise UsageError(f"timeout must be positive, not {timeout!r}")
-            max_time = timeout
+            total, connect_timeout = split_timeout(timeout)
+            max_time = total or max_time
+            if connect_timeout is not None:
+                connect_timeout = min(connect_timeout, max_time)
         try:
             target = parse_url(url)
         except RequestError as e:
@@ -218,15 +253,23 @@ class AsyncClient:
         else:
             secret = self._credentials  # a local copy: NamedTuple fields cost a lookup
         first = target  # its origin is where credentials may go (redirects.py)
-        user_auth = self._auth if auth is None else basic_auth(*auth)
+        user_auth = self._auth
+        if auth is None:
+            auth = self._auth_fn  # None unless the client's auth is a callable
+        if auth is not None:
+            user_auth = auth_lines(auth, method, url, body)
         if target.auth is not None or user_auth is not None:
             secret = redirect_policy.credentials(own, user_auth, first, target, True)
         common = own.common
         host_header = own.host or target.host_header
         pool = self._pool
+        jar = self._cookies
         deadline: float | None = None  # set when the first hop starts its network work
         redirects = 0
         while True:  # a hop per turn
+            cookie = b"" if jar is None else jar.header(target.url)
+            if cookie and b"cookie:" in secret.lower():
+                cookie = b""  # the caller's own Cookie header wins, as in cookiejar
             # The request head, built here rather than in a helper: a call less
             # on every request.
             head = b"".join(
@@ -239,6 +282,7 @@ class AsyncClient:
                     b"\r\n",
                     common,
                     secret,
+                    cookie,
                     b"\r\n",
                 )
             )
@@ -248,7 +292,7 @@ class AsyncClient:
             while True:  # an attempt per turn
                 conn = pool.acquire_nowait(target.key)  # a keep-alive connection, if idle
                 if conn is None:
-                    token = _opening_for.set(timings)
+                    token = _opening_for.set((timings, connect_timeout))
                     try:
                         conn = await pool.acquire(target.key)
                     except RequestError as e:
@@ -278,9 +322,9 @@ class AsyncClient:
                 wire = None
                 try:
                     # Positional: keyword arguments cost a little on every request.
-                    wire = conn.send(head, method == "HEAD", deadline, max_time)
+                    wire = conn.send(head, method == "HEAD", deadline, max_time, _stream)
                     timings.sent = perf_counter()
-                    await wire.done
+                    await (wire.done if wire.head_ready is None else wire.head_ready)
                 except RequestError as e:
                     first_byte = timings.first_byte = None if wire is None else wire.first_byte
                     await pool.discard(conn)
@@ -306,6 +350,18 @@ class AsyncClient:
                     raise
                 break
             timings.first_byte = wire.first_byte
+            if jar is not None:
+                jar.extract(target.url, wire.head)
+            if _stream:
+                hop = follow and wire.status in _REDIRECTS
+                if not (hop and redirect_policy.location(wire.head)):
+                    return self._streamed(url, target.url, wire, timings, redirects, conn)
+                try:  # a hop to follow: its body is read and dropped
+                    await drain(wire, self._body_cap)
+                except RequestError as e:
+                    await pool.discard(conn)
+                    _annotate(e, url, target.url, timings, redirects)
+                    raise
             timings.done = perf_counter()
             self.requests += 1
             # The response is its own object: the connection can go back at once.
@@ -348,6 +404,33 @@ class AsyncClient:
             target = next_target
             method, body = redirect_policy.next_method(status, method, body)
             timings = _next_hop(timings)
+
+    def stream(self, method: str, url: str, **kwargs: Any) -> AsyncContextManager[Response]:
+        """``async with client.stream("GET", url) as response:`` a response whose
+        body is read as it arrives: ``async for chunk in response.aiter_bytes()``
+        (or ``aiter_raw``, ``aiter_text``, ``aiter_lines``, ``aread()``).  The
+        arguments are :meth:`request`'s.  The block's end lets go of the
+        connection: back to the pool if the body was read, else closed."""
+        return _Streaming(self.request(method, url, _stream=True, **kwargs))
+
+    def _streamed(
+        self,
+        url: str,
+        final_url: str,
+        wire: WireResponse,
+        timings: Timings,
+        redirects: int,
+        conn: HTTPConnection,
+    ) -> Response:
+        """The caller's :class:`Response` with its body still on the connection."""
+        self.requests += 1
+        response = Response(
+            url, final_url, wire.status, wire.head, b"", 0, timings, 1, redirects, conn
+        )
+        response._stream = BodyStream(
+            wire, conn, self._pool, timings, decompress=self.decompress, cap=self._body_cap
+        )
+        return response
 
     def _response(
         self,
@@ -405,9 +488,10 @@ class AsyncClient:
 
     async def _open(self, key: tuple[str, str, int]) -> HTTPConnection:
         """The pool's ``create``: resolve, wait for a handshake slot, connect."""
-        timings = _opening_for.get()
+        timings, timeout = _opening_for.get()
         scheme, host, port = key
-        timeout = self.connect_timeout
+        if timeout is None:
+            timeout = self.connect_timeout
         loop = asyncio.get_running_loop()
         if self._deadlines is None:
             self._deadlines = Deadlines(loop)
@@ -446,6 +530,24 @@ class AsyncClient:
                 # next try - the bulk engine waits and tries again - finds one.
                 await self._pool.clear()
                 raise
+
+
+class _Streaming:
+    """``client.stream()``'s context manager: the response, closed at the end."""
+
+    __slots__ = ("_request", "_response")
+
+    def __init__(self, request: Coroutine[Any, Any, Response]) -> None:
+        self._request = request
+        self._response: Response | None = None
+
+    async def __aenter__(self) -> Response:
+        self._response = await self._request
+        return self._response
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._response is not None:
+            await self._response.aclose()
 
 
 def _timeout_error(

@@ -45,31 +45,55 @@ _NO_BODY_STATUSES = frozenset({204, 304})
 #: here, not when ``max_time`` runs out with everything it sent held in memory.
 MAX_HEAD_BYTES = 300 * 1024
 
+#: A streamed body's read-ahead: past this many unread bytes the connection stops
+#: reading from the socket until the reader catches up (TCP's window then holds
+#: the server back), so a slow reader of a large body holds at most this much.
+STREAM_HIGH_WATER = 256 * 1024
+
 
 class WireResponse:
     """One response as the wire gave it: the status, the raw head, the body's
     chunks (not decoded), and when its first byte came.  ``done`` resolves when
     it is complete, or fails with the ``RequestError`` that ended it; the fields
-    then say how far it got (``head_done``, ``body_bytes``, ``first_byte``)."""
+    then say how far it got (``head_done``, ``body_bytes``, ``first_byte``).
+
+    Streamed (``head_ready`` set), the head is there when ``head_ready``
+    resolves, and the body is taken a batch of chunks at a time with
+    :meth:`next_chunks`; reading pauses while ``STREAM_HIGH_WATER`` bytes wait
+    unread, and the client's body cap does not apply (nothing is kept)."""
 
     __slots__ = (
         "body",
         "body_bytes",
+        "buffered",
         "content_encoding",
         "done",
         "first_byte",
         "head",
         "head_done",
+        "head_ready",
         "is_head",
         "keep_alive",
         "limit",
+        "resume",
         "status",
+        "waiter",
     )
 
-    def __init__(self, done: asyncio.Future[None], is_head: bool, limit: float) -> None:
+    def __init__(
+        self,
+        done: asyncio.Future[None],
+        is_head: bool,
+        limit: float,
+        head_ready: asyncio.Future[None] | None = None,
+    ) -> None:
         self.done = done
         self.is_head = is_head
         self.limit = limit  # the request's max_time, for a read_timeout's message
+        self.head_ready = head_ready  # streamed: resolves with the head
+        self.waiter: asyncio.Future[None] | None = None  # streamed: a reader waits
+        self.buffered = 0  # streamed: bytes received and not yet taken
+        self.resume: Any = None  # streamed: resumes the paused socket
         self.status = 0
         self.head = b""  # the final response's status line and header lines
         self.head_done = False
@@ -78,6 +102,33 @@ class WireResponse:
         self.first_byte: float | None = None
         self.keep_alive = False
         self.content_encoding: bytes | None = None
+
+    async def next_chunks(self) -> list[bytes]:
+        """Streamed: the body chunks received since the last call, waiting for
+        some; [] at the end of the body.  Raises the ``RequestError`` that ended
+        the response early."""
+        while not self.body:
+            if self.done.done():
+                self.done.result()  # the error that ended it, if one did
+                return []
+            waiter = self.waiter = self.done.get_loop().create_future()
+            try:
+                await waiter
+            finally:
+                self.waiter = None
+        chunks = self.body
+        self.body = []
+        self.buffered = 0
+        resume = self.resume
+        if resume is not None:
+            self.resume = None
+            resume()
+        return chunks
+
+    def _wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
 
 class HTTPConnection(asyncio.Protocol):
@@ -186,10 +237,14 @@ class HTTPConnection(asyncio.Protocol):
 
     # -- one exchange -------------------------------------------------------------------
 
-    def send(self, data: bytes, is_head: bool, deadline: float, limit: float) -> WireResponse:
+    def send(
+        self, data: bytes, is_head: bool, deadline: float, limit: float, stream: bool = False
+    ) -> WireResponse:
         """Write a request; its response's ``done`` resolves when the response is
         complete, or fails with ``read_timeout`` at ``deadline`` (event-loop time,
-        honoured to within the deadlines' resolution, 50 ms).
+        honoured to within the deadlines' resolution, 50 ms).  ``stream``: the
+        body is read by the caller as it comes (see :class:`WireResponse`); the
+        deadline still covers all of it, as curl's ``--max-time`` does.
 
         The deadline joins a shared slot (deadlines.py), not a timer of its own and
         not ``asyncio.timeout()``: a timer costs ~3.4 us a request on uvloop, the
@@ -197,7 +252,10 @@ class HTTPConnection(asyncio.Protocol):
         """
         if self.closed or self.transport is None:
             raise RequestError("connection_reset", "connection closed before the request")
-        response = self.response = WireResponse(self.loop.create_future(), is_head, limit)
+        loop = self.loop
+        response = self.response = WireResponse(
+            loop.create_future(), is_head, limit, loop.create_future() if stream else None
+        )
         self._slot = self._deadlines.add(self, deadline)
         if self._parser is None:
             self._parser = httptools.HttpResponseParser(self)
@@ -310,6 +368,9 @@ class HTTPConnection(asyncio.Protocol):
             self._parser = None  # llhttp would wait for a body: start afresh next time
             self.on_message_complete()
             return
+        ready = response.head_ready
+        if ready is not None:
+            ready.set_result(None)
         # find(), not ``in``: on 3.11 ``marker in head`` first tries the marker as
         # an integer and builds and drops a TypeError (~1,800 instructions each).
         # How the body ends (length, chunks or the close) is llhttp's business
@@ -323,10 +384,18 @@ class HTTPConnection(asyncio.Protocol):
         if response is None:  # the exchange failed while this data was being fed
             return
         received = response.body_bytes = response.body_bytes + len(body)
+        if response.head_ready is not None:  # streamed: the reader bounds it
+            response.body.append(body)
+            response.buffered += len(body)
+            if response.buffered > STREAM_HIGH_WATER and response.resume is None:
+                transport = self.transport
+                if transport is not None:
+                    transport.pause_reading()
+                    response.resume = self._resume_reading
+            response._wake()
+            return
         if received > self._body_cap:
-            self._fail(
-                RequestError("body_too_large", f"body exceeds the {self._body_cap:,}-byte cap")
-            )
+            self._fail(body_too_large(self._body_cap))
             self.abort()
             return
         response.body.append(body)
@@ -346,6 +415,14 @@ class HTTPConnection(asyncio.Protocol):
         done = response.done
         if not done.done():
             done.set_result(None)
+        ready = response.head_ready
+        if ready is not None:  # streamed: a head without a body completes both
+            if not ready.done():
+                ready.set_result(None)
+            if response.resume is not None:  # the connection goes back reading
+                response.resume = None
+                self._resume_reading()
+            response._wake()
 
     # -- internals ------------------------------------------------------------------------
 
@@ -375,8 +452,23 @@ class HTTPConnection(asyncio.Protocol):
             response.keep_alive = False
             if not response.done.done():
                 response.done.set_exception(error)
+            ready = response.head_ready
+            if ready is not None:
+                if not ready.done():
+                    ready.set_exception(error)
+                response._wake()
         if not self.closed:
             self.abort()
+
+    def _resume_reading(self) -> None:
+        transport = self.transport
+        if transport is not None and not self.closed:
+            transport.resume_reading()
+
+
+def body_too_large(cap: int, status: int | None = None) -> RequestError:
+    """The error of a body past the cap on the wire (one wording everywhere)."""
+    return RequestError("body_too_large", f"body exceeds the {cap:,}-byte cap", status=status)
 
 
 def _ends_at_close(head: bytes) -> bool:

@@ -18,7 +18,7 @@ ask for is handed over undecoded, as curl does.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from surge.errors import RequestError
@@ -40,13 +40,97 @@ ACCEPT_ENCODING = ", ".join(
     ["gzip", "deflate"] + ["br"] * (brotli is not None) + ["zstd"] * (zstd is not None)
 )
 
-#: A decoder: called with the next input (b"" at the end) and the most output it
-#: may return beyond the cap's remainder; returns the output.
-Stage = Callable[[bytes, int], bytes]
+#: A decoder stage: called with the next input (b"" at the end, to flush) and the
+#: most output one piece may hold; yields the output in pieces of at most that.
+Stage = Callable[[bytes, int], Iterator[bytes]]
+
+#: The most decoded output held at once while streaming: a bomb's 64 KiB chunk
+#: that inflates to 64 MB comes out a piece at a time.
+STEP = 256 * 1024
 
 
 class _TooLarge(Exception):
     pass
+
+
+class Decoder:
+    """The codings of one body, undone a chunk at a time.
+
+    ``feed(chunk)`` and then ``finish()`` yield the decoded body in pieces of at
+    most ``STEP`` bytes, lazily (nothing is decoded before it is asked for), so
+    memory stays bounded however far a chunk inflates.  ``cap`` (None: no cap)
+    bounds the decoded total: the first byte past it is ``body_too_large``.
+    Errors are ``RequestError``: ``protocol_error`` for a body that is not what
+    its coding says."""
+
+    __slots__ = ("_names", "_stages", "_status", "cap", "total")
+
+    def __init__(self, stages: list[Stage], names: list[str], cap: int | None, status: int):
+        self._stages = stages
+        self._names = names
+        self._status = status
+        self.cap = cap
+        self.total = 0
+
+    @classmethod
+    def for_codings(cls, codings: bytes, cap: int | None, status: int) -> Decoder | None:
+        """The decoder of a Content-Encoding value, or None when a coding is not
+        one surge decodes (or there is nothing to undo)."""
+        names = [c.strip().decode("latin-1") for c in codings.lower().split(b",")]
+        stages: list[Stage] = []
+        for name in reversed(names):  # the last coding applied is undone first
+            if name in ("identity", ""):
+                continue
+            make = _DECODERS.get(name)
+            if make is None:
+                return None
+            stages.append(make())
+        return cls(stages, names, cap, status) if stages else None
+
+    def feed(self, chunk: bytes) -> Iterator[bytes]:
+        return self._guarded(chunk, False)
+
+    def finish(self) -> Iterator[bytes]:
+        return self._guarded(b"", True)
+
+    def _guarded(self, chunk: bytes, final: bool) -> Iterator[bytes]:
+        cap = self.cap
+        step = STEP if cap is None else min(STEP, cap + 1)
+        try:
+            for piece in _pipe(self._stages, 0, chunk, final, step):
+                self.total += len(piece)
+                if cap is not None and self.total > cap:
+                    raise _TooLarge
+                yield piece
+        except _TooLarge:
+            raise RequestError(
+                "body_too_large",
+                f"decoded body exceeds the {cap:,}-byte cap",
+                status=self._status,
+            ) from None
+        except Exception as e:  # zlib.error, brotli.error, zstd.ZstdError, EOFError
+            what = "/".join(self._names)
+            raise RequestError(
+                "protocol_error", f"bad {what} body: {e}", status=self._status
+            ) from None
+
+
+def _pipe(stages: list[Stage], i: int, data: bytes, final: bool, step: int) -> Iterator[bytes]:
+    """``data`` through stages ``i`` onwards; ``final``: then flush each in turn."""
+    if i == len(stages):
+        if data:
+            yield data
+        return
+    stage = stages[i]
+    if data:
+        for piece in stage(data, step):
+            if piece:
+                yield from _pipe(stages, i + 1, piece, False, step)
+    if final:
+        for piece in stage(b"", step):
+            if piece:
+                yield from _pipe(stages, i + 1, piece, False, step)
+        yield from _pipe(stages, i + 1, b"", True, step)
 
 
 def decode(chunks: Iterable[bytes], codings: bytes, cap: int, status: int) -> bytes | None:
@@ -54,63 +138,40 @@ def decode(chunks: Iterable[bytes], codings: bytes, cap: int, status: int) -> by
 
     Raises ``RequestError``: ``body_too_large`` past ``cap`` decoded bytes,
     ``protocol_error`` for a body that is not what its coding says."""
-    names = [c.strip().decode("latin-1") for c in codings.lower().split(b",")]
-    stages: list[Stage] = []
-    for name in reversed(names):  # the last coding applied is undone first
-        if name in ("identity", ""):
-            continue
-        make = _DECODERS.get(name)
-        if make is None:
-            return None
-        stages.append(make())
-    if not stages:
+    decoder = Decoder.for_codings(codings, cap, status)
+    if decoder is None:
         return None
     out: list[bytes] = []
-    total = 0
-    try:
-        for chunk in [*chunks, b""]:
-            data = chunk
-            for stage in stages:
-                data = stage(data, cap)
-            total += len(data)
-            if total > cap:
-                raise _TooLarge
-            if data:
-                out.append(data)
-    except _TooLarge:
-        raise RequestError(
-            "body_too_large", f"decoded body exceeds the {cap:,}-byte cap", status=status
-        ) from None
-    except Exception as e:  # zlib.error, brotli.error, zstd.ZstdError, EOFError
-        what = "/".join(names)
-        raise RequestError("protocol_error", f"bad {what} body: {e}", status=status) from None
+    for chunk in chunks:
+        out.extend(decoder.feed(chunk))
+    out.extend(decoder.finish())
     return b"".join(out)
 
 
-# Each stage returns at most cap + 1 bytes per call and raises _TooLarge rather
-# than produce more: one byte past the cap is enough to know.
+# Each stage yields pieces of at most ``step`` bytes, asking the decompressor for
+# no more at a time: however far the input inflates, one piece is in memory.
 
 
 def _zlib_stage(wbits: int, raw_fallback: bool = False) -> Stage:
     state: dict[str, Any] = {"d": zlib.decompressobj(wbits), "fresh": True}
 
-    def feed(data: bytes, cap: int) -> bytes:
+    def feed(data: bytes, step: int) -> Iterator[bytes]:
         d = state["d"]
         if not data:
-            out = d.flush()
-        else:
-            try:
-                out = d.decompress(data, cap + 1)
-            except zlib.error:
-                if not (raw_fallback and state["fresh"]):
-                    raise
-                # "deflate" as some servers send it: raw, without the zlib wrapper.
-                d = state["d"] = zlib.decompressobj(-zlib.MAX_WBITS)
-                out = d.decompress(data, cap + 1)
+            yield d.flush()
+            return
+        try:
+            out = d.decompress(data, step)
+        except zlib.error:
+            if not (raw_fallback and state["fresh"]):
+                raise
+            # "deflate" as some servers send it: raw, without the zlib wrapper.
+            d = state["d"] = zlib.decompressobj(-zlib.MAX_WBITS)
+            out = d.decompress(data, step)
         state["fresh"] = False
-        if len(out) > cap or d.unconsumed_tail:
-            raise _TooLarge
-        return bytes(out)
+        yield out
+        while d.unconsumed_tail:
+            yield d.decompress(d.unconsumed_tail, step)
 
     return feed
 
@@ -118,13 +179,15 @@ def _zlib_stage(wbits: int, raw_fallback: bool = False) -> Stage:
 def _brotli_stage() -> Stage:
     d = brotli.Decompressor()
 
-    def feed(data: bytes, cap: int) -> bytes:
-        out = d.process(data, output_buffer_limit=cap + 1)
-        if len(out) > cap:
-            raise _TooLarge
-        if not d.can_accept_more_data():  # it stopped at the limit with more to give
-            raise _TooLarge
-        return bytes(out)
+    def feed(data: bytes, step: int) -> Iterator[bytes]:
+        # The limit is a soft one (a piece may run past it), and
+        # can_accept_more_data() says True with output still pending (brotli
+        # 1.1): so ask again while output comes and the stream is not over.
+        out = d.process(data, output_buffer_limit=step)
+        yield out
+        while out and not d.is_finished():
+            out = d.process(b"", output_buffer_limit=step)
+            yield out
 
     return feed
 
@@ -132,15 +195,14 @@ def _brotli_stage() -> Stage:
 def _zstd_stage() -> Stage:
     d = zstd.ZstdDecompressor()
 
-    def feed(data: bytes, cap: int) -> bytes:
+    def feed(data: bytes, step: int) -> Iterator[bytes]:
         if d.eof:  # bytes after the frame: ignored, as curl does
-            return b""
+            return
         if not data and d.needs_input:
-            return b""
-        out = d.decompress(data, cap + 1)
-        if len(out) > cap or (not d.needs_input and not d.eof):
-            raise _TooLarge
-        return bytes(out)
+            return
+        yield d.decompress(data, step)
+        while not d.needs_input and not d.eof:
+            yield d.decompress(b"", step)
 
     return feed
 

@@ -8,18 +8,20 @@ parsed only when asked for: a bulk run that never looks at them pays nothing.
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from surge.errors import HTTPStatusError
-from surge.http.connection import parse_head
+from surge.errors import HTTPStatusError, RequestError, ResponseNotRead, StreamError
+from surge.http.connection import body_too_large, parse_head
 from surge.http.timings import Timings, redirect_ms
 
 if TYPE_CHECKING:
     from surge.http.connection import HTTPConnection
+    from surge.http.stream import BodyStream
 
 _CHARSET = re.compile(r";\s*charset\s*=\s*\"?([^\s;\"]+)", re.IGNORECASE)
 
@@ -79,10 +81,16 @@ class Response:
     redirects); ``bytes`` is the body's size on the wire, before decoding;
     ``attempts`` the tries under the caller's retries; ``redirects`` the hops
     followed; ``connection`` the connection it came on (``address``, ``tls``).
+
+    A streamed response (``client.stream(...)``) has its head and not yet its
+    body: read it whole (``read()``/``aread()``), or iterate it
+    (``iter_bytes()``/``aiter_bytes()``, ``_raw``, ``_text``, ``_lines``) and
+    close it (``close()``/``aclose()``; the ``with`` block does).
     """
 
     __slots__ = (
         "_headers",
+        "_stream",
         "attempts",
         "body",
         "bytes",
@@ -119,6 +127,7 @@ class Response:
         self.attempts = attempts
         self.redirects = redirects
         self.connection = connection
+        self._stream: BodyStream | None = None
 
     # -- httpx's names --------------------------------------------------------------------
 
@@ -129,6 +138,10 @@ class Response:
     @property
     def content(self) -> bytes:
         """The body, decoded from its Content-Encoding (gzip, deflate, br, zstd)."""
+        if self._stream is not None:
+            raise ResponseNotRead(
+                "a streamed response's body is not read yet: read() or aread() it first"
+            )
         return self.body
 
     @property
@@ -149,11 +162,11 @@ class Response:
     @property
     def text(self) -> str:
         """The body as text, in ``encoding`` (undecodable bytes replaced)."""
-        return self.body.decode(self.encoding, "replace")
+        return self.content.decode(self.encoding, "replace")
 
     def json(self, **kwargs: Any) -> Any:
         """The body parsed as JSON (``json.loads``; bytes, so UTF-8/16/32 are detected)."""
-        return json.loads(self.body, **kwargs)
+        return json.loads(self.content, **kwargs)
 
     @property
     def is_success(self) -> bool:
@@ -203,9 +216,174 @@ class Response:
         return values[0] if values else None
 
     @property
+    def cookies(self) -> dict[str, str]:
+        """The cookies this response sets (Set-Cookie), by name."""
+        from surge.http.cookies import response_cookies
+
+        return response_cookies(self.head)
+
+    @property
     def redirect_ms(self) -> float:
         """curl's time_redirect: from the start to the start of the last hop."""
         return redirect_ms(self.timings)
 
+    # -- the body, streamed -------------------------------------------------------------
+
+    @property
+    def is_stream_consumed(self) -> bool:
+        stream = self._stream
+        return stream is not None and stream.consumed
+
+    @property
+    def is_closed(self) -> bool:
+        """Whether the response holds no connection (its body read, or dropped)."""
+        stream = self._stream
+        return stream is None or stream.closed
+
+    async def aread(self) -> bytes:
+        """Read the rest of a streamed body (decoded, under the client's body cap),
+        and give the connection back; the body is then ``content``."""
+        stream = self._stream
+        if stream is None:
+            return self.body
+        if stream.consumed:
+            raise StreamError("the body was iterated: it is not kept to read() again")
+        chunks = []
+        size = 0
+        try:
+            async for chunk in stream.raw():
+                size += len(chunk)
+                if size > stream.cap:
+                    raise body_too_large(stream.cap, self.status)
+                chunks.append(chunk)
+        except RequestError as e:
+            e.url, e.final_url, e.timings = self.url, self.final_url, self.timings
+            raise
+        self.bytes = size
+        decoder = stream.decoder(stream.cap)
+        if decoder is not None:
+            out: list[bytes] = []
+            for chunk in chunks:
+                out.extend(decoder.feed(chunk))
+            out.extend(decoder.finish())
+            chunks = out
+        self.body = b"".join(chunks)
+        self._stream = None
+        return self.body
+
+    async def aiter_raw(self) -> AsyncIterator[bytes]:
+        """The body as it came off the wire (dechunked, not decoded), chunk by chunk."""
+        stream = self._stream
+        if stream is None:
+            if self.body:
+                yield self.body  # already read (and decoded): what there is
+            return
+        async for chunk in stream.raw():
+            self.bytes += len(chunk)
+            yield chunk
+
+    async def aiter_bytes(self) -> AsyncIterator[bytes]:
+        """The body decoded from its Content-Encoding, in pieces as they come
+        (each at most 256 KiB however far a compressed chunk inflates)."""
+        stream = self._stream
+        if stream is None:
+            if self.body:
+                yield self.body
+            return
+        decoder = stream.decoder(None)
+        async for chunk in self.aiter_raw():
+            if decoder is None:
+                yield chunk
+                continue
+            for piece in decoder.feed(chunk):
+                yield piece
+        if decoder is not None:
+            for piece in decoder.finish():
+                yield piece
+
+    async def aiter_text(self) -> AsyncIterator[str]:
+        """The body as text, in ``encoding``, in pieces (a character split across
+        chunks is joined; undecodable bytes replaced)."""
+        decoder = codecs.getincrementaldecoder(self.encoding)(errors="replace")
+        async for chunk in self.aiter_bytes():
+            text = decoder.decode(chunk)
+            if text:
+                yield text
+        text = decoder.decode(b"", final=True)
+        if text:
+            yield text
+
+    async def aiter_lines(self) -> AsyncIterator[str]:
+        """The body's lines, without their ends (``\n``, ``\r\n`` or ``\r``)."""
+        pending = ""
+        async for text in self.aiter_text():
+            pending += text
+            lines = pending.splitlines(keepends=True)
+            # The last line may go on in the next piece (a "\r" may be half a "\r\n").
+            pending = lines.pop() if lines and not lines[-1].endswith("\n") else ""
+            for line in lines:
+                yield line.rstrip("\r\n")
+        if pending:
+            yield pending.rstrip("\r\n")
+
+    async def aclose(self) -> None:
+        """Let go of the connection: back to the pool if the body was read to its
+        end, else closed.  Again: nothing."""
+        if self._stream is not None:
+            await self._stream.aclose()
+
+    # The synchronous client's twins: each step runs on its loop.
+
+    def read(self) -> bytes:
+        return self._sync(self.aread)  # type: ignore[no-any-return]
+
+    def iter_raw(self) -> Iterator[bytes]:
+        return self._sync_iter(self.aiter_raw())
+
+    def iter_bytes(self) -> Iterator[bytes]:
+        return self._sync_iter(self.aiter_bytes())
+
+    def iter_text(self) -> Iterator[str]:
+        return self._sync_iter(self.aiter_text())
+
+    def iter_lines(self) -> Iterator[str]:
+        return self._sync_iter(self.aiter_lines())
+
+    def close(self) -> None:
+        if self._stream is not None and not self._stream.closed:
+            self._sync(self.aclose)
+
+    def _runner(self) -> Any:
+        """How a step runs: on the synchronous client's loop while the body is
+        unread; in place once it is (the steps then never wait)."""
+        stream = self._stream
+        if stream is None:
+            return _in_place
+        if stream.run is None:
+            raise StreamError("an AsyncClient's response: use aread(), aiter_bytes(), ...")
+        return stream.run
+
+    def _sync(self, method: Any) -> Any:
+        return self._runner()(method())
+
+    def _sync_iter(self, iterator: AsyncIterator[Any]) -> Iterator[Any]:
+        run = self._runner()
+        while True:
+            try:
+                yield run(anext(iterator))
+            except StopAsyncIteration:
+                return
+
     def __repr__(self) -> str:
+        if self._stream is not None:
+            return f"<Response {self.status} {self.final_url} streamed>"
         return f"<Response {self.status} {self.final_url} {len(self.body)} bytes>"
+
+
+def _in_place(awaitable: Any) -> Any:
+    """The result of an awaitable that completes without waiting for anything."""
+    try:
+        awaitable.send(None)
+    except StopIteration as done:
+        return done.value
+    raise RuntimeError("a read response's body waited for I/O")  # pragma: no cover

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import inspect
 import threading
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Iterator
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -84,6 +84,21 @@ class Client:
     def options(self, url: str, **kwargs: Any) -> Response:
         return self._run("OPTIONS", url, **kwargs)
 
+    @contextlib.contextmanager
+    def stream(self, method: str, url: str, **kwargs: Any) -> Iterator[Response]:
+        """``with client.stream("GET", url) as response:`` a response whose body is
+        read as it arrives: ``for chunk in response.iter_bytes()`` (or
+        ``iter_raw``, ``iter_text``, ``iter_lines``, ``read()``).  The block's end
+        lets go of the connection: back to the pool if the body was read, else
+        closed.  Other requests may run on the client inside the block."""
+        response = self._call(self._client.request(method, url, _stream=True, **kwargs))
+        assert response._stream is not None
+        response._stream.run = self._call
+        try:
+            yield response
+        finally:
+            response.close()
+
     def stats(self) -> dict[str, Any]:
         return self._client.stats()
 
@@ -115,13 +130,19 @@ class Client:
                 self.close()
 
     def _run(self, method: str, url: str, **kwargs: Any) -> Response:
+        return self._call(self._client.request(method, url, **kwargs))
+
+    def _call(self, awaitable: Awaitable[T]) -> T:
+        """Run ``awaitable`` to its end on the client's loop, one at a time."""
         with self._lock:
             if self._closed:
+                if inspect.iscoroutine(awaitable):
+                    awaitable.close()
                 raise RuntimeError("the client is closed")
-            return _blocking(self._loop, self._client.request(method, url, **kwargs))
+            return _blocking(self._loop, awaitable)
 
 
-def _blocking(loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, T]) -> T:
+def _blocking(loop: asyncio.AbstractEventLoop, coroutine: Awaitable[T]) -> T:
     """``loop.run_until_complete(coroutine)`` here, or - if this thread already
     runs an event loop, inside which another cannot run - on a thread of its
     own, waited for."""

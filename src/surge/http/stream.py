@@ -1,0 +1,122 @@
+"""A response body read as it arrives (``client.stream(...)``).
+
+The connection stays the response's until its body has been read to the end,
+then goes back to the pool; closed early, the connection is closed (the rest of
+the body would have to be read to reuse it, and may be large).  Memory is
+bounded by the connection's read-ahead (``STREAM_HIGH_WATER``) and by the
+decoder's piece size, not by the body: the client's body cap applies only to a
+body read whole (``read()``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from time import perf_counter
+from typing import TYPE_CHECKING, Any
+
+from surge.errors import StreamConsumed
+from surge.http.connection import body_too_large
+from surge.http.decoding import Decoder
+
+if TYPE_CHECKING:
+    from surge.http.connection import HTTPConnection, WireResponse
+    from surge.http.timings import Timings
+    from surge.pool import AsyncKeyedPool
+
+
+class BodyStream:
+    """The unread body of one streamed response, and the connection it holds."""
+
+    __slots__ = (
+        "cap",
+        "closed",
+        "conn",
+        "consumed",
+        "decompress",
+        "pool",
+        "run",
+        "timings",
+        "wire",
+    )
+
+    def __init__(
+        self,
+        wire: WireResponse,
+        conn: HTTPConnection,
+        pool: AsyncKeyedPool[Any, HTTPConnection],
+        timings: Timings,
+        *,
+        decompress: bool,
+        cap: int,
+    ) -> None:
+        self.wire = wire
+        self.conn = conn
+        self.pool = pool
+        self.timings = timings
+        self.decompress = decompress
+        self.cap = cap  # for a body read whole
+        self.closed = False
+        self.consumed = False
+        #: The synchronous client's way to run a coroutine on its loop (None: async).
+        self.run: Callable[[Awaitable[Any]], Any] | None = None
+
+    def decoder(self, cap: int | None) -> Decoder | None:
+        wire = self.wire
+        if not self.decompress or wire.content_encoding is None:
+            return None
+        return Decoder.for_codings(wire.content_encoding, cap, wire.status)
+
+    async def raw(self) -> AsyncIterator[bytes]:
+        """The body's bytes as they came off the wire (dechunked, not decoded)."""
+        if self.consumed:
+            raise StreamConsumed("the body of a streamed response is read once")
+        self.consumed = True
+        try:
+            while True:
+                chunks = await self.wire.next_chunks()
+                if not chunks:
+                    break
+                for chunk in chunks:
+                    yield chunk
+        finally:
+            await self.aclose()
+
+    async def decoded(self, cap: int | None = None) -> AsyncIterator[bytes]:
+        """The body decoded from its Content-Encoding, in bounded pieces."""
+        decoder = self.decoder(cap)
+        if decoder is None:
+            async for chunk in self.raw():
+                yield chunk
+            return
+        async for chunk in self.raw():
+            for piece in decoder.feed(chunk):
+                yield piece
+        for piece in decoder.finish():
+            yield piece
+
+    async def aclose(self) -> None:
+        """Give the connection back (the body was read) or close it (it was not)."""
+        if self.closed:
+            return
+        self.closed = True
+        wire, conn = self.wire, self.conn
+        done = wire.done
+        if done.done() and done.exception() is None:
+            self.timings.done = perf_counter()
+            if wire.keep_alive and not conn.closed:
+                self.pool.release_nowait(conn)
+                return
+        else:
+            done.cancel()  # nobody will read how it ends: nothing to report
+            conn.abort()
+        await self.pool.discard(conn)
+
+
+async def drain(wire: WireResponse, cap: int) -> None:
+    """Read a streamed body to its end and drop it (a redirect's, before the next
+    hop): at most ``cap`` bytes, as a body read whole."""
+    read = 0
+    while chunks := await wire.next_chunks():
+        read += sum(map(len, chunks))
+        if read > cap:
+            raise body_too_large(cap, wire.status)

@@ -1,17 +1,20 @@
 """surge: bulk network I/O for Python that is fast by default and shows where the time goes.
 
-    import surge
-    for record in surge.fetch_all(["https://example.com/", ...], concurrency=500):
-        print(record["url"], record["status"], record["error"])
-
-    response = surge.get("https://example.com/", params={"q": "x"})
-    response.raise_for_status()
+>>> import surge
+>>> urls = ["https://httpbin.org/get", "https://httpbin.org/status/404", "not a URL"]
+>>> records = list(surge.fetch_all(urls, concurrency=500, max_time=10))  # as they complete
+>>> sorted((r["line"], r["status"], r["error"]) for r in records)
+[(1, 200, None), (2, 404, None), (3, None, 'invalid_url')]
+>>> response = surge.get("https://httpbin.org/get", params={"q": "x"})
+>>> response.raise_for_status().json()["args"]
+{'q': 'x'}
 
 ``surge.fetch`` (async iterator), ``surge.fetch_all`` (plain iterator),
 ``surge.fetch_on_cluster`` (a plain iterator over a Dask cluster's shards) and
 the one-request functions ``surge.get``, ``post``, ``put``, ``patch``,
 ``delete``, ``head`` and ``request`` (surge.http.sync) are loaded on first use,
-so ``import surge`` stays cheap.
+so ``import surge`` stays cheap; so are the subpackages (``surge.http``,
+``surge.trace``, ...), as attributes of ``surge``.
 """
 
 from __future__ import annotations
@@ -43,7 +46,17 @@ __all__ = [
 _ONE_REQUEST = frozenset({"get", "post", "put", "patch", "delete", "head", "request"})
 
 
+#: Subpackages reachable as ``surge.http`` etc. after a bare ``import surge``.
+_SUBPACKAGES = frozenset(
+    {"bulk", "db", "doctor", "errors", "http", "pool", "s3", "sim", "testing", "trace"}
+)
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBPACKAGES:
+        import importlib
+
+        return importlib.import_module(f"surge.{name}")
     if name in ("fetch", "fetch_all", "FetchOptions"):
         from surge.bulk import engine
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 import asyncio
 import math
 import warnings
-from collections.abc import AsyncGenerator, Iterable, Iterator
+from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping, Sequence
 from contextlib import aclosing, closing
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, fields
 from time import perf_counter
 from typing import Any
 
@@ -50,7 +50,64 @@ LOCAL_POLL_S = 0.02
 
 @dataclass
 class FetchOptions:
-    """The options shared by ``surge.fetch``, ``surge.fetch_all`` and ``surge fetch``."""
+    """The options of ``surge.fetch``, ``surge.fetch_all`` and ``surge fetch``,
+    checked once: a bad value raises :class:`~surge.errors.UsageError` (a
+    ValueError; ``surge fetch`` exits 2).  ``fetch`` and ``fetch_all`` take each
+    option as a keyword argument of the same name, or one ``FetchOptions`` made
+    beforehand as ``options=``.
+
+    Options (``surge fetch``'s flag in brackets):
+
+    concurrency
+        Requests in flight at most [-c]; fewer, with a RuntimeWarning, when the
+        open-files limit cannot hold that many sockets.
+    per_host
+        Connections to one host at most [--per-host]; None: no bound of its own.
+    max_time
+        Seconds a try may take [--max-time]: from its DNS lookup (or a reused
+        connection's checkout) to the last body byte, redirects included; not
+        the wait for a free connection or handshake slot, nor the retries'
+        back-off.
+    connect_timeout
+        Seconds for DNS, TCP and TLS together [--connect-timeout].
+    retries
+        Tries after the first, for transient failures only (dns_error,
+        connect_refused, connect_timeout, read_timeout, connection_reset;
+        statuses 408, 429, 500, 502, 503, 504) [--retries]; a Retry-After is
+        waited for if the try could still finish within ``max_time``.
+    retry_backoff
+        Seconds: the first back-off's limit, doubling per try, with full jitter.
+    follow_redirects
+        Follow redirects [-L].
+    max_redirects
+        Redirects followed at most; one more is ``too_many_redirects`` [--max-redirs].
+    method
+        "GET" or "HEAD" [-X].
+    headers
+        Sent with every request [-H]: a mapping or (name, value) pairs.
+    user
+        (user, password): Basic auth, sent to each input's own origin only [-u].
+    location_trusted
+        Send the credentials to other origins a redirect leads to [--location-trusted].
+    resolve
+        curl's overrides, "HOST:PORT:ADDR" (HOST may be * or *.suffix) [--resolve].
+    cafile
+        CA certificates (PEM) to trust instead of the system's [--cacert].
+    insecure
+        Do not verify TLS certificates [-k].
+    body_cap
+        Body bytes at most; a larger body is ``body_too_large`` [--max-filesize].
+    max_connecting
+        TCP/TLS handshakes in flight at most [--max-connecting].
+    keep_body
+        Put the body, as text, into the record as ``body``.
+    relax_gc
+        Relax the cycle collector while the run is active (see surge.gc_tuning).
+    trace
+        A tracer given every record with its raw timings: a
+        :class:`~surge.trace.TraceRecorder` (the --trace page) or a
+        :class:`~surge.trace.HarWriter` (--har).
+    """
 
     concurrency: int = 1000
     per_host: int | None = None
@@ -61,19 +118,16 @@ class FetchOptions:
     follow_redirects: bool = False
     max_redirects: int = 10
     method: str = "GET"
-    headers: list[tuple[str, str]] = field(default_factory=list)
-    #: -u/--user (user, password): Basic auth for each input's own origin.
+    headers: Mapping[str, str] | Sequence[tuple[str, str]] = ()
     user: tuple[str, str] | None = None
-    #: --location-trusted: credentials follow redirects to other origins.
     location_trusted: bool = False
-    resolve: list[str] = field(default_factory=list)
+    resolve: Sequence[str] = ()
     cafile: str | None = None
     insecure: bool = False
     body_cap: int = 10 * 1024 * 1024
     max_connecting: int = 256
-    keep_body: bool = False  # put the body (text) into the record
-    relax_gc: bool = True  # see surge.gc_tuning
-    #: Given every record with its raw timings (surge.trace: --trace, --har).
+    keep_body: bool = False
+    relax_gc: bool = True
     trace: Tracer | None = None
 
     def __post_init__(self) -> None:
@@ -92,6 +146,8 @@ class FetchOptions:
         _seconds("retry-backoff", self.retry_backoff, zero=True)
         if isinstance(self.resolve, str):  # one --resolve entry, not its characters
             self.resolve = [self.resolve]
+        if isinstance(self.headers, str):  # one 'Name: value' would be its characters
+            raise UsageError("headers must be a mapping or (name, value) pairs, not a string")
         self.method = self.method.upper()
         if self.method not in ("GET", "HEAD"):
             raise UsageError(f"method must be GET or HEAD, not {self.method}")
@@ -150,18 +206,51 @@ def as_items(urls: Iterable[str | Item]) -> Iterator[Item]:
 
 
 async def fetch(
-    urls: Iterable[str | Item], *, client: AsyncClient | None = None, **options: Any
+    urls: Iterable[str | Item],
+    *,
+    client: AsyncClient | None = None,
+    options: FetchOptions | None = None,
+    concurrency: int = 1000,
+    per_host: int | None = None,
+    max_time: float = 30.0,
+    connect_timeout: float = 10.0,
+    retries: int = 0,
+    retry_backoff: float = 0.5,
+    follow_redirects: bool = False,
+    max_redirects: int = 10,
+    method: str = "GET",
+    headers: Mapping[str, str] | Sequence[tuple[str, str]] = (),
+    user: tuple[str, str] | None = None,
+    location_trusted: bool = False,
+    resolve: Sequence[str] = (),
+    cafile: str | None = None,
+    insecure: bool = False,
+    body_cap: int = 10 * 1024 * 1024,
+    max_connecting: int = 256,
+    keep_body: bool = False,
+    relax_gc: bool = True,
+    trace: Tracer | None = None,
 ) -> AsyncGenerator[Record, None]:
     """Fetch every URL; yield one record per input as results complete.
 
     ``urls`` is any iterable (a list, a generator over a file of millions) of URL
-    strings or :class:`Item`; it is consumed lazily.  Options as
-    :class:`FetchOptions`.  ``client``: an :class:`~surge.http.AsyncClient` of
-    yours to fetch with (its connections, timeouts, TLS and headers; the
-    connection options here are then not used), left open afterwards.
+    strings or :class:`Item`; it is consumed lazily.  ``client``: an
+    :class:`~surge.http.AsyncClient` of yours to fetch with (its connections,
+    timeouts, TLS and headers; the connection options here are then not used),
+    left open afterwards.  ``options``: a :class:`FetchOptions` made beforehand,
+    in place of the options below (give one or the other).  A bad option value
+    raises :class:`~surge.errors.UsageError` when iteration starts.
+
+    >>> import asyncio, surge
+    >>> async def statuses(urls):
+    ...     return sorted([r["status"] async for r in surge.fetch(urls, concurrency=10)])
+    >>> asyncio.run(statuses(["https://httpbin.org/get", "https://httpbin.org/status/404"]))
+    [200, 404]
+
+    The options, as :class:`FetchOptions` documents them:
     """
     check_urls(urls)
-    opts = options.pop("options", None) or FetchOptions(**options)
+    opts = _chosen("fetch", options, locals())
     # aclosing: a caller that stops early (break, an exception) must stop the
     # workers before the client closes under them, not leave run() for the
     # garbage collector to finish on a loop that may be gone by then.
@@ -374,16 +463,93 @@ def _record(
 # -- the synchronous API ------------------------------------------------------------------
 
 
-def fetch_all(urls: Iterable[str | Item], **options: Any) -> Iterator[Record]:
+def fetch_all(
+    urls: Iterable[str | Item],
+    *,
+    options: FetchOptions | None = None,
+    concurrency: int = 1000,
+    per_host: int | None = None,
+    max_time: float = 30.0,
+    connect_timeout: float = 10.0,
+    retries: int = 0,
+    retry_backoff: float = 0.5,
+    follow_redirects: bool = False,
+    max_redirects: int = 10,
+    method: str = "GET",
+    headers: Mapping[str, str] | Sequence[tuple[str, str]] = (),
+    user: tuple[str, str] | None = None,
+    location_trusted: bool = False,
+    resolve: Sequence[str] = (),
+    cafile: str | None = None,
+    insecure: bool = False,
+    body_cap: int = 10 * 1024 * 1024,
+    max_connecting: int = 256,
+    keep_body: bool = False,
+    relax_gc: bool = True,
+    trace: Tracer | None = None,
+) -> Iterator[Record]:
     """``surge.fetch`` for synchronous code: a plain iterator of records.
 
     The engine runs on its own event loop in a background thread, so this works
     where a loop is already running (Jupyter, an async web framework's sync view).
     Records arrive as they complete; closing the iterator early stops the engine.
+    ``options``: a :class:`FetchOptions` made beforehand, in place of the options
+    below (give one or the other).  A bad option value raises
+    :class:`~surge.errors.UsageError` here, at the call.
+
+    >>> import surge
+    >>> urls = ["https://httpbin.org/get", "https://httpbin.org/redirect/2", "not a URL"]
+    >>> records = surge.fetch_all(urls, concurrency=10, follow_redirects=True)
+    >>> sorted((r["line"], r["status"], r["error"], r["redirects"]) for r in records)  # any order
+    [(1, 200, None, 0), (2, 200, None, 2), (3, None, 'invalid_url', 0)]
+
+    The options, as :class:`FetchOptions` documents them:
     """
     check_urls(urls)
-    opts = FetchOptions(**options)  # a bad option raises here, at the call
+    opts = _chosen("fetch_all", options, locals())  # a bad option raises here, at the call
     return _fetch_all(urls, opts)
+
+
+#: FetchOptions' fields: the keyword arguments of fetch() and fetch_all() besides
+#: ``client`` and ``options`` (tests/bulk/test_api_params.py keeps them in step).
+_OPTION_NAMES = tuple(f.name for f in fields(FetchOptions))
+_DEFAULTS = {
+    f.name: f.default if f.default_factory is MISSING else f.default_factory()
+    for f in fields(FetchOptions)
+}
+
+
+def _chosen(api: str, options: FetchOptions | None, arguments: dict[str, Any]) -> FetchOptions:
+    """The FetchOptions of a call, from its arguments (``locals()`` at its start:
+    the parameters are FetchOptions' fields, name for name)."""
+    given = {name: arguments[name] for name in _OPTION_NAMES}
+    if options is None:
+        return FetchOptions(**given)
+    if not isinstance(options, FetchOptions):
+        raise TypeError(f"options must be a FetchOptions, not {type(options).__name__}")
+    # Both: one would silently lose. (A value equal to the default cannot be told
+    # from one not given; dataclasses.replace(options, ...) combines them.)
+    both = [name for name in _OPTION_NAMES if given[name] != _DEFAULTS[name]]
+    if both:
+        raise TypeError(
+            f"{api}() takes options= or the options one by one, not both "
+            f"(options= and {', '.join(both)}): dataclasses.replace(options, ...) combines them"
+        )
+    return options
+
+
+def _options_documented(api: Any) -> None:
+    """The options' part of FetchOptions' docstring, appended to ``api``'s: one
+    text, so that help(surge.fetch) shows what each option does."""
+    doc = FetchOptions.__doc__
+    if api.__doc__ is None or doc is None:  # python -OO
+        return
+    options = doc[doc.index("\n\n    concurrency\n") :]
+    api.__doc__ = api.__doc__.rstrip() + options
+
+
+_options_documented(fetch)
+_options_documented(fetch_all)
 
 
 def _fetch_all(urls: Iterable[str | Item], opts: FetchOptions) -> Iterator[Record]:

@@ -1,4 +1,6 @@
-"""What a bulk run's trace page shows, gathered as records complete, in bounded memory.
+"""What a trace page shows, gathered as requests complete, in bounded memory: a
+bulk run's (the engine gives it every record) or a client's (you give it each
+response or error).
 
 Three views, each sized independently of the number of requests:
 
@@ -22,11 +24,15 @@ import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from surge.histogram import LogHistogram
 from surge.http.timings import Timings
 from surge.trace.phases import PHASES, Segment, hops, present
+
+if TYPE_CHECKING:
+    from surge.errors import RequestError
+    from surge.http.response import Response
 
 #: Timeline buckets at most; beyond, buckets double in width (pairs merge).
 MAX_BUCKETS = 1000
@@ -176,10 +182,27 @@ class Row:
 
 
 class TraceRecorder:
-    """Give it each request as its record is made; then :meth:`data` for the page.
+    """Give it each request as it ends; then :meth:`data` for the page
+    (:func:`surge.trace.write_html` writes it).
 
-    ``add`` is what :mod:`surge.bulk.engine` calls for every record when a run is
-    traced (``FetchOptions.trace``); its cost, ~25 us a record here, is paid only then.
+    A bulk run gives it every record: ``surge.fetch(urls, trace=recorder)``
+    (``FetchOptions.trace``; :meth:`add`, ~25 us a record here, is paid only
+    then).  Requests made with a client of your own (``surge.http.AsyncClient``
+    or ``Client``) are given one by one, each response to :meth:`add_response`
+    and each failure to :meth:`add_error`::
+
+        recorder = TraceRecorder(title="my script")
+        async with AsyncClient() as client:
+            for url in urls:
+                try:
+                    response = recorder.add_response(await client.get(url))
+                except RequestError as error:
+                    recorder.add_error(error)
+        write_html(recorder.data(), "trace.html")
+
+    A row's time runs from when the request was made (``client.get`` called)
+    to its last byte, or, for a failure, to the :meth:`add_error` call: call it
+    where the error is caught.  The requests may overlap (``asyncio.gather``).
     """
 
     def __init__(self, *, rows: int = DEFAULT_ROWS, seed: int = 0, title: str = "") -> None:
@@ -276,6 +299,36 @@ class TraceRecorder:
                 heapq.heappush(self._slowest, item)
             else:
                 heapq.heapreplace(self._slowest, item)
+
+    def add_response(self, response: Response) -> Response:
+        """A client's response, as one row (every hop of its redirects), from its
+        ``timings``; returns the response."""
+        done = response.timings.done
+        self._add_outcome(response, None, done if done is not None else time.perf_counter())
+        return response
+
+    def add_error(self, error: RequestError) -> None:
+        """A client's failed request (a :class:`~surge.errors.RequestError`), as
+        one row ending in the phase it failed in, now."""
+        self._add_outcome(error, error, time.perf_counter())
+
+    def _add_outcome(
+        self, outcome: Response | RequestError, error: RequestError | None, end: float
+    ) -> None:
+        # Response and RequestError carry the same fields under the same names
+        # (a failure's are what was known of it): the record add() reads.
+        timings: Timings | None = outcome.timings
+        record = {
+            "url": outcome.url or "",
+            "final_url": outcome.final_url,
+            "status": outcome.status,
+            "error": None if error is None else error.error_class,
+            "error_detail": None if error is None else error.detail,
+            "bytes": outcome.bytes,
+            "attempts": outcome.attempts,
+        }
+        start = timings.queued if timings is not None else end
+        self.add(record, start, end, timings, outcome.attempts > 1)
 
     def loop_lag(self, when: float, lag: float) -> None:
         """How late the run's event loop ran a timer (see surge.trace.tracer)."""

@@ -1,0 +1,134 @@
+"""surge.fetch and surge.fetch_all take FetchOptions' fields as keyword
+arguments: the same names, types and defaults, documented once (FetchOptions'
+docstring, which help() shows on all three), and checked as Python checks any
+call."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import pydoc
+import re
+import subprocess
+import sys
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.http.conftest import httpbin  # noqa: F401 - a fixture, used by name
+
+import surge
+from surge.bulk import engine
+from surge.bulk.engine import FetchOptions
+
+APIS = [engine.fetch, engine.fetch_all]
+#: What each takes besides the options.
+OWN = {"fetch": ["urls", "client", "options"], "fetch_all": ["urls", "options"]}
+
+
+def _default(f: dataclasses.Field[Any]) -> Any:
+    return f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+
+
+@pytest.mark.parametrize("api", APIS, ids=lambda api: api.__name__)
+def test_the_signatures_are_fetch_options_fields(api: Callable[..., Any]) -> None:
+    """Drift fails here: an option added to FetchOptions and not to fetch() (or
+    a default or a type changed in one place only)."""
+    parameters = inspect.signature(api).parameters
+    fields = dataclasses.fields(FetchOptions)
+    assert list(parameters) == OWN[api.__name__] + [f.name for f in fields]
+    hints = typing.get_type_hints(api)
+    field_hints = typing.get_type_hints(FetchOptions)
+    for f in fields:
+        parameter = parameters[f.name]
+        assert parameter.kind is inspect.Parameter.KEYWORD_ONLY, f.name
+        assert parameter.default == _default(f), f.name
+        assert hints[f.name] == field_hints[f.name], f.name
+
+
+def test_every_option_is_documented_once_and_help_shows_it() -> None:
+    doc = FetchOptions.__doc__ or ""
+    entries = re.findall(r"^    (\w+)\n        \S", doc, re.MULTILINE)
+    assert entries == [f.name for f in dataclasses.fields(FetchOptions)]
+    options_part = doc[doc.index("\n    concurrency\n") :].strip()
+    for api in (surge.fetch, surge.fetch_all):
+        text = pydoc.render_doc(api, renderer=pydoc.plaintext)
+        assert "concurrency: 'int' = 1000" in text and "trace: 'Tracer | None' = None" in text
+        assert options_part.splitlines()[-1].strip() in text  # the last option's text
+        assert (api.__doc__ or "").strip().endswith(options_part)
+        # Only FetchOptions spells the options out: the function's own source does not.
+        assert "Requests in flight at most" not in inspect.getsource(api)
+
+
+@pytest.mark.parametrize("api", [surge.fetch, surge.fetch_all], ids=["fetch", "fetch_all"])
+def test_an_unknown_option_is_a_type_error_at_the_call(api: Callable[..., Any]) -> None:
+    with pytest.raises(TypeError, match="unexpected keyword argument 'concurency'"):
+        api(["http://127.0.0.1:9/"], concurency=5)
+    with pytest.raises(TypeError, match="positional"):
+        api(["http://127.0.0.1:9/"], 5)
+
+
+async def test_options_and_single_options_are_one_or_the_other() -> None:
+    options = FetchOptions(retries=2)
+    with pytest.raises(TypeError, match=r"options= and concurrency, retries"):
+        surge.fetch_all(["http://127.0.0.1:9/"], options=options, concurrency=5, retries=1)
+    records = surge.fetch(["http://127.0.0.1:9/"], options=options, max_time=5)
+    with pytest.raises(TypeError, match=r"options= and max_time"):
+        await anext(records)
+    with pytest.raises(TypeError, match="must be a FetchOptions, not dict"):
+        surge.fetch_all(["http://127.0.0.1:9/"], options={"retries": 2})  # type: ignore[arg-type]
+
+
+def test_the_options_reach_the_requests(httpbin: str) -> None:  # noqa: F811
+    """A few options by name, through fetch_all, against a real server."""
+    urls = [f"{httpbin}/headers", f"{httpbin}/basic-auth/u/p", f"{httpbin}/redirect/1"]
+    records = sorted(
+        surge.fetch_all(
+            urls,
+            headers={"X-Surge-Test": "yes"},
+            user=("u", "p"),
+            follow_redirects=True,
+            max_redirects=1,
+            keep_body=True,
+            concurrency=2,
+            relax_gc=False,
+        ),
+        key=lambda r: r["line"],
+    )
+    assert [r["status"] for r in records] == [200, 200, 200]
+    assert json.loads(records[0]["body"])["headers"]["X-Surge-Test"] == "yes"
+    assert records[2]["redirects"] == 1
+    (head,) = surge.fetch_all([f"{httpbin}/get"], method="head", keep_body=True)
+    assert head["status"] == 200 and head["body"] == ""
+    (capped,) = surge.fetch_all([f"{httpbin}/bytes/2000"], body_cap=1000)
+    assert capped["error"] == "body_too_large"
+
+
+@pytest.mark.slow  # mypy, ~7 s
+def test_type_checkers_see_the_parameters(tmp_path: Path) -> None:
+    """mypy --strict on a caller, as a user's project runs it (surge ships
+    py.typed): a wrong type and an unknown option are errors, the right ones are
+    not (pyright and IDEs read the same plain signatures)."""
+    pytest.importorskip("mypy")
+    caller = tmp_path / "caller.py"
+    caller.write_text(
+        "import surge\n"
+        "def main() -> None:\n"
+        "    urls = ['http://127.0.0.1:9/']\n"
+        "    surge.fetch_all(urls, concurrency=5, headers={'a': 'b'}, resolve=['x:1:y'])\n"
+        "    surge.fetch_all(urls, concurrency='many')\n"
+        "    surge.fetch(urls, concurency=5)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(caller)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    errors = [line for line in done.stdout.splitlines() if ": error:" in line]
+    assert [line.split(":")[1] for line in errors] == ["5", "6"], done.stdout
+    assert 'Argument "concurrency" to "fetch_all" has incompatible type "str"' in errors[0]
+    assert 'Unexpected keyword argument "concurency" for "fetch"' in errors[1]

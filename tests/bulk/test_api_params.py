@@ -132,3 +132,13 @@ def test_type_checkers_see_the_parameters(tmp_path: Path) -> None:
     assert [line.split(":")[1] for line in errors] == ["5", "6"], done.stdout
     assert 'Argument "concurrency" to "fetch_all" has incompatible type "str"' in errors[0]
     assert 'Unexpected keyword argument "concurency" for "fetch"' in errors[1]
+
+
+def test_no_cookie_goes_from_one_input_to_another(httpbin: str) -> None:  # noqa: F811
+    """The engine's client keeps no cookies: one input's Set-Cookie is not sent
+    with the next input's request (each input is a request of its own, as curl's)."""
+    urls = [f"{httpbin}/cookies/set/a/1", f"{httpbin}/cookies"]
+    records = list(surge.fetch_all(urls, concurrency=1, keep_body=True))
+    by_line = {r["line"]: r for r in records}
+    assert by_line[1]["status"] == 302
+    assert json.loads(by_line[2]["body"]) == {"cookies": {}}

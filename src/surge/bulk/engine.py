@@ -174,6 +174,10 @@ class FetchOptions:
             resolve=self.resolve,
             body_cap=self.body_cap,
             max_connecting=self.max_connecting,
+            # Each input is a request of its own, as curl's: no cookie set by one
+            # host's response goes with another input's request (and a crawl
+            # does not fill a jar).
+            cookies=False,
         )
 
 

@@ -105,6 +105,7 @@ async def list_pages(
             max_connections=opts.parallel + 4,
             max_time=opts.max_time,
             headers={"Accept-Encoding": "identity"},
+            cookies=False,  # S3 authenticates each request; the AWS CLI keeps none
         )
     lister = Lister(target, client, page_size=opts.page_size, retries=opts.retries)
     lister.stats = opts.stats
@@ -176,7 +177,7 @@ async def list_versions(
     bucket, prefix = _bucket_and_prefix(url, opts)
     own_client = client is None
     if client is None:
-        client = AsyncClient(max_connections=2, max_time=opts.max_time)
+        client = AsyncClient(max_connections=2, max_time=opts.max_time, cookies=False)
     lister = Lister(opts.target(bucket), client, page_size=opts.page_size, retries=opts.retries)
     lister.stats = opts.stats
     try:
@@ -211,7 +212,7 @@ async def list_buckets(
     target = opts.target("")
     own_client = client is None
     if client is None:
-        client = AsyncClient(max_connections=1, max_time=opts.max_time)
+        client = AsyncClient(max_connections=1, max_time=opts.max_time, cookies=False)
     lister = Lister(target, client, retries=opts.retries)
     lister.stats = opts.stats
     buckets: list[Bucket] = []

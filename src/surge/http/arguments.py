@@ -5,20 +5,24 @@ One place for the rules, used by both clients:
 
 * ``params`` (a mapping or (name, value) pairs; a list value repeats the name)
   is form-encoded and appended to the URL's query (after ``&`` if it has one);
-* at most one body: ``content`` (bytes, or text sent as UTF-8), ``data`` (a
-  mapping: ``application/x-www-form-urlencoded``) or ``json`` (any JSON value,
-  compact, UTF-8: ``application/json``);
+* at most one body: ``content`` (bytes, or text sent as UTF-8; or streamed -
+  a binary file, an iterator or an async iterator of bytes, see
+  :class:`Upload`), ``data`` (a mapping: ``application/x-www-form-urlencoded``)
+  or ``json`` (any JSON value, compact, UTF-8: ``application/json``);
 * a Content-Type the caller gave wins over the one a body argument implies.
 """
 
 from __future__ import annotations
 
+import io
 import json as jsonlib
-from collections.abc import Iterable, Mapping
+import os
+import stat
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 from urllib.parse import urlencode
 
-from surge.errors import UsageError
+from surge.errors import StreamConsumed, UsageError
 from surge.http.headers import HeaderInput
 
 #: A query or form: a mapping, or (name, value) pairs.  A value may be a list.
@@ -45,7 +49,85 @@ def with_params(url: str, params: Params) -> str:
     return f"{base}{joiner}{query}{hash_}{fragment}"
 
 
-def encode_body(content: Any, data: Any, json: Any) -> tuple[bytes | None, str | None]:
+class Upload:
+    """A request body sent as it is read, never held whole.
+
+    A binary file is sent with a Content-Length (what is left of it, from
+    where it stands) and read 64 KiB at a time; an iterator or an async
+    iterator of bytes is sent chunked (its length is not known before the
+    end).  A file can be sent again - a 307/308 redirect, or the one retry of
+    a request that met a stale keep-alive connection - from where it began;
+    an iterator cannot: such a redirect is :class:`StreamConsumed`, and the
+    stale-connection retry is not made once it has begun.
+    """
+
+    __slots__ = ("_file", "_source", "_start", "length", "started")
+
+    READ_SIZE = 64 * 1024
+
+    def __init__(self, source: Any) -> None:
+        self._source = source
+        self._file = hasattr(source, "read")
+        self._start = 0
+        self.length: int | None = None
+        self.started = False
+        if self._file:
+            if isinstance(source, io.TextIOBase):
+                raise UsageError("content= takes a file opened in binary mode ('rb'), not text")
+            try:
+                self._start = source.tell()
+                info = os.fstat(source.fileno())
+            except (AttributeError, OSError, io.UnsupportedOperation):
+                self._file = False  # a pipe or a socket: read until its end, chunked
+            else:
+                if stat.S_ISREG(info.st_mode):
+                    self.length = max(0, info.st_size - self._start)
+                else:
+                    self._file = False
+
+    def rewind(self) -> bool:
+        """Ready to be sent (again) from its start: True if it can be."""
+        if not self.started:
+            return True
+        if not self._file:
+            return False
+        self._source.seek(self._start)
+        self.started = False
+        return True
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body's bytes, as they are read."""
+        if self.started and not self.rewind():
+            raise StreamConsumed(
+                "a streamed request body cannot be sent twice: give bytes or a file"
+            )
+        self.started = True
+        source = self._source
+        if self.length is not None:  # no more than the length announced
+            left = self.length
+            while left > 0 and (chunk := source.read(min(self.READ_SIZE, left))):
+                left -= len(chunk)
+                yield _chunk(chunk)
+        elif hasattr(source, "read"):
+            while chunk := source.read(self.READ_SIZE):
+                yield _chunk(chunk)
+        elif hasattr(source, "__aiter__"):
+            async for chunk in source:
+                yield _chunk(chunk)
+        else:
+            for chunk in source:
+                yield _chunk(chunk)
+
+
+def _chunk(chunk: Any) -> bytes:
+    if isinstance(chunk, bytes):
+        return chunk
+    if isinstance(chunk, bytearray | memoryview):
+        return bytes(chunk)
+    raise UsageError(f"a streamed body gives bytes, not {type(chunk).__name__}")
+
+
+def encode_body(content: Any, data: Any, json: Any) -> tuple[bytes | Upload | None, str | None]:
     """The body and the Content-Type it implies (None: the caller's or none)."""
     given = [
         name for name, v in (("content", content), ("data", data), ("json", json)) if v is not None
@@ -57,7 +139,14 @@ def encode_body(content: Any, data: Any, json: Any) -> tuple[bytes | None, str |
             return content.encode("utf-8"), None
         if isinstance(content, bytes | bytearray | memoryview):
             return bytes(content), None
-        raise UsageError(f"content= takes bytes or str, not {type(content).__name__}")
+        if hasattr(content, "read") or hasattr(content, "__aiter__"):
+            return Upload(content), None
+        if isinstance(content, Iterable) and not isinstance(content, Mapping):
+            return Upload(iter(content)), None
+        raise UsageError(
+            f"content= takes bytes, str, a binary file or an iterator of bytes, "
+            f"not {type(content).__name__}"
+        )
     if data is not None:
         if not isinstance(data, Mapping):
             raise UsageError(
@@ -77,7 +166,7 @@ def prepare(
     content: Any,
     data: Any,
     json: Any,
-) -> tuple[str, HeaderInput, bytes | None]:
+) -> tuple[str, HeaderInput, bytes | Upload | None]:
     """The URL, headers and body of a request made with httpx's arguments."""
     if params is not None:
         url = with_params(url, params)

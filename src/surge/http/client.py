@@ -24,9 +24,9 @@ from http.cookiejar import CookieJar
 from time import perf_counter
 from typing import Any
 
-from surge.errors import LocalResourceError, RequestError, UsageError
+from surge.errors import LocalResourceError, RequestError, StreamConsumed, UsageError
 from surge.http import redirects as redirect_policy
-from surge.http.arguments import Params, prepare
+from surge.http.arguments import Params, Upload, prepare
 from surge.http.auth import Auth
 from surge.http.auth import check as check_auth
 from surge.http.auth import lines as auth_lines
@@ -191,6 +191,21 @@ class AsyncClient:
         """``await client.head(url)``: a HEAD request."""
         return self.request("HEAD", url, **kwargs)
 
+    def post(self, url: str, **kwargs: Any) -> Coroutine[Any, Any, Response]:
+        return self.request("POST", url, **kwargs)
+
+    def put(self, url: str, **kwargs: Any) -> Coroutine[Any, Any, Response]:
+        return self.request("PUT", url, **kwargs)
+
+    def patch(self, url: str, **kwargs: Any) -> Coroutine[Any, Any, Response]:
+        return self.request("PATCH", url, **kwargs)
+
+    def delete(self, url: str, **kwargs: Any) -> Coroutine[Any, Any, Response]:
+        return self.request("DELETE", url, **kwargs)
+
+    def options(self, url: str, **kwargs: Any) -> Coroutine[Any, Any, Response]:
+        return self.request("OPTIONS", url, **kwargs)
+
     async def request(
         self,
         method: str,
@@ -224,12 +239,16 @@ class AsyncClient:
         about a microsecond on a path that costs tens.
         """
         timings = Timings(perf_counter())
+        upload: Upload | None = None  # a body streamed from a file or an iterator
         if params is not None or content is not None or data is not None or json is not None:
             url, headers, encoded = prepare(url, params, headers, content, data, json)
             if encoded is not None:
                 if body is not None:
                     raise UsageError("give one request body: body= or content=/data=/json=")
-                body = encoded
+                if isinstance(encoded, Upload):
+                    upload = encoded
+                else:
+                    body = encoded
         max_time = self._max_time
         connect_timeout = None
         if timeout is not None:
@@ -288,6 +307,14 @@ class AsyncClient:
             )
             if body is not None:
                 head = b"%sContent-Length: %d\r\n\r\n%s" % (head[:-2], len(body), body)
+            elif upload is not None:
+                length = upload.length
+                framing = (
+                    b"Transfer-Encoding: chunked"
+                    if length is None
+                    else b"Content-Length: %d" % length
+                )
+                head = b"%s%s\r\n\r\n" % (head[:-2], framing)
             retried = False
             while True:  # an attempt per turn
                 conn = pool.acquire_nowait(target.key)  # a keep-alive connection, if idle
@@ -323,6 +350,8 @@ class AsyncClient:
                 try:
                     # Positional: keyword arguments cost a little on every request.
                     wire = conn.send(head, method == "HEAD", deadline, max_time, _stream)
+                    if upload is not None:
+                        await _send_upload(conn, upload, wire)
                     timings.sent = perf_counter()
                     await (wire.done if wire.head_ready is None else wire.head_ready)
                 except RequestError as e:
@@ -333,6 +362,7 @@ class AsyncClient:
                         and not retried
                         and e.error_class == "connection_reset"
                         and first_byte is None
+                        and (upload is None or upload.rewind())
                     )
                     if stale:  # closed by the server as we reused it: once more, afresh
                         retried = True
@@ -402,7 +432,15 @@ class AsyncClient:
             secret = redirect_policy.credentials(own, user_auth, first, next_target, trusted)
             host_header = redirect_policy.host_header(own, first, next_target)
             target = next_target
-            method, body = redirect_policy.next_method(status, method, body)
+            if upload is None:
+                method, body = redirect_policy.next_method(status, method, body)
+            else:
+                method, upload = redirect_policy.next_method(status, method, upload)
+                if upload is not None and not upload.rewind():
+                    raise StreamConsumed(
+                        f"a {status} redirect asks for the request body again, and an"
+                        " iterator's body cannot be sent twice: give bytes or a file"
+                    )
             timings = _next_hop(timings)
 
     def stream(self, method: str, url: str, **kwargs: Any) -> AsyncContextManager[Response]:
@@ -530,6 +568,16 @@ class AsyncClient:
                 # next try - the bulk engine waits and tries again - finds one.
                 await self._pool.clear()
                 raise
+
+
+async def _send_upload(conn: HTTPConnection, upload: Upload, wire: WireResponse) -> None:
+    """A streamed request body, after its head; its length kept to, if it has one."""
+    sent = await conn.send_body(upload.chunks(), upload.length is None, wire)
+    if upload.length is not None and sent != upload.length and not wire.done.done():
+        raise UsageError(
+            f"the request body's file gave {sent:,} bytes, not the {upload.length:,}"
+            " it had when the request began"
+        )
 
 
 class _Streaming:

@@ -162,6 +162,9 @@ class HTTPConnection(asyncio.Protocol):
         #: Where it connected (address, port), and for TLS (version, cipher, ALPN).
         self.address: tuple[str, int] | None = None
         self.tls: tuple[str | None, str | None, str | None] | None = None
+        #: Set while the transport's write buffer is full (a streamed request body
+        #: waits on it); resolved when it drains or the connection is lost.
+        self._writable: asyncio.Future[None] | None = None
 
     # -- opening -----------------------------------------------------------------------
 
@@ -264,6 +267,45 @@ class HTTPConnection(asyncio.Protocol):
         self.transport.write(data)
         return response
 
+    async def send_body(self, chunks: Any, chunked: bool, response: WireResponse) -> int:
+        """Write a streamed request body after ``send``'s head: ``chunks`` an async
+        or plain iterator of bytes, each written as it comes (as HTTP/1.1 chunks,
+        ``chunked``), waiting while the socket's buffer is full.  Stops early
+        when the response completed first (a server may answer before it reads
+        the body; the connection is then not reused).  Returns the bytes sent."""
+        sent = 0
+        aiter = getattr(chunks, "__aiter__", None)
+        source = chunks if aiter is not None else _as_async(chunks)
+        async for chunk in source:
+            if not chunk:
+                continue
+            transport = self.transport
+            if self.closed or transport is None or response.done.done():
+                response.keep_alive = False
+                return sent
+            if chunked:
+                transport.writelines((b"%x\r\n" % len(chunk), chunk, b"\r\n"))
+            else:
+                transport.write(chunk)
+            sent += len(chunk)
+            if self._writable is not None:
+                await self._writable
+        if chunked and self.transport is not None and not self.closed:
+            self.transport.write(b"0\r\n\r\n")
+        return sent
+
+    def pause_writing(self) -> None:
+        self._writable = self.loop.create_future()
+
+    def resume_writing(self) -> None:
+        self._release_writer()
+
+    def _release_writer(self) -> None:
+        writable = self._writable
+        self._writable = None
+        if writable is not None and not writable.done():
+            writable.set_result(None)
+
     def close(self) -> None:
         self.closed = True
         if self.transport is not None:
@@ -312,6 +354,7 @@ class HTTPConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._release_writer()  # a body writer stops; the response says why
         try:
             self._settle_on_loss(exc)
         finally:
@@ -464,6 +507,11 @@ class HTTPConnection(asyncio.Protocol):
         transport = self.transport
         if transport is not None and not self.closed:
             transport.resume_reading()
+
+
+async def _as_async(chunks: Any) -> Any:
+    for chunk in chunks:
+        yield chunk
 
 
 def body_too_large(cap: int, status: int | None = None) -> RequestError:

@@ -17,13 +17,15 @@ curl 7.88 is the reference (``-L``; ``--location-trusted``):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from surge.http.connection import header_value
 
 if TYPE_CHECKING:
     from surge.http.headers import RequestHeaders
     from surge.http.url import URL
+
+Body = TypeVar("Body")  # bytes, or a streamed body (arguments.Upload)
 
 STATUSES = frozenset({301, 302, 303, 307, 308})
 
@@ -53,7 +55,7 @@ def location(head: bytes) -> str | None:
     return "".join(chr(b) if b in _KEEP else f"%{b:02X}" for b in escaped)
 
 
-def next_method(status: int, method: str, body: bytes | None) -> tuple[str, bytes | None]:
+def next_method(status: int, method: str, body: Body | None) -> tuple[str, Body | None]:
     """The method (and body) of the request that follows a redirect, as curl."""
     if (status == 303 and method != "HEAD") or (status in (301, 302) and method == "POST"):
         return "GET", None

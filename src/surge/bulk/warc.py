@@ -1,0 +1,899 @@
+"""WARC/1.1 output for ``surge fetch --warc FILE.warc.gz`` (issue #21).
+
+:class:`WarcWriter` turns each HTTP exchange into a ``request`` and a
+``response`` record, after one ``warcinfo`` record per file, each record its own
+gzip member (so a reader can seek to any record and ``warcio check``, warcio's
+and FastWARC's iterators accept the file).  The records are what the wire
+carried, with three documented choices:
+
+* **Bodies are entity bodies.**  surge's connection (llhttp) removes chunked
+  framing and keeps Content-Encoding, so the body handed in is the payload as
+  WARC 1.1's WARC-Payload-Digest field defines it: "the entity-body" of RFC
+  2616, after transfer decoding and before content decoding.  The payload
+  digest is the SHA-1 of exactly those bytes, as heritrix (since its fix for
+  chunked responses), ArchiveTeam's wget-lua and the spec's own clarification
+  (iipc/warc-specifications#22) have it; warcio instead digests whatever
+  follows the HTTP head, chunk framing included (webrecorder/warcio#74).  The
+  two agree here because the stored block holds no chunk framing: a head that
+  declared ``Transfer-Encoding: chunked`` is stored with that header renamed
+  ``X-Crawler-Transfer-Encoding``, any ``Content-Length`` renamed
+  ``X-Crawler-Content-Length``, and a ``Content-Length`` of the stored body
+  added - Common Crawl's convention, which FastWARC's documentation names and
+  which every reader then parses without dechunking.  Chunk extensions and
+  trailers are not kept.
+* **Digests** are ``sha1:`` + base32 (RFC 4648), as wget, heritrix and warcio
+  write them: ``WARC-Block-Digest`` over the HTTP head and body,
+  ``WARC-Payload-Digest`` over the body.
+* **Dates** are UTC with microseconds (``2026-11-26T09:30:00.123456Z``, which
+  WARC 1.1 allows where 1.0 had seconds); both records of an exchange carry
+  the same one.
+
+Crash safety and resume.  The records of an exchange are assembled in memory
+and reach the file in one ``write`` call together with the other whole
+exchanges buffered before them (up to ``buffer_size`` bytes, or
+:data:`FLUSH_INTERVAL` seconds): a write never splits an exchange from the
+others, and two writers' exchanges never interleave.  A crash can still cut the
+last write.  ``append=True`` therefore first runs :func:`recover`, which
+inflates the file member by member (about a second per GB of records) and cuts
+it after the last complete exchange: a member the file ends inside, bytes that
+are no gzip member (a file system that extended the file with zeros), or a
+``request``/``response`` whose partner (named by its ``WARC-Concurrent-To``)
+is not the record before it.  Damage followed by further complete records is
+not a torn tail: :func:`recover` raises :class:`~surge.errors.UsageError`
+rather than throw those records away.
+
+Rotation.  With ``max_size``, an exchange that would take the file past it goes
+to a new file instead, named by :func:`rotated_path` (``out.warc.gz``,
+``out-00001.warc.gz``, ``out-00002.warc.gz``, ...), which starts with its own
+warcinfo.  An exchange larger than ``max_size`` gets a file of its own.
+Appending continues in the highest-numbered file of the series.
+
+CPU.  Deflate is most of the cost: zlib level 1 takes ~3 microseconds per
+member plus ~6 per KB on the development machine (level 6 twice that, for ~3%
+smaller files).  So records whose body is compressed already (a
+Content-Encoding other than identity, images, video, archives) and records under
+1 KB (requests, redirects) go into deflate's stored blocks - still valid gzip
+members, only not shrunk - and the rest is deflated at ``level``.  One raw
+deflate stream per writer makes every member, each ended with a full flush
+(which resets its history, zlib.h), where a new ``zlib.compressobj`` per record
+(warcio's way) costs up to ~55 microseconds more in page faults on its 256 KB of
+state whenever glibc has handed that memory back.  The two SHA-1 passes and the
+CRC-32 of a body stay (~17 microseconds at 10 KB).  benchmarks/warc.py measures
+all of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Final, TypeAlias
+from urllib.parse import quote
+
+from surge._version import __version__
+from surge.errors import UsageError
+
+__all__ = [
+    "BUFFER_SIZE",
+    "FLUSH_INTERVAL",
+    "Body",
+    "WarcWriter",
+    "recover",
+    "rotated_path",
+    "rotated_paths",
+]
+
+#: Buffered exchanges reach the file at least this often (seconds) while exchanges
+#: come in (the same cadence as surge.bulk.outputs' result records).
+FLUSH_INTERVAL: Final = 0.5
+#: The default write buffer: whole exchanges, written together.  One write system
+#: call costs ~5 microseconds on the development machine, as much as the SHA-1 of
+#: 8 KB, so writing each exchange on its own would cost a third of the budget.
+BUFFER_SIZE: Final = 256 * 1024
+
+_Bytes: TypeAlias = bytes | bytearray | memoryview
+Body: TypeAlias = _Bytes | Sequence[_Bytes]
+"""A body: one bytes-like object, or its pieces in order (as the connection
+collects them), which are digested and compressed without being joined."""
+
+_WARC_FIELDS_SPEC: Final = (
+    "https://iipc.github.io/warc-specifications/specifications/warc-format/warc-1.1/"
+)
+
+# -- gzip members ---------------------------------------------------------------------
+#
+# A member is the 10-byte header, a raw deflate stream and the CRC-32 and length
+# of the uncompressed bytes (RFC 1952).  The stream comes from the writer's one
+# long-lived raw deflater: Z_FULL_FLUSH ends its output on a byte boundary and
+# resets its history, so what follows never refers back across the flush and
+# each member decodes alone.  The deflate stream needs a last block with BFINAL
+# set; every member here ends with a stored block holding the record's closing
+# CRLF CRLF, marked final.
+
+# ID1 ID2, CM=8 (deflate), no flags, MTIME 0, XFL 0, OS 255 (unknown).
+_GZIP_HEADER: Final = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+_RECORD_END: Final = b"\r\n\r\n"
+# A stored block (BTYPE 00) of the four bytes above, with BFINAL set.
+_FINAL_BLOCK: Final = b"\x01\x04\x00\xfb\xff" + _RECORD_END
+_STORED_MAX: Final = 0xFFFF  # the most a stored block holds (RFC 1951 3.2.4)
+#: Records smaller than this are stored, not deflated: level 1 costs ~3 us per
+#: member plus ~6 us per KB here, ~10 us to save ~300 bytes of a request record.
+_DEFLATE_MIN: Final = 1024
+_pack_trailer: Final = struct.Struct("<II").pack
+_pack_stored: Final = struct.Struct("<BHH").pack
+_crc32: Final = zlib.crc32
+_sha1: Final = hashlib.sha1
+
+
+def _stored_blocks(data: _Bytes, out: list[_Bytes]) -> None:
+    """Append ``data`` as non-final stored blocks (the stream is byte-aligned)."""
+    size = len(data)
+    if size <= _STORED_MAX:
+        out.append(_pack_stored(0, size, size ^ 0xFFFF))
+        out.append(data)
+        return
+    view = memoryview(data)
+    for start in range(0, size, _STORED_MAX):
+        piece = view[start : start + _STORED_MAX]
+        out.append(_pack_stored(0, len(piece), len(piece) ^ 0xFFFF))
+        out.append(piece)
+
+
+# -- digests --------------------------------------------------------------------------
+#
+# base64.b32encode is written in Python on 3.11 (~3 microseconds per digest, four
+# digests per exchange).  Base32 encodes 5-byte groups on their own, so the four
+# 20-byte digests of an exchange are encoded as one 80-byte string: the 128
+# five-bit groups are spread into 128 bytes by seven mask-and-shift steps on one
+# integer, then mapped to the alphabet with bytes.translate (~1.5 us for all four).
+
+_B32_ALPHABET: Final = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+_B32_TABLE: Final = bytes.maketrans(bytes(range(32)), _B32_ALPHABET)
+
+
+def _spread_steps(nbytes: int) -> tuple[tuple[int, int, int], ...]:
+    """(keep mask, move mask, shift) of each halving step, for ``nbytes`` bytes."""
+    groups = nbytes * 8 // 5  # a power of two: 20 -> 32, 80 -> 128
+    steps = []
+    half, slot = nbytes * 8 // 2, groups * 4
+    while half >= 5:
+        low = high = 0
+        for base in range(0, groups * 8, 2 * slot):
+            low |= ((1 << half) - 1) << base
+            high |= ((1 << half) - 1) << (base + half)
+        steps.append((low, high, slot - half))
+        half //= 2
+        slot //= 2
+    return tuple(steps)
+
+
+_SPREAD_80: Final = _spread_steps(80)
+
+
+def _base32_80(digests: bytes) -> bytes:
+    """Base32 of 80 bytes (four SHA-1 digests): 128 characters."""
+    n = int.from_bytes(digests, "big")
+    for low, high, shift in _SPREAD_80:
+        n = (n & low) | ((n & high) << shift)
+    return n.to_bytes(128, "big").translate(_B32_TABLE)
+
+
+def _base32(digest: bytes) -> bytes:
+    """Base32 of one 20-byte digest (warcinfo records only)."""
+    return _base32_80(digest + bytes(60))[:32]
+
+
+# -- record IDs -----------------------------------------------------------------------
+#
+# uuid.uuid4() costs ~3 us; formatting version-4 UUIDs from a batch of os.urandom
+# bytes costs ~1 us each.  The batch is dropped in a forked child, which would
+# otherwise hand out the parent's IDs again.
+
+_ID_BATCH: Final = 256
+_VARIANT: Final = {c: "89ab"[int(c, 16) & 3] for c in "0123456789abcdef"}
+_ids: list[bytes] = []
+
+
+def _fill_ids() -> None:
+    h = os.urandom(16 * _ID_BATCH).hex()
+    v = _VARIANT
+    _ids[:] = [
+        f"<urn:uuid:{h[i : i + 8]}-{h[i + 8 : i + 12]}-4{h[i + 13 : i + 16]}-"
+        f"{v[h[i + 16]]}{h[i + 17 : i + 20]}-{h[i + 20 : i + 32]}>".encode()
+        for i in range(0, len(h), 32)
+    ]
+
+
+def _record_id() -> bytes:
+    """A new ``<urn:uuid:...>`` (random, version 4)."""
+    while True:
+        try:
+            return _ids.pop()
+        except IndexError:  # (a check first would race with other threads' pops)
+            _fill_ids()
+
+
+os.register_at_fork(after_in_child=_ids.clear)
+
+
+# -- header values --------------------------------------------------------------------
+
+
+def _target_uri(url: str) -> bytes:
+    """``url`` as a WARC-Target-URI: an RFC 3986 URI has no spaces, controls or
+    non-ASCII characters, so those are percent-encoded (UTF-8), as browsers and
+    curl send them; everything else, ``%`` included, is kept as given."""
+    if url.isascii() and url.isprintable() and " " not in url:
+        return url.encode("ascii")
+    return quote(url, safe=_URI_SAFE, errors="surrogatepass").encode("ascii")
+
+
+_URI_SAFE: Final = "".join(chr(c) for c in range(0x21, 0x7F))
+
+
+def _check_field(value: str, what: str) -> None:
+    if "\r" in value or "\n" in value:
+        raise ValueError(f"{what} must not contain a line break: {value!r}")
+
+
+# -- HTTP heads -----------------------------------------------------------------------
+
+# Content-Types whose bodies deflate cannot shrink: stored, not compressed again.
+_COMPRESSED_TYPES: Final = (
+    b"image/jpeg",
+    b"image/png",
+    b"image/gif",
+    b"image/webp",
+    b"image/avif",
+    b"video/",
+    b"audio/",
+    b"font/woff",
+    b"application/zip",
+    b"application/gzip",
+    b"application/x-gzip",
+    b"application/zstd",
+    b"application/x-xz",
+    b"application/x-bzip2",
+    b"application/x-7z-compressed",
+    b"application/x-rar",
+)
+
+
+def _field(head: bytes, lower: bytes, marker: bytes) -> bytes | None:
+    """The value of the last header whose lower-cased ``\\nname:`` is ``marker``."""
+    at = lower.rfind(marker)
+    if at < 0:
+        return None
+    at += len(marker)
+    end = head.find(b"\r\n", at)
+    return lower[at : end if end >= 0 else len(head)].strip()
+
+
+def _unchunked(head: bytes, body_length: int) -> bytes:
+    """``head`` (no blank line) with its framing renamed to fit the dechunked body."""
+    lines = head.split(b"\r\n")
+    kept = [lines[0]]
+    for line in lines[1:]:
+        name = line[:18].lower()
+        if name.startswith(b"transfer-encoding:") or name.startswith(b"content-length:"):
+            line = b"X-Crawler-" + line
+        kept.append(line)
+    kept.append(b"Content-Length: %d" % body_length)
+    return b"\r\n".join(kept)
+
+
+def _compressed_already(head: bytes, lower: bytes) -> bool:
+    """Whether the head announces a body that deflate cannot shrink."""
+    if lower.find(b"\ncontent-encoding:") >= 0:
+        coding = _field(head, lower, b"\ncontent-encoding:")
+        if coding not in (None, b"", b"identity"):
+            return True
+    if lower.find(b"\ncontent-type:") >= 0:
+        ctype = _field(head, lower, b"\ncontent-type:") or b""
+        return ctype.startswith(_COMPRESSED_TYPES)
+    return False
+
+
+def _prepare_head(head: bytes, body_length: int) -> tuple[bytes, bool]:
+    """The head as stored (ending in the blank line), and whether the body is
+    compressed already (stored rather than deflated again)."""
+    head = head[:-4] if head.endswith(_RECORD_END) else head.rstrip(b"\r\n")
+    lower = head.lower()
+    stored = body_length > 0 and _compressed_already(head, lower)
+    if lower.find(b"\ntransfer-encoding:") >= 0:
+        coding = _field(head, lower, b"\ntransfer-encoding:") or b""
+        if coding.rsplit(b",", 1)[-1].strip() == b"chunked":
+            head = _unchunked(head, body_length)
+    return head + _RECORD_END, stored
+
+
+# -- file names -----------------------------------------------------------------------
+
+
+def rotated_path(path: str | os.PathLike[str], index: int) -> Path:
+    """The ``index``-th file of a rotated series: 0 is ``path`` itself, then
+    ``out.warc.gz`` -> ``out-00001.warc.gz``, ``out-00002.warc.gz``, ... (a name
+    without ``.warc.gz`` takes the number before its last suffix)."""
+    path = Path(path)
+    if index == 0:
+        return path
+    name = path.name
+    if name.lower().endswith(".warc.gz"):
+        stem, suffix = name[:-8], name[-8:]
+    else:
+        stem, suffix = os.path.splitext(name)
+    return path.with_name(f"{stem}-{index:05d}{suffix}")
+
+
+def rotated_paths(path: str | os.PathLike[str]) -> list[Path]:
+    """The files of the series that exist, in order (stopping at the first gap)."""
+    found = []
+    index = 0
+    while (candidate := rotated_path(path, index)).exists():
+        found.append(candidate)
+        index += 1
+    return found
+
+
+# -- the writer -----------------------------------------------------------------------
+
+
+class WarcWriter:
+    """Writes HTTP exchanges as WARC/1.1 records to ``path``; a context manager.
+
+    ``info``: the warcinfo fields besides ``software`` and ``format`` (for
+    ``surge fetch``, the command line and options).  ``max_size``: rotate to a
+    new file (see :func:`rotated_path`) before a file would grow past this many
+    bytes.  ``append``: continue an existing file after cutting a torn tail
+    (:func:`recover`) instead of replacing it; the continuation starts with a
+    warcinfo of its own.  ``level``: the zlib level (0 stores everything).
+    ``buffer_size``: bytes of whole exchanges held before one write (0: write
+    each exchange at once).  Without ``append`` the files written are replaced;
+    later files of an earlier, longer series are left as they are.
+
+    Thread-safe; it keeps no body after :meth:`write_exchange` returns.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        info: Mapping[str, str] | None = None,
+        max_size: int | None = None,
+        append: bool = False,
+        level: int = 1,
+        buffer_size: int = BUFFER_SIZE,
+    ) -> None:
+        if max_size is not None and max_size <= 0:
+            raise ValueError(f"max_size must be positive, not {max_size}")
+        if not 0 <= level <= 9:
+            raise ValueError(f"level must be 0-9, not {level}")
+        self._base = Path(path)
+        self._info = self._info_fields(info or {})
+        self.max_size = max_size
+        self.level = level
+        self.buffer_size = buffer_size
+        #: Every file this writer has written to, in order.
+        self.paths: list[Path] = []
+        self._lock = threading.Lock()
+        self._deflater = self._new_deflater()
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._last_flush = time.monotonic()
+        self._closed = False
+        self._date_second = -1
+        self._date_prefix = b""
+        self._file: IO[bytes] | None = None
+        self._size = 0  # the current file's size, buffered bytes included
+        self._exchanges = False  # whether the current file holds an exchange
+        self._warcinfo_id = b""  # the ID of this writer's warcinfo in the current file
+        self._warcinfo_written = False  # (an appended file gets it with its first exchange)
+        if append and (existing := rotated_paths(self._base)):
+            self._index = len(existing) - 1
+            current = existing[-1]
+            recover(current)
+            self._open(current, append=True)
+        else:
+            self._index = 0
+            self._open(self._base, append=False)
+
+    # -- public --------------------------------------------------------------------------
+
+    @property
+    def path(self) -> Path:
+        """The file being written."""
+        return self.paths[-1]
+
+    def write_exchange(
+        self,
+        url: str,
+        ip: str | None,
+        request_head: bytes,
+        request_body: Body,
+        response_head: bytes,
+        response_body: Body,
+        date: datetime | float | None = None,
+    ) -> int:
+        """Write one exchange as a ``request`` and a ``response`` record.
+
+        ``url``: the URL requested (the IDNA host form: non-ASCII and spaces are
+        percent-encoded).  ``ip``: the server's address, or None if unknown.  The
+        heads are as sent and received, with or without their closing blank line;
+        the bodies are entity bodies (dechunked, not content-decoded).  ``date``:
+        when the request was sent (a datetime, naive meaning UTC, or POSIX
+        seconds); now if None.  Returns the bytes this call added to the WARC
+        files (compressed), a warcinfo it had to start included.
+        """
+        target = _target_uri(url)
+        if ip is None:
+            ip_line = b""
+        else:
+            _check_field(ip, "ip")
+            ip_line = b"WARC-IP-Address: %s\r\n" % ip.encode("ascii")
+        with self._lock:
+            if self._closed:
+                raise ValueError("write to a closed WarcWriter")
+            warc_date = self._warc_date(date)
+            exchange = (
+                target,
+                ip_line,
+                warc_date,
+                request_head,
+                request_body,
+                response_head,
+                response_body,
+            )
+            records = self._exchange(*exchange)
+            written = 0
+            warcinfo = b"" if self._warcinfo_written else self._warcinfo()
+            if (
+                self.max_size is not None
+                and self._exchanges
+                and self._size + len(warcinfo) + len(records) > self.max_size
+            ):
+                written += self._rotate()
+                warcinfo = b""
+                # again, naming the new file's warcinfo (once per file)
+                records = self._exchange(*exchange)
+            if warcinfo:
+                written += self._add(warcinfo)
+            written += self._add(records)
+            self._exchanges = True
+            if (
+                self._pending_bytes >= self.buffer_size
+                or time.monotonic() - self._last_flush >= FLUSH_INTERVAL
+            ):
+                self._flush()
+            return written
+
+    def flush(self) -> None:
+        """Write the buffered exchanges now (call it when the producer goes idle)."""
+        with self._lock:
+            if not self._closed:
+                self._flush()
+
+    def close(self) -> None:
+        """Write what is buffered and close the file; closing twice is harmless."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                self._flush()
+            finally:
+                if self._file is not None:
+                    self._file.close()
+                    self._file = None
+
+    def __enter__(self) -> WarcWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- records -------------------------------------------------------------------------
+
+    def _exchange(
+        self,
+        target: bytes,
+        ip_line: bytes,
+        warc_date: bytes,
+        request_head: bytes,
+        request_body: Body,
+        response_head: bytes,
+        response_body: Body,
+    ) -> bytes:
+        request_parts = _pieces(request_body)
+        response_parts = _pieces(response_body)
+        request_length = sum(map(len, request_parts))
+        response_length = sum(map(len, response_parts))
+        request_head, request_stored = _prepare_head(request_head, request_length)
+        response_head, response_stored = _prepare_head(response_head, response_length)
+
+        digests = _base32_80(
+            _block_and_payload_digests(request_head, request_parts)
+            + _block_and_payload_digests(response_head, response_parts)
+        )
+        request_id = _record_id()
+        response_id = _record_id()
+        common = (target, ip_line, self._warcinfo_id)
+        request_header = _HTTP_RECORD % (
+            b"request",
+            request_id,
+            warc_date,
+            *common,
+            response_id,
+            b"request",
+            digests[0:32],
+            digests[32:64],
+            len(request_head) + request_length,
+        )
+        response_header = _HTTP_RECORD % (
+            b"response",
+            response_id,
+            warc_date,
+            *common,
+            request_id,
+            b"response",
+            digests[64:96],
+            digests[96:128],
+            len(response_head) + response_length,
+        )
+        out: list[_Bytes] = []
+        try:
+            request_record = request_header + request_head
+            self._member(
+                out,
+                request_record,
+                request_parts,
+                not request_stored and len(request_record) + request_length >= _DEFLATE_MIN,
+            )
+            response_record = response_header + response_head
+            self._member(
+                out,
+                response_record,
+                response_parts,
+                not response_stored and len(response_record) + response_length >= _DEFLATE_MIN,
+            )
+        except BaseException:
+            # the deflater may hold half a member: start a fresh stream
+            self._deflater = self._new_deflater()
+            raise
+        return b"".join(out)
+
+    def _member(
+        self,
+        out: list[_Bytes],
+        head: bytes,
+        body: Sequence[_Bytes],
+        deflate: bool,
+    ) -> None:
+        """Append one record's gzip member: ``head`` (WARC and HTTP headers),
+        ``body``, the closing CRLF CRLF; deflated, or in stored blocks."""
+        crc = _crc32(head)
+        size = len(head) + 4
+        for part in body:
+            crc = _crc32(part, crc)
+            size += len(part)
+        crc = _crc32(_RECORD_END, crc)
+        out.append(_GZIP_HEADER)
+        deflater = self._deflater
+        if deflater is None or not deflate:
+            _stored_blocks(head, out)
+            for part in body:
+                if part:
+                    _stored_blocks(part, out)
+        else:
+            out.append(deflater.compress(head))
+            for part in body:
+                out.append(deflater.compress(part))
+            out.append(deflater.flush(zlib.Z_FULL_FLUSH))
+        out.append(_FINAL_BLOCK)
+        out.append(_pack_trailer(crc, size & 0xFFFFFFFF))
+
+    def _warcinfo(self) -> bytes:
+        """The current file's warcinfo record (a gzip member)."""
+        self._warcinfo_written = True
+        fields = self._info
+        header = (
+            b"WARC/1.1\r\n"
+            b"WARC-Type: warcinfo\r\n"
+            b"WARC-Record-ID: %s\r\n"
+            b"WARC-Date: %s\r\n"
+            b"WARC-Filename: %s\r\n"
+            b"Content-Type: application/warc-fields\r\n"
+            b"WARC-Block-Digest: sha1:%s\r\n"
+            b"Content-Length: %d\r\n\r\n"
+        ) % (
+            self._warcinfo_id,
+            self._warc_date(None),
+            " ".join(self.path.name.splitlines()).encode("utf-8", "surrogateescape"),
+            _base32(_sha1(fields).digest()),
+            len(fields),
+        )
+        out: list[_Bytes] = []
+        self._member(out, header + fields, (), deflate=True)
+        return b"".join(out)
+
+    @staticmethod
+    def _info_fields(info: Mapping[str, str]) -> bytes:
+        """The warcinfo block (application/warc-fields): surge's fields, then ``info``'s."""
+        fields = {
+            "software": f"surge/{__version__}",
+            "format": "WARC File Format 1.1",
+            "conformsTo": _WARC_FIELDS_SPEC,
+        }
+        for name, value in info.items():
+            if not name or any(c in name for c in ":\r\n\t ") or not name.isprintable():
+                raise ValueError(f"not a warcinfo field name: {name!r}")
+            # a field is one line: line breaks in a value (a multi-line option) become spaces
+            fields[name] = " ".join(str(value).splitlines())
+        return "".join(f"{name}: {value}\r\n" for name, value in fields.items()).encode()
+
+    def _warc_date(self, date: datetime | float | None) -> bytes:
+        if isinstance(date, datetime):
+            if date.tzinfo is not None:
+                date = date.astimezone(UTC)
+            return b"%s.%06dZ" % (date.strftime("%Y-%m-%dT%H:%M:%S").encode(), date.microsecond)
+        now = time.time() if date is None else float(date)
+        second = int(now // 1)
+        if second != self._date_second:
+            self._date_second = second
+            self._date_prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)).encode()
+        return b"%s.%06dZ" % (self._date_prefix, int((now - second) * 1e6))
+
+    def _new_deflater(self) -> zlib._Compress | None:
+        if self.level == 0:
+            return None
+        return zlib.compressobj(self.level, zlib.DEFLATED, -zlib.MAX_WBITS)
+
+    # -- files ---------------------------------------------------------------------------
+
+    def _open(self, path: Path, *, append: bool) -> None:
+        # unbuffered: the writer's own buffer holds whole exchanges, and each of its
+        # flushes is one write system call
+        self._file = open(path, "ab" if append else "wb", buffering=0)  # noqa: SIM115
+        self.paths.append(path)
+        self._size = self._file.seek(0, os.SEEK_END)
+        self._exchanges = self._size > 0
+        self._warcinfo_id = _record_id()
+        self._warcinfo_written = False
+        if self._size == 0:
+            # a new file starts with its warcinfo even if no exchange follows; an
+            # appended one gets it with its first exchange (which may rotate first)
+            self._add(self._warcinfo())
+
+    def _rotate(self) -> int:
+        self._flush()
+        assert self._file is not None
+        self._file.close()
+        self._file = None
+        self._index += 1
+        self._open(rotated_path(self._base, self._index), append=False)
+        return self._size
+
+    def _add(self, data: bytes) -> int:
+        self._pending.append(data)
+        self._pending_bytes += len(data)
+        self._size += len(data)
+        return len(data)
+
+    def _flush(self) -> None:
+        self._last_flush = time.monotonic()
+        if not self._pending:
+            return
+        data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
+        file = self._file
+        assert file is not None
+        on_disk = self._size - self._pending_bytes
+        self._pending.clear()
+        self._pending_bytes = 0
+        view = memoryview(data)
+        try:
+            while view:  # a raw write may be partial (a signal)
+                view = view[file.write(view) or 0 :]
+        except BaseException:
+            # a full disk: leave no torn exchange for the next write to follow
+            with contextlib.suppress(OSError):
+                file.truncate(on_disk)
+                file.seek(on_disk)  # (a file opened without O_APPEND writes at its offset)
+            self._size = on_disk
+            raise
+
+
+_HTTP_RECORD: Final = (
+    b"WARC/1.1\r\n"
+    b"WARC-Type: %s\r\n"
+    b"WARC-Record-ID: %s\r\n"
+    b"WARC-Date: %s\r\n"
+    b"WARC-Target-URI: %s\r\n"
+    b"%s"  # WARC-IP-Address, if known
+    b"WARC-Warcinfo-ID: %s\r\n"
+    b"WARC-Concurrent-To: %s\r\n"
+    b"Content-Type: application/http;msgtype=%s\r\n"
+    b"WARC-Block-Digest: sha1:%s\r\n"
+    b"WARC-Payload-Digest: sha1:%s\r\n"
+    b"Content-Length: %d\r\n\r\n"
+)
+
+
+def _block_and_payload_digests(head: bytes, body: Sequence[_Bytes]) -> bytes:
+    """The SHA-1 of head + body, then of the body: two passes over the body, as
+    the block digest starts with the head and SHA-1's state cannot be shared."""
+    block = _sha1(head)
+    if len(body) == 1:
+        block.update(body[0])
+        return block.digest() + _sha1(body[0]).digest()
+    payload = _sha1()
+    for part in body:
+        block.update(part)
+        payload.update(part)
+    return block.digest() + payload.digest()
+
+
+def _pieces(body: Body) -> Sequence[_Bytes]:
+    if isinstance(body, bytes | bytearray | memoryview):
+        return (body,)
+    return body
+
+
+# -- recovery -------------------------------------------------------------------------
+
+_READ: Final = 1 << 16
+_HEAD_MAX: Final = 1 << 16  # WARC headers longer than this are not surge's
+
+
+class _Member:
+    """One gzip member of a WARC file, as :func:`_members` read it."""
+
+    __slots__ = ("end", "head", "start", "state")
+
+    def __init__(self, state: str, start: int, end: int, head: bytes) -> None:
+        self.state = state  # "ok", "torn" (the file ends inside it) or "bad"
+        self.start = start
+        self.end = end
+        self.head = head  # its WARC header block ("ok" only)
+
+    def field(self, name: bytes) -> bytes | None:
+        """A WARC header's value (the first of that name)."""
+        marker = b"\r\n" + name.lower() + b":"
+        at = self.head.lower().find(marker)
+        if at < 0:
+            return None
+        at += len(marker)
+        return self.head[at : self.head.find(b"\r\n", at)].strip()
+
+
+def _members(file: IO[bytes], start: int) -> Iterator[_Member]:
+    """The gzip members from offset ``start``: each complete WARC record as "ok",
+    then, if the file does not end cleanly, one "torn" or "bad" member."""
+    file.seek(start)
+    pending = b""
+    offset = start
+    while True:
+        if not pending:
+            pending = file.read(_READ)
+            if not pending:
+                return
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        head = b""
+        head_done = False
+        tail = b""
+        produced = 0
+        consumed = 0
+        data = pending
+        try:
+            while True:
+                out = inflater.decompress(data, _READ)
+                produced += len(out)
+                if not head_done and out:
+                    head += out
+                    cut = head.find(b"\r\n\r\n")
+                    if cut >= 0:
+                        head_done = True
+                        head = head[: cut + 4]
+                    if not head.startswith(b"WARC/"[: len(head)]) or len(head) > _HEAD_MAX:
+                        raise zlib.error("not a WARC record")
+                tail = out[-4:] if len(out) >= 4 else (tail + out)[-4:]
+                if inflater.eof:
+                    consumed += len(data) - len(inflater.unused_data)
+                    pending = inflater.unused_data
+                    break
+                consumed += len(data) - len(inflater.unconsumed_tail)
+                data = inflater.unconsumed_tail
+                if not data:
+                    data = file.read(_READ)
+                    if not data and not out:
+                        yield _Member("torn", offset, offset + consumed, b"")
+                        return
+        except zlib.error:
+            yield _Member("bad", offset, offset, b"")
+            return
+        member = _Member("ok", offset, offset + consumed, head)
+        length = member.field(b"Content-Length")
+        if (
+            not head_done
+            or tail != _RECORD_END
+            or length is None
+            or not length.isdigit()
+            or produced != len(head) + int(length) + 4
+        ):
+            yield _Member("bad", offset, offset, b"")
+            return
+        yield member
+        offset += consumed
+
+
+def _complete_member_after(file: IO[bytes], start: int) -> int | None:
+    """The offset of the first complete WARC record member after ``start``, if any."""
+    position = start + 1
+    carry = b""
+    file.seek(position)
+    while True:
+        block = file.read(_READ)
+        if not block:
+            return None
+        data = carry + block
+        base = position - len(carry)
+        at = data.find(_GZIP_HEADER[:3])
+        while at >= 0:
+            candidate = base + at
+            member = next(_members(file, candidate), None)
+            if member is not None and member.state == "ok":
+                return candidate
+            at = data.find(_GZIP_HEADER[:3], at + 1)
+        position += len(block)
+        carry = data[-2:]
+        file.seek(position)
+
+
+def recover(path: str | os.PathLike[str]) -> int:
+    """Cut a torn tail from the WARC file at ``path`` so that it ends after its
+    last complete exchange; return the number of bytes cut (0 if none).
+
+    Raises UsageError for a file that is not a per-record gzipped WARC, or whose
+    damage is followed by complete records (nothing is cut then).
+    """
+    with open(path, "r+b") as file:
+        size = file.seek(0, os.SEEK_END)
+        keep = 0
+        previous: _Member | None = None
+        last: _Member | None = None
+        broken: _Member | None = None
+        for member in _members(file, 0):
+            if member.state != "ok":
+                broken = member
+                break
+            previous, last = last, member
+            keep = member.end
+        if broken is not None and broken.state == "bad":
+            if broken.start == 0:
+                raise UsageError(f"{path}: not a gzipped WARC file; not appending to it")
+            found = _complete_member_after(file, broken.start)
+            if found is not None:
+                raise UsageError(
+                    f"{path}: damaged at byte {broken.start:,} but complete records follow "
+                    f"at byte {found:,}; not appending (repair it, e.g. warcio recompress)"
+                )
+        if last is not None and _unpaired(last, previous):
+            keep = last.start
+        if keep < size:
+            file.truncate(keep)
+        return size - keep
+
+
+def _unpaired(last: _Member, previous: _Member | None) -> bool:
+    """Whether ``last`` is the first half of an exchange whose second half is missing."""
+    if last.field(b"WARC-Type") not in (b"request", b"response"):
+        return False
+    partner = last.field(b"WARC-Concurrent-To")
+    if partner is None:
+        return False
+    return previous is None or previous.field(b"WARC-Record-ID") != partner

@@ -10,24 +10,138 @@
 * Answers are cached (dnscache.py: positive for ``ttl`` seconds, negative for
   ``negative_ttl``, at most ``cache_size`` names, failures kept as text), and
   concurrent lookups of one name share one query.
-* ``getaddrinfo`` blocks, so it runs in a thread pool of its own: the event
-  loop's default executor has min(32, cores + 4) threads - six here - which
-  would serialise a crawl's lookups.
+* Two backends.  ``cares`` (the default, surge.http.cares): c-ares on the
+  event loop, no thread per lookup, the TTL of every answer kept, failures told
+  apart (NXDOMAIN, SERVFAIL, REFUSED, no answer, timeout), and ``servers=``
+  (curl's ``--dns-servers IP[:PORT],...``) to ask other nameservers.
+  ``system``: ``getaddrinfo``, which blocks, so it runs in a thread pool of its
+  own (the event loop's default executor has min(32, cores + 4) threads - six
+  here - which would serialise a crawl's lookups); answers are kept for ``ttl``.
+* ``backend="auto"`` picks ``cares`` unless one of these holds, then ``system``:
+  pycares is not importable; or the ``hosts:`` line of /etc/nsswitch.conf names
+  a source other than ``files`` and ``dns`` (``mdns4_minimal``, ``resolve``,
+  ``myhostname``, ``wins``, ``ldap``...: answers only the C library's NSS
+  modules give).  The rule is conservative for ``resolve``: c-ares would read
+  it as ``dns`` and ask the nameserver in resolv.conf (systemd-resolved's stub
+  listener), where the C library asks systemd-resolved through its module.
+  An absent file or ``hosts:`` line means the C library's default, ``dns
+  files``.  ``servers=`` always uses c-ares: getaddrinfo cannot be pointed
+  elsewhere.  ``backend="cares"`` / ``"system"`` force one.
+* ``dns_timeout`` bounds each lookup from the moment its query is sent (for
+  ``system``, from when a thread starts it): time spent waiting for a thread
+  or a connection slot does not count.  The failure is ``dns_error`` with a
+  detail saying timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import ipaddress
 import socket
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any, Literal
 
 from surge.errors import RequestError, UsageError
+from surge.http import cares
 from surge.http.dnscache import DEFAULT_MAX_ENTRIES, DNSCache
 
 Address = tuple[str, int]  # (ip, family)
+Backend = Literal["auto", "cares", "system"]
+
+#: The hosts: sources of /etc/nsswitch.conf that c-ares serves itself.
+CARES_SOURCES = frozenset({"files", "dns"})
+NSSWITCH = "/etc/nsswitch.conf"
+#: Seconds a lookup may take once its query is sent (glibc's per-try default).
+DNS_TIMEOUT = 5.0
+
+
+def parse_servers(servers: str | Iterable[str]) -> list[str]:
+    """curl's ``--dns-servers``: ``IP[:PORT]`` items, IPv6 as ``[IP]:PORT``, ``[IP]``
+    or a bare ``IP``; a string may hold several, comma-separated.  Returns them as
+    c-ares takes them; ``UsageError`` names the first bad one."""
+    items = servers.split(",") if isinstance(servers, str) else list(servers)
+    parsed = []
+    for item in items:
+        spec = item.strip()
+        host, port_text = spec, ""
+        if spec.startswith("["):
+            host, sep, rest = spec[1:].partition("]")
+            if not sep or (rest and not rest.startswith(":")):
+                raise UsageError(f"--dns-servers {item!r}: expected IP[:PORT] or [IPv6]:PORT")
+            port_text = rest[1:]
+            if rest and not port_text:
+                raise UsageError(f"--dns-servers {item!r}: empty port")
+        elif spec.count(":") == 1:
+            host, _, port_text = spec.partition(":")
+            if not port_text:
+                raise UsageError(f"--dns-servers {item!r}: empty port")
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            raise UsageError(
+                f"--dns-servers {item!r}: {host!r} is not an IP address"
+                " (expected IP[:PORT] or [IPv6]:PORT)"
+            ) from None
+        if spec.startswith("[") and address.version != 6:
+            raise UsageError(f"--dns-servers {item!r}: brackets are for IPv6 addresses")
+        port = None
+        if port_text:
+            if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+                raise UsageError(f"--dns-servers {item!r}: port {port_text!r} is not 1-65535")
+            port = int(port_text)
+        text = f"[{address}]" if address.version == 6 else str(address)
+        parsed.append(f"{text}:{port}" if port else text)
+    return parsed
+
+
+def nsswitch_sources(path: str = NSSWITCH) -> list[str]:
+    """The sources of the ``hosts:`` line of nsswitch.conf, actions (``[...]``)
+    left out; the C library's default when there is no file or no such line."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as file:
+            lines = file.read().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        database, sep, rest = line.partition("#")[0].partition(":")
+        if sep and database.strip() == "hosts":
+            sources = []
+            depth = 0
+            for token in rest.replace("[", " [ ").replace("]", " ] ").split():
+                if token == "[":
+                    depth += 1
+                elif token == "]":
+                    depth = max(0, depth - 1)
+                elif depth == 0:
+                    sources.append(token)
+            return sources
+    return ["dns", "files"]
+
+
+def choose_backend(backend: Backend, servers: list[str] | None, nsswitch: str = NSSWITCH) -> str:
+    """The backend ``auto`` stands for here (see the module's docstring)."""
+    if backend not in ("auto", "cares", "system"):
+        raise UsageError(f"DNS backend {backend!r}: expected auto, cares or system")
+    if backend == "system":
+        if servers:
+            raise UsageError("--dns-servers needs the c-ares backend, not the system's")
+        return "system"
+    if not cares.available():
+        if backend == "cares" or servers:
+            raise UsageError(
+                "--dns-servers and the c-ares backend need pycares: pip install pycares"
+            )
+        return "system"
+    if backend == "cares" or servers:
+        return "cares"
+    if not set(nsswitch_sources(nsswitch)) <= CARES_SOURCES:
+        return "system"
+    return "cares"
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,18 +193,50 @@ class Resolver:
         family: int = socket.AF_UNSPEC,
         threads: int = 64,
         cache_size: int = DEFAULT_MAX_ENTRIES,
+        servers: str | Iterable[str] | None = None,
+        dns_timeout: float = DNS_TIMEOUT,
+        backend: Backend = "auto",
+        min_ttl: float = 5.0,
+        max_ttl: float = 3600.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``ttl``: how long a ``system`` answer is kept (c-ares answers keep their
+        own TTL, clamped to [``min_ttl``, ``max_ttl``]: at least 5 s by default, so
+        that a TTL of 0 -- /etc/hosts names have one -- still serves a burst of
+        connections); ``negative_ttl``: how long a failure is kept.
+        ``family``: AF_INET or AF_INET6 to ask for one family only (curl's -4/-6).
+        ``servers``, ``dns_timeout``, ``backend``: see the module's docstring.
+        ``clock``: the cache's, for tests."""
         self._exact: dict[tuple[str, int | None], tuple[str, ...]] = {}
         self._suffixes: list[tuple[str, int | None, tuple[str, ...]]] = []
         self._wildcard: dict[int | None, tuple[str, ...]] = {}
         for spec in overrides:
             self.add_override(spec)
+        if family not in (socket.AF_UNSPEC, socket.AF_INET, socket.AF_INET6):
+            raise UsageError(f"address family {family!r}: expected AF_UNSPEC, AF_INET or AF_INET6")
+        if not dns_timeout > 0:
+            raise UsageError(f"DNS timeout {dns_timeout!r}: must be more than 0 seconds")
+        self.servers = parse_servers(servers) if servers else None
+        self.backend = choose_backend(backend, self.servers)
+        self.dns_timeout = dns_timeout
         self._family = family
         self._threads = threads
         self._executor: ThreadPoolExecutor | None = None
-        self.cache = DNSCache(max_entries=cache_size, ttl=ttl, negative_ttl=negative_ttl)
+        self._cares = (
+            cares.CaresBackend(servers=self.servers, timeout=dns_timeout, family=family)
+            if self.backend == "cares"
+            else None
+        )
+        self.cache = DNSCache(
+            max_entries=cache_size,
+            ttl=ttl,
+            negative_ttl=negative_ttl,
+            min_ttl=min_ttl,
+            max_ttl=max_ttl,
+            clock=clock,
+        )
         self._inflight: dict[str, asyncio.Future[tuple[str, ...]]] = {}
-        self.lookups = 0  # queries that reached getaddrinfo
+        self.lookups = 0  # lookups sent to the backend (c-ares or getaddrinfo)
 
     def add_override(self, spec: str | Override) -> None:
         o = spec if isinstance(spec, Override) else Override.parse(spec)
@@ -145,7 +291,7 @@ class Resolver:
         future: asyncio.Future[tuple[str, ...]] = asyncio.get_running_loop().create_future()
         self._inflight[host] = future
         try:
-            answer = await self._lookup(host, port)
+            answer, ttl = await self._lookup(host, port)
         except RequestError as e:
             self.cache.put_failure(host, e.detail)
             future.set_exception(e)
@@ -157,28 +303,62 @@ class Resolver:
             raise
         finally:
             del self._inflight[host]
-        self.cache.put(host, answer)
+        self.cache.put(host, answer, ttl)
         future.set_result(answer)
         return answer
 
-    async def _lookup(self, host: str, port: int) -> tuple[str, ...]:
+    async def _lookup(self, host: str, port: int) -> tuple[tuple[str, ...], float | None]:
+        """Addresses (IPv4 first) and their TTL if known; ``dns_error`` if none."""
+        self.lookups += 1
+        if self._cares is not None:
+            return await self._cares.lookup(host)
+        return await self._system_lookup(host, port), None
+
+    async def _system_lookup(self, host: str, port: int) -> tuple[str, ...]:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(self._threads, thread_name_prefix="surge-dns")
-        self.lookups += 1
         loop = asyncio.get_running_loop()
-        try:
-            infos = await loop.run_in_executor(
-                self._executor,
-                socket.getaddrinfo,
-                host,
-                port,
-                self._family,
-                socket.SOCK_STREAM,
-            )
-        except socket.gaierror as e:
-            raise RequestError("dns_error", f"{host}: {e.strerror or e}") from None
-        except UnicodeError as e:
-            raise RequestError("dns_error", f"{host}: {e}") from None
+        answer: asyncio.Future[list[tuple[Any, ...]]] = loop.create_future()
+        timeout = self.dns_timeout
+
+        def fail(detail: str) -> None:
+            if not answer.done():
+                answer.set_exception(RequestError("dns_error", f"{host}: {detail}"))
+
+        timer: list[asyncio.TimerHandle] = []
+
+        def started() -> None:  # the thread has begun: the timeout starts now
+            if not answer.done():
+                timer.append(loop.call_later(timeout, fail, f"timeout after {timeout:g} s"))
+
+        def finished(done: concurrent.futures.Future[list[tuple[Any, ...]]]) -> None:
+            for handle in timer:
+                handle.cancel()
+            if answer.done():
+                return
+            if done.cancelled():  # the resolver was closed before a thread took it
+                fail("lookup cancelled")
+                return
+            error = done.exception()
+            if error is None:
+                answer.set_result(done.result())
+            elif isinstance(error, socket.gaierror):
+                fail(str(error.strerror or error))
+            elif isinstance(error, UnicodeError):
+                fail(str(error))
+            else:
+                answer.set_exception(error)
+
+        def work() -> list[tuple[Any, ...]]:
+            loop.call_soon_threadsafe(started)
+            return list(socket.getaddrinfo(host, port, self._family, socket.SOCK_STREAM))
+
+        def hand_back(done: concurrent.futures.Future[list[tuple[Any, ...]]]) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(finished, done)
+
+        self._executor.submit(work).add_done_callback(hand_back)
+        infos = await answer
         addresses: list[str] = []
         for family in (socket.AF_INET, socket.AF_INET6):  # IPv4 first, like most clients
             for info in infos:
@@ -189,6 +369,10 @@ class Resolver:
         return tuple(addresses)
 
     def close(self) -> None:
+        """Release the threads or the c-ares channel; lookups in flight fail (call
+        it from the event loop's thread, or once the loop has stopped)."""
+        if self._cares is not None:
+            self._cares.close()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None

@@ -99,7 +99,10 @@ def _parse_general(text: str) -> URL:
         port = _DEFAULT_PORTS[scheme]
     elif port == 0:
         raise RequestError("invalid_url", f"port 0 in URL: {text[:200]!r}")
-    target = _escape((parts.path or "/") + (f"?{parts.query}" if parts.query else ""))
+    # An empty query ("http://a/?") is kept, as curl sends it: urlsplit reports
+    # it as no query, so the "?" is looked for in the text (before a fragment).
+    asked = parts.query or "?" in text.partition("#")[0]
+    target = _escape((parts.path or "/") + (f"?{parts.query}" if asked else ""))
     shown = f"[{host}]" if ":" in host else host
     if port != _DEFAULT_PORTS[scheme]:
         shown = f"{shown}:{port}"

@@ -1,0 +1,658 @@
+"""Benchmark surge's Python API one request at a time against requests, httpx and aiohttp.
+
+Run it from the repository root::
+
+    python benchmarks/api.py                  # full run (5-8 minutes on 2 cores, by load)
+    python benchmarks/api.py --quick          # smoke run (< 1 minute): judges nothing
+    python benchmarks/api.py --only sync,async --rounds 7
+
+What a program pays per call when it uses an HTTP client as a library, not as a
+bulk engine: the client CPU of one keep-alive GET (issue #22's targets), and of
+a one-shot ``get()`` that builds a client of its own.  Every request goes to
+``status-200.sim`` on the simulated web (:mod:`surge.sim`, a 1 KiB plain body,
+no delay), which runs in a process of its own on 127.0.0.1, pinned to one CPU
+while the clients run on the other when the box has two (``fetch.py``'s
+``sim_on_own_cpu``); its CPU is never counted.  Each client sends the ``*.sim``
+name to 127.0.0.1 through its own mechanism (surge's ``resolve``, aiohttp a
+static resolver, requests and httpx a ``socket.getaddrinfo`` that maps ``*.sim``
+to 127.0.0.1 and refuses every other name); proxies are off.
+
+Each measurement is a child process of this script (``--child SPEC.json``) that
+imports only its own client's library, builds the client, sends ``--warmup``
+requests (200, not measured: the connection is opened, code paths are warm),
+then reads ``getrusage(RUSAGE_SELF)`` (user + system CPU of every thread),
+sends ``--requests`` requests (2,000), closes the client, reads it again, and
+prints one line of JSON.  CPU per request = (CPU after - CPU before) / requests.
+The cyclic garbage collector stays on, as in a program (its passes are part of
+a client's cost).  Peers run in rounds (``--rounds``, 5): every peer once per
+round, the order rotated each round, so that the box's drift and the other
+engineers' load fall on every peer alike.  Reported: the median over rounds
+and the range (min-max), and each peer's ratio to its section's reference
+taken within each round (the median of those ratios, and their range).
+
+Sections:
+
+``sync``: keep-alive, one request at a time, in the calling thread
+    ``surge.http.Client`` (its own asyncio loop, ``run_until_complete`` per
+    call), ``requests.Session`` and ``httpx.Client``, each on one connection.
+    Target (#22): surge's CPU per request <= 0.25x requests.Session's
+    (measured before: requests 0.52 ms, httpx 0.29 ms).
+
+``async``: keep-alive, one request at a time (each awaited in turn)
+    ``surge.http.AsyncClient``, ``httpx.AsyncClient`` and ``aiohttp.ClientSession``
+    (``TCPConnector(limit=1)``), all on asyncio's default loop; then surge and
+    aiohttp again on uvloop (a note, not a peer: httpx runs on asyncio).
+    Target (#22): surge's CPU per request <= 0.2x httpx.AsyncClient's (asyncio).
+
+``async16``: keep-alive, 16 requests in flight (16 tasks on one client,
+    ``max_connections``/``Limits``/``limit`` 16), asyncio's default loop.
+
+``oneshot``: ``surge.get(url)``, ``requests.get(url)``, ``httpx.get(url)``: a new
+    client, a new connection and its close on every call (``--oneshot-requests``,
+    200, after a warm-up of 20).  No target; a secondary row.
+
+What is excluded: interpreter start-up and imports, building the client (except
+in ``oneshot``), the warm-up, the server's CPU.  The machine is a shared 2-core
+microVM where system calls cost several microseconds; absolute numbers are
+pessimistic, same-run ratios travel better.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_OUT = HERE / "results" / "api.json"
+SECTIONS = ("sync", "async", "async16", "oneshot")
+#: The simulated host every request goes to: 200, a 1 KiB plain body, no delay.
+HOST = "status-200.sim"
+#: A request slower than this fails the run (seconds).
+REQUEST_TIMEOUT_S = 30.0
+
+
+class Peer:
+    """One row: which library, how it is driven, on which loop."""
+
+    def __init__(
+        self,
+        name: str,
+        label: str,
+        section: str,
+        library: str,
+        *,
+        loop: str = "asyncio",
+        inflight: int = 1,
+        reference: bool = False,
+    ) -> None:
+        self.name = name
+        self.label = label
+        self.section = section
+        self.library = library
+        self.loop = loop
+        self.inflight = inflight
+        self.reference = reference  # the section's denominator
+
+
+PEERS = (
+    Peer("surge_client", "surge.http.Client", "sync", "surge"),
+    Peer("requests_session", "requests.Session", "sync", "requests", reference=True),
+    Peer("httpx_client", "httpx.Client", "sync", "httpx"),
+    Peer("surge_async", "surge AsyncClient, asyncio", "async", "surge"),
+    Peer("httpx_async", "httpx.AsyncClient, asyncio", "async", "httpx", reference=True),
+    Peer("aiohttp", "aiohttp ClientSession, asyncio", "async", "aiohttp"),
+    Peer("surge_async_uvloop", "surge AsyncClient, uvloop", "async", "surge", loop="uvloop"),
+    Peer("aiohttp_uvloop", "aiohttp ClientSession, uvloop", "async", "aiohttp", loop="uvloop"),
+    Peer("surge_async_16", "surge AsyncClient, 16 in flight", "async16", "surge", inflight=16),
+    Peer(
+        "httpx_async_16",
+        "httpx.AsyncClient, 16 in flight",
+        "async16",
+        "httpx",
+        inflight=16,
+        reference=True,
+    ),
+    Peer("aiohttp_16", "aiohttp ClientSession, 16 in flight", "async16", "aiohttp", inflight=16),
+    Peer("surge_get", "surge.get()", "oneshot", "surge"),
+    Peer("requests_get", "requests.get()", "oneshot", "requests", reference=True),
+    Peer("httpx_get", "httpx.get()", "oneshot", "httpx"),
+)
+
+
+# -- the child: one peer, one process ------------------------------------------------------
+
+
+def _usage() -> tuple[float, float, int, int]:
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    return u.ru_utime, u.ru_stime, u.ru_nvcsw, u.ru_nivcsw
+
+
+class _Window:
+    """The measured window: rusage and the clock before, then after."""
+
+    def __init__(self) -> None:
+        self.result: dict[str, Any] = {}
+
+    def start(self) -> None:
+        self._usage = _usage()
+        self._t = time.perf_counter()
+
+    def stop(self, outcomes: Counter[Any], warm: Counter[Any]) -> None:
+        wall = time.perf_counter() - self._t
+        user, system, voluntary, involuntary = _usage()
+        self.result = {
+            "wall_s": wall,
+            "user_s": user - self._usage[0],
+            "sys_s": system - self._usage[1],
+            "cpu_s": user - self._usage[0] + system - self._usage[1],
+            "voluntary_switches": voluntary - self._usage[2],
+            "involuntary_switches": involuntary - self._usage[3],
+            "outcomes": {str(k): v for k, v in outcomes.items()},
+            "warmup_outcomes": {str(k): v for k, v in warm.items()},
+        }
+
+
+def _sim_to_loopback() -> None:
+    """``socket.getaddrinfo``: ``*.sim`` -> 127.0.0.1, any other name but the loopback
+    literal fails at once (for requests and httpx, which resolve through it)."""
+    original = socket.getaddrinfo
+
+    def loopback_only(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        name = host.decode() if isinstance(host, bytes) else host
+        if name == "127.0.0.1" or (name or "").endswith(".sim"):
+            return original("127.0.0.1", port, *args, **kwargs)
+        raise socket.gaierror(socket.EAI_NONAME, f"api.py: {host!r} is not a .sim name")
+
+    socket.getaddrinfo = loopback_only
+
+
+def _loop_sync(get: Callable[[], int], n: int) -> Counter[Any]:
+    outcomes: Counter[Any] = Counter()
+    for _ in range(n):
+        try:
+            outcomes[get()] += 1
+        except Exception as exc:
+            outcomes[type(exc).__name__] += 1
+    return outcomes
+
+
+def _child_sync(spec: dict[str, Any], w: _Window) -> None:
+    """Keep-alive on one client in this thread, or (oneshot) a new client per call."""
+    url, library, oneshot = spec["url"], spec["library"], spec["section"] == "oneshot"
+    close: Callable[[], None] = lambda: None  # noqa: E731
+    if library == "surge":
+        import surge
+        from surge.http import Client
+
+        resolve = ["*.sim:*:127.0.0.1"]
+        if oneshot:
+            get = lambda: surge.get(url, resolve=resolve, trust_env=False).status  # noqa: E731
+        else:
+            client = Client(resolve=resolve, trust_env=False, max_time=REQUEST_TIMEOUT_S)
+            get, close = (lambda: client.get(url).status), client.close
+    elif library == "requests":
+        _sim_to_loopback()
+        import requests
+
+        if oneshot:  # the environment holds no proxy variables (main pops them)
+            get = lambda: requests.get(url, timeout=REQUEST_TIMEOUT_S).status_code  # noqa: E731
+        else:
+            session = requests.Session()
+            session.trust_env = False
+            get = lambda: session.get(url, timeout=REQUEST_TIMEOUT_S).status_code  # noqa: E731
+            close = session.close
+    elif library == "httpx":
+        _sim_to_loopback()
+        import httpx
+
+        if oneshot:
+            get = lambda: httpx.get(url, timeout=REQUEST_TIMEOUT_S).status_code  # noqa: E731
+        else:
+            hclient = httpx.Client(trust_env=False, timeout=REQUEST_TIMEOUT_S)
+            get = lambda: hclient.get(url).status_code  # noqa: E731
+            close = hclient.close
+    else:
+        raise SystemExit(f"no sync peer for {library!r}")
+    warm = _loop_sync(get, spec["warmup"])
+    w.start()
+    outcomes = _loop_sync(get, spec["requests"])
+    close()
+    w.stop(outcomes, warm)
+
+
+async def _drive(get: Callable[[], Awaitable[int]], n: int, inflight: int) -> Counter[Any]:
+    """``n`` requests, ``inflight`` at a time (1: each awaited in turn, no tasks)."""
+    outcomes: Counter[Any] = Counter()
+
+    async def worker(count: int) -> None:
+        for _ in range(count):
+            try:
+                outcomes[await get()] += 1
+            except Exception as exc:
+                outcomes[type(exc).__name__] += 1
+
+    if inflight == 1:
+        await worker(n)
+    else:
+        shares = [n // inflight + (i < n % inflight) for i in range(inflight)]
+        await asyncio.gather(*(worker(share) for share in shares))
+    return outcomes
+
+
+async def _child_async(spec: dict[str, Any], w: _Window) -> None:
+    url, library, inflight = spec["url"], spec["library"], spec["inflight"]
+    if library == "surge":
+        from surge.http import AsyncClient
+
+        client = AsyncClient(
+            max_connections=inflight,
+            resolve=["*.sim:*:127.0.0.1"],
+            trust_env=False,
+            max_time=REQUEST_TIMEOUT_S,
+        )
+
+        async def get() -> int:
+            return (await client.get(url)).status
+
+        close = client.close
+    elif library == "httpx":
+        _sim_to_loopback()
+        import httpx
+
+        hclient = httpx.AsyncClient(
+            limits=httpx.Limits(max_connections=inflight),
+            timeout=REQUEST_TIMEOUT_S,
+            trust_env=False,
+        )
+
+        async def get() -> int:
+            return (await hclient.get(url)).status_code
+
+        close = hclient.aclose
+    elif library == "aiohttp":
+        import aiohttp
+        from aiohttp.abc import AbstractResolver, ResolveResult
+
+        class Loopback(AbstractResolver):
+            """Every ``*.sim`` name is 127.0.0.1 (asked once per new connection)."""
+
+            async def resolve(
+                self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+            ) -> list[ResolveResult]:
+                assert host.endswith(".sim"), host
+                return [
+                    ResolveResult(
+                        hostname=host,
+                        host="127.0.0.1",
+                        port=port,
+                        family=socket.AF_INET,
+                        proto=0,
+                        flags=socket.AI_NUMERICHOST,
+                    )
+                ]
+
+            async def close(self) -> None:
+                pass
+
+        session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=inflight, resolver=Loopback()),
+            timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S),
+        )
+
+        async def get() -> int:
+            async with session.get(url) as response:
+                await response.read()
+                return response.status
+
+        close = session.close
+    else:
+        raise SystemExit(f"no async peer for {library!r}")
+    warm = await _drive(get, spec["warmup"], inflight)
+    w.start()
+    outcomes = await _drive(get, spec["requests"], inflight)
+    await close()
+    w.stop(outcomes, warm)
+
+
+def child(spec_path: str) -> int:
+    """Measure the peer of SPEC.json; print one line of JSON."""
+    with open(spec_path) as f:
+        spec = json.load(f)
+    w = _Window()
+    if spec["section"] in ("sync", "oneshot"):
+        _child_sync(spec, w)
+    else:
+        if spec["loop"] == "uvloop":
+            import uvloop
+
+            factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+        else:
+            factory = asyncio.new_event_loop
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(_child_async(spec, w))
+    w.result["requests"] = spec["requests"]
+    print(json.dumps(w.result), flush=True)
+    sys.stderr.flush()
+    os._exit(0)  # no finalisation: nothing left to measure
+
+
+# -- the parent: rounds of children ---------------------------------------------------------
+
+
+def run_peer(peer: Peer, url: str, requests: int, warmup: int, limit_s: float) -> dict[str, Any]:
+    """One child run of ``peer``: its JSON (plus cpu/request), or {"error": ...}."""
+    from _common import run_child
+
+    with tempfile.TemporaryDirectory(prefix=f"surge-api-{peer.name}-") as directory:
+        spec_path = os.path.join(directory, "spec.json")
+        out_path = os.path.join(directory, "out.json")
+        spec = {
+            "peer": peer.name,
+            "section": peer.section,
+            "library": peer.library,
+            "loop": peer.loop,
+            "inflight": peer.inflight,
+            "url": url,
+            "requests": requests,
+            "warmup": warmup,
+        }
+        Path(spec_path).write_text(json.dumps(spec))
+        with open(out_path, "wb") as out:
+            run, _ = run_child(
+                [sys.executable, str(Path(__file__).resolve()), "--child", spec_path],
+                limit_s,
+                stdout=out.fileno(),
+            )
+        text = Path(out_path).read_text().strip()
+    if run.killed:
+        return {"error": f"killed at the {limit_s:g} s limit"}
+    try:
+        result: dict[str, Any] = json.loads(text.splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        return {"error": f"exit status {run.status}, no result"}
+    result["cpu_per_request_s"] = result["cpu_s"] / requests
+    result["ok"] = int(result["outcomes"].get("200", 0))
+    if result["ok"] != requests:
+        result["note"] = f"only {result['ok']} of {requests} answered 200"
+    return result
+
+
+def summarise(peers: Sequence[Peer], runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Per peer: its runs, the median and range of CPU/request, and its per-round
+    ratio to its section's reference (median and range)."""
+    out: dict[str, Any] = {}
+    reference = {p.section: p.name for p in peers if p.reference}
+    for peer in peers:
+        got = runs[peer.name]
+        per = [r.get("cpu_per_request_s") for r in got]
+        good = [x for x in per if x is not None]
+        entry: dict[str, Any] = {
+            "label": peer.label,
+            "section": peer.section,
+            "loop": peer.loop,
+            "inflight": peer.inflight,
+            "runs": got,
+            "cpu_per_request_s_by_round": per,
+        }
+        if good:
+            entry["median_cpu_per_request_s"] = statistics.median(good)
+            entry["min_cpu_per_request_s"] = min(good)
+            entry["max_cpu_per_request_s"] = max(good)
+            entry["median_user_per_request_s"] = statistics.median(
+                r["user_s"] / r["requests"] for r in got if "cpu_s" in r
+            )
+            entry["median_sys_per_request_s"] = statistics.median(
+                r["sys_s"] / r["requests"] for r in got if "cpu_s" in r
+            )
+            entry["median_wall_per_request_s"] = statistics.median(
+                r["wall_s"] / r["requests"] for r in got if "cpu_s" in r
+            )
+        out[peer.name] = entry
+    for peer in peers:  # a second pass: the reference's median exists by now
+        entry, base = out[peer.name], reference.get(peer.section)
+        if not base or "median_cpu_per_request_s" not in entry:
+            continue
+        pairs = zip(
+            entry["cpu_per_request_s_by_round"],
+            out[base]["cpu_per_request_s_by_round"],
+            strict=True,
+        )
+        ratios = [a / b for a, b in pairs if a and b]
+        if ratios:
+            entry["reference"] = base
+            entry["ratio_by_round"] = ratios
+            entry["median_ratio"] = statistics.median(ratios)
+            entry["min_ratio"] = min(ratios)
+            entry["max_ratio"] = max(ratios)
+            entry["ratio_of_medians"] = (
+                entry["median_cpu_per_request_s"] / out[base]["median_cpu_per_request_s"]
+            )
+    return out
+
+
+def _ms(x: float) -> str:
+    return f"{x * 1e3:.3f}"
+
+
+def section_table(
+    title: str, peers: Sequence[Peer], results: dict[str, Any], reference: str
+) -> Any:
+    from _common import Table
+
+    table = Table(
+        title,
+        [
+            "peer",
+            "cpu/req ms",
+            "range",
+            f"x {reference}",
+            "ratio range",
+            "user",
+            "sys",
+            "wall/req",
+            "rounds (ms/req)",
+        ],
+    )
+    for peer in peers:
+        r = results[peer.name]
+        rounds = " ".join("x" if x is None else _ms(x) for x in r["cpu_per_request_s_by_round"])
+        if "median_cpu_per_request_s" not in r:
+            errors = "; ".join(str(x.get("error")) for x in r["runs"] if "error" in x)
+            table.add(peer.label, "-", "", "", "", "", "", "", errors or rounds)
+            continue
+        ratio = f"{r['median_ratio']:.2f}x" if "median_ratio" in r else ""
+        ratio_range = f"{r['min_ratio']:.2f}-{r['max_ratio']:.2f}" if "min_ratio" in r else ""
+        table.add(
+            peer.label,
+            _ms(r["median_cpu_per_request_s"]),
+            f"{_ms(r['min_cpu_per_request_s'])}-{_ms(r['max_cpu_per_request_s'])}",
+            ratio,
+            ratio_range,
+            _ms(r["median_user_per_request_s"]),
+            _ms(r["median_sys_per_request_s"]),
+            _ms(r["median_wall_per_request_s"]),
+            rounds,
+        )
+    return table
+
+
+def check_targets(results: dict[str, Any], quick: bool) -> list[Any]:
+    from _common import Target
+
+    targets = []
+    for name, reference, bound, title in (
+        (
+            "surge_client",
+            "requests.Session",
+            0.25,
+            "sync: surge.http.Client CPU per keep-alive GET",
+        ),
+        (
+            "surge_async",
+            "httpx.AsyncClient",
+            0.2,
+            "async: surge AsyncClient CPU per keep-alive GET",
+        ),
+    ):
+        r = results.get(name)
+        if not r or "median_ratio" not in r:
+            targets.append(Target(title, f"<= {bound}x {reference}", "not run", None))
+            continue
+        measured = (
+            f"{r['median_ratio']:.2f}x {reference} (median of per-round ratios; "
+            f"range {r['min_ratio']:.2f}-{r['max_ratio']:.2f}; "
+            f"{_ms(r['median_cpu_per_request_s'])} ms/req)"
+        )
+        targets.append(
+            Target(
+                title,
+                f"<= {bound}x {reference}",
+                measured,
+                None if quick else r["median_ratio"] <= bound,
+            )
+        )
+    return targets
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    from _common import parse_sections
+
+    parser = argparse.ArgumentParser(
+        description="CPU per request of surge's sync and async clients against requests, "
+        "httpx and aiohttp, one request at a time (see the module docstring)."
+    )
+    parser.add_argument("--quick", action="store_true", help="small sizes, 1 round: a smoke run")
+    parser.add_argument("--only", help=f"comma-separated sections: {','.join(SECTIONS)}")
+    parser.add_argument("--rounds", type=int, help="runs per peer, interleaved (5)")
+    parser.add_argument("--requests", type=int, help="measured keep-alive requests per run (2,000)")
+    parser.add_argument("--warmup", type=int, help="unmeasured requests first (200)")
+    parser.add_argument("--oneshot-requests", type=int, help="oneshot: measured calls (200)")
+    parser.add_argument(
+        "--limit", type=float, default=120.0, help="seconds before a child is killed"
+    )
+    parser.add_argument("--out", default=str(DEFAULT_OUT), help="JSON path")
+    args = parser.parse_args(argv)
+    args.only = parse_sections(parser, args.only, SECTIONS)
+    args.rounds = args.rounds or (1 if args.quick else 5)
+    args.requests = args.requests or (200 if args.quick else 2_000)
+    args.warmup = args.warmup or (20 if args.quick else 200)
+    args.oneshot_requests = args.oneshot_requests or (20 if args.quick else 200)
+    return args
+
+
+TITLES = {
+    "sync": "sync, keep-alive, one request at a time",
+    "async": "async, keep-alive, one request at a time (each awaited in turn)",
+    "async16": "async, keep-alive, 16 in flight, asyncio",
+    "oneshot": "one-shot get(): a new client and connection per call",
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--child"]:
+        return child(argv[1])
+    from _common import (
+        PROXY_VARIABLES,
+        announce,
+        machine_info,
+        payload,
+        print_targets,
+        progress,
+        write_json,
+    )
+    from fetch import sim_on_own_cpu
+
+    args = parse_args(argv)
+    for variable in PROXY_VARIABLES:  # every child inherits this environment
+        os.environ.pop(variable, None)
+    info = machine_info(
+        ["surge", "requests", "httpx", "aiohttp", "uvloop", "httptools", "urllib3", "httpcore"]
+    )
+    announce("surge API benchmark (one request at a time)", info, args.quick)
+    started = time.perf_counter()
+    peers = [p for p in PEERS if p.section in args.only]
+    runs: dict[str, list[dict[str, Any]]] = {p.name: [] for p in peers}
+    with sim_on_own_cpu(seed=0) as (sim, cpus):
+        url = sim.url(HOST)
+        for round_no in range(args.rounds):
+            shift = round_no % len(peers)
+            for peer in peers[shift:] + peers[:shift]:  # rotated: no peer always goes first
+                oneshot = peer.section == "oneshot"
+                n = args.oneshot_requests if oneshot else args.requests
+                warm = max(1, args.warmup // 10) if oneshot else args.warmup
+                progress(f"round {round_no + 1} of {args.rounds}: {peer.name}")
+                result = run_peer(peer, url, n, warm, args.limit)
+                result["round"] = round_no + 1
+                runs[peer.name].append(result)
+    results = summarise(peers, runs)
+    by_section: dict[str, Any] = {}
+    for section in SECTIONS:
+        chosen = [p for p in peers if p.section == section]
+        if not chosen:
+            continue
+        reference = next(p for p in chosen if p.reference)
+        n = args.oneshot_requests if section == "oneshot" else args.requests
+        table = section_table(
+            f"{TITLES[section]}: {n:,} GETs to {HOST} (1 KiB), median of {args.rounds} rounds",
+            chosen,
+            results,
+            reference.label.split(",")[0].split(" ")[0],
+        )
+        if section == "sync":
+            table.note(
+                "before (#22): requests 0.52 ms, httpx 0.29 ms; target surge <= 0.25x requests"
+            )
+        if section == "async":
+            table.note(
+                "target surge (asyncio) <= 0.2x httpx; the uvloop rows are notes (httpx has none)"
+            )
+        by_section[section] = table.render()
+        table.print()
+    print(
+        "cpu = user + sys of the client's process (getrusage, every thread) over the measured "
+        "requests and the client's close;\nratios are taken within each round, then the median; "
+        + (
+            f"server pinned to CPU {cpus['server']}, clients to CPU {cpus['client']}."
+            if cpus
+            else "server and clients share the CPUs."
+        )
+        + "\n"
+    )
+    targets = check_targets(results, args.quick)
+    print_targets(targets, args.quick)
+    command = "python benchmarks/api.py" + "".join(f" {a}" for a in argv)
+    path = write_json(
+        args.out,
+        payload(
+            "api",
+            info,
+            vars(args),
+            results,
+            targets,
+            started,
+            command=command,
+            date=info["date"][:10],
+            url=url,
+            cpus=cpus,
+            tables=by_section,
+        ),
+    )
+    print(f"\nwrote {path} in {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

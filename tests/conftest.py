@@ -10,6 +10,8 @@ counting); a test may restart it but must leave it running.
 ``start_mariadb`` / ``start_postgresql``: a server of the test's own, with
 options (``settings=``, ``auth=``, ``tls=``), stopped when the test ends.
 
+Every test runs with the machine's proxy variables (``http_proxy``...) unset.
+
 When a server or its Python driver is not installed: under CI (the environment
 variable ``CI`` set and not empty) the test fails, saying what to install --
 .ci/run installs them, so a skip there would hide a broken setup; elsewhere it
@@ -46,6 +48,27 @@ def require(module: str) -> ModuleType:
         if os.environ.get("CI"):
             pytest.fail(f"{hint} (CI is set: these tests must not be skipped)", pytrace=False)
         pytest.skip(hint, allow_module_level=True)
+
+
+#: The environment's proxy variables (surge reads them as curl does, by default).
+PROXY_VARIABLES = (
+    "http_proxy",
+    "HTTP_PROXY",
+    "https_proxy",
+    "HTTPS_PROXY",
+    "all_proxy",
+    "ALL_PROXY",
+    "no_proxy",
+    "NO_PROXY",
+)
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy_from_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tests talk to servers on loopback: a proxy set on the machine that runs
+    them is not theirs (a test of proxies sets the variables it means)."""
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture(scope="session")

@@ -105,7 +105,8 @@ class RequestError(SurgeError):
     What is known of the failed request travels with it, for its result record:
     ``status`` when a response head arrived before the failure (a body that then
     stalled is ``read_timeout`` with the status kept), and, set by the client,
-    ``url``, ``final_url``, ``timings``, ``attempts``, ``redirects`` and ``bytes``.
+    ``url``, ``final_url``, ``timings``, ``attempts``, ``redirects``, ``bytes``,
+    and - when it failed on a connection - ``remote_ip`` and ``tls``.
     """
 
     def __new__(cls, error_class: str, detail: str, *, status: int | None = None) -> RequestError:
@@ -128,6 +129,8 @@ class RequestError(SurgeError):
         self.attempts = 0
         self.redirects = 0  # redirects followed before the failure
         self.bytes = 0
+        self.remote_ip: str | None = None  # the address it was connected to, if it was
+        self.tls: Any = None  # that connection's TLS (surge.http.connection.TLSInfo)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Rebuilt from its own fields (the default would call cls(detail)).

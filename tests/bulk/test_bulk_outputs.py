@@ -18,6 +18,7 @@ from surge.bulk.outputs import (
     CSV_COLUMNS,
     FIELDS,
     TIMING_FIELDS,
+    TLS_FIELDS,
     LineSet,
     done_lines,
     encode_records,
@@ -41,6 +42,15 @@ def record(line: int, **changes: Any) -> dict[str, Any]:
         "redirects": 0,
         "redirect_ms": 0.0,
         "final_url": f"https://site{line}.example/home",
+        "remote_ip": "127.0.0.1",
+        "tls": {
+            "version": "TLSv1.3",
+            "cipher": "TLS_AES_256_GCM_SHA384",
+            "alpn": "http/1.1",
+            "subject": f"CN=site{line}.example",
+            "issuer": "O=TestCA,CN=TestCA",
+            "not_after": "2027-01-01T00:00:00Z",
+        },
         "timings": {
             "dns_ms": 1.00049,
             "connect_ms": 2.5,
@@ -60,6 +70,8 @@ def failed(line: int) -> dict[str, Any]:
         error="connect_refused",
         error_detail='connection refused by 127.0.0.1:9, "twice"',
         final_url=None,
+        remote_ip=None,
+        tls=None,
         timings=None,
     )
 
@@ -333,6 +345,8 @@ def records(draw: st.DrawFn) -> dict[str, Any]:
         "redirects": draw(st.integers(0, 10)),
         "redirect_ms": draw(st.floats(min_value=0, max_value=1e7, allow_nan=False)),
         "final_url": draw(st.none() | _text),
+        "remote_ip": draw(st.none() | st.sampled_from(["127.0.0.1", "::1"])),
+        "tls": draw(st.none() | st.fixed_dictionaries({k: st.none() | _text for k in TLS_FIELDS})),
         "timings": draw(st.none() | st.fixed_dictionaries({k: _times for k in TIMING_FIELDS})),
     }
 
@@ -360,3 +374,30 @@ def test_done_lines_equals_the_lines_written(
         assert [(r["url"], r["input"], r["error_detail"]) for r in back] == [
             (r["url"], r["input"], r["error_detail"]) for r in written
         ]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_extra_fields_follow_the_contracts_in_their_order(tmp_path: Path, fmt: str) -> None:
+    """-i and --output-dir add fields after the contract's: JSONL keys at the end,
+    CSV columns after the timings (the headers as JSON text)."""
+    extras = ("headers", "body_path", "body_sha256")
+    path = tmp_path / f"out.{fmt}"
+    headers = [["Content-Type", "text/html"], ["Set-Cookie", "a=1"], ["Set-Cookie", "b=2"]]
+    with open_writer(path, fmt, extras=extras) as writer:
+        writer.write(record(1, headers=headers, body_path="d/h/x", body_sha256="ab" * 32))
+        writer.write(failed(2) | {"headers": None, "body_path": None, "body_sha256": None})
+        with pytest.raises(ValueError, match="missing"):
+            writer.write(record(3))  # without its extras
+    if fmt == "jsonl":
+        first, second = (json.loads(line) for line in path.read_text().splitlines())
+        assert list(first) == [*FIELDS, *extras]
+        assert first["headers"] == headers and first["body_path"] == "d/h/x"
+        assert first["tls"]["subject"] == "CN=site1.example"
+        assert second["headers"] is None and second["tls"] is None
+    else:
+        with path.open(newline="") as stream:
+            rows = list(csv.DictReader(stream))
+        assert list(rows[0]) == [*CSV_COLUMNS, *extras]
+        assert json.loads(rows[0]["headers"]) == headers
+        assert rows[0]["tls_version"] == "TLSv1.3" and rows[0]["remote_ip"] == "127.0.0.1"
+        assert rows[1]["tls_version"] == "" and rows[1]["headers"] == ""

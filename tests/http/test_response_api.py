@@ -240,3 +240,14 @@ def test_auth_may_be_a_callable_and_stays_with_its_origin(httpbin: str) -> None:
     assert seen[0].url == f"{httpbin}/bearer?a=1" and seen[1].content == b'{"x":1}'
     with pytest.raises(ValueError, match="auth= takes"):
         Client(auth="user:password")
+
+
+def test_a_requests_headers_replace_the_clients_of_the_same_name(httpbin: str) -> None:
+    """As httpx merges them: one User-Agent (the request's), one X-A."""
+    with Client(headers={"X-A": "client", "X-B": "kept"}) as client:
+        seen = client.get(
+            f"{httpbin}/headers", headers={"user-agent": "mine/1", "x-a": "request"}
+        ).json()["headers"]
+        plain = client.get(f"{httpbin}/headers").json()["headers"]
+    assert seen["User-Agent"] == "mine/1" and seen["X-A"] == "request" and seen["X-B"] == "kept"
+    assert plain["User-Agent"].startswith("surge/") and plain["X-A"] == "client"

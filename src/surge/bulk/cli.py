@@ -1,9 +1,11 @@
 """``surge fetch``: the command line over :mod:`surge.bulk.engine`.
 
 Flags take curl's names where curl has one (``-o``, ``-L``, ``--max-redirs``,
-``-X``, ``-H``, ``--resolve``, ``--cacert``, ``-k``, ``--connect-timeout``,
-``--max-time``, ``--retry``-like ``--retries``).  Records go to stdout or
-``-o``; progress and the summary go to stderr, progress only on a terminal.
+``-X``, ``-H``, ``--resolve``, ``--dns-servers``, ``-4``/``-6``, ``--cacert``,
+``-k``, ``-x/--proxy``, ``--noproxy``, ``--connect-timeout``, ``--max-time``,
+``--retry``-like ``--retries``).
+Records go to stdout or ``-o``; progress and the summary go to stderr, progress
+only on a terminal.
 
 Exit status: 0 when the run completed (remote failures are data), 2 for a
 usage error or an input that cannot be read or parsed (the message names the
@@ -36,6 +38,7 @@ from surge.bulk.inputs import InputItem, read_inputs
 from surge.bulk.limits import fit_open_files, open_files_limit
 from surge.bulk.outputs import LineSet, RecordWriter, done_lines, open_writer
 from surge.bulk.summary import Summary
+from surge.bulk.warc import WarcWriter
 from surge.errors import LocalResourceError, UsageError
 from surge.http.client import parse_header
 from surge.http.headers import parse_user
@@ -77,14 +80,70 @@ from surge.trace.tracer import Tee, Tracer
 @click.option("-u", "--user", metavar="USER:PASSWORD", help="Basic auth, to each URL's own host.")
 @click.option("--max-redirs", default=10, show_default=True, help="Redirects to follow at most.")
 @click.option(
-    "-X", "--method", default="GET", show_default=True, type=click.Choice(["GET", "HEAD"])
+    "-X",
+    "--request",
+    "--method",
+    "method",
+    metavar="METHOD",
+    help="GET (default; POST with -d), HEAD, POST, PUT, PATCH, DELETE, OPTIONS, ...",
 )
+@click.option(
+    "-d",
+    "--data",
+    "data",
+    multiple=True,
+    metavar="DATA|@FILE",
+    help="Send this body with every request (curl's -d: @FILE without its line ends; "
+    "several join with &).",
+)
+@click.option(
+    "--data-binary", multiple=True, metavar="DATA|@FILE", help="As -d, bytes as they are."
+)
+@click.option("-A", "--user-agent", metavar="NAME", help="User-Agent (default: surge/VERSION).")
 @click.option("-H", "--header", "headers", multiple=True, metavar="'Name: value'")
+@click.option("-i", "--include-headers", is_flag=True, help="Records carry the response headers.")
+@click.option(
+    "--output-dir",
+    metavar="DIR",
+    help="Save each body to DIR/HOST/SHA256-OF-URL; records gain body_path, body_sha256.",
+)
+@click.option("--warc", "warc_path", metavar="FILE.warc.gz", help="Write every exchange to a WARC.")
+@click.option(
+    "--warc-max-size", type=int, metavar="BYTES", help="Start a new WARC file past this size."
+)
+@click.option(
+    "--rate-per-host", type=float, metavar="R", help="Requests a second at most to one host."
+)
 @click.option(
     "--resolve", multiple=True, metavar="HOST:PORT:ADDR", help="HOST may be * or *.suffix."
 )
+@click.option(
+    "--dns-servers",
+    metavar="IP[:PORT],...",
+    help="Ask these nameservers instead of the system's ([IPv6]:PORT for IPv6).",
+)
+@click.option(
+    "--dns-timeout",
+    type=float,
+    help="Seconds per lookup once sent (default: 5, at most --connect-timeout).",
+)
+@click.option("-4", "--ipv4", is_flag=True, help="Resolve names to IPv4 addresses only.")
+@click.option("-6", "--ipv6", is_flag=True, help="Resolve names to IPv6 addresses only.")
 @click.option("--cacert", type=click.Path(dir_okay=False), help="CA certificates (PEM) to trust.")
 @click.option("-k", "--insecure", is_flag=True, help="Do not verify TLS certificates.")
+@click.option(
+    "-x",
+    "--proxy",
+    metavar="[SCHEME://][USER:PASSWORD@]HOST[:PORT]",
+    help="Go through this proxy: http, https, socks5 (names resolved here) or socks5h "
+    "(by the proxy). Default: $http_proxy, $https_proxy, $all_proxy, as curl reads them.",
+)
+@click.option(
+    "--noproxy",
+    metavar="LIST",
+    help="Hosts that go direct: names (and those under them), IPs, CIDR ranges, or *. "
+    "Default: $no_proxy.",
+)
 @click.option("--template", help="Make URLs of bare domains, e.g. 'https://www.{}/'.")
 @click.option("--column", help="CSV column (name or 1-based number) or JSONL field of the URL.")
 @click.option(
@@ -135,11 +194,25 @@ def fetch_command(
     location_trusted: bool,
     user: str | None,
     max_redirs: int,
-    method: str,
+    method: str | None,
+    data: tuple[str, ...],
+    data_binary: tuple[str, ...],
+    user_agent: str | None,
     headers: tuple[str, ...],
+    include_headers: bool,
+    output_dir: str | None,
+    warc_path: str | None,
+    warc_max_size: int | None,
+    rate_per_host: float | None,
     resolve: tuple[str, ...],
+    dns_servers: str | None,
+    dns_timeout: float | None,
+    ipv4: bool,
+    ipv6: bool,
     cacert: str | None,
     insecure: bool,
+    proxy: str | None,
+    noproxy: str | None,
     template: str | None,
     column: str | None,
     input_format: str | None,
@@ -174,13 +247,24 @@ def fetch_command(
                 retries=retries,
                 follow_redirects=follow or location_trusted,  # as curl: it implies -L
                 max_redirects=max_redirs,
-                method=method,
+                method=method or "GET",
+                data=request_body(data, data_binary),
+                user_agent=user_agent,
+                include_headers=include_headers,
+                output_dir=output_dir,
+                warc_max_size=warc_max_size,
+                rate_per_host=rate_per_host,
                 headers=[parse_header(h) for h in headers],
                 user=parse_user(user) if user is not None else None,
                 location_trusted=location_trusted,
                 resolve=list(resolve),
+                dns_servers=dns_servers,
+                dns_timeout=dns_timeout,
+                ip_version=_ip_version(ipv4, ipv6),
                 cafile=cacert,
                 insecure=insecure,
+                proxy=proxy,
+                noproxy=noproxy,
                 body_cap=max_filesize,
                 max_connecting=max_connecting,
             )
@@ -197,7 +281,13 @@ def fetch_command(
             if cluster is not None and (trace_path or har_path):
                 # The timings live in the workers' processes; shards return records.
                 raise UsageError("--trace and --har are not available with --cluster yet")
-            for path in (trace_path, har_path):
+            if cluster is not None and (warc_path or output_dir or rate_per_host):
+                # One WARC written by many processes, bodies on many machines, a
+                # host's pace kept by each: none of it means what it says yet.
+                raise UsageError(
+                    "--warc, --output-dir and --rate-per-host are not available with --cluster yet"
+                )
+            for path in (trace_path, har_path, warc_path):
                 _check_writable(path)
             _check_not_the_input(output, input_path)
             done = done_lines(output, fmt) if resume and output and os.path.exists(output) else None
@@ -217,7 +307,11 @@ def fetch_command(
                 from surge.bulk.cluster import connect
 
                 dask_client = resources.enter_context(connect(cluster))
-            writer = open_writer(output, fmt, append=bool(resume))
+            writer = open_writer(output, fmt, append=bool(resume), extras=opts.extras)
+            if warc_path is not None:
+                opts.warc = resources.enter_context(
+                    _warc_writer(warc_path, warc_max_size, bool(resume), input_path)
+                )
             # Opened last, so that a usage error above leaves no empty trace files.
             recorder, har = _tracers(trace_path, trace_rows, har_path, opts, input_path)
         except UsageError as e:
@@ -501,6 +595,53 @@ def fit_concurrency(wanted: int, quiet: bool = False) -> int:
             err=True,
         )
     return fitted
+
+
+def request_body(data: tuple[str, ...], binary: tuple[str, ...]) -> bytes | None:
+    """The body of ``-d``/``--data-binary`` as curl makes it: each value as given,
+    or ``@FILE``'s contents (``-d`` strips its carriage returns and newlines),
+    several joined with ``&``; None without either."""
+    parts: list[bytes] = []
+    for values, strip in ((data, True), (binary, False)):
+        for value in values:
+            if value.startswith("@"):
+                name = value[1:]
+                try:
+                    if name == "-":
+                        content = sys.stdin.buffer.read()
+                    else:
+                        with open(name, "rb") as file:
+                            content = file.read()
+                except OSError as e:
+                    raise UsageError(f"-d {value}: cannot read: {e.strerror}") from None
+                if strip:
+                    content = content.replace(b"\r", b"").replace(b"\n", b"")
+                parts.append(content)
+            else:
+                parts.append(value.encode("utf-8"))
+    return b"&".join(parts) if parts else None
+
+
+@contextlib.contextmanager
+def _warc_writer(
+    path: str, max_size: int | None, append: bool, input_path: str
+) -> Iterator[WarcWriter]:
+    """The --warc writer (appending under --resume), closed with the run."""
+    info = {"surge-arguments": " ".join(sys.argv) or f"surge fetch {input_path}"}
+    try:
+        writer = WarcWriter(path, max_size=max_size, append=append, info=info)
+    except OSError as e:
+        raise UsageError(f"{path}: cannot write: {e.strerror}") from None
+    try:
+        yield writer
+    finally:
+        writer.close()
+
+
+def _ip_version(ipv4: bool, ipv6: bool) -> int | None:
+    if ipv4 and ipv6:
+        raise UsageError("-4/--ipv4 and -6/--ipv6: give one or neither")
+    return 4 if ipv4 else 6 if ipv6 else None
 
 
 def _die(message: str) -> NoReturn:

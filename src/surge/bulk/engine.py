@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import warnings
 from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping, Sequence
 from contextlib import aclosing, closing
@@ -29,12 +30,19 @@ from dataclasses import MISSING, dataclass, fields
 from time import perf_counter
 from typing import Any
 
+from surge.bulk.bodies import BodyFiles, fetch_kept
 from surge.bulk.inputs import InputItem as Item
 from surge.bulk.limits import fit_open_files, open_files_limit
+from surge.bulk.pacing import HostPacer
+from surge.bulk.warc import WarcWriter
 from surge.errors import LocalResourceError, RequestError, UsageError
 from surge.gc_tuning import relaxed_gc
 from surge.http.client import AsyncClient
+from surge.http.headers import check_method, header_line
+from surge.http.proxy import parse_proxy
+from surge.http.resolver import parse_servers
 from surge.http.timings import RECORD_PHASES, Timings, ms3
+from surge.http.url import parse_url
 from surge.loops import iterate_in_thread
 from surge.retry import RETRY_AFTER_STATUSES, RetryPolicy, retry_after_seconds
 from surge.trace.tracer import LAG_EVERY, Tracer
@@ -82,7 +90,14 @@ class FetchOptions:
     max_redirects
         Redirects followed at most; one more is ``too_many_redirects`` [--max-redirs].
     method
-        "GET" or "HEAD" [-X].
+        The request method [-X]: GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS or
+        any other token; a JSONL input line's own ``method`` wins for its line.
+    data
+        A request body sent with every input [-d, --data-binary]: bytes, or text
+        sent as UTF-8; with ``method`` "GET" it makes the method POST, as curl's
+        -d does.  A JSONL line's own ``body``/``body_base64`` wins for its line.
+    user_agent
+        The User-Agent sent [-A]; None: ``surge/VERSION``.
     headers
         Sent with every request [-H]: a mapping or (name, value) pairs.
     user
@@ -91,16 +106,54 @@ class FetchOptions:
         Send the credentials to other origins a redirect leads to [--location-trusted].
     resolve
         curl's overrides, "HOST:PORT:ADDR" (HOST may be * or *.suffix) [--resolve].
+    dns_servers
+        Nameservers to ask instead of the system's, "IP[:PORT]" items (a list, or
+        one comma-separated string) [--dns-servers]; names then resolve through
+        c-ares.
+    dns_timeout
+        Seconds a lookup may take once its query is sent (default: 5, or
+        ``connect_timeout`` if less) [--dns-timeout].  The lookup is part of the
+        connect phase, so a value above ``connect_timeout`` is cut to it.
+    ip_version
+        4 or 6: resolve names to addresses of that family only [-4, -6]; None:
+        both, raced as RFC 8305's Happy Eyeballs.
     cafile
         CA certificates (PEM) to trust instead of the system's [--cacert].
     insecure
         Do not verify TLS certificates [-k].
+    proxy
+        The proxy every request goes through [--proxy]: ``http://``, ``https://``,
+        ``socks5://`` (names resolved here) or ``socks5h://`` (by the proxy), with
+        credentials as ``user:password@`` (percent-encoded).  None: the
+        environment's ``http_proxy``, ``https_proxy``, ``all_proxy`` (as curl
+        reads them, ``HTTP_PROXY`` never); "": none, the environment ignored.
+    noproxy
+        Hosts that go direct [--noproxy]: comma-separated names (each with the
+        names under it), IP addresses and CIDR ranges, or ``*`` for all; None: the
+        environment's ``no_proxy``; "": every host through the proxy.
     body_cap
         Body bytes at most; a larger body is ``body_too_large`` [--max-filesize].
     max_connecting
         TCP/TLS handshakes in flight at most [--max-connecting].
     keep_body
         Put the body, as text, into the record as ``body``.
+    include_headers
+        Put the response headers into the record as ``headers``: [name, value]
+        pairs, in the order received [-i].
+    output_dir
+        Save each body to a file under this directory, decoded, streamed to
+        disk; the record gains ``body_path`` and ``body_sha256``
+        [--output-dir] (the naming: surge.bulk.bodies).
+    warc
+        Write each exchange to this WARC/1.1 file (gzipped per record), or to a
+        :class:`~surge.bulk.warc.WarcWriter` of yours [--warc].
+    warc_max_size
+        Start a new WARC file (``NAME-00001.warc.gz``, ...) before one would grow
+        past this many bytes [--warc-max-size].
+    rate_per_host
+        Requests a second at most to one host (the input URL's), spaced evenly;
+        a 429 or 503 with Retry-After holds that host back as long as it asks
+        (at most ``max_time``) [--rate-per-host].  None: no pacing.
     relax_gc
         Relax the cycle collector while the run is active (see surge.gc_tuning).
     trace
@@ -118,15 +171,27 @@ class FetchOptions:
     follow_redirects: bool = False
     max_redirects: int = 10
     method: str = "GET"
+    data: bytes | str | None = None
+    user_agent: str | None = None
     headers: Mapping[str, str] | Sequence[tuple[str, str]] = ()
     user: tuple[str, str] | None = None
     location_trusted: bool = False
     resolve: Sequence[str] = ()
+    dns_servers: str | Sequence[str] | None = None
+    dns_timeout: float | None = None
+    ip_version: int | None = None
     cafile: str | None = None
     insecure: bool = False
+    proxy: str | None = None
+    noproxy: str | None = None
     body_cap: int = 10 * 1024 * 1024
     max_connecting: int = 256
     keep_body: bool = False
+    include_headers: bool = False
+    output_dir: str | None = None
+    warc: str | WarcWriter | None = None
+    warc_max_size: int | None = None
+    rate_per_host: float | None = None
     relax_gc: bool = True
     trace: Tracer | None = None
 
@@ -143,20 +208,65 @@ class FetchOptions:
         _count("max-filesize", self.body_cap, least=0)
         _seconds("max-time", self.max_time)
         _seconds("connect-timeout", self.connect_timeout)
+        if self.dns_timeout is not None:
+            _seconds("dns-timeout", self.dns_timeout)
+        if isinstance(self.ip_version, bool) or self.ip_version not in (None, 4, 6):
+            raise UsageError(f"ip-version must be 4, 6 or None, not {self.ip_version!r}")
+        if self.dns_servers is not None:
+            self.dns_servers = parse_servers(self.dns_servers)
         _seconds("retry-backoff", self.retry_backoff, zero=True)
+        if self.proxy:  # a usage error now (exit 2), not when the client is made
+            parse_proxy(self.proxy)
         if isinstance(self.resolve, str):  # one --resolve entry, not its characters
             self.resolve = [self.resolve]
         if isinstance(self.headers, str):  # one 'Name: value' would be its characters
             raise UsageError("headers must be a mapping or (name, value) pairs, not a string")
-        self.method = self.method.upper()
-        if self.method not in ("GET", "HEAD"):
-            raise UsageError(f"method must be GET or HEAD, not {self.method}")
+        self.method = check_method(self.method)
+        if isinstance(self.data, str):
+            self.data = self.data.encode("utf-8")
+        if self.data is not None:
+            if not isinstance(self.data, bytes):
+                raise UsageError(f"data must be bytes or str, not {type(self.data).__name__}")
+            if self.method == "GET":
+                self.method = "POST"  # curl's -d
+        if self.user_agent is not None:
+            header_line("User-Agent", self.user_agent)  # a usage error now, not per request
+        if self.rate_per_host is not None and not (
+            isinstance(self.rate_per_host, int | float) and 0 < self.rate_per_host < math.inf
+        ):
+            raise UsageError(f"rate-per-host must be a positive number, not {self.rate_per_host!r}")
+        if self.warc_max_size is not None:
+            _count("warc-max-size", self.warc_max_size, least=1)
+        if isinstance(self.output_dir, os.PathLike):
+            self.output_dir = os.fspath(self.output_dir)
+
+    @property
+    def extras(self) -> tuple[str, ...]:
+        """The optional record fields these options add, in record order."""
+        names = []
+        if self.include_headers:
+            names.append("headers")
+        if self.output_dir is not None:
+            names += ["body_path", "body_sha256"]
+        if self.keep_body:
+            names.append("body")
+        return tuple(names)
 
     @property
     def retry_policy(self) -> RetryPolicy:
         """``retries`` and ``retry_backoff`` as the one policy (surge.retry); made
         when a try failed, never on the path of a request that did not."""
         return RetryPolicy(self.retries, self.retry_backoff, max(30.0, self.retry_backoff))
+
+    def request_headers(self) -> list[tuple[str, str]]:
+        """``headers`` with ``user_agent`` (an -H User-Agent wins over -A, as in curl)."""
+        items = self.headers.items() if isinstance(self.headers, Mapping) else self.headers
+        pairs = list(items)
+        if self.user_agent is not None and not any(
+            name.lower() == "user-agent" for name, _ in pairs
+        ):
+            pairs.insert(0, ("User-Agent", self.user_agent))
+        return pairs
 
     def client(self) -> AsyncClient:
         return AsyncClient(
@@ -166,12 +276,20 @@ class FetchOptions:
             max_time=self.max_time,
             follow_redirects=self.follow_redirects,
             max_redirects=self.max_redirects,
-            headers=self.headers,
+            headers=self.request_headers(),
             auth=self.user,
             location_trusted=self.location_trusted,
             cafile=self.cafile,
             insecure=self.insecure,
+            # The environment's proxy variables too, as curl reads them: a job
+            # run where a proxy is the way out works without flags.
+            proxy=self.proxy,
+            noproxy=self.noproxy,
+            trust_env=True,
             resolve=self.resolve,
+            dns_servers=self.dns_servers,
+            dns_timeout=self.dns_timeout,
+            ip_version=self.ip_version,
             body_cap=self.body_cap,
             max_connecting=self.max_connecting,
             # Each input is a request of its own, as curl's: no cookie set by one
@@ -223,15 +341,27 @@ async def fetch(
     follow_redirects: bool = False,
     max_redirects: int = 10,
     method: str = "GET",
+    data: bytes | str | None = None,
+    user_agent: str | None = None,
     headers: Mapping[str, str] | Sequence[tuple[str, str]] = (),
     user: tuple[str, str] | None = None,
     location_trusted: bool = False,
     resolve: Sequence[str] = (),
+    dns_servers: str | Sequence[str] | None = None,
+    dns_timeout: float | None = None,
+    ip_version: int | None = None,
     cafile: str | None = None,
     insecure: bool = False,
+    proxy: str | None = None,
+    noproxy: str | None = None,
     body_cap: int = 10 * 1024 * 1024,
     max_connecting: int = 256,
     keep_body: bool = False,
+    include_headers: bool = False,
+    output_dir: str | None = None,
+    warc: str | WarcWriter | None = None,
+    warc_max_size: int | None = None,
+    rate_per_host: float | None = None,
     relax_gc: bool = True,
     trace: Tracer | None = None,
 ) -> AsyncGenerator[Record, None]:
@@ -285,6 +415,9 @@ async def run(
             stacklevel=2,
         )
     results: asyncio.Queue[Record | None] = asyncio.Queue(maxsize=max(opts.concurrency, 64))
+    made = RunState(opts)
+    # The common case keeps nothing and paces nothing: no state to look at per input.
+    state = None if made.files is None and made.warc is None and made.pacer is None else made
     source = iter(items)
     exhausted = False
     failure: list[BaseException] = []
@@ -305,7 +438,7 @@ async def run(
 
     async def worker() -> None:
         while (item := next_item()) is not None:
-            record = await fetch_one(client, item, opts)
+            record = await fetch_one(client, item, opts, state)
             # put() is a coroutine around put_nowait(): called only when it must wait
             if results.full():
                 await results.put(record)
@@ -345,6 +478,8 @@ async def run(
             if not supervisor.done():
                 supervisor.cancel()
                 await asyncio.gather(supervisor, return_exceptions=True)
+            if state is not None:
+                state.close()
     if failure:
         raise failure[0]
 
@@ -360,15 +495,79 @@ async def watch_lag(tracer: Tracer) -> None:
         tracer.loop_lag(perf_counter(), max(0.0, loop.time() - due))
 
 
-async def fetch_one(client: AsyncClient, item: Item, opts: FetchOptions) -> Record:
-    """One input to one record, with retries; never raises for a remote failure."""
+class RunState:
+    """What a run keeps open besides its client: the body files, the WARC
+    writer, the per-host pacer (each None unless its option is set)."""
+
+    __slots__ = ("files", "own_warc", "pacer", "warc")
+
+    def __init__(self, opts: FetchOptions) -> None:
+        self.files = BodyFiles(opts.output_dir) if opts.output_dir is not None else None
+        self.pacer = HostPacer(opts.rate_per_host) if opts.rate_per_host is not None else None
+        self.own_warc = isinstance(opts.warc, str | os.PathLike)
+        warc = opts.warc
+        if isinstance(warc, str | os.PathLike):
+            try:
+                warc = WarcWriter(warc, max_size=opts.warc_max_size)
+            except OSError as e:
+                raise UsageError(f"{opts.warc}: cannot write: {e.strerror}") from None
+        self.warc = warc
+
+    @property
+    def keeps_bodies(self) -> bool:
+        return self.files is not None or self.warc is not None
+
+    def close(self) -> None:
+        if self.warc is not None and self.own_warc:
+            self.warc.close()
+
+
+def _request(client: AsyncClient, item: Item, opts: FetchOptions, state: RunState | None) -> Any:
+    """The request of one input: the run's method and body, or its JSONL line's."""
+    method, headers = opts.method, None
+    body = opts.data if not isinstance(opts.data, str) else opts.data.encode("utf-8")
+    line = item.request
+    if line is not None:
+        if line.method is not None:
+            method = line.method
+        headers = line.headers
+        if line.body is not None:
+            body = line.body
+            if line.method is None and method == "GET":
+                method = "POST"  # as -d: a body without a method is a POST
+    if state is not None and state.keeps_bodies:
+        return fetch_kept(
+            client, item.url, method, headers, body, opts.body_cap, state.files, state.warc
+        )
+    return client.request(method, item.url, headers=headers, body=body)
+
+
+async def fetch_one(
+    client: AsyncClient, item: Item, opts: FetchOptions, state: RunState | None = None
+) -> Record:
+    """One input to one record, with retries; never raises for a remote failure.
+
+    ``state``: what the run keeps open (body files, a WARC, the pacer); None
+    for none of them."""
     attempts = 0
     retried = False
     start = perf_counter()
     short_until: float | None = None  # out of descriptors: wait for one until then
+    extras: dict[str, Any] | None = None
+    pacer = state.pacer if state is not None else None
+    host = _host(item.url) if pacer is not None else None
     while True:
         try:
-            response = await client.request(opts.method, item.url)
+            if pacer is not None and host is not None:
+                await pacer.wait(host)
+            if state is None and item.request is None and opts.data is None:
+                response = await client.request(opts.method, item.url)
+            else:
+                outcome = await _request(client, item, opts, state)
+                if isinstance(outcome, tuple):
+                    response, extras = outcome
+                else:
+                    response = outcome
         except LocalResourceError as e:
             # This process is out of descriptors (another part of it holds them):
             # wait for a request in flight to give one back and try again - not a
@@ -392,13 +591,29 @@ async def fetch_one(client: AsyncClient, item: Item, opts: FetchOptions) -> Reco
                     retried = True
                     continue
             record = _record(
-                item, start, attempts, e.status, e, e.final_url, e.bytes, e.timings, e.redirects
+                item,
+                start,
+                attempts,
+                e.status,
+                e,
+                e.final_url,
+                e.bytes,
+                e.timings,
+                e.redirects,
+                e.remote_ip,
+                e.tls,
             )
+            if opts.extras:
+                _add_extras(record, opts, None, None)
             if opts.trace is not None:
                 end = start + record["elapsed_ms"] / 1000
                 opts.trace.add(record, start, end, e.timings, retried)
             return record
         attempts += 1
+        if pacer is not None and host is not None and response.status in RETRY_AFTER_STATUSES:
+            held = retry_after_seconds(response.header("retry-after"))
+            if held is not None:
+                pacer.hold(host, min(held, opts.max_time))
         if opts.retries and opts.retry_policy.status_worth_retrying(response.status):
             # A wait the server asks for (Retry-After) longer than a try may
             # take (--max-time) is not waited for: the try is the last.
@@ -412,6 +627,7 @@ async def fetch_one(client: AsyncClient, item: Item, opts: FetchOptions) -> Reco
                 await asyncio.sleep(wait)
                 retried = True
                 continue
+        conn = response.connection
         record = _record(
             item,
             start,
@@ -422,13 +638,39 @@ async def fetch_one(client: AsyncClient, item: Item, opts: FetchOptions) -> Reco
             response.bytes,
             response.timings,
             response.redirects,
+            conn.address[0] if conn is not None and conn.address is not None else None,
+            conn.tls_info() if conn is not None else None,
         )
+        if opts.extras:
+            _add_extras(record, opts, response, extras)
         if opts.trace is not None:
             end = start + record["elapsed_ms"] / 1000
             opts.trace.add(record, start, end, response.timings, retried)
-        if opts.keep_body:
-            record["body"] = response.text
         return record
+
+
+def _add_extras(
+    record: Record, opts: FetchOptions, response: Any, extras: dict[str, Any] | None
+) -> None:
+    """The optional fields (``FetchOptions.extras``), in their order; None where a
+    failed request has none."""
+    if opts.include_headers:
+        record["headers"] = (
+            None if response is None else [list(pair) for pair in response.headers.multi_items()]
+        )
+    if opts.output_dir is not None:
+        record["body_path"] = extras.get("body_path") if extras else None
+        record["body_sha256"] = extras.get("body_sha256") if extras else None
+    if opts.keep_body:
+        record["body"] = None if response is None or response._stream else response.text
+
+
+def _host(url: str) -> str | None:
+    """The host an input is paced by (None: not a URL; its request will say so)."""
+    try:
+        return parse_url(url).host
+    except RequestError:
+        return None
 
 
 def _record(
@@ -441,6 +683,8 @@ def _record(
     body_bytes: int,
     timings: Timings | None,
     redirects: int,
+    remote_ip: str | None,
+    tls: Any,
 ) -> Record:
     phases = timings.phases_ms() if timings is not None else dict.fromkeys(RECORD_PHASES)
     hop_start = timings.hop_start if timings is not None else None
@@ -460,6 +704,8 @@ def _record(
         if hop_start is None or timings is None or timings.started is None
         else ms3(hop_start - timings.started),
         "final_url": final_url,
+        "remote_ip": remote_ip,
+        "tls": tls,
         "timings": phases,
     }
 
@@ -480,15 +726,27 @@ def fetch_all(
     follow_redirects: bool = False,
     max_redirects: int = 10,
     method: str = "GET",
+    data: bytes | str | None = None,
+    user_agent: str | None = None,
     headers: Mapping[str, str] | Sequence[tuple[str, str]] = (),
     user: tuple[str, str] | None = None,
     location_trusted: bool = False,
     resolve: Sequence[str] = (),
+    dns_servers: str | Sequence[str] | None = None,
+    dns_timeout: float | None = None,
+    ip_version: int | None = None,
     cafile: str | None = None,
     insecure: bool = False,
+    proxy: str | None = None,
+    noproxy: str | None = None,
     body_cap: int = 10 * 1024 * 1024,
     max_connecting: int = 256,
     keep_body: bool = False,
+    include_headers: bool = False,
+    output_dir: str | None = None,
+    warc: str | WarcWriter | None = None,
+    warc_max_size: int | None = None,
+    rate_per_host: float | None = None,
     relax_gc: bool = True,
     trace: Tracer | None = None,
 ) -> Iterator[Record]:

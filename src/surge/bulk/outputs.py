@@ -49,12 +49,18 @@ FIELDS: Final = (
     "redirects",
     "redirect_ms",
     "final_url",
+    "remote_ip",
+    "tls",
     "timings",
 )
+#: The keys of a record's ``tls`` (None for plain HTTP; surge.http.connection.TLSInfo).
+TLS_FIELDS: Final = ("version", "cipher", "alpn", "subject", "issuer", "not_after")
 #: The keys of a record's ``timings`` (curl's -w timers, see surge.http.timings).
 TIMING_FIELDS: Final = RECORD_PHASES
-#: The CSV header: the record's fields with ``timings`` flattened into its phases.
-CSV_COLUMNS: Final = FIELDS[:-1] + TIMING_FIELDS
+#: Fields the options add after the contract's (FetchOptions.extras), in this order.
+EXTRA_FIELDS: Final = ("headers", "body_path", "body_sha256", "body")
+#: The CSV header: the record's fields with ``tls`` and ``timings`` flattened.
+CSV_COLUMNS: Final = FIELDS[:-2] + tuple(f"tls_{k}" for k in TLS_FIELDS) + TIMING_FIELDS
 OUTPUT_FORMATS: Final = ("jsonl", "csv")
 
 #: Buffered records reach the file at least this often (seconds) while writes come
@@ -70,7 +76,7 @@ _NULL_TIMINGS: Final = dict.fromkeys(TIMING_FIELDS)
 _JSONL_RECORD: Final = (
     '{"url":%s,"input":%s,"line":%d,"status":%s,"error":%s,"error_detail":%s,'
     '"elapsed_ms":%s,"bytes":%d,"attempts":%d,"redirects":%d,"redirect_ms":%s,'
-    '"final_url":%s,"timings":{"dns_ms":%s,'
+    '"final_url":%s,"remote_ip":%s,"tls":%s,"timings":{"dns_ms":%s,'
     '"connect_ms":%s,"tls_ms":%s,"ttfb_ms":%s,"body_ms":%s}}\n'
 )
 # A quoted JSON string (C implementation); non-ASCII (IDN hosts, paths) stays
@@ -88,9 +94,17 @@ class RecordWriter:
     arrives), and :meth:`close` (or leave the ``with`` block) at the end.
     """
 
-    def __init__(self, sink: _Sink, fmt: str, *, header: bool) -> None:
+    def __init__(
+        self, sink: _Sink, fmt: str, *, header: bool, extras: tuple[str, ...] = ()
+    ) -> None:
         self._sink = sink
         self.fmt = fmt  # "jsonl" or "csv"
+        unknown = [name for name in extras if name not in EXTRA_FIELDS]
+        if unknown:
+            raise ValueError(f"unknown extra record fields {unknown}")
+        #: Optional fields after the contract's (FetchOptions.extras), in order.
+        self.extras = extras
+        self._size = len(FIELDS) + len(extras)
         self._pending: list[str] = []
         self._last_flush = time.monotonic()
         self._closed = False
@@ -99,7 +113,7 @@ class RecordWriter:
             # `write`, which here is the pending list's append.
             self._csv = csv.writer(_Collector(self._pending), lineterminator="\n")
             if header:
-                self._csv.writerow(CSV_COLUMNS)
+                self._csv.writerow(CSV_COLUMNS + extras)
 
     def write(self, record: Mapping[str, Any]) -> None:
         """Buffer one record; it must have exactly the keys of :data:`FIELDS`.
@@ -109,8 +123,8 @@ class RecordWriter:
         """
         if self._closed:
             raise ValueError("write to a closed RecordWriter")
-        if len(record) != len(FIELDS):
-            raise ValueError(_key_mismatch(record))
+        if len(record) != self._size:
+            raise ValueError(_key_mismatch(record, self.extras))
         try:
             error = record["error"]
             if error is not None and error not in _ERRORS:
@@ -118,6 +132,8 @@ class RecordWriter:
             status = record["status"]
             detail = record["error_detail"]
             final_url = record["final_url"]
+            remote_ip = record["remote_ip"]
+            tls_info = record["tls"]
             elapsed = record["elapsed_ms"]
             timings = record["timings"] or _NULL_TIMINGS
             dns = timings["dns_ms"]
@@ -129,29 +145,42 @@ class RecordWriter:
                 # Formatted by hand rather than by json.dumps: the template fixes the
                 # key order, and ":.3f" rounds and formats a float in one step where
                 # round() + the encoder's repr() take two.
-                self._pending.append(
-                    _JSONL_RECORD
-                    % (
-                        _json_str(record["url"]),
-                        _json_str(record["input"]),
-                        record["line"],
-                        "null" if status is None else f"{status:d}",
-                        "null" if error is None else _json_str(error),
-                        "null" if detail is None else _json_str(detail),
-                        f"{elapsed:.3f}",
-                        record["bytes"],
-                        record["attempts"],
-                        record["redirects"],
-                        f"{record['redirect_ms']:.3f}",
-                        "null" if final_url is None else _json_str(final_url),
-                        "null" if dns is None else f"{dns:.3f}",
-                        "null" if connect is None else f"{connect:.3f}",
-                        "null" if tls is None else f"{tls:.3f}",
-                        "null" if ttfb is None else f"{ttfb:.3f}",
-                        "null" if body is None else f"{body:.3f}",
-                    )
+                line = _JSONL_RECORD % (
+                    _json_str(record["url"]),
+                    _json_str(record["input"]),
+                    record["line"],
+                    "null" if status is None else f"{status:d}",
+                    "null" if error is None else _json_str(error),
+                    "null" if detail is None else _json_str(detail),
+                    f"{elapsed:.3f}",
+                    record["bytes"],
+                    record["attempts"],
+                    record["redirects"],
+                    f"{record['redirect_ms']:.3f}",
+                    "null" if final_url is None else _json_str(final_url),
+                    "null" if remote_ip is None else _json_str(remote_ip),
+                    "null" if tls_info is None else _tls_json(tls_info),
+                    "null" if dns is None else f"{dns:.3f}",
+                    "null" if connect is None else f"{connect:.3f}",
+                    "null" if tls is None else f"{tls:.3f}",
+                    "null" if ttfb is None else f"{ttfb:.3f}",
+                    "null" if body is None else f"{body:.3f}",
                 )
+                if self.extras:
+                    line = (
+                        line[:-2]
+                        + "".join(
+                            f",{_json_str(name)}:{_dumps(record[name])}" for name in self.extras
+                        )
+                        + "}\n"
+                    )
+                self._pending.append(line)
             else:
+                tls_row = (
+                    (None,) * len(TLS_FIELDS)
+                    if tls_info is None
+                    else tuple(_one_line(tls_info.get(k)) for k in TLS_FIELDS)
+                )
                 self._csv.writerow(
                     (
                         _one_line(record["url"]),
@@ -167,17 +196,20 @@ class RecordWriter:
                         f"{record['redirects']:d}",
                         f"{record['redirect_ms']:.3f}",
                         _one_line(final_url),
+                        remote_ip,
+                        *tls_row,
                         None if dns is None else f"{dns:.3f}",
                         None if connect is None else f"{connect:.3f}",
                         None if tls is None else f"{tls:.3f}",
                         None if ttfb is None else f"{ttfb:.3f}",
                         None if body is None else f"{body:.3f}",
+                        *(_csv_extra(record[name]) for name in self.extras),
                     )
                 )
         except TypeError as exc:  # e.g. a number where a string belongs
             raise ValueError(f"record field of the wrong type: {exc}") from None
         except KeyError:
-            raise ValueError(_key_mismatch(record)) from None
+            raise ValueError(_key_mismatch(record, self.extras)) from None
         if (
             len(self._pending) >= FLUSH_RECORDS
             or time.monotonic() - self._last_flush >= FLUSH_INTERVAL
@@ -218,7 +250,9 @@ class RecordWriter:
         self.close()
 
 
-def encode_records(records: Iterable[Mapping[str, Any]], fmt: str) -> str:
+def encode_records(
+    records: Iterable[Mapping[str, Any]], fmt: str, extras: tuple[str, ...] = ()
+) -> str:
     """``records`` as :class:`RecordWriter` writes them in ``fmt`` (no CSV header).
 
     A cluster worker formats its shard's records with this, so that they travel
@@ -228,14 +262,18 @@ def encode_records(records: Iterable[Mapping[str, Any]], fmt: str) -> str:
     if fmt not in OUTPUT_FORMATS:
         raise UsageError(f"unknown output format {fmt!r} (one of: {', '.join(OUTPUT_FORMATS)})")
     sink = _TextSink()
-    with RecordWriter(sink, fmt, header=False) as writer:
+    with RecordWriter(sink, fmt, header=False, extras=extras) as writer:
         for record in records:
             writer.write(record)
     return "".join(sink.parts)
 
 
 def open_writer(
-    path: str | os.PathLike[str] | None, fmt: str, *, append: bool = False
+    path: str | os.PathLike[str] | None,
+    fmt: str,
+    *,
+    append: bool = False,
+    extras: tuple[str, ...] = (),
 ) -> RecordWriter:
     """A :class:`RecordWriter` for ``path`` (``None`` or ``"-"``: stdout) in ``fmt``.
 
@@ -248,7 +286,7 @@ def open_writer(
     if fmt not in OUTPUT_FORMATS:
         raise UsageError(f"unknown output format {fmt!r} (one of: {', '.join(OUTPUT_FORMATS)})")
     if path is None or os.fspath(path) == "-":
-        return RecordWriter(_StdoutSink(), fmt, header=fmt == "csv")
+        return RecordWriter(_StdoutSink(), fmt, header=fmt == "csv", extras=extras)
     name = os.fspath(path)
     try:
         if append:
@@ -258,7 +296,7 @@ def open_writer(
         empty = os.fstat(file.fileno()).st_size == 0
     except OSError as exc:
         raise UsageError(f"{name}: cannot write: {_reason(exc)}") from None
-    return RecordWriter(_FileSink(file, name), fmt, header=fmt == "csv" and empty)
+    return RecordWriter(_FileSink(file, name), fmt, header=fmt == "csv" and empty, extras=extras)
 
 
 class LineSet(collections.abc.Set[int]):
@@ -430,9 +468,27 @@ def _one_line(value: str | None) -> str | None:
     return value
 
 
-def _key_mismatch(record: Mapping[str, Any]) -> str:
-    missing = [key for key in FIELDS if key not in record]
-    extra = [key for key in record if key not in FIELDS]
+def _tls_json(info: Mapping[str, Any]) -> str:
+    """A record's ``tls`` as JSON: made once per connection (TLSInfo.json)."""
+    made = getattr(info, "json", None)
+    return made if isinstance(made, str) else _dumps(dict(info))
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _csv_extra(value: Any) -> str | None:
+    """An optional field in a CSV cell: text as it is (on one line), lists as JSON."""
+    if value is None or isinstance(value, str):
+        return _one_line(value)
+    return _dumps(value)
+
+
+def _key_mismatch(record: Mapping[str, Any], extras: tuple[str, ...] = ()) -> str:
+    expected = FIELDS + extras
+    missing = [key for key in expected if key not in record]
+    extra = [key for key in record if key not in expected]
     timings = record.get("timings")
     if not missing and not extra and isinstance(timings, Mapping):
         missing = [key for key in TIMING_FIELDS if key not in timings]

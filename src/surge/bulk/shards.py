@@ -145,7 +145,7 @@ def run_shard(
         summary = Summary()
         for record in records:
             summary.add(record)
-        encoded = encode_records(records, encode)
+        encoded = encode_records(records, encode, opts.extras)
         records = []
     return ShardOutcome(
         records,

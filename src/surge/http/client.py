@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import ssl
 from collections.abc import Coroutine, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager as AsyncContextManager
@@ -36,7 +37,8 @@ from surge.http.deadlines import Deadlines, TaskDeadline
 from surge.http.decoding import ACCEPT_ENCODING, decode
 from surge.http.gate import Gate
 from surge.http.headers import HeaderInput, build, check_method
-from surge.http.resolver import Override, Resolver
+from surge.http.proxy import PoolKey, Proxies, open_through
+from surge.http.resolver import DNS_TIMEOUT, Override, Resolver, parse_servers
 from surge.http.response import Response
 from surge.http.stream import BodyStream, drain
 from surge.http.timeout import Timeout
@@ -72,6 +74,36 @@ def make_ssl_context(cafile: str | None = None, *, insecure: bool = False) -> ss
     return context
 
 
+def _resolver(
+    resolve: Iterable[str | Override],
+    servers: str | Iterable[str] | None,
+    dns_timeout: float | None,
+    ip_version: int | None,
+    connect_timeout: float,
+) -> Resolver:
+    """The resolver :class:`AsyncClient` builds from its options (see there)."""
+    if isinstance(ip_version, bool) or ip_version not in (None, 4, 6):
+        raise UsageError(f"ip_version must be 4, 6 or None, not {ip_version!r}")
+    if isinstance(servers, str):  # checked here: an empty one is a mistake, not "none"
+        servers = parse_servers(servers)
+    if dns_timeout is None:
+        dns_timeout = DNS_TIMEOUT
+    elif isinstance(dns_timeout, bool) or not isinstance(dns_timeout, int | float):
+        raise UsageError(f"dns_timeout must be a number of seconds, not {dns_timeout!r}")
+    elif not 0 < dns_timeout < float("inf"):
+        raise UsageError(f"dns_timeout must be more than 0 seconds and finite, not {dns_timeout}")
+    return Resolver(
+        resolve,
+        servers=servers,
+        dns_timeout=min(dns_timeout, connect_timeout),
+        family=_FAMILIES[ip_version],
+    )
+
+
+#: ``ip_version`` -> the resolver's address family.
+_FAMILIES = {None: socket.AF_UNSPEC, 4: socket.AF_INET, 6: socket.AF_INET6}
+
+
 class AsyncClient:
     """An asyncio HTTP/1.1 client for many requests to many hosts
     (:class:`surge.http.Client` is its synchronous twin).
@@ -83,6 +115,27 @@ class AsyncClient:
     time spent waiting for a connection slot or a handshake slot never counts.
     ``max_connecting`` bounds handshakes in flight: thousands of simultaneous
     SYNs overflow listen backlogs and drop hosts.
+
+    Names resolve through a :class:`~surge.http.resolver.Resolver` built from
+    ``resolve`` (curl's ``--resolve`` overrides), ``dns_servers`` (curl's
+    ``--dns-servers IP[:PORT],...``: ask these nameservers, through c-ares),
+    ``dns_timeout`` (seconds a lookup may take once its query is sent) and
+    ``ip_version`` (4 or 6: addresses of that family only, curl's ``-4``/``-6``);
+    or give a ``resolver`` of your own instead of all four.  The lookup is part
+    of the connect phase, so ``connect_timeout`` bounds it too: ``dns_timeout``
+    is cut to ``connect_timeout`` (by default it is the smaller of 5 s and
+    ``connect_timeout``), so that the resolver spreads its retransmissions over
+    the time it really has.  A request's own, shorter ``Timeout(connect=...)``
+    still ends a lookup early; that is reported as ``dns_error``, "timed out
+    resolving".  With several addresses, connections are raced as RFC 8305's
+    Happy Eyeballs (connection.py).
+
+    ``proxy`` (curl's ``--proxy``: ``http://``, ``https://``, ``socks5://`` or
+    ``socks5h://``, credentials as ``user:password@``) carries every request;
+    ``noproxy`` (curl's ``--noproxy``) names the hosts that go direct; with
+    ``trust_env`` (the default, httpx's name) the environment's ``http_proxy``,
+    ``https_proxy``, ``all_proxy`` and ``no_proxy`` are read as curl reads them,
+    an explicit option winning (proxy.py).
     """
 
     def __init__(
@@ -103,11 +156,17 @@ class AsyncClient:
         insecure: bool = False,
         resolve: Iterable[str | Override] = (),
         resolver: Resolver | None = None,
+        dns_servers: str | Iterable[str] | None = None,
+        dns_timeout: float | None = None,
+        ip_version: int | None = None,
         body_cap: int = 10 * 1024 * 1024,
         decompress: bool = True,
         max_connecting: int = 256,
         idle_timeout: float = 15.0,
         ssl_context: ssl.SSLContext | None = None,
+        proxy: str | None = None,
+        noproxy: str | None = None,
+        trust_env: bool = True,
     ) -> None:
         if max_connections < 1:
             raise UsageError(f"max_connections must be at least 1, not {max_connections}")
@@ -124,7 +183,18 @@ class AsyncClient:
         self.max_redirects = max_redirects
         self._body_cap = body_cap
         self.decompress = decompress
-        self.resolver = resolver if resolver is not None else Resolver(resolve)
+        if resolver is None:
+            resolver = _resolver(
+                resolve, dns_servers, dns_timeout, ip_version, self.connect_timeout
+            )
+        elif resolve or dns_servers is not None or dns_timeout is not None or ip_version:
+            raise UsageError(
+                "give resolver= or the options it is built from"
+                " (resolve, dns_servers, dns_timeout, ip_version), not both"
+            )
+        self.resolver = resolver
+        #: Which requests go through which proxy (proxy.py); None: all direct.
+        self._proxies = Proxies.configure(proxy, noproxy, trust_env)
         self._ssl_context = ssl_context
         self._cafile = cafile
         self._insecure = insecure
@@ -143,7 +213,7 @@ class AsyncClient:
             None if cookies is False else CookieStore(None if cookies is True else cookies)
         )
         self._connecting = Gate(max_connecting)  # O(1) FIFO; asyncio.Semaphore is O(waiters)
-        self._pool: AsyncKeyedPool[tuple[str, str, int], HTTPConnection] = AsyncKeyedPool(
+        self._pool: AsyncKeyedPool[PoolKey, HTTPConnection] = AsyncKeyedPool(
             self._open,
             max_size=max_connections,
             max_per_key=per_host or max_connections,
@@ -283,24 +353,35 @@ class AsyncClient:
         host_header = own.host or target.host_header
         pool = self._pool
         jar = self._cookies
+        proxies = self._proxies
+        key: PoolKey  # the pool's key for a hop: its origin's, or with a proxy in it
         deadline: float | None = None  # set when the first hop starts its network work
         redirects = 0
         while True:  # a hop per turn
             cookie = b"" if jar is None else jar.header(target.url)
             if cookie and b"cookie:" in secret.lower():
                 cookie = b""  # the caller's own Cookie header wins, as in cookiejar
+            # Direct, unless a proxy takes this hop (judged per hop: no_proxy is
+            # about each hop's own host): then the pool key has the proxy in it,
+            # and a forwarded request has an absolute target and the proxy's
+            # credentials (proxy.py).
+            if proxies is None:
+                key, request_target, to_proxy = target.key, target.target, b""
+            else:
+                key, request_target, to_proxy = proxies.route(target)
             # The request head, built here rather than in a helper: a call less
             # on every request.
             head = b"".join(
                 (
                     method.encode("ascii"),
                     b" ",
-                    target.target,
+                    request_target,
                     b" HTTP/1.1\r\nHost: ",
                     host_header,
                     b"\r\n",
                     common,
                     secret,
+                    to_proxy,
                     cookie,
                     b"\r\n",
                 )
@@ -317,11 +398,11 @@ class AsyncClient:
                 head = b"%s%s\r\n\r\n" % (head[:-2], framing)
             retried = False
             while True:  # an attempt per turn
-                conn = pool.acquire_nowait(target.key)  # a keep-alive connection, if idle
+                conn = pool.acquire_nowait(key)  # a keep-alive connection, if idle
                 if conn is None:
                     token = _opening_for.set((timings, connect_timeout))
                     try:
-                        conn = await pool.acquire(target.key)
+                        conn = await pool.acquire(key)
                     except RequestError as e:
                         _annotate(e, url, target.url, timings, redirects)
                         raise
@@ -372,6 +453,9 @@ class AsyncClient:
                         if wire.head_done and e.status is None:
                             e.status = wire.status
                         e.bytes = wire.body_bytes
+                    if conn.address is not None:  # connected: where to, for the record
+                        e.remote_ip = conn.address[0]
+                        e.tls = conn.tls_info()
                     _annotate(e, url, target.url, timings, redirects)
                     raise
                 except BaseException:
@@ -385,7 +469,9 @@ class AsyncClient:
             if _stream:
                 hop = follow and wire.status in _REDIRECTS
                 if not (hop and redirect_policy.location(wire.head)):
-                    return self._streamed(url, target.url, wire, timings, redirects, conn)
+                    response = self._streamed(url, target.url, wire, timings, redirects, conn)
+                    response.request_head = head
+                    return response
                 try:  # a hop to follow: its body is read and dropped
                     await drain(wire, self._body_cap)
                 except RequestError as e:
@@ -524,10 +610,12 @@ class AsyncClient:
 
     # -- opening connections ------------------------------------------------------------------
 
-    async def _open(self, key: tuple[str, str, int]) -> HTTPConnection:
-        """The pool's ``create``: resolve, wait for a handshake slot, connect."""
+    async def _open(self, key: PoolKey) -> HTTPConnection:
+        """The pool's ``create``: resolve, wait for a handshake slot, connect
+        (through the key's proxy, if it has one: proxy.py)."""
         timings, timeout = _opening_for.get()
-        scheme, host, port = key
+        scheme, host, port = key[0], key[1], key[2]
+        proxy = key[3] if len(key) == 4 else None
         if timeout is None:
             timeout = self.connect_timeout
         loop = asyncio.get_running_loop()
@@ -535,39 +623,75 @@ class AsyncClient:
             self._deadlines = Deadlines(loop)
         # Built (once per client) before the clock of any phase starts: loading
         # the CA store takes milliseconds, which are no part of the TCP connect.
-        ssl_context = self.ssl_context if scheme == "https" else None
+        tls = scheme == "https" or (proxy is not None and proxy.tls)
+        ssl_context = self.ssl_context if tls else None
         timings.dns_start = perf_counter()
-        addresses = self.resolver.cached(host, port)
-        if addresses is None:  # a real lookup: only then a timeout (~10 us each)
-            try:
-                async with asyncio.timeout(timeout):
-                    addresses = await self.resolver.resolve(host, port)
-            except TimeoutError:
-                raise _timeout_error("dns_error", f"resolving {host}", timeout) from None
+        target_address = None
+        if proxy is not None:
+            if proxy.scheme == "socks5" and host != "*":  # socks5h: the proxy resolves
+                target_address = (await self._resolve(host, port, timeout))[0]
+            host, port = proxy.host, proxy.port  # then connect to the proxy
+        # Inline, not in _resolve: the common case (cached) costs no await.
+        addresses = self.resolver.cached(host, port) or await self._resolve(host, port, timeout)
         timings.dns_end = perf_counter()
         remaining = timeout - (timings.dns_end - timings.dns_start)
+        # Several addresses are raced (connection.race): what each did goes
+        # into the timeout's detail.
+        attempts: list[str] | None = [] if len(addresses) > 1 else None
         async with self._connecting:
             timings.connect_start = perf_counter()
             try:
                 with TaskDeadline(self._deadlines, loop.time() + remaining):
+                    if proxy is not None:
+                        return await open_through(
+                            proxy,
+                            key,
+                            addresses,
+                            target_address=target_address,
+                            ssl_context=ssl_context,
+                            timings=timings,
+                            deadlines=self._deadlines,
+                            body_cap=self._body_cap,
+                            attempts=attempts,
+                        )
                     return await HTTPConnection.open(
-                        key,
+                        (scheme, host, port),
                         addresses,
                         ssl_context=ssl_context,
                         server_hostname=host,
                         timings=timings,
                         deadlines=self._deadlines,
                         body_cap=self._body_cap,
+                        attempts=attempts,
                     )
             except TimeoutError:
-                phase = "TLS handshake" if timings.tcp_end else "TCP connect"
-                raise _timeout_error("connect_timeout", phase, timeout) from None
+                if proxy is not None:
+                    phase = f"connecting through the proxy {proxy.host}:{proxy.port}"
+                else:
+                    phase = "TLS handshake" if timings.tcp_end else "TCP connect"
+                error = _timeout_error("connect_timeout", phase, timeout)
+                if attempts and not timings.tcp_end:
+                    detail = f"{error.detail}: {'; '.join(attempts)}"
+                    error = RequestError("connect_timeout", detail)
+                raise error from None
             except LocalResourceError:
                 # Out of descriptors: idle keep-alive sockets (to hosts this run
                 # may not see again) hold some. Close them, so that the caller's
                 # next try - the bulk engine waits and tries again - finds one.
                 await self._pool.clear()
                 raise
+
+    async def _resolve(self, host: str, port: int, timeout: float) -> tuple[str, ...]:
+        """The addresses of ``host``: a lookup bounded by ``timeout`` (the timeout
+        costs ~10 us, so only a real lookup has one)."""
+        addresses = self.resolver.cached(host, port)
+        if addresses is not None:
+            return addresses
+        try:
+            async with asyncio.timeout(timeout):
+                return await self.resolver.resolve(host, port)
+        except TimeoutError:
+            raise _timeout_error("dns_error", f"resolving {host}", timeout) from None
 
 
 async def _send_upload(conn: HTTPConnection, upload: Upload, wire: WireResponse) -> None:

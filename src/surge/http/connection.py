@@ -28,7 +28,10 @@ header list is built only if someone asks for it (``Response.headers``).
 from __future__ import annotations
 
 import asyncio
+import json
 import ssl
+import time
+from collections.abc import Callable, Sequence
 from time import perf_counter
 from typing import Any
 
@@ -39,6 +42,14 @@ from surge.http.deadlines import Deadlines, Expirable
 from surge.http.timings import Timings
 
 _NO_BODY_STATUSES = frozenset({204, 304})
+
+#: RFC 8305 section 5's Connection Attempt Delay: with several addresses, the
+#: next one is tried when this long has passed since the last attempt began
+#: (or at once, when that attempt failed).  250 ms is the RFC's recommended
+#: value; it adapts nothing to measured round-trip times.
+ATTEMPT_DELAY = 0.25
+#: Attempts an error's detail names one by one (a host may have dozens).
+DETAIL_ATTEMPTS = 8
 
 #: The largest response head accepted (1xx interim heads included), as curl's
 #: limit on a response's headers: a server that never ends its head is cut off
@@ -131,10 +142,69 @@ class WireResponse:
             waiter.set_result(None)
 
 
+#: RFC 4514's short names for the attributes certificates mostly carry.
+_RDN_NAMES = {
+    "commonName": "CN",
+    "organizationName": "O",
+    "organizationalUnitName": "OU",
+    "countryName": "C",
+    "stateOrProvinceName": "ST",
+    "localityName": "L",
+    "domainComponent": "DC",
+}
+
+
+class TLSInfo(dict[str, str | None]):
+    """A connection's TLS as a record holds it: a dict (``version``, ``cipher``,
+    ``alpn``, ``subject``, ``issuer``, ``not_after``), with its JSON made once
+    (``json``), since every record of the connection carries the same."""
+
+    __slots__ = ("json",)
+    json: str
+
+    @classmethod
+    def of(cls, tls: tuple[str | None, str | None, str | None], ssl_object: Any) -> TLSInfo:
+        cert = ssl_object.getpeercert() if ssl_object is not None else None
+        info = cls(
+            version=tls[0],
+            cipher=tls[1],
+            alpn=tls[2],
+            subject=_rdns(cert.get("subject")) if cert else None,
+            issuer=_rdns(cert.get("issuer")) if cert else None,
+            not_after=_cert_time(cert.get("notAfter")) if cert else None,
+        )
+        info.json = json.dumps(info, ensure_ascii=False, separators=(",", ":"))
+        return info
+
+
+def _rdns(name: Any) -> str | None:
+    """A certificate name as RFC 4514 text, most significant first as OpenSSL prints."""
+    if not name:
+        return None
+    parts = []
+    for rdn in name:
+        for key, value in rdn:
+            parts.append(f"{_RDN_NAMES.get(key, key)}={value}")
+    return ",".join(parts)
+
+
+def _cert_time(text: str | None) -> str | None:
+    """A certificate's ``notAfter`` as ISO 8601 UTC (``2027-01-31T12:00:00Z``)."""
+    if not text:
+        return None
+    try:
+        when = ssl.cert_time_to_seconds(text)
+    except ValueError:
+        return text
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
+
+
 class HTTPConnection(asyncio.Protocol):
     """A keep-alive HTTP/1.1 connection to one (scheme, host, port)."""
 
     loop: asyncio.AbstractEventLoop  # set when the transport connects
+    #: TCP connections begun to open this one (several only in a Happy Eyeballs race).
+    connect_attempts: int = 1
 
     def __init__(
         self,
@@ -162,6 +232,8 @@ class HTTPConnection(asyncio.Protocol):
         #: Where it connected (address, port), and for TLS (version, cipher, ALPN).
         self.address: tuple[str, int] | None = None
         self.tls: tuple[str | None, str | None, str | None] | None = None
+        self._ssl_object: ssl.SSLObject | None = None
+        self._tls_info: TLSInfo | None = None
         #: Set while the transport's write buffer is full (a streamed request body
         #: waits on it); resolved when it drains or the connection is lost.
         self._writable: asyncio.Future[None] | None = None
@@ -179,64 +251,75 @@ class HTTPConnection(asyncio.Protocol):
         timings: Timings,
         deadlines: Deadlines,
         body_cap: int,
+        attempts: list[str] | None = None,
+        attempt_delay: float = ATTEMPT_DELAY,
     ) -> HTTPConnection:
         """TCP to the first address that answers, then TLS if ``ssl_context``.
 
+        Several addresses are raced as RFC 8305's Happy Eyeballs (see
+        :func:`race`, which ``attempts`` and ``attempt_delay`` are passed to);
+        one is connected to directly, with no task or timer of its own.
         Errors are ``RequestError`` with the class of the phase that failed.
         """
         loop = asyncio.get_running_loop()
         port = key[2]
-        error: RequestError | None = None
-        transport: Any = None
-        protocol: HTTPConnection | None = None
-        for address in addresses:
+        protocol: HTTPConnection
+        if len(addresses) == 1:
+            address = addresses[0]
             try:
-                transport, protocol = await loop.create_connection(
+                _, protocol = await loop.create_connection(
                     lambda: cls(key, deadlines, body_cap), address, port
                 )
-                break
-            except ConnectionRefusedError:
-                error = RequestError("connect_refused", f"{address}:{port} refused the connection")
             except OSError as e:
-                if e.errno in LocalResourceError.ERRNOS:  # ours, not the host's
-                    raise LocalResourceError(
-                        f"connecting to {address}:{port}: {e.strerror or e}"
-                    ) from None
-                error = RequestError("connect_refused", f"{address}:{port}: {e.strerror or e}")
-        if protocol is None:
-            assert error is not None
-            raise error
+                raise _connect_error(address, port, e) from None
+        else:
+            _, protocol, address, tried = await race(
+                loop,
+                lambda: cls(key, deadlines, body_cap),
+                addresses,
+                port,
+                attempt_delay,
+                attempts,
+            )
+            protocol.connect_attempts = tried
         timings.tcp_end = perf_counter()
         protocol.address = (address, port)
         if ssl_context is not None:
-            try:
-                tls_transport = await loop.start_tls(
-                    transport, protocol, ssl_context, server_hostname=server_hostname
-                )
-            except ssl.SSLCertVerificationError as e:
-                transport.abort()
-                raise RequestError("tls_error", f"certificate: {e.verify_message}") from None
-            except ssl.SSLError as e:
-                transport.abort()
-                raise RequestError("tls_error", f"TLS handshake: {e.reason or e}") from None
-            except (ConnectionError, OSError) as e:
-                transport.abort()
-                raise RequestError("tls_error", f"TLS handshake: {_describe(e)}") from None
-            if tls_transport is None:  # the peer closed during the handshake
-                transport.abort()
-                raise RequestError("tls_error", "TLS handshake: connection closed")
-            protocol.transport = tls_transport
-            timings.tls_end = perf_counter()
-            tls = tls_transport.get_extra_info("ssl_object")
-            if tls is not None:  # once per connection, for `surge trace`
-                cipher = tls.cipher()
-                protocol.tls = (
-                    tls.version(),
-                    cipher[0] if cipher else None,
-                    tls.selected_alpn_protocol(),
-                )
+            await protocol.start_tls(ssl_context, server_hostname, timings)
         protocol.connect_timings = timings
         return protocol
+
+    async def start_tls(
+        self, ssl_context: ssl.SSLContext, server_hostname: str, timings: Timings
+    ) -> None:
+        """TLS over the connection as it stands: over TCP (``open``), or over a
+        tunnel through a proxy (proxy.py), itself maybe TLS to an https proxy."""
+        transport = self.transport
+        assert transport is not None
+        try:
+            tls_transport = await self.loop.start_tls(
+                transport, self, ssl_context, server_hostname=server_hostname
+            )
+        except ssl.SSLCertVerificationError as e:
+            transport.abort()
+            raise RequestError("tls_error", f"certificate: {e.verify_message}") from None
+        except ssl.SSLError as e:
+            transport.abort()
+            raise RequestError("tls_error", f"TLS handshake: {e.reason or e}") from None
+        except (ConnectionError, OSError) as e:
+            transport.abort()
+            raise RequestError("tls_error", f"TLS handshake: {_describe(e)}") from None
+        if tls_transport is None:  # the peer closed during the handshake
+            transport.abort()
+            raise RequestError("tls_error", "TLS handshake: connection closed")
+        self.transport = tls_transport
+        timings.tls_end = perf_counter()
+        tls = tls_transport.get_extra_info("ssl_object")
+        if tls is not None:  # once per connection, for `surge trace`
+            cipher = tls.cipher()
+            self.tls = (tls.version(), cipher[0] if cipher else None, tls.selected_alpn_protocol())
+            self._ssl_object = tls  # its certificate, read when a record asks
+            self._tls_info = None  # a tunnel's TLS replaces the proxy's
 
     # -- one exchange -------------------------------------------------------------------
 
@@ -266,6 +349,16 @@ class HTTPConnection(asyncio.Protocol):
         # the last exchange (a connection whose exchange failed is never reused).
         self.transport.write(data)
         return response
+
+    def tls_info(self) -> TLSInfo | None:
+        """The TLS of this connection for a record (None: plain TCP): protocol,
+        cipher, ALPN and the server certificate's subject, issuer and expiry
+        (None each when it was not verified: ``-k`` reads no certificate).
+        Made once per connection, on first use."""
+        info = self._tls_info
+        if info is None and self.tls is not None:
+            info = self._tls_info = TLSInfo.of(self.tls, self._ssl_object)
+        return info
 
     async def send_body(self, chunks: Any, chunked: bool, response: WireResponse) -> int:
         """Write a streamed request body after ``send``'s head: ``chunks`` an async
@@ -507,6 +600,118 @@ class HTTPConnection(asyncio.Protocol):
         transport = self.transport
         if transport is not None and not self.closed:
             transport.resume_reading()
+
+
+def interleave(addresses: Sequence[str]) -> list[str]:
+    """RFC 8305 section 4: the addresses with their families alternating, starting
+    with the family of the first one ("First Address Family Count" 1), each
+    family's own order kept.
+
+    The RFC assumes a list sorted by RFC 6724, which puts IPv6 first wherever the
+    host has IPv6 connectivity; surge's resolver puts IPv4 first instead (it does
+    not sort: c-ares's sorting connects a UDP socket per address), so IPv4 goes
+    first.  On a network with broken IPv6 that costs nothing, where IPv6 first
+    would wait the attempt delay on every such host; on one with working IPv6,
+    IPv4 is the common family of the hosts a crawl visits.
+    """
+    first_v6 = ":" in addresses[0]
+    same = [a for a in addresses if (":" in a) == first_v6]
+    other = [a for a in addresses if (":" in a) != first_v6]
+    if not other:
+        return list(addresses)
+    order: list[str] = []
+    for n in range(max(len(same), len(other))):
+        order += same[n : n + 1] + other[n : n + 1]
+    return order
+
+
+async def race(
+    loop: asyncio.AbstractEventLoop,
+    factory: Callable[[], HTTPConnection],
+    addresses: Sequence[str],
+    port: int,
+    delay: float = ATTEMPT_DELAY,
+    attempts: list[str] | None = None,
+) -> tuple[Any, HTTPConnection, str, int]:
+    """Happy Eyeballs v2 (RFC 8305 sections 4-5) over resolved addresses.
+
+    The addresses are tried in :func:`interleave`'s order, a new attempt
+    starting ``delay`` seconds after the last one began, or at once when an
+    attempt fails; attempts already begun go on meanwhile.  The first to
+    connect wins and every other one is cancelled (one that connects anyway is
+    closed).  Returns (transport, protocol, address, attempts begun).
+
+    A dead address (its SYNs dropped) so costs ``delay``, not the connect
+    timeout; a refusing one costs nothing.  When every attempt fails, the
+    ``connect_refused`` error names each address and what it said.  When the
+    caller's deadline cancels the race, ``attempts`` (if given) holds a line
+    per address tried - its failure, or that it had not answered - for the
+    caller's timeout error.  Out of file descriptors is this process's
+    trouble, not the host's: ``LocalResourceError`` at once.
+    """
+    order = interleave(addresses)
+    failures: list[str] = [] if attempts is None else attempts
+    racing: dict[asyncio.Task[tuple[Any, HTTPConnection]], str] = {}
+    begun = 0
+    try:
+        while True:
+            if begun < len(order):  # at the start, after the delay, or after a failure
+                address = order[begun]
+                begun += 1
+                racing[loop.create_task(loop.create_connection(factory, address, port))] = address
+            if not racing:
+                break
+            done, _ = await asyncio.wait(
+                racing,
+                timeout=delay if begun < len(order) else None,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            won: tuple[Any, HTTPConnection, str, int] | None = None
+            for task in done:
+                address = racing.pop(task)
+                error = task.exception()
+                if error is None:
+                    transport, protocol = task.result()
+                    if won is None:
+                        won = (transport, protocol, address, begun)
+                    else:  # two connected in the same turn: keep one
+                        transport.abort()
+                elif isinstance(error, OSError):
+                    failure = _connect_error(address, port, error)
+                    if isinstance(failure, LocalResourceError):
+                        raise failure
+                    failures.append(failure.detail)
+                else:
+                    raise error
+            if won is not None:
+                return won
+    except asyncio.CancelledError:  # the caller's deadline: say who had not answered
+        failures += [f"{address}:{port} did not answer" for address in racing.values()]
+        raise
+    finally:
+        for task in racing:  # the losers, and all of them if this raised
+            task.cancel()
+            task.add_done_callback(_close_if_connected)
+    shown = failures[:DETAIL_ATTEMPTS]
+    if len(failures) > DETAIL_ATTEMPTS:
+        shown.append(f"and {len(failures) - DETAIL_ATTEMPTS} more")
+    raise RequestError("connect_refused", "; ".join(shown))
+
+
+def _connect_error(address: str, port: int, error: OSError) -> RequestError | LocalResourceError:
+    """A failed TCP connect as surge reports it: ``LocalResourceError`` when the
+    failure is this process's (out of descriptors), not the host's."""
+    if error.errno in LocalResourceError.ERRNOS:
+        return LocalResourceError(f"connecting to {address}:{port}: {error.strerror or error}")
+    if isinstance(error, ConnectionRefusedError):
+        return RequestError("connect_refused", f"{address}:{port} refused the connection")
+    return RequestError("connect_refused", f"{address}:{port}: {error.strerror or error}")
+
+
+def _close_if_connected(task: asyncio.Task[tuple[Any, HTTPConnection]]) -> None:
+    """A cancelled attempt that connected before the cancel reached it: closed."""
+    if not task.cancelled() and task.exception() is None:
+        task.result()[0].abort()
 
 
 async def _as_async(chunks: Any) -> Any:

@@ -55,15 +55,33 @@ class RequestHeaders(NamedTuple):
     credentials: bytes  # sent to the first origin only (unless trusted)
     host: bytes | None  # the caller's Host value: replaces surge's own on the first host
     authorization: bool  # the caller set Authorization: a URL's userinfo does not replace it
+    names: frozenset[bytes] = frozenset()  # the lower-cased names of the lines
 
     def plus(self, other: RequestHeaders) -> RequestHeaders:
-        """These headers and a request's own (``other``'s Host wins)."""
+        """These headers and a request's own: a name the request gives replaces
+        the client's lines of that name (httpx's merge; a request's User-Agent
+        is the one sent, not a second one)."""
+        common, credentials = self.common, self.credentials
+        if other.names & self.names:
+            common = _without(common, other.names)
+            credentials = _without(credentials, other.names)
         return RequestHeaders(
-            self.common + other.common,
-            self.credentials + other.credentials,
+            common + other.common,
+            credentials + other.credentials,
             other.host if other.host is not None else self.host,
-            self.authorization or other.authorization,
+            other.authorization or (b"authorization" not in other.names and self.authorization),
+            self.names | other.names,
         )
+
+
+def _without(lines: bytes, names: frozenset[bytes]) -> bytes:
+    """Header lines whose (lower-cased) names are not in ``names``."""
+    kept = [
+        line + b"\r\n"
+        for line in lines.split(b"\r\n")
+        if line and line.partition(b":")[0].lower() not in names
+    ]
+    return b"".join(kept)
 
 
 def build(headers: HeaderInput, defaults: str | None = None) -> RequestHeaders:
@@ -95,7 +113,18 @@ def build(headers: HeaderInput, defaults: str | None = None) -> RequestHeaders:
         if "accept-encoding" not in names:
             own.append(b"Accept-Encoding: %s\r\n" % defaults.encode("ascii"))
         common[:0] = own
-    return RequestHeaders(b"".join(common), b"".join(credentials), host, "authorization" in names)
+    return RequestHeaders(
+        b"".join(common),
+        b"".join(credentials),
+        host,
+        "authorization" in names,
+        frozenset(n.encode("ascii") for n in names)
+        | (_DEFAULT_NAMES if defaults is not None else frozenset()),
+    )
+
+
+#: The names of the lines ``build`` adds itself (a request's own replace them).
+_DEFAULT_NAMES = frozenset({b"user-agent", b"accept", b"accept-encoding"})
 
 
 def header_line(name: str, value: str) -> bytes:

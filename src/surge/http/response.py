@@ -98,6 +98,7 @@ class Response:
         "final_url",
         "head",
         "redirects",
+        "request_head",
         "status",
         "timings",
         "url",
@@ -128,6 +129,9 @@ class Response:
         self.redirects = redirects
         self.connection = connection
         self._stream: BodyStream | None = None
+        #: The last hop's request as sent (head, and a body given as bytes):
+        #: kept for streamed responses (a WARC's request record), else None.
+        self.request_head: bytes | None = None
 
     # -- httpx's names --------------------------------------------------------------------
 

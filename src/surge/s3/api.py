@@ -28,6 +28,7 @@ from typing import Any, cast
 from surge.errors import UsageError
 from surge.gc_tuning import relaxed_gc
 from surge.http.client import AsyncClient
+from surge.http.proxy import parse_proxy
 from surge.loops import iterate_in_thread
 from surge.s3.config import Target, make_target, split_s3_url
 from surge.s3.listing import CommonPrefix, Lister, ParallelListing, Stats, invalid
@@ -50,6 +51,9 @@ class ListOptions:
     page_size: int = 1000
     retries: int = 5
     max_time: float = 60.0  # seconds per request
+    #: The proxy, as ``AsyncClient(proxy=)`` (curl's --proxy); None: the
+    #: environment's (https_proxy, all_proxy, no_proxy), as the AWS CLI reads them.
+    proxy: str | None = None
     relax_gc: bool = True  # the cycle collector relaxed while listing (surge.gc_tuning)
     #: told, in one line, when the server does not list as S3 does and the
     #: parallel listing gives way to a sequential one (default: a logging warning)
@@ -82,6 +86,8 @@ class ListOptions:
             raise UsageError(f"page size must be 1..1000, not {self.page_size}")
         if self.limit is not None and (isinstance(self.limit, bool) or self.limit < 1):
             raise UsageError(f"limit must be at least 1, not {self.limit!r}")
+        if self.proxy:
+            parse_proxy(self.proxy)  # a usage error now, not at the first request
 
 
 async def list_pages(
@@ -104,6 +110,7 @@ async def list_pages(
         client = AsyncClient(
             max_connections=opts.parallel + 4,
             max_time=opts.max_time,
+            proxy=opts.proxy,
             headers={"Accept-Encoding": "identity"},
             cookies=False,  # S3 authenticates each request; the AWS CLI keeps none
         )
@@ -177,7 +184,9 @@ async def list_versions(
     bucket, prefix = _bucket_and_prefix(url, opts)
     own_client = client is None
     if client is None:
-        client = AsyncClient(max_connections=2, max_time=opts.max_time, cookies=False)
+        client = AsyncClient(
+            max_connections=2, max_time=opts.max_time, cookies=False, proxy=opts.proxy
+        )
     lister = Lister(opts.target(bucket), client, page_size=opts.page_size, retries=opts.retries)
     lister.stats = opts.stats
     try:
@@ -212,7 +221,9 @@ async def list_buckets(
     target = opts.target("")
     own_client = client is None
     if client is None:
-        client = AsyncClient(max_connections=1, max_time=opts.max_time, cookies=False)
+        client = AsyncClient(
+            max_connections=1, max_time=opts.max_time, cookies=False, proxy=opts.proxy
+        )
     lister = Lister(target, client, retries=opts.retries)
     lister.stats = opts.stats
     buckets: list[Bucket] = []

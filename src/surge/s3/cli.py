@@ -51,6 +51,12 @@ def s3_group() -> None:
 @click.option("--profile", help="A profile of the AWS config files.")
 @click.option("--no-sign-request", is_flag=True, help="Anonymous requests (public buckets).")
 @click.option(
+    "-x",
+    "--proxy",
+    metavar="[SCHEME://][USER:PASSWORD@]HOST[:PORT]",
+    help="Go through this proxy (as surge fetch). Default: $https_proxy, $all_proxy.",
+)
+@click.option(
     "--parallel",
     default=16,
     show_default=True,
@@ -79,6 +85,7 @@ def ls_command(
     region: str | None,
     profile: str | None,
     no_sign_request: bool,
+    proxy: str | None,
     parallel: int,
     page_size: int,
     human_readable: bool,
@@ -101,6 +108,7 @@ def ls_command(
             region=region,
             profile=profile,
             no_sign_request=no_sign_request,
+            proxy=proxy,
             notice=lambda message: click.echo(f"surge s3 ls: {message}", err=True),
         )
     except UsageError as e:

@@ -1,14 +1,21 @@
 """``surge sim``: run the simulated web in the foreground.
 
 Prints one line of JSON -- ``host``, ``http_port``, ``https_port``, ``cafile``,
-``seed``, ``pid`` -- once both ports listen (and after ``--write-hosts`` has
-written its file), then serves until SIGINT or SIGTERM.  The same command is
-``python -m surge.sim``.
+``seed``, ``pid``, ``dns_port``, ``dns_servers`` -- once every port listens (and
+after ``--write-hosts`` has written its file), then serves until SIGINT or
+SIGTERM.  The same command is ``python -m surge.sim``.
+
+Beside the web it runs a DNS server (surge.sim.dns, UDP and TCP on
+``--dns-port``) answering every ``*.sim`` name with 127.0.0.1, so that a client
+can reach the hosts through a real resolver rather than an override:
+``surge fetch --dns-servers 127.0.0.1:PORT`` (``dns_servers`` of the JSON line;
+on a terminal, stderr says it too).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import signal
 import sys
@@ -16,6 +23,7 @@ import sys
 import click
 
 from surge.sim.behaviour import hosts
+from surge.sim.dns import DNSServer, web_zone
 from surge.sim.runner import loop_factory
 from surge.sim.server import SimInfo, serve
 
@@ -35,6 +43,7 @@ async def _serve_until_signalled(
     host_count: int,
     tls: bool,
     warm_tls: int,
+    dns_port: int,
 ) -> None:
     try:
         server = await serve(
@@ -42,17 +51,33 @@ async def _serve_until_signalled(
         )
     except OSError as error:
         raise click.ClickException(f"cannot listen on 127.0.0.1: {error.strerror}") from error
+    # No per-name counts: a long crawl against it would grow them without end.
+    dns = DNSServer(web_zone(server.info.host), server.info.host, dns_port, count_names=False)
     try:
+        try:
+            await dns.start()
+        except OSError as error:
+            raise click.ClickException(
+                f"cannot listen for DNS on 127.0.0.1: {error.strerror or error}"
+            ) from error
+        info = dataclasses.replace(server.info, dns_port=dns.port)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
         if hosts_file is not None:
-            _write_hosts(hosts_file, server.info, host_count, tls)
-        sys.stdout.write(json.dumps(server.info.to_json()) + "\n")
+            _write_hosts(hosts_file, info, host_count, tls)
+        sys.stdout.write(json.dumps(info.to_json()) + "\n")
         sys.stdout.flush()
+        if sys.stdout.isatty():  # a person, not a program reading the JSON line
+            sys.stderr.write(
+                f"surge sim: *.sim resolves through the DNS server on {info.dns_servers}:"
+                f" surge fetch --dns-servers {info.dns_servers}"
+                f" (or --resolve '*.sim:*:{info.host}')\n"
+            )
         await stop.wait()
     finally:
+        await dns.close()
         await server.close()
 
 
@@ -74,8 +99,9 @@ Each *.sim host behaves as its name says; parts combine with '.' or '--'
                     or closes, 1% garbage; latency median 70 ms, 5% 1-3 s)
 
 \b
-Point a client at it: surge fetch --resolve '*.sim:*:127.0.0.1' (curl's flag),
-or surge.sim.patch_getaddrinfo() in-process for requests, aiohttp, httpx.
+Point a client at it: surge fetch --dns-servers 127.0.0.1:DNS_PORT (its DNS
+server, printed at start), or --resolve '*.sim:*:127.0.0.1' (curl's flags), or
+surge.sim.patch_getaddrinfo() in-process for requests, aiohttp, httpx.
 """
 
 
@@ -127,6 +153,13 @@ or surge.sim.patch_getaddrinfo() in-process for requests, aiohttp, httpx.
     help="--write-hosts writes https:// URLs (and their certificates are issued up front).",
 )
 @click.option(
+    "--dns-port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help="DNS port (UDP and TCP) on 127.0.0.1 answering *.sim (0: any free port).",
+)
+@click.option(
     "--warm-tls",
     type=click.IntRange(min=0),
     default=0,
@@ -141,6 +174,7 @@ def sim_command(
     host_count: int | None,
     tls: bool,
     warm_tls: int,
+    dns_port: int,
 ) -> None:
     """Run the simulated web (*.sim hosts) on 127.0.0.1 until interrupted."""
     if (hosts_file is None) != (host_count is None):
@@ -150,6 +184,6 @@ def sim_command(
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
         runner.run(
             _serve_until_signalled(
-                port, tls_port, seed, cafile, hosts_file, host_count or 0, tls, warm_tls
+                port, tls_port, seed, cafile, hosts_file, host_count or 0, tls, warm_tls, dns_port
             )
         )

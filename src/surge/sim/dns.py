@@ -69,6 +69,8 @@ EDNS_UDP_SIZE = 1232
 MAX_CNAME_HOPS = 8
 #: Compression pointers followed in one name before the query is FORMERR.
 MAX_POINTERS = 16
+#: The UDP socket's receive buffer asked for, bytes (see DNSServer.start).
+UDP_RECEIVE_BUFFER = 4 * 1024 * 1024
 #: A TCP connection with nothing to say for this long is closed (RFC 7766 section 6.2.3).
 TCP_IDLE_S = 30.0
 
@@ -380,6 +382,12 @@ class DNSServer:
         tcp.listen(1024)
         tcp.setblocking(False)
         udp.setblocking(False)
+        # A crawl's burst of queries (1,000 lookups in flight: 2,000 datagrams)
+        # overflows the default 208 KB receive buffer, and each datagram dropped
+        # there costs the client a retransmission timeout: ask for more (the
+        # kernel caps it at net.core.rmem_max).
+        with contextlib.suppress(OSError):
+            udp.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, UDP_RECEIVE_BUFFER)
         self.port = port
         self._udp, _ = await loop.create_datagram_endpoint(lambda: _UDP(self), sock=udp)
         self._tcp = await loop.create_server(lambda: _TCP(self), sock=tcp)
@@ -582,6 +590,12 @@ class _TCP(asyncio.Protocol):
         transport = self.transport
         if transport is not None and not transport.is_closing():
             transport.write(len(response).to_bytes(2, "big") + response)
+
+
+def web_zone(address: str = "127.0.0.1", ttl: int = 300) -> Zone:
+    """The simulated web's names: every name under ``.sim`` is ``address`` (an A
+    record; no AAAA, as the web listens on IPv4 loopback only)."""
+    return Zone({"*.sim": Entry(a=(address,), ttl=ttl)})
 
 
 @contextlib.contextmanager

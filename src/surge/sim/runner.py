@@ -158,4 +158,5 @@ def _read_info(child: subprocess.Popen[bytes], timeout_s: float) -> SimInfo:
         seed=int(fields["seed"]),
         host=str(fields["host"]),
         pid=child.pid,
+        dns_port=int(fields["dns_port"]) if fields.get("dns_port") else None,
     )

@@ -62,6 +62,13 @@ class SimInfo:
     seed: int = 0
     host: str = "127.0.0.1"
     pid: int | None = None
+    #: The port of its DNS server (``surge sim`` runs one: surge.sim.dns), if any.
+    dns_port: int | None = None
+
+    @property
+    def dns_servers(self) -> str | None:
+        """Its DNS server as ``--dns-servers`` / ``dns_servers=`` take it, if any."""
+        return None if self.dns_port is None else f"{self.host}:{self.dns_port}"
 
     def url(self, host: str, path: str = "/", tls: bool = False) -> str:
         """The URL of ``path`` on simulated ``host`` (which resolves to :attr:`host`)."""
@@ -81,6 +88,8 @@ class SimInfo:
             "cafile": self.cafile,
             "seed": self.seed,
             "pid": self.pid,
+            "dns_port": self.dns_port,
+            "dns_servers": self.dns_servers,
         }
 
 

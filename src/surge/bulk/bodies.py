@@ -1,0 +1,178 @@
+"""What ``surge fetch`` keeps of bodies: files (``--output-dir``) and WARC
+records (``--warc``), each body streamed to disk as it arrives.
+
+A run that keeps bodies reads each response as a stream (surge.http's
+``client.stream``): the connection's read-ahead and the decoder's pieces bound
+what one request holds, never the body, so 100 requests in flight of 50 MB
+bodies take megabytes, not gigabytes.  ``--max-filesize`` still bounds each
+body on the wire: a longer one is ``body_too_large`` and nothing of it is kept.
+
+Files.  ``DIR/HOST/NAME``: HOST is the input URL's host as sent (IDNA for
+international names, lower-case), with ``_PORT`` when the port is not the
+scheme's; NAME is the first 32 hex digits of the SHA-256 of the input URL.  So
+the same URL lands in the same file on every run (a re-run replaces it), no
+URL can name a path outside DIR (nothing of its path is used), and two inputs
+share a file only if they are the same URL.  A body is written to a hidden
+temporary file beside its final name and renamed when complete: an interrupted
+run or a failed request leaves no half body under a final name.  The file
+holds the body decoded from its Content-Encoding (what a browser would save);
+the record says where (``body_path``) and what (``body_sha256`` of the file).
+
+WARC.  The final hop's request and response, the response body as it came off
+the wire (dechunked, not decoded), written by :class:`surge.bulk.warc.WarcWriter`
+after the body is complete; a failed request writes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+from pathlib import Path
+from time import time
+from typing import IO, TYPE_CHECKING, Any
+
+from surge.errors import RequestError, UsageError
+from surge.http.connection import body_too_large
+from surge.http.decoding import Decoder
+from surge.http.url import parse_url
+
+if TYPE_CHECKING:
+    from surge.bulk.warc import WarcWriter
+    from surge.http.client import AsyncClient
+    from surge.http.response import Response
+
+_UNSAFE = re.compile(r"[^a-z0-9._-]")
+
+
+class BodyFiles:
+    """Where ``--output-dir`` puts each body (see the module's docstring)."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.root = Path(directory)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"{directory}: cannot create the directory: {e.strerror}") from None
+        if not os.access(self.root, os.W_OK):
+            raise UsageError(f"{directory}: cannot write: permission denied")
+
+    def path_for(self, url: str) -> Path:
+        """The file of ``url``'s body."""
+        target = parse_url(url)
+        host = target.host.lower().strip("[]")
+        folder = _UNSAFE.sub("_", host) or "_"
+        if folder in (".", ".."):
+            folder = "_" + folder
+        default = 443 if target.scheme == "https" else 80
+        if target.port != default:
+            folder = f"{folder}_{target.port}"
+        name = hashlib.sha256(url.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+        return self.root / folder / name
+
+
+class _Saved:
+    """A body being written to its file: temporary until complete."""
+
+    def __init__(self, final: Path) -> None:
+        self.final = final
+        final.parent.mkdir(parents=True, exist_ok=True)
+        self.temp = final.with_name(f".{final.name}.{os.getpid()}.part")
+        self.file: IO[bytes] = open(self.temp, "wb")  # noqa: SIM115 - closed by finish/drop
+        self.hash = hashlib.sha256()
+
+    def write(self, data: bytes) -> None:
+        self.file.write(data)
+        self.hash.update(data)
+
+    def finish(self) -> str:
+        self.file.close()
+        os.replace(self.temp, self.final)
+        return self.hash.hexdigest()
+
+    def drop(self) -> None:
+        self.file.close()
+        with contextlib.suppress(OSError):
+            self.temp.unlink()
+
+
+async def fetch_kept(
+    client: AsyncClient,
+    url: str,
+    method: str,
+    headers: Any,
+    body: bytes | None,
+    cap: int,
+    files: BodyFiles | None,
+    warc: WarcWriter | None,
+) -> tuple[Response, dict[str, Any]]:
+    """One request whose body is kept: the response (its body not held) and the
+    record's extra fields (``body_path``, ``body_sha256``).  Raises the request's
+    ``RequestError``, as ``client.request`` does; a local failure to write (a
+    full disk) is a ``UsageError`` naming the file."""
+    sent_at = time()
+    async with client.stream(method, url, headers=headers, body=body) as response:
+        saved = None
+        try:
+            if files is not None and method != "HEAD":
+                path = files.path_for(url)
+                try:
+                    saved = _Saved(path)
+                except OSError as e:
+                    raise UsageError(f"{path}: cannot write: {e.strerror}") from None
+            encoding = response.header("content-encoding") if saved is not None else None
+            decoder = (
+                Decoder.for_codings(encoding.encode("latin-1"), None, response.status)
+                if encoding and client.decompress
+                else None
+            )
+            raw: list[bytes] | None = [] if warc is not None else None
+            size = 0
+            async for chunk in response.aiter_raw():
+                size += len(chunk)
+                if size > cap:
+                    raise body_too_large(cap, response.status)
+                if raw is not None:
+                    raw.append(chunk)
+                if saved is not None:
+                    if decoder is None:
+                        saved.write(chunk)
+                    else:
+                        for piece in decoder.feed(chunk):
+                            saved.write(piece)
+            if saved is not None and decoder is not None:
+                for piece in decoder.finish():
+                    saved.write(piece)
+        except RequestError as e:
+            if saved is not None:
+                saved.drop()
+            e.url, e.final_url, e.timings = url, response.final_url, response.timings
+            e.status, e.bytes, e.redirects = response.status, response.bytes, response.redirects
+            conn = response.connection
+            if conn is not None and conn.address is not None:
+                e.remote_ip, e.tls = conn.address[0], conn.tls_info()
+            raise
+        except BaseException:
+            if saved is not None:
+                saved.drop()
+            raise
+    extras: dict[str, Any] = {}
+    if saved is not None:
+        try:
+            extras["body_sha256"] = saved.finish()
+        except OSError as e:
+            saved.drop()
+            raise UsageError(f"{saved.final}: cannot write: {e.strerror}") from None
+        extras["body_path"] = str(saved.final)
+    if warc is not None and raw is not None:
+        conn = response.connection
+        ip = conn.address[0] if conn is not None and conn.address is not None else None
+        head, _, sent_body = (response.request_head or b"").partition(b"\r\n\r\n")
+        try:
+            warc.write_exchange(
+                response.final_url, ip, head, sent_body, response.head, raw, sent_at
+            )
+        except OSError as e:
+            raise UsageError(f"{warc.path}: writing the WARC failed: {e.strerror}") from None
+    return response, extras

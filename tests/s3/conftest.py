@@ -125,3 +125,27 @@ def _isolated_aws_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None
         "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS",
     ):
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="session")
+def moto_s3() -> Iterator[Buckets]:
+    """An empty moto server (its own, on loopback) for tests that make their own
+    buckets; the same shape as ``buckets``: endpoint, credentials, boto3 client."""
+    server_module = require("moto.server")
+    server = server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        keys = Credentials("moto-key", "moto-secret")
+        client = boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            aws_access_key_id=keys.access_key,
+            aws_secret_access_key=keys.secret_key,
+            region_name="us-east-1",
+            config=Config(s3={"addressing_style": "path"}, max_pool_connections=8),
+        )
+        yield Buckets(endpoint, keys, client)
+    finally:
+        server.stop()

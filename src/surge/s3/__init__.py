@@ -4,6 +4,7 @@
     for obj in surge.s3.list_all("s3://bucket/prefix/", endpoint_url="http://127.0.0.1:9000"):
         print(obj.key, obj.size, obj.last_modified, obj.etag, obj.storage_class)
     buckets = asyncio.run(surge.s3.list_buckets(endpoint_url=...))   # [Bucket(name, created)]
+    summary = surge.s3.download("s3://bucket/prefix/", "dir/", recursive=True)  # surge s3 cp
 
 Errors: :class:`S3Error` (``code``: S3's own, or ``InvalidListing`` /
 ``NotListBucketResult`` for a server that lists wrongly), :class:`UsageError`
@@ -25,20 +26,36 @@ from surge.s3.api import (
 from surge.s3.listing import CommonPrefix, Stats
 from surge.s3.parse import Bucket, S3Object, S3Version
 from surge.s3.sigv4 import Credentials
+from surge.s3.transfer import (
+    DownloadOptions,
+    Failure,
+    Result,
+    Summary,
+    download,
+    download_async,
+    open_object,
+)
 
 __all__ = [
     "Bucket",
     "CommonPrefix",
     "Credentials",
+    "DownloadOptions",
+    "Failure",
     "ListOptions",
+    "Result",
     "S3Error",
     "S3Object",
     "S3Version",
     "Stats",
+    "Summary",
     "UsageError",
+    "download",
+    "download_async",
     "list_all",
     "list_buckets",
     "list_objects",
     "list_pages",
     "list_versions",
+    "open_object",
 ]

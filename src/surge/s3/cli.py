@@ -18,6 +18,7 @@ otherwise (the server kept failing after the retries); 130 when interrupted;
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 import time
@@ -25,7 +26,7 @@ from collections.abc import Iterator
 from contextlib import aclosing
 from datetime import datetime
 from json.encoder import encode_basestring
-from typing import NoReturn, TextIO
+from typing import Any, NoReturn, TextIO
 
 import click
 
@@ -34,6 +35,7 @@ from surge.loops import new_event_loop
 from surge.s3.api import Entry, ListOptions, list_buckets, list_pages, list_versions
 from surge.s3.listing import CommonPrefix
 from surge.s3.parse import S3Version
+from surge.s3.paths import FilterRule
 from surge.terminal import ProgressLine, die, error_line
 
 
@@ -369,3 +371,227 @@ def _fail(error: UsageError | S3Error) -> NoReturn:
         click.echo(error_line("surge s3 ls", str(error)), err=True)
         sys.exit(1)
     _die(str(error))
+
+
+# -- surge s3 cp ----------------------------------------------------------------------
+
+
+class _OrderedFilters(click.Command):
+    """Keeps the command line's tokens: --include and --exclude are applied in
+    the order given (the AWS CLI's rule: the last match wins), which click's
+    two separate lists would lose."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["surge.argv"] = list(args)
+        return super().parse_args(ctx, args)
+
+
+def filter_order(
+    argv: list[str], include: tuple[str, ...], exclude: tuple[str, ...]
+) -> list[FilterRule]:
+    """The filters in command-line order, as ("include" | "exclude", pattern);
+    if the tokens cannot be read back (an unusual spelling), the excludes, then
+    the includes."""
+    rules: list[FilterRule] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":
+            break
+        name, eq, value = token.partition("=")
+        if name in ("--include", "--exclude"):
+            if not eq:
+                i += 1
+                value = argv[i] if i < len(argv) else ""
+            rules.append(("include" if name == "--include" else "exclude", value))
+        i += 1
+    if sorted(p for k, p in rules if k == "include") == sorted(include) and sorted(
+        p for k, p in rules if k == "exclude"
+    ) == sorted(exclude):
+        return rules
+    return [("exclude", p) for p in exclude] + [("include", p) for p in include]
+
+
+def parse_size(text: str) -> int:
+    """``8388608``, ``8MiB``, ``8MB``, ``512KiB``: bytes (MB as MiB, as the AWS
+    CLI reads its multipart_chunksize)."""
+    units = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+    cleaned = text.strip().lower().replace("ib", "").replace("b", "") if text else ""
+    number = cleaned.rstrip("kmg")
+    unit = cleaned[len(number) :]
+    if not number.isdigit() or unit not in units:
+        raise UsageError(f"{text!r}: expected a size such as 8MiB, 512KiB or 1048576")
+    return int(number) * units[unit]
+
+
+@s3_group.command("cp", cls=_OrderedFilters)
+@click.argument("source")
+@click.argument("destination")
+@click.option("--recursive", "-r", is_flag=True, help="Every object under the prefix.")
+@click.option("--include", multiple=True, metavar="GLOB", help="Take keys matching (aws's rule).")
+@click.option("--exclude", multiple=True, metavar="GLOB", help="Leave keys matching (aws's rule).")
+@click.option("--dryrun", is_flag=True, help="Print what would be downloaded; write nothing.")
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 4096),
+    default=256,
+    show_default=True,
+    help="Requests in flight: objects and parts of big ones (s5cmd's --numworkers).",
+)
+@click.option(
+    "--part-size",
+    default="8MiB",
+    show_default=True,
+    help="Big objects are read in ranged GETs of this size, in parallel.",
+)
+@click.option(
+    "--multipart-threshold",
+    default=None,
+    help="Objects larger than this are read in parts (default: the part size).",
+)
+@click.option("--retries", type=click.IntRange(0, 100), default=5, show_default=True)
+@click.option("--endpoint-url", metavar="URL", help="An S3-compatible server (path-style).")
+@click.option("--region", help="Default: from the environment or the profile, else us-east-1.")
+@click.option("--profile", help="A profile of the AWS config files.")
+@click.option("--no-sign-request", is_flag=True, help="Anonymous requests (public buckets).")
+@click.option("-x", "--proxy", metavar="[SCHEME://][USER:PASSWORD@]HOST[:PORT]")
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but usage errors.")
+@click.option("--only-show-errors", is_flag=True, help="No line per object; errors only.")
+@click.option("--json-summary", is_flag=True, help="A JSON summary on stdout (no object lines).")
+@click.option("--no-progress", is_flag=True, help="No progress line, even on a terminal.")
+@click.pass_context
+def cp_command(
+    ctx: click.Context,
+    source: str,
+    destination: str,
+    recursive: bool,
+    include: tuple[str, ...],
+    exclude: tuple[str, ...],
+    dryrun: bool,
+    concurrency: int,
+    part_size: str,
+    multipart_threshold: str | None,
+    retries: int,
+    endpoint_url: str | None,
+    region: str | None,
+    profile: str | None,
+    no_sign_request: bool,
+    proxy: str | None,
+    quiet: bool,
+    only_show_errors: bool,
+    json_summary: bool,
+    no_progress: bool,
+) -> None:
+    """Copy s3://BUCKET/KEY to a file or directory, or (--recursive) every object
+    under s3://BUCKET/PREFIX/ into a directory, as aws s3 cp.
+
+    Each file appears under its name only once complete and verified (length,
+    MD5 of single-part ETags, x-amz-checksum-*). Exit status: 0 all copied,
+    1 some object failed (each named on stderr), 2 usage error."""
+    from surge.s3.transfer import DownloadOptions, Result, download_async, run_cleanly
+
+    command = "surge s3 cp"
+    if not source.startswith("s3://"):
+        if destination.startswith("s3://"):
+            die(command, "uploads (cp PATH s3://...) are not supported yet: downloads only")
+        die(command, f"{source!r}: expected s3://bucket/key as the source")
+    lines = not (quiet or only_show_errors or json_summary)
+    errors = not quiet
+    progress = Progress() if sys.stderr.isatty() and not (no_progress or quiet) else None
+
+    def on_result(result: Result) -> None:
+        failure = result.failure
+        if failure is not None:
+            if not errors:
+                return
+            if failure.code == "UnsafeKey":
+                line = f"{failure.message.replace('skipping: ', f'skipping {failure.source}: ')}"
+            else:
+                line = (
+                    f"download failed: {failure.source} to {failure.destination}: "
+                    f"{failure.code}: {failure.message}"
+                )
+            if progress is not None:
+                progress.close()
+            click.echo(line, err=True)
+        elif lines:
+            prefix = "(dryrun) " if result.dryrun else ""
+            if progress is not None:
+                progress.close()
+            click.echo(f"{prefix}download: {result.source} to {result.destination}")
+
+    def on_progress(summary: Any) -> None:
+        if progress is None:
+            return
+        elapsed = progress.due()
+        if elapsed is None:
+            return
+        rate = summary.received / elapsed if elapsed > 0 else 0.0
+        progress.show(
+            f"{summary.objects:,} objects  {_bytes(summary.received)}  {_bytes(rate)}/s"
+            f"  {summary.failed} failed"
+        )
+
+    try:
+        rules = filter_order(ctx.meta.get("surge.argv", []), include, exclude)
+        size = parse_size(part_size)
+        options = DownloadOptions(
+            recursive=recursive,
+            filters=rules,
+            dryrun=dryrun,
+            concurrency=concurrency,
+            part_size=size,
+            multipart_threshold=parse_size(multipart_threshold) if multipart_threshold else None,
+            retries=retries,
+            endpoint_url=endpoint_url,
+            region=region,
+            profile=profile,
+            no_sign_request=no_sign_request,
+            proxy=proxy,
+            on_result=on_result,
+            on_progress=on_progress,
+        )
+    except UsageError as e:
+        die(command, str(e))
+    loop = new_event_loop()
+    try:
+        summary = run_cleanly(loop, download_async(source, destination, options=options))
+    except KeyboardInterrupt:
+        click.echo(f"{command}: interrupted", err=True)
+        sys.exit(130)
+    except UsageError as e:
+        die(command, str(e))
+    except S3Error as e:
+        if e.is_usage:
+            die(command, str(e))
+        click.echo(error_line(command, str(e)), err=True)
+        sys.exit(1)
+    finally:
+        loop.close()
+    if progress is not None:
+        progress.close()
+    if json_summary:
+        click.echo(json.dumps(summary.as_dict()))
+    if not quiet:
+        what = "would download" if summary.dryrun else "downloaded"
+        rate = (
+            ""
+            if summary.dryrun
+            else f" in {summary.seconds:.2f} s ({_bytes(summary.bytes_per_second)}/s)"
+        )
+        notes = "".join(f"; {note}: not verified" for note in sorted(summary.notes))
+        click.echo(
+            f"{command}: {what} {summary.objects:,} objects, {_bytes(summary.bytes)}{rate}, "
+            f"{summary.failed} failed{notes}",
+            err=True,
+        )
+    sys.exit(1 if summary.failed else 0)
+
+
+def _bytes(count: float) -> str:
+    """A byte count for people: 1.5 MiB."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if count < 1024 or unit == "TiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return f"{count:.1f} TiB"  # pragma: no cover

@@ -1,0 +1,316 @@
+"""One object's requests: signed HEAD and (ranged) GET, the body streamed to a
+sink as it arrives, retried as the shared retry policy says.
+
+A GET hands its body to a :class:`Sink` chunk by chunk (bounded memory: the
+connection's read-ahead, never the object).  A retried GET starts the sink
+again (``begin``) and sends the whole range again: a part is small enough
+(8 MiB by default) that resuming inside it is not worth the bookkeeping.
+
+Uploads will add PUT and the multipart calls here, on the same signing and
+retry loop (:func:`sign` takes the payload's hash already).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+from collections.abc import AsyncGenerator
+from datetime import UTC, datetime
+from typing import Protocol
+from urllib.parse import quote
+
+from surge.errors import RequestError, S3Error
+from surge.http.client import AsyncClient
+from surge.http.response import Headers, Response
+from surge.retry import RetryPolicy, retry_after_seconds
+from surge.s3.config import Target
+from surge.s3.parse import parse_error
+from surge.s3.sigv4 import ALGORITHM, EMPTY_SHA256
+
+#: Statuses and codes worth another try: as the listing's (botocore's list).
+RETRY_STATUSES = frozenset({500, 502, 503, 504})
+RETRY_CODES = frozenset({"SlowDown", "InternalError", "RequestTimeout", "ServiceUnavailable"})
+#: The error code a HEAD's bare status stands for (a HEAD has no error document).
+STATUS_CODES = {
+    301: "PermanentRedirect",
+    400: "BadRequest",
+    403: "AccessDenied",
+    404: "NoSuchKey",
+    412: "PreconditionFailed",
+    416: "InvalidRange",
+}
+#: A body that ended short of its Content-Length without a transport error:
+#: retried like a reset connection.
+INCOMPLETE = "IncompleteBody"
+
+
+def object_path(target: Target, key: str) -> str:
+    """The URI-encoded path of ``key`` in the target's bucket (``/`` kept, every
+    other byte but A-Z a-z 0-9 - _ . ~ escaped: a ``+`` is %2B, a space %20)."""
+    return target.path.rstrip("/") + "/" + quote(key, safe="/-_.~")
+
+
+def sign(
+    target: Target,
+    method: str,
+    path: str,
+    query: str = "",
+    amz_headers: list[tuple[str, str]] | None = None,
+    payload_hash: str = EMPTY_SHA256,
+    now: datetime | None = None,
+) -> list[tuple[str, str]]:
+    """The headers for a request of ``path`` (encoded) with ``amz_headers``
+    (``x-amz-*``, lower-case, all signed, as S3 requires of every ``x-amz-*``
+    header sent), signed with the target's credentials; none if anonymous.
+
+    :class:`surge.s3.sigv4.Signer` signs a listing's bare GET; this is the same
+    recipe with more headers and a payload hash (``UNSIGNED-PAYLOAD`` or the
+    body's SHA-256, for uploads)."""
+    extra = list(amz_headers or ())
+    signer = target.signer
+    if signer is None:
+        return extra
+    amz_date = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
+    day = amz_date[:8]
+    headers = [
+        ("host", target.host),
+        ("x-amz-content-sha256", payload_hash),
+        ("x-amz-date", amz_date),
+        *extra,
+    ]
+    token = signer.credentials.token
+    if token:
+        headers.append(("x-amz-security-token", token))
+    headers.sort()
+    signed = ";".join(name for name, _ in headers)
+    canonical = "\n".join(
+        [
+            method,
+            path,
+            query,
+            "".join(f"{name}:{value.strip()}\n" for name, value in headers),
+            signed,
+            payload_hash,
+        ]
+    )
+    scope = f"{day}/{signer.region}/{signer.service}/aws4_request"
+    to_sign = "\n".join(
+        [ALGORITHM, amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()]
+    )
+    signature = hmac.new(signer.signing_key(day), to_sign.encode(), hashlib.sha256).hexdigest()
+    out = [(name, value) for name, value in headers if name != "host"]
+    out.append(
+        (
+            "Authorization",
+            f"{ALGORITHM} Credential={signer.credentials.access_key}/{scope}, "
+            f"SignedHeaders={signed}, Signature={signature}",
+        )
+    )
+    return out
+
+
+class Sink(Protocol):
+    """Where a GET's body goes."""
+
+    def begin(self, response: Response) -> None:
+        """A 200/206 arrived (again, on a retry: start over); raise to refuse it."""
+
+    def write(self, chunk: bytes) -> None: ...
+
+    def end(self) -> None:
+        """The body is complete; raise :class:`S3Error` if it is not what it should be."""
+
+
+class Objects:
+    """Object requests for one bucket over a shared :class:`AsyncClient`."""
+
+    def __init__(self, target: Target, client: AsyncClient, policy: RetryPolicy) -> None:
+        self.target = target
+        self.client = client
+        self.policy = policy
+        self.requests = 0
+        self.retries = 0
+
+    def url(self, key: str) -> tuple[str, str]:
+        path = object_path(self.target, key)
+        return path, f"{self.target.base_url}{path}"
+
+    def _error(self, code: str, message: str, status: int | None) -> S3Error:
+        return S3Error(code, message, status=status, bucket=self.target.bucket)
+
+    async def head(self, key: str, *, checksums: bool = True) -> Headers:
+        """The object's headers (HeadObject); checksums asked for unless told not."""
+        path, url = self.url(key)
+        amz = [("x-amz-checksum-mode", "ENABLED")] if checksums else []
+        attempt = 0
+        while True:
+            self.requests += 1
+            try:
+                response = await self.client.request(
+                    "HEAD", url, headers=sign(self.target, "HEAD", path, amz_headers=amz)
+                )
+            except RequestError as e:
+                attempt += 1
+                if self.policy.error_worth_retrying(e.error_class) and await self._pause(attempt):
+                    continue
+                raise self._error(e.error_class, e.detail, e.status) from e
+            status = response.status
+            if status == 200:
+                return response.headers
+            if status in RETRY_STATUSES:
+                attempt += 1
+                if await self._pause(attempt, retry_after_seconds(response.header("retry-after"))):
+                    continue
+            code = STATUS_CODES.get(status, f"HTTP{status}")
+            raise self._error(code, _status_message(status, key), status)
+
+    async def get(
+        self,
+        key: str,
+        sink: Sink,
+        *,
+        first: int | None = None,
+        last: int | None = None,
+        if_match: str | None = None,
+        checksums: bool = False,
+    ) -> None:
+        """GET the object (bytes ``first``..``last`` inclusive, if given) into ``sink``."""
+        path, url = self.url(key)
+        amz = [("x-amz-checksum-mode", "ENABLED")] if checksums else []
+        plain: list[tuple[str, str]] = []
+        if first is not None:
+            plain.append(("Range", f"bytes={first}-{'' if last is None else last}"))
+        if if_match is not None:
+            plain.append(("If-Match", if_match))
+        attempt = 0
+        while True:
+            self.requests += 1
+            headers = sign(self.target, "GET", path, amz_headers=amz) + plain
+            error_body = b""
+            try:
+                async with self.client.stream("GET", url, headers=headers) as response:
+                    status = response.status
+                    if status in (200, 206):
+                        sink.begin(response)
+                        async for chunk in response.aiter_raw():
+                            sink.write(chunk)
+                        sink.end()
+                        return
+                    error_body = await response.aread()
+            except RequestError as e:
+                attempt += 1
+                if self.policy.error_worth_retrying(e.error_class) and await self._pause(attempt):
+                    continue
+                raise self._error(e.error_class, e.detail, e.status) from e
+            except S3Error as e:
+                if e.code != INCOMPLETE:
+                    raise
+                attempt += 1
+                if await self._pause(attempt):
+                    continue
+                raise
+            code, message = parse_error(error_body)
+            if status in RETRY_STATUSES or code in RETRY_CODES:
+                attempt += 1
+                if await self._pause(attempt, retry_after_seconds(response.header("retry-after"))):
+                    continue
+            raise self._error(
+                code or STATUS_CODES.get(status, f"HTTP{status}"),
+                message or _status_message(status, key),
+                status,
+            )
+
+    async def _pause(self, attempt: int, retry_after: float | None = None) -> bool:
+        wait = self.policy.delay(attempt, retry_after=retry_after)
+        if wait is None:
+            return False
+        self.retries += 1
+        await asyncio.sleep(wait)
+        return True
+
+
+def _status_message(status: int, key: str) -> str:
+    if status == 404:
+        return f"no such key {key!r}"
+    if status == 403:
+        return "access denied"
+    if status == 412:
+        return "the object changed during the download (its ETag no longer matches)"
+    return f"HTTP status {status}"
+
+
+async def stream_object(
+    objects: Objects, key: str, *, part_size: int = 8 * 1024 * 1024
+) -> AsyncGenerator[bytes, None]:
+    """The object's bytes in order, a ranged GET of ``part_size`` at a time
+    (each retried on its own; the ETag pinned with If-Match, so an object
+    replaced half-way fails with PreconditionFailed rather than mixing two
+    versions).  Memory: one part at most."""
+    head = await objects.head(key, checksums=False)
+    size = int(head.get("content-length") or 0)
+    etag = head.get("etag")
+    offset = 0
+    while offset < size:
+        last = min(offset + part_size, size) - 1
+        sink = _Part(offset, last)
+        await objects.get(key, sink, first=offset, last=last, if_match=etag)
+        for chunk in sink.chunks:
+            yield chunk
+        offset = last + 1
+
+
+class _Part:
+    """One range's bytes, kept (for :func:`stream_object`) and length-checked."""
+
+    def __init__(self, first: int, last: int) -> None:
+        self.first = first
+        self.last = last
+        self.chunks: list[bytes] = []
+        self.received = 0
+
+    def begin(self, response: Response) -> None:
+        check_range(response, self.first, self.last)
+        self.chunks.clear()
+        self.received = 0
+
+    def write(self, chunk: bytes) -> None:
+        self.chunks.append(chunk)
+        self.received += len(chunk)
+
+    def end(self) -> None:
+        want = self.last - self.first + 1
+        if self.received != want:
+            raise S3Error(INCOMPLETE, f"{self.received} of {want} bytes", status=None, bucket="")
+
+
+def check_range(response: Response, first: int, last: int, size: int | None = None) -> None:
+    """Refuse a response that is not the range asked for: a 206 whose
+    Content-Range is another range (or another object size), or a 200 (a
+    server that ignores Range) unless it is the whole object and the range was."""
+    content_range = response.header("content-range")
+    if response.status == 206 and content_range:
+        unit, _, rest = content_range.partition(" ")
+        span, _, total = rest.partition("/")
+        start, _, end = span.partition("-")
+        same = unit == "bytes" and start == str(first) and end == str(last)
+        if same and (size is None or total == str(size)):
+            return
+        raise S3Error(
+            "InvalidRange",
+            f"asked for bytes {first}-{last}"
+            + (f" of {size}" if size is not None else "")
+            + f", the server sent {content_range!r}",
+            status=206,
+            bucket="",
+        )
+    length = response.header("content-length")
+    if first == 0 and length is not None and int(length) == last + 1:
+        return
+    raise S3Error(
+        "InvalidRange",
+        f"asked for bytes {first}-{last}, the server sent status {response.status}"
+        f" with Content-Range {content_range!r}",
+        status=response.status,
+        bucket="",
+    )

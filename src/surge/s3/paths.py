@@ -1,0 +1,96 @@
+"""Which keys a copy takes, and where each one lands: the AWS CLI's filters and
+a key-to-path mapping that cannot leave the destination.
+
+Pure functions of strings, no I/O: every rule is a plain unit test.
+
+Filters (``--exclude`` / ``--include``) are the AWS CLI's
+(awscli/customizations/s3/filters.py): every key is taken unless a filter says
+otherwise; the filters are tried in the order given and the *last* one that
+matches decides. A pattern is a ``fnmatch`` glob (``*`` crosses ``/``, ``?`` one
+character, ``[seq]``), case-sensitive, matched against the whole key with the
+source's "directory" (``bucket/prefix/``) put in front of the pattern - so a
+pattern is relative to the prefix: ``--exclude '*' --include '*.txt'`` takes
+the ``.txt`` keys at any depth.
+
+Paths: a key's part after the prefix is split on ``/`` and joined under the
+destination. S3 keys are any UTF-8 text, so a key can say ``../../etc/passwd``
+or ``/etc/passwd``; such a key is refused (the AWS CLI skips it with a warning)
+rather than written outside the destination. Empty and ``.`` segments
+(``a//b``, ``a/./b``) collapse, as ``os.path.join`` and the AWS CLI make them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from fnmatch import fnmatchcase
+from typing import Literal
+
+FilterRule = tuple[Literal["include", "exclude"], str]
+
+
+class Filters:
+    """The AWS CLI's include/exclude rules for keys under ``bucket/prefix``."""
+
+    def __init__(self, bucket: str, prefix_dir: str, rules: Sequence[FilterRule] = ()) -> None:
+        # The AWS CLI joins the source's directory and the pattern and matches
+        # "bucket/key" against that: a pattern is relative to the prefix, and
+        # glob characters in the prefix itself are glob characters too.
+        root = f"{bucket}/{prefix_dir}"
+        self.rules = [(kind, root + pattern) for kind, pattern in rules]
+        self.bucket = bucket
+
+    @classmethod
+    def build(
+        cls, bucket: str, prefix_dir: str, include: Iterable[str], exclude: Iterable[str]
+    ) -> Filters:
+        """Includes and excludes given as two lists (the Python API): the excludes
+        first, then the includes, so that an include re-admits what an exclude
+        dropped - what ``--exclude X --include Y`` means on the command line."""
+        rules: list[FilterRule] = [("exclude", p) for p in exclude]
+        rules += [("include", p) for p in include]
+        return cls(bucket, prefix_dir, rules)
+
+    def __bool__(self) -> bool:
+        return bool(self.rules)
+
+    def takes(self, key: str) -> bool:
+        path = f"{self.bucket}/{key}"
+        taken = True
+        for kind, pattern in self.rules:
+            if fnmatchcase(path, pattern):
+                taken = kind == "include"
+        return taken
+
+
+def prefix_dir(prefix: str) -> str:
+    """The "directory" of a prefix, as the AWS CLI cuts keys for a single
+    object: ``a/b/c.txt`` -> ``a/b/``."""
+    return prefix[: prefix.rfind("/") + 1]
+
+
+class UnsafeKey(ValueError):
+    """A key that would be written outside the destination, or is no file name."""
+
+
+def relative_parts(relative_key: str) -> list[str]:
+    """The path segments a key (after the prefix) maps to, or :class:`UnsafeKey`."""
+    if "\0" in relative_key:
+        raise UnsafeKey("the key holds a NUL character, which no file name can")
+    if relative_key.startswith("/"):
+        raise UnsafeKey("the key is an absolute path")
+    parts = [part for part in relative_key.split("/") if part not in ("", ".")]
+    if ".." in parts:
+        raise UnsafeKey("the key would be written outside the destination directory")
+    if os.sep != "/" or os.altsep:  # pragma: no cover - Windows: \ and : are separators too
+        for part in parts:
+            if os.sep in part or (os.altsep and os.altsep in part) or ":" in part:
+                raise UnsafeKey(f"the key's segment {part!r} is not a file name here")
+    if not parts:
+        raise UnsafeKey("the key names no file")
+    return parts
+
+
+def local_path(destination: str, relative_key: str) -> str:
+    """Where the key lands under the directory ``destination``."""
+    return os.path.join(destination, *relative_parts(relative_key))

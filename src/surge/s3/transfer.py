@@ -1,0 +1,810 @@
+"""Downloading objects: ``surge s3 cp s3://... PATH`` and :func:`download`.
+
+    summary = surge.s3.download("s3://bucket/logs/", "logs/", recursive=True,
+                                exclude=["*"], include=["*.gz"])
+    print(summary.objects, summary.bytes, summary.failures)
+
+How it runs:
+
+* One pooled :class:`surge.http.AsyncClient` and ``concurrency`` workers (256
+  by default, as s5cmd's ``--numworkers``) take jobs from one queue: whole small
+  objects, and the parts of big ones.  The listing (the fast parallel lister)
+  feeds the queue as its pages arrive; a bound on objects waiting keeps memory
+  flat however long the listing.
+* An object larger than ``multipart_threshold`` (8 MiB) is read as ranged GETs
+  of ``part_size`` each (at most :data:`MAX_PARTS` parts; bigger objects get
+  bigger parts), pinned to the object's ETag with If-Match, each written at its
+  offset with ``os.pwrite``: one big object uses many connections, and memory
+  is the connections' read-ahead, never the object.  A part's parts come
+  before new objects in the queue, so few files are open at once.
+* Every object is written to a temporary file beside its final name
+  (``.surge-<random>-<name>``) and renamed into place (``os.replace``, atomic
+  on POSIX) only when complete and verified (:mod:`surge.s3.checksums`: length,
+  the single-part ETag's MD5, the ``x-amz-checksum-*`` that can be computed
+  here).  A failed or cancelled object's temporary file is removed; a process
+  killed outright leaves only temporary names, never a short file under the
+  final name, and a re-run writes every object again.
+* An object that fails (404, 403, a part that kept failing after the retries,
+  a checksum that does not match, a key that would escape the destination)
+  is a :class:`Failure` in the summary; the others go on.  SlowDown, 5xx and
+  transient transport errors are retried as the shared retry policy says.
+
+Uploads will share the queue, the workers, the summary and the filters: an
+upload job reads a part with ``os.pread`` and PUTs it
+(:mod:`surge.s3.objects` is where its requests go).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import secrets
+import signal
+import threading
+import time
+from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import aclosing, suppress
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from surge.errors import S3Error, UsageError
+from surge.http.client import AsyncClient
+from surge.http.proxy import parse_proxy
+from surge.http.response import Headers, Response
+from surge.loops import new_event_loop
+from surge.retry import RetryPolicy
+from surge.s3.api import ListOptions, list_pages
+from surge.s3.checksums import Digest, Expected, file_mismatch
+from surge.s3.config import Target, make_target, split_s3_url
+from surge.s3.objects import INCOMPLETE, Objects, check_range, stream_object
+from surge.s3.parse import S3Object
+from surge.s3.paths import FilterRule, Filters, UnsafeKey, local_path, prefix_dir
+from surge.s3.sigv4 import Credentials
+
+T = TypeVar("T")
+MiB = 1024 * 1024
+DEFAULT_PART_SIZE = 8 * MiB  # the AWS CLI's multipart_chunksize and threshold
+#: s5cmd's default number of workers (--numworkers 256).
+DEFAULT_CONCURRENCY = 256
+MAX_CONCURRENCY = 4096
+#: Parts per object at most: a 1 TiB object is read in 10,000 parts of ~105 MiB,
+#: not 131,072 of 8 MiB (S3's own limit for uploaded parts, reused here).
+MAX_PARTS = 10_000
+#: Listed objects waiting for a worker, per worker (the queue's bound).
+WAITING_PER_WORKER = 2
+
+
+@dataclass
+class DownloadOptions:
+    """The options of :func:`download` (and of ``surge s3 cp``)."""
+
+    recursive: bool = False
+    #: Globs as the AWS CLI's --include/--exclude: the excludes are applied
+    #: first, then the includes (later wins); ``filters`` gives the order itself.
+    include: Sequence[str] = ()
+    exclude: Sequence[str] = ()
+    filters: Sequence[FilterRule] = ()
+    concurrency: int = DEFAULT_CONCURRENCY  # requests in flight (objects and parts)
+    part_size: int = DEFAULT_PART_SIZE
+    multipart_threshold: int | None = None  # None: part_size
+    dryrun: bool = False
+    verify: bool = True  # MD5 / x-amz-checksum-* where available (length: always)
+    retries: int = 5
+    max_time: float = 300.0  # seconds per request (one part or one small object)
+    list_parallel: int = 16  # listing requests in flight (surge s3 ls --parallel)
+    endpoint_url: str | None = None
+    region: str | None = None
+    profile: str | None = None
+    no_sign_request: bool = False
+    credentials: Credentials | None = None
+    proxy: str | None = None
+    #: Told of each object as it is done (downloaded, would be, or failed).
+    on_result: Callable[[Result], None] | None = None
+    #: Told of the running summary after each object and part.
+    on_progress: Callable[[Summary], None] | None = None
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.concurrency <= MAX_CONCURRENCY:
+            raise UsageError(f"concurrency must be 1..{MAX_CONCURRENCY}, not {self.concurrency}")
+        if self.part_size < 1:
+            raise UsageError(f"part size must be at least 1 byte, not {self.part_size}")
+        if self.multipart_threshold is not None and self.multipart_threshold < 0:
+            raise UsageError("multipart threshold must be 0 or more")
+        if self.retries < 0:
+            raise UsageError(f"retries must be 0 or more, not {self.retries}")
+        if self.list_parallel < 1:
+            raise UsageError(f"list parallelism must be at least 1, not {self.list_parallel}")
+        if self.proxy:
+            parse_proxy(self.proxy)
+        for kind, _ in self.filters:
+            if kind not in ("include", "exclude"):
+                raise UsageError(f"a filter is ('include' | 'exclude', pattern), not {kind!r}")
+
+    def target(self, bucket: str) -> Target:
+        return make_target(
+            bucket,
+            endpoint_url=self.endpoint_url,
+            region=self.region,
+            profile=self.profile,
+            no_sign_request=self.no_sign_request,
+            credentials=self.credentials,
+        )
+
+
+@dataclass
+class Failure:
+    """An object not downloaded: ``code`` is S3's (NoSuchKey, AccessDenied,
+    PreconditionFailed, ...), a transport error class, ``BadDigest`` (the bytes
+    are not what the server said), ``UnsafeKey`` (refused: it would be written
+    outside the destination) or ``LocalError`` (the file could not be written)."""
+
+    source: str
+    destination: str | None
+    code: str
+    message: str
+
+
+@dataclass
+class Result:
+    source: str
+    destination: str | None
+    size: int
+    failure: Failure | None = None
+    dryrun: bool = False
+
+
+@dataclass
+class Summary:
+    objects: int = 0  # downloaded (with dryrun: would be)
+    bytes: int = 0  # of the objects downloaded
+    seconds: float = 0.0
+    failures: list[Failure] = field(default_factory=list)
+    verified: int = 0  # objects checked by MD5 or a checksum, besides the length
+    unverified: int = 0  # objects checked by their length only
+    #: Why some checks could not be made (e.g. "no crc32c package installed").
+    notes: set[str] = field(default_factory=set)
+    excluded: int = 0  # by --exclude/--include
+    folders: int = 0  # folder markers (keys ending in "/"): not files
+    parts: int = 0  # ranged GETs of big objects
+    requests: int = 0
+    retries: int = 0
+    received: int = 0  # bytes off the wire so far (progress; retried bytes included)
+    dryrun: bool = False
+
+    @property
+    def failed(self) -> int:
+        return len(self.failures)
+
+    @property
+    def bytes_per_second(self) -> float:
+        return self.bytes / self.seconds if self.seconds > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "objects": self.objects,
+            "bytes": self.bytes,
+            "seconds": round(self.seconds, 3),
+            "bytes_per_second": round(self.bytes_per_second),
+            "failed": self.failed,
+            "failures": [vars(f) for f in self.failures],
+            "verified": self.verified,
+            "unverified": self.unverified,
+            "notes": sorted(self.notes),
+            "excluded": self.excluded,
+            "folders": self.folders,
+            "parts": self.parts,
+            "requests": self.requests,
+            "retries": self.retries,
+            "dryrun": self.dryrun,
+        }
+
+
+@dataclass
+class _Job:
+    key: str
+    size: int
+    path: str
+    head: Headers | None = None  # known already (a single object is HEADed first)
+
+
+@dataclass
+class _Big:
+    """A big object being read in parts into its temporary file."""
+
+    job: _Job
+    temp: str
+    fd: int
+    size: int
+    etag: str | None
+    expected: Expected
+    remaining: int
+    failure: tuple[str, str] | None = None
+
+
+@dataclass
+class _Part:
+    big: _Big
+    first: int
+    last: int
+
+
+@dataclass(frozen=True)
+class _Plan:
+    bucket: str
+    prefix: str  # the listing's prefix, or the single object's key
+    destination: str  # a directory (recursive, or a single object into a dir) or a file
+    into_directory: bool
+    filters: Filters
+
+
+def plan(source: str, destination: str, opts: DownloadOptions) -> _Plan:
+    """Where a download reads and writes, or a UsageError naming the problem.
+    Nothing is created here (a dry run writes nothing)."""
+    if not isinstance(destination, str) or not destination:
+        raise UsageError("the destination is an empty path")
+    if destination.startswith("s3://"):
+        raise UsageError(f"{destination!r}: copies between buckets are not supported yet")
+    bucket, prefix = split_s3_url(source)
+    rules: list[FilterRule] = [("exclude", p) for p in opts.exclude]
+    rules += [("include", p) for p in opts.include]
+    rules += list(opts.filters)
+    if opts.recursive:
+        if prefix and not prefix.endswith("/"):
+            prefix += "/"  # as the AWS CLI: a recursive source is a "directory"
+        if os.path.exists(destination) and not os.path.isdir(destination):
+            raise UsageError(f"destination {destination!r} exists and is not a directory")
+        _check_writable(destination)
+        return _Plan(bucket, prefix, destination, True, Filters(bucket, prefix, rules))
+    if not prefix or prefix.endswith("/"):
+        raise UsageError(f"{source!r} names no object: give a key, or --recursive for a prefix")
+    into = destination.endswith(("/", os.sep)) or os.path.isdir(destination)
+    _check_writable(destination if into else os.path.dirname(os.path.abspath(destination)))
+    return _Plan(bucket, prefix, destination, into, Filters(bucket, prefix_dir(prefix), rules))
+
+
+def _check_writable(directory: str) -> None:
+    """The directory, or the nearest ancestor that exists (the rest is made),
+    must be a directory we can write in."""
+    path = os.path.abspath(directory)
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    if not os.path.isdir(path):
+        raise UsageError(f"destination {directory!r}: {path!r} is not a directory")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UsageError(f"destination {directory!r}: {path!r} is not writable")
+
+
+class _Download:
+    def __init__(
+        self,
+        the_plan: _Plan,
+        opts: DownloadOptions,
+        target: Target,
+        client: AsyncClient,
+        summary: Summary,
+    ) -> None:
+        self.plan = the_plan
+        self.opts = opts
+        self.target = target
+        self.client = client
+        self.summary = summary
+        self.objects = Objects(target, client, RetryPolicy(opts.retries, 0.1, 10.0))
+        self.threshold = (
+            opts.part_size if opts.multipart_threshold is None else opts.multipart_threshold
+        )
+        self.jobs: asyncio.PriorityQueue[tuple[int, int, int, _Job | _Part]] = (
+            asyncio.PriorityQueue()
+        )
+        self.room = asyncio.Semaphore(WAITING_PER_WORKER * opts.concurrency)
+        self.order = itertools.count()
+        self.pending = 0
+        self.listed = False
+        self.done = asyncio.Event()
+        self.crash: BaseException | None = None
+        #: temporary files not yet renamed into place: removed if the run stops
+        self.temps: dict[str, int] = {}
+
+    def url(self, key: str) -> str:
+        return f"s3://{self.plan.bucket}/{key}"
+
+    # -- what there is to do -----------------------------------------------------
+
+    async def run(self) -> None:
+        workers = [asyncio.ensure_future(self._worker()) for _ in range(self.opts.concurrency)]
+        try:
+            if self.opts.recursive:
+                await self._list()
+            else:
+                await self._single()
+            self.listed = True
+            self._check_done()
+            await self.done.wait()
+            if self.crash is not None:
+                raise self.crash
+        finally:
+            for worker in workers:
+                worker.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+            for temp, fd in list(self.temps.items()):
+                _discard(temp, fd)
+            self.temps.clear()
+
+    async def _list(self) -> None:
+        signer = self.target.signer
+        options = ListOptions(
+            recursive=True,
+            parallel=self.opts.list_parallel,
+            endpoint_url=self.opts.endpoint_url,
+            region=self.opts.region,
+            profile=self.opts.profile,
+            no_sign_request=self.opts.no_sign_request,
+            credentials=signer.credentials if signer is not None else None,
+            retries=self.opts.retries,
+            proxy=self.opts.proxy,
+        )
+        url = f"s3://{self.plan.bucket}/{self.plan.prefix}"
+        async with aclosing(list_pages(url, options=options, client=self.client)) as pages:
+            async for page in pages:
+                for entry in page:
+                    if isinstance(entry, S3Object):
+                        await self._offer(entry.key, entry.size)
+
+    async def _single(self) -> None:
+        key = self.plan.prefix
+        destination = self.plan.destination
+        if not self.plan.filters.takes(key):
+            self.summary.excluded += 1
+            return
+        if self.plan.into_directory:
+            try:
+                destination = local_path(destination, key.rsplit("/", 1)[-1])
+            except UnsafeKey as e:
+                self._failed(key, None, "UnsafeKey", f"skipping: {e}")
+                return
+        try:
+            head = await self.objects.head(key, checksums=self.opts.verify)
+        except S3Error as e:
+            self._failed(key, destination, e.code, e.message)
+            return
+        size = int(head.get("content-length") or 0)
+        await self._enqueue(_Job(key, size, destination, head))
+
+    async def _offer(self, key: str, size: int) -> None:
+        """A listed object: filtered, mapped to its path, queued (or, in a dry
+        run, reported)."""
+        if key.endswith("/"):
+            self.summary.folders += 1
+            return
+        if self.plan.filters and not self.plan.filters.takes(key):
+            self.summary.excluded += 1
+            return
+        try:
+            path = local_path(self.plan.destination, key[len(self.plan.prefix) :])
+        except UnsafeKey as e:
+            self._failed(key, None, "UnsafeKey", f"skipping: {e}")
+            return
+        await self._enqueue(_Job(key, size, path))
+
+    async def _enqueue(self, job: _Job) -> None:
+        if self.opts.dryrun:
+            self.summary.objects += 1
+            self.summary.bytes += job.size
+            self._tell(Result(self.url(job.key), job.path, job.size, dryrun=True))
+            return
+        await self.room.acquire()
+        self.pending += 1
+        self.jobs.put_nowait((1, next(self.order), 0, job))
+
+    def _check_done(self) -> None:
+        if self.listed and self.pending == 0:
+            self.done.set()
+
+    # -- the work ------------------------------------------------------------------
+
+    async def _worker(self) -> None:
+        try:
+            while True:
+                *_, job = await self.jobs.get()
+                if isinstance(job, _Part):
+                    await self._part(job)
+                else:
+                    self.room.release()
+                    if job.size > self.threshold and job.size > 0:
+                        await self._start_big(job)
+                    else:
+                        await self._whole(job)
+                self._progress()
+        except Exception as e:  # a bug: stop the run, say what it was
+            self.crash = e
+            self.done.set()
+
+    def _create(self, path: str) -> tuple[str, int]:
+        directory, name = os.path.split(path)
+        if directory:
+            os.makedirs(directory, exist_ok=True)
+        # 255 bytes is the usual limit of a name: the temporary one must fit too.
+        short = name.encode()[:200].decode("utf-8", "ignore")
+        temp = os.path.join(directory, f".surge-{secrets.token_hex(4)}-{short}")
+        fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        self.temps[temp] = fd
+        return temp, fd
+
+    def _install(self, temp: str, fd: int, path: str) -> None:
+        del self.temps[temp]
+        try:
+            os.close(fd)
+            if os.path.isdir(path):
+                raise IsADirectoryError(21, "a directory has the file's name", path)
+            os.replace(temp, path)
+        except BaseException:
+            _discard(temp, None)
+            raise
+
+    async def _whole(self, job: _Job) -> None:
+        temp = None
+        fd = -1
+        try:
+            temp, fd = self._create(job.path)
+            sink = _WholeFile(fd, self.opts.verify, self.summary)
+            await self.objects.get(job.key, sink, checksums=self.opts.verify)
+            self._install(temp, fd, job.path)
+            temp = None
+            self._succeeded(job, sink.received, sink.expected)
+        except S3Error as e:
+            self._failed(job.key, job.path, e.code, e.message)
+        except OSError as e:
+            self._failed(job.key, job.path, "LocalError", _os_message(e))
+        finally:
+            if temp is not None and temp in self.temps:
+                del self.temps[temp]
+                _discard(temp, fd)
+            self.pending -= 1
+            self._check_done()
+
+    async def _start_big(self, job: _Job) -> None:
+        try:
+            head = job.head or await self.objects.head(job.key, checksums=self.opts.verify)
+            size = int(head.get("content-length") or 0)
+            expected = Expected.from_headers(size, head)
+            temp, fd = self._create(job.path)
+            os.ftruncate(fd, size)
+        except S3Error as e:
+            self._failed(job.key, job.path, e.code, e.message)
+            self.pending -= 1
+            self._check_done()
+            return
+        except OSError as e:
+            self._failed(job.key, job.path, "LocalError", _os_message(e))
+            self.pending -= 1
+            self._check_done()
+            return
+        part_size = max(self.opts.part_size, -(-size // MAX_PARTS))
+        starts = range(0, size, part_size)
+        big = _Big(job, temp, fd, size, head.get("etag"), expected, len(starts))
+        order = next(self.order)
+        for index, first in enumerate(starts):
+            part = _Part(big, first, min(first + part_size, size) - 1)
+            self.jobs.put_nowait((0, order, index, part))
+
+    async def _part(self, part: _Part) -> None:
+        big = part.big
+        if big.failure is None:
+            try:
+                sink = _RangeFile(big.fd, part.first, part.last, big.size, self.summary)
+                self.summary.parts += 1
+                await self.objects.get(
+                    big.job.key, sink, first=part.first, last=part.last, if_match=big.etag
+                )
+            except S3Error as e:
+                big.failure = big.failure or (e.code, e.message)
+            except OSError as e:
+                big.failure = big.failure or ("LocalError", _os_message(e))
+        big.remaining -= 1
+        if big.remaining == 0:
+            await self._finish_big(big)
+
+    async def _finish_big(self, big: _Big) -> None:
+        job = big.job
+        try:
+            if big.failure is None and self.opts.verify and big.expected.verifiable:
+                # read back: a whole-object hash cannot be built from parts that
+                # arrived out of order (the file is in the page cache still)
+                try:
+                    mismatch = await asyncio.to_thread(file_mismatch, big.fd, big.expected)
+                except OSError as e:
+                    mismatch = None
+                    big.failure = ("LocalError", _os_message(e))
+                if mismatch is not None:
+                    big.failure = ("BadDigest", mismatch)
+            if big.failure is not None:
+                del self.temps[big.temp]
+                _discard(big.temp, big.fd)
+                self._failed(job.key, job.path, *big.failure)
+                return
+            try:
+                self._install(big.temp, big.fd, job.path)
+            except OSError as e:
+                self._failed(job.key, job.path, "LocalError", _os_message(e))
+                return
+            self._succeeded(job, big.size, big.expected)
+        finally:
+            self.pending -= 1
+            self._check_done()
+
+    # -- what happened ----------------------------------------------------------------
+
+    def _succeeded(self, job: _Job, size: int, expected: Expected | None) -> None:
+        summary = self.summary
+        summary.objects += 1
+        summary.bytes += size
+        if self.opts.verify and expected is not None and expected.verifiable:
+            summary.verified += 1
+        else:
+            summary.unverified += 1
+        if expected is not None and expected.unchecked:
+            summary.notes.add(expected.unchecked)
+        self._tell(Result(self.url(job.key), job.path, size))
+
+    def _failed(self, key: str, path: str | None, code: str, message: str) -> None:
+        failure = Failure(self.url(key), path, code, message)
+        self.summary.failures.append(failure)
+        self._tell(Result(failure.source, path, 0, failure))
+
+    def _tell(self, result: Result) -> None:
+        if self.opts.on_result is not None:
+            self.opts.on_result(result)
+
+    def _progress(self) -> None:
+        if self.opts.on_progress is not None:
+            self.opts.on_progress(self.summary)
+
+
+class _WholeFile:
+    """A whole object's body into its temporary file, hashed as it comes."""
+
+    def __init__(self, fd: int, verify: bool, summary: Summary) -> None:
+        self.fd = fd
+        self.verify = verify
+        self.summary = summary
+        self.received = 0
+        self.expected: Expected | None = None
+        self.digest: Digest | None = None
+
+    def begin(self, response: Response) -> None:
+        if response.status != 200:
+            raise S3Error(
+                "InvalidResponse",
+                f"status {response.status} to a whole GET",
+                status=None,
+                bucket="",
+            )
+        length = response.header("content-length")
+        if length is None or not length.isdigit():
+            raise S3Error("InvalidResponse", "no Content-Length", status=200, bucket="")
+        os.lseek(self.fd, 0, os.SEEK_SET)
+        os.ftruncate(self.fd, 0)
+        self.expected = Expected.from_headers(int(length), response.headers)
+        verifiable = self.verify and self.expected.verifiable
+        self.digest = Digest(self.expected) if verifiable else None
+        self.received = 0
+
+    def write(self, chunk: bytes) -> None:
+        _write_all(self.fd, chunk, None)
+        if self.digest is not None:
+            self.digest.update(chunk)
+        self.received += len(chunk)
+        self.summary.received += len(chunk)
+
+    def end(self) -> None:
+        assert self.expected is not None
+        if self.received != self.expected.size:
+            raise S3Error(
+                INCOMPLETE,
+                f"the body ended at {self.received} of {self.expected.size} bytes",
+                status=200,
+                bucket="",
+            )
+        if self.digest is not None:
+            mismatch = self.digest.mismatch()
+            if mismatch is not None:
+                raise S3Error("BadDigest", mismatch, status=200, bucket="")
+
+
+class _RangeFile:
+    """One part's body, written at its offset in the big object's temporary file."""
+
+    def __init__(self, fd: int, first: int, last: int, size: int, summary: Summary) -> None:
+        self.fd = fd
+        self.first = first
+        self.last = last
+        self.size = size
+        self.summary = summary
+        self.offset = first
+
+    def begin(self, response: Response) -> None:
+        check_range(response, self.first, self.last, self.size)
+        self.offset = self.first
+
+    def write(self, chunk: bytes) -> None:
+        if self.offset + len(chunk) > self.last + 1:
+            raise S3Error(INCOMPLETE, "the part is longer than its range", status=206, bucket="")
+        _write_all(self.fd, chunk, self.offset)
+        self.offset += len(chunk)
+        self.summary.received += len(chunk)
+
+    def end(self) -> None:
+        if self.offset != self.last + 1:
+            got = self.offset - self.first
+            raise S3Error(
+                INCOMPLETE,
+                f"the part ended at {got} of {self.last - self.first + 1} bytes",
+                status=206,
+                bucket="",
+            )
+
+
+def _write_all(fd: int, data: bytes, offset: int | None) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view) if offset is None else os.pwrite(fd, view, offset)
+        view = view[written:]
+        if offset is not None:
+            offset += written
+
+
+def _discard(temp: str, fd: int | None) -> None:
+    if fd is not None:
+        with suppress(OSError):
+            os.close(fd)
+    with suppress(OSError):
+        os.unlink(temp)
+
+
+def _os_message(error: OSError) -> str:
+    text = error.strerror or str(error)
+    return f"{text}: {error.filename}" if error.filename else text
+
+
+async def download_async(
+    source: str,
+    destination: str,
+    *,
+    options: DownloadOptions | None = None,
+    client: AsyncClient | None = None,
+    **kwargs: Any,
+) -> Summary:
+    """Download ``source`` (``s3://bucket/key``; with ``recursive=True``, every
+    object under ``s3://bucket/prefix/``) to ``destination`` (a file, or a
+    directory); options as :class:`DownloadOptions`.  Per-object failures are
+    in the summary; a bad argument raises :class:`UsageError`, and a listing
+    that fails (no such bucket, access denied) :class:`S3Error`."""
+    opts = options or DownloadOptions(**kwargs)
+    the_plan = plan(source, destination, opts)
+    target = opts.target(the_plan.bucket)
+    summary = Summary(dryrun=opts.dryrun)
+    own_client = client is None
+    if client is None:
+        client = _client(opts, opts.concurrency + opts.list_parallel)
+    started = time.perf_counter()
+    run = _Download(the_plan, opts, target, client, summary)
+    try:
+        await run.run()
+    finally:
+        summary.seconds = time.perf_counter() - started
+        summary.requests = run.objects.requests
+        summary.retries = run.objects.retries
+        if own_client:
+            await client.close()
+    return summary
+
+
+def download(
+    source: str, destination: str, *, options: DownloadOptions | None = None, **kwargs: Any
+) -> Summary:
+    """:func:`download_async` for synchronous code (on its own event loop; in a
+    thread when a loop is running already, as in Jupyter)."""
+    opts = options or DownloadOptions(**kwargs)
+
+    def run() -> Summary:
+        loop = new_event_loop()
+        try:
+            return run_cleanly(loop, download_async(source, destination, options=opts))
+        finally:
+            loop.close()
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        with ThreadPoolExecutor(1, thread_name_prefix="surge-s3-cp") as pool:
+            return pool.submit(run).result()
+    return run()
+
+
+def run_cleanly(loop: asyncio.AbstractEventLoop, work: Coroutine[Any, Any, T]) -> T:
+    """``loop.run_until_complete(work)``, where Ctrl-C (SIGINT) cancels the work
+    at its next await - so its cleanup runs (temporary files removed) - and
+    then raises KeyboardInterrupt.  Python's own handler would raise it
+    wherever the code happened to be, mid-bookkeeping."""
+    task = loop.create_task(work)
+    interrupted = False
+
+    def interrupt() -> None:
+        nonlocal interrupted
+        interrupted = True
+        task.cancel()
+
+    handled = threading.current_thread() is threading.main_thread()
+    if handled:
+        try:
+            loop.add_signal_handler(signal.SIGINT, interrupt)
+        except (NotImplementedError, RuntimeError):  # pragma: no cover - no signals here
+            handled = False
+    try:
+        return loop.run_until_complete(task)
+    except asyncio.CancelledError:
+        if interrupted:
+            raise KeyboardInterrupt from None
+        raise
+    except KeyboardInterrupt:
+        task.cancel()
+        with suppress(BaseException):
+            loop.run_until_complete(task)
+        raise
+    finally:
+        if handled:
+            loop.remove_signal_handler(signal.SIGINT)
+
+
+def _client(opts: DownloadOptions, connections: int) -> AsyncClient:
+    # Raw bytes as stored: no Accept-Encoding, no decoding (an object stored
+    # with Content-Encoding: gzip is written gzipped, as the AWS CLI writes it).
+    return AsyncClient(
+        max_connections=connections,
+        max_time=opts.max_time,
+        proxy=opts.proxy,
+        headers={"Accept-Encoding": "identity"},
+        decompress=False,
+        cookies=False,
+        body_cap=1024 * 1024,  # error documents only: bodies are streamed
+    )
+
+
+async def open_object(
+    url: str,
+    *,
+    part_size: int = DEFAULT_PART_SIZE,
+    options: DownloadOptions | None = None,
+    client: AsyncClient | None = None,
+    **kwargs: Any,
+) -> AsyncGenerator[bytes, None]:
+    """The bytes of one object, in order, as an async iterator::
+
+        async for chunk in surge.s3.open_object("s3://bucket/key", endpoint_url=...):
+            out.write(chunk)
+
+    Read a ranged GET of ``part_size`` at a time (memory: one part), pinned to
+    the object's ETag.  Raises :class:`S3Error` (NoSuchKey, AccessDenied,
+    PreconditionFailed if the object is replaced mid-way)."""
+    opts = options or DownloadOptions(**kwargs)
+    bucket, key = split_s3_url(url)
+    if not key or key.endswith("/"):
+        raise UsageError(f"{url!r} names no object")
+    target = opts.target(bucket)
+    own_client = client is None
+    if client is None:
+        client = _client(opts, 1)
+    objects = Objects(target, client, RetryPolicy(opts.retries, 0.1, 10.0))
+    try:
+        async with aclosing(stream_object(objects, key, part_size=part_size)) as chunks:
+            async for chunk in chunks:
+                yield chunk
+    finally:
+        if own_client:
+            await client.close()

@@ -1,0 +1,439 @@
+"""``surge s3 cp`` downloads and :func:`surge.s3.download`, against MinIO and moto.
+
+boto3 uploads the objects (the reference client); surge downloads them and the
+files are compared byte for byte.  Filters are compared with lists written by
+hand from the AWS CLI's documented rules (``aws s3 cp --recursive``: every key
+is taken unless a filter says otherwise, the last matching filter wins,
+patterns are relative to the prefix and ``*`` crosses ``/``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from itertools import count
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from tests.s3._buckets import Buckets
+
+import surge.s3
+from surge.cli import main
+from surge.errors import RequestError
+from surge.http.client import AsyncClient
+from surge.s3.checksums import ALGORITHMS, Digest, Expected
+from surge.s3.minio import MinioServer
+from surge.s3.paths import Filters, UnsafeKey, local_path
+
+MiB = 1024 * 1024
+_names = count()
+
+
+@pytest.fixture(params=["minio", "moto"])
+def server(request: pytest.FixtureRequest) -> Buckets:
+    """An S3 server: MinIO, then moto (each test runs against both)."""
+    if request.param == "moto":
+        moto: Buckets = request.getfixturevalue("moto_s3")
+        return moto
+    minio: MinioServer = request.getfixturevalue("minio")
+    s3 = request.getfixturevalue("s3")
+    return Buckets(minio.endpoint_url, surge.s3.Credentials(minio.access_key, minio.secret_key), s3)
+
+
+def new_bucket(server: Buckets, objects: dict[str, bytes]) -> str:
+    bucket = f"cp-{os.getpid()}-{next(_names)}"
+    server.s3.create_bucket(Bucket=bucket)
+    for key, body in objects.items():
+        server.s3.put_object(Bucket=bucket, Key=key, Body=body)
+    return bucket
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    """Every file under ``root``: relative path -> bytes."""
+    return {
+        str(path.relative_to(root)): path.read_bytes() for path in root.rglob("*") if path.is_file()
+    }
+
+
+def cli(server: Buckets, *args: str) -> tuple[int, str, str]:
+    env = {
+        "AWS_ACCESS_KEY_ID": server.credentials.access_key,
+        "AWS_SECRET_ACCESS_KEY": server.credentials.secret_key,
+    }
+    result = CliRunner().invoke(
+        main, ["s3", "cp", "--endpoint-url", server.endpoint_url, *args], env=env
+    )
+    return result.exit_code, result.stdout, result.stderr
+
+
+AWKWARD = {
+    "plain.txt": b"plain",
+    "with space.txt": b"space",
+    "plus+sign": b"plus",
+    "ünïcödé/ümlaut.txt": "ümlaut".encode(),
+    "日本語/ファイル.txt": "ファイル".encode(),
+    "dir with space/nested dir/file": b"nested",
+    "percent%20literal": b"percent",
+    "empty": b"",
+    "deep/a/b/c/d": os.urandom(3000),
+}
+
+
+def test_recursive_round_trip_is_byte_exact(server: Buckets, tmp_path: Path) -> None:
+    objects = {**AWKWARD, "folder/": b""}  # a folder marker: not a file
+    bucket = new_bucket(server, objects)
+    summary = surge.s3.download(
+        f"s3://{bucket}/", str(tmp_path / "out"), recursive=True, **server.options()
+    )
+    assert summary.failures == []
+    assert tree(tmp_path / "out") == AWKWARD
+    assert (summary.objects, summary.bytes) == (len(AWKWARD), sum(map(len, AWKWARD.values())))
+    assert summary.folders == 1
+    # boto3 uploads with a CRC32 (or the ETag is the MD5): every object was checked
+    assert summary.verified == len(AWKWARD)
+
+
+def test_large_object_in_parallel_ranged_parts(server: Buckets, tmp_path: Path) -> None:
+    data = os.urandom(40 * MiB + 123)
+    bucket = new_bucket(server, {"big.bin": data})
+    summary = surge.s3.download(
+        f"s3://{bucket}/big.bin",
+        str(tmp_path / "big.bin"),
+        part_size=4 * MiB,
+        concurrency=8,
+        **server.options(),
+    )
+    assert summary.failures == []
+    assert summary.parts == 11  # 10 whole parts of 4 MiB and a short one
+    assert hashlib.sha256((tmp_path / "big.bin").read_bytes()).digest() == (
+        hashlib.sha256(data).digest()
+    )
+    assert summary.verified == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["big.bin"]  # no temporary file left
+
+
+def test_single_object_to_a_file_and_into_a_directory(server: Buckets, tmp_path: Path) -> None:
+    bucket = new_bucket(server, {"a/x y+z ü.txt": b"hello"})
+    code, out, err = cli(server, f"s3://{bucket}/a/x y+z ü.txt", str(tmp_path / "named"))
+    assert code == 0, err
+    assert (tmp_path / "named").read_bytes() == b"hello"
+    assert out == f"download: s3://{bucket}/a/x y+z ü.txt to {tmp_path / 'named'}\n"
+    code, _, err = cli(server, f"s3://{bucket}/a/x y+z ü.txt", f"{tmp_path}/")
+    assert code == 0, err
+    assert (tmp_path / "x y+z ü.txt").read_bytes() == b"hello"
+    assert "downloaded 1 objects, 5 B" in err
+
+
+FILTER_KEYS = [
+    "a.txt",
+    "b.log",
+    "logs/1.log",
+    "logs/2.txt",
+    "keep/c.txt",
+    "keep/d.log",
+    "abc",
+    "axc",
+    "abbc",
+]
+#: (filters in command-line order, the keys ``aws s3 cp --recursive`` takes),
+#: worked out by hand from the AWS CLI's rules.
+FILTER_CASES: list[tuple[list[str], list[str]]] = [
+    ([], FILTER_KEYS),
+    (["--exclude", "*", "--include", "*.txt"], ["a.txt", "logs/2.txt", "keep/c.txt"]),
+    (["--include", "*.txt", "--exclude", "*"], []),  # the last match wins
+    (["--exclude", "logs/*"], ["a.txt", "b.log", "keep/c.txt", "keep/d.log", "abc", "axc", "abbc"]),
+    (
+        ["--exclude", "*.log", "--include", "keep/*"],
+        ["a.txt", "logs/2.txt", "keep/c.txt", "keep/d.log", "abc", "axc", "abbc"],
+    ),
+    (["--exclude", "*", "--include", "a?c"], ["abc", "axc"]),
+    (["--exclude", "*", "--include", "[ab]*.txt"], ["a.txt"]),
+    (["--exclude", "*c*"], ["a.txt", "b.log", "logs/1.log", "logs/2.txt", "keep/d.log"]),
+]
+
+
+@pytest.mark.parametrize(("filters", "expected"), FILTER_CASES)
+def test_include_exclude_select_as_aws_does(
+    server: Buckets, tmp_path: Path, filters: list[str], expected: list[str]
+) -> None:
+    bucket = new_bucket(server, {f"pre/{k}": k.encode() for k in FILTER_KEYS} | {"other": b"o"})
+    code, out, err = cli(server, f"s3://{bucket}/pre", str(tmp_path), "-r", *filters)
+    assert code == 0, err
+    assert sorted(tree(tmp_path)) == sorted(expected)
+    assert sorted(out.splitlines()) == sorted(
+        f"download: s3://{bucket}/pre/{k} to {tmp_path / k}" for k in expected
+    )
+
+
+def test_dryrun_writes_nothing(server: Buckets, tmp_path: Path) -> None:
+    bucket = new_bucket(server, {"p/a": b"a", "p/sub/b": b"bb"})
+    target = tmp_path / "not-made"
+    code, out, err = cli(server, f"s3://{bucket}/p/", str(target), "--recursive", "--dryrun")
+    assert code == 0, err
+    assert sorted(out.splitlines()) == [
+        f"(dryrun) download: s3://{bucket}/p/a to {target / 'a'}",
+        f"(dryrun) download: s3://{bucket}/p/sub/b to {target / 'sub' / 'b'}",
+    ]
+    assert not target.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+class VanishingClient(AsyncClient):
+    """Deletes ``key`` (through boto3) just before surge GETs it: a listed
+    object that is gone by the time it is read, a real 404 from the server."""
+
+    def __init__(self, server: Buckets, bucket: str, key: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.server, self.bucket, self.key = server, bucket, key
+
+    def stream(self, method: str, url: str, **kwargs: Any) -> Any:
+        if url.endswith("/" + self.key):
+            self.server.s3.delete_object(Bucket=self.bucket, Key=self.key)
+        return super().stream(method, url, **kwargs)
+
+
+def test_a_missing_object_fails_alone(server: Buckets, tmp_path: Path) -> None:
+    bucket = new_bucket(server, {"a": b"a", "gone": b"g", "c": b"c"})
+    client = VanishingClient(server, bucket, "gone", **CLIENT)
+    summary = asyncio.run(_download_with(client, f"s3://{bucket}/", tmp_path, server))
+    assert [(f.source, f.code) for f in summary.failures] == [(f"s3://{bucket}/gone", "NoSuchKey")]
+    assert tree(tmp_path) == {"a": b"a", "c": b"c"}
+    # the CLI: a missing single object is exit 1 and a line on stderr, not a crash
+    code, _, err = cli(server, f"s3://{bucket}/gone", str(tmp_path / "x"))
+    assert code == 1
+    assert f"download failed: s3://{bucket}/gone to {tmp_path / 'x'}: NoSuchKey" in err
+    assert not (tmp_path / "x").exists()
+
+
+async def _download_with(
+    client: AsyncClient, source: str, destination: Path, server: Buckets, **kwargs: Any
+) -> surge.s3.Summary:
+    try:
+        return await surge.s3.download_async(
+            source, str(destination), recursive=True, client=client, **server.options(**kwargs)
+        )
+    finally:
+        await client.close()
+
+
+def test_keys_that_would_escape_are_refused(moto_s3: Buckets, tmp_path: Path) -> None:
+    # MinIO refuses such keys itself (XMinioInvalidResourceName); moto stores them
+    bucket = new_bucket(
+        moto_s3, {"d/../evil": b"1", "d/x/../../evil2": b"2", "/abs": b"3", "d/ok": b"ok"}
+    )
+    out = tmp_path / "out"
+    code, stdout, err = cli(moto_s3, f"s3://{bucket}/", str(out), "-r")
+    assert code == 1
+    assert tree(tmp_path) == {"out/d/ok": b"ok"}
+    for key in ("d/../evil", "d/x/../../evil2", "/abs"):
+        assert f"skipping s3://{bucket}/{key}: " in err
+    assert "download: " in stdout and "evil" not in stdout
+
+
+@pytest.mark.parametrize(
+    ("key", "path"),
+    [
+        ("a/b", "a/b"),
+        ("a//b", "a/b"),
+        ("./a", "a"),
+        ("x y+z ü", "x y+z ü"),
+        ("..", None),
+        ("a/../../b", None),
+        ("a/..", None),
+        ("/etc/passwd", None),
+        ("nul\0byte", None),
+        ("", None),
+    ],
+)
+def test_key_to_path(key: str, path: str | None) -> None:
+    if path is None:
+        with pytest.raises(UnsafeKey):
+            local_path("/dest", key)
+    else:
+        assert local_path("/dest", key) == f"/dest/{path}"
+
+
+class FailingPartClient(AsyncClient):
+    """Every GET of the range starting at ``offset`` fails with a reset."""
+
+    def __init__(self, offset: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.offset = offset
+
+    def stream(self, method: str, url: str, **kwargs: Any) -> Any:
+        headers = dict(kwargs.get("headers") or [])
+        if headers.get("Range", "").startswith(f"bytes={self.offset}-"):
+            raise RequestError("connection_reset", "the test broke this part")
+        return super().stream(method, url, **kwargs)
+
+
+def test_a_failed_part_leaves_no_file_and_a_rerun_completes(
+    server: Buckets, tmp_path: Path
+) -> None:
+    data = os.urandom(12 * MiB)
+    bucket = new_bucket(server, {"big": data, "small": b"s"})
+    options = server.options(part_size=2 * MiB, retries=0)
+    broken = FailingPartClient(4 * MiB, **CLIENT)
+    summary = asyncio.run(_download_with(broken, f"s3://{bucket}/", tmp_path, server, **options))
+    assert [(f.source, f.code) for f in summary.failures] == [
+        (f"s3://{bucket}/big", "connection_reset")
+    ]
+    assert sorted(os.listdir(tmp_path)) == ["small"]  # no partial file, no temporary one
+    summary = surge.s3.download(f"s3://{bucket}/", str(tmp_path), recursive=True, **options)
+    assert summary.failures == []
+    assert (tmp_path / "big").read_bytes() == data
+
+
+#: what surge's own download client sets (transfer._client): raw bytes as stored
+CLIENT = {"headers": {"Accept-Encoding": "identity"}, "decompress": False, "cookies": False}
+
+
+def _surge_cp(server: Buckets, *args: str) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": server.credentials.access_key,
+        "AWS_SECRET_ACCESS_KEY": server.credentials.secret_key,
+    }
+    return subprocess.Popen(
+        [sys.executable, "-c", "from surge.cli import main; main()", "s3", "cp", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _wait_for_temporary(directory: Path, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 30
+    while not any(p.name.startswith(".surge-") for p in directory.iterdir()):
+        assert process.poll() is None, "the download ended before it could be interrupted"
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGINT"])
+def test_an_interrupted_download_leaves_no_final_file(
+    minio: MinioServer, s3: Any, tmp_path: Path, how: str
+) -> None:
+    server = Buckets(
+        minio.endpoint_url, surge.s3.Credentials(minio.access_key, minio.secret_key), s3
+    )
+    data = os.urandom(24 * MiB)
+    bucket = new_bucket(server, {"big": data})
+    args = [f"s3://{bucket}/big", str(tmp_path / "big"), "--endpoint-url", minio.endpoint_url]
+    # one connection, 16 KiB parts: ~1,500 requests, time enough to interrupt it
+    process = _surge_cp(server, *args, "--concurrency", "1", "--part-size", "16KiB")
+    try:
+        _wait_for_temporary(tmp_path, process)
+        process.send_signal(getattr(signal, how))
+        process.wait(30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert not (tmp_path / "big").exists()
+    if how == "SIGINT":  # cleaned up, exit 130
+        assert process.returncode == 130
+        assert list(tmp_path.iterdir()) == []
+    rerun = _surge_cp(server, *args)
+    assert rerun.wait(60) == 0, rerun.stderr.read() if rerun.stderr else ""
+    assert (tmp_path / "big").read_bytes() == data
+
+
+def test_json_summary_and_exit_statuses(server: Buckets, tmp_path: Path) -> None:
+    bucket = new_bucket(server, {"p/a": b"aa", "p/b": b"bbb"})
+    code, out, err = cli(server, f"s3://{bucket}/p/", str(tmp_path), "-r", "--json-summary")
+    assert code == 0, err
+    record = json.loads(out)
+    assert (record["objects"], record["bytes"], record["failed"]) == (2, 5, 0)
+    assert "downloaded 2 objects, 5 B in " in err and "0 failed" in err
+    # usage errors: exit 2, one line naming the problem
+    (tmp_path / "file").write_bytes(b"")
+    for args, says in [
+        ([f"s3://{bucket}/p/", str(tmp_path / "file"), "-r"], "is not a directory"),
+        ([f"s3://{bucket}/p/", str(tmp_path)], "names no object"),
+        ([str(tmp_path / "file"), f"s3://{bucket}/x"], "uploads"),
+        ([f"s3://{bucket}/p/a", str(tmp_path / "file" / "x")], "is not a directory"),
+        ([f"s3://{bucket}/p/a", str(tmp_path), "--part-size", "lots"], "expected a size"),
+    ]:
+        code, _, err = cli(server, *args)
+        assert code == 2, (args, err)
+        assert len(err.splitlines()) == 1 and says in err, err
+
+
+def test_no_such_bucket_is_a_usage_error(server: Buckets, tmp_path: Path) -> None:
+    code, _, err = cli(server, "s3://no-such-bucket-here/", str(tmp_path), "-r")
+    assert code == 2
+    assert "NoSuchBucket" in err
+
+
+def test_open_object_streams_the_bytes(server: Buckets) -> None:
+    data = os.urandom(3 * MiB + 5)
+    bucket = new_bucket(server, {"obj": data})
+
+    async def read() -> bytes:
+        chunks = []
+        async for chunk in surge.s3.open_object(
+            f"s3://{bucket}/obj", part_size=MiB, **server.options()
+        ):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    assert asyncio.run(read()) == data
+
+
+# -- verification, without a server -----------------------------------------------------
+
+
+def test_expected_reads_md5_etags_and_full_object_checksums() -> None:
+    body = b"hello world"
+    md5 = hashlib.md5(body).hexdigest()
+    crc = "DUoRhQ=="  # base64 of zlib.crc32(b"hello world"), big-endian
+    expected = Expected.from_headers(11, {"etag": f'"{md5}"', "x-amz-checksum-crc32": crc})
+    assert expected.md5 == md5 and expected.checksum == ("crc32", crc)
+    digest = Digest(expected)
+    digest.update(body)
+    assert digest.mismatch() is None
+    wrong = Digest(expected)
+    wrong.update(b"hello World")
+    assert "MD5" in (wrong.mismatch() or "")
+    # a multipart ETag, SSE-KMS's ETag and composite checksums are not checked
+    assert Expected.from_headers(1, {"etag": '"abc-2"'}).md5 is None
+    kms = {"etag": f'"{md5}"', "x-amz-server-side-encryption": "aws:kms"}
+    assert Expected.from_headers(1, kms).md5 is None
+    assert Expected.from_headers(1, {"x-amz-checksum-crc32": "AAAA-3"}).checksum is None
+    composite = {"x-amz-checksum-crc32": crc, "x-amz-checksum-type": "COMPOSITE"}
+    assert not Expected.from_headers(11, composite).verifiable
+
+
+def test_sha256_checksum_mismatch_is_found() -> None:
+    import base64
+
+    value = base64.b64encode(hashlib.sha256(b"abc").digest()).decode()
+    expected = Expected.from_headers(3, {"x-amz-checksum-sha256": value})
+    good, bad = Digest(expected), Digest(expected)
+    good.update(b"abc")
+    bad.update(b"abd")
+    assert good.mismatch() is None and "SHA256" in (bad.mismatch() or "")
+
+
+def test_an_algorithm_without_a_package_is_noted() -> None:
+    expected = Expected.from_headers(1, {"x-amz-checksum-crc32c": "AAAAAA=="})
+    if ALGORITHMS["crc32c"] is None:
+        assert expected.checksum is None and expected.unchecked == "no crc32c package installed"
+    else:
+        assert expected.checksum == ("crc32c", "AAAAAA==")
+
+
+def test_filters_are_relative_to_the_prefix() -> None:
+    filters = Filters("b", "pre/", [("exclude", "*"), ("include", "x/*")])
+    assert filters.takes("pre/x/1") and not filters.takes("pre/y/x/1")
+    # a pattern that repeats the prefix matches nothing: it is relative already
+    assert Filters("b", "pre/", [("exclude", "pre/*")]).takes("pre/a")

@@ -20,6 +20,9 @@ import pytest
 from tests.conftest import RESOLVE, require
 from tests.http.conftest import httpbin  # noqa: F401 - a fixture, used by name
 
+import surge.errors as surge_errors
+from surge import fetch_all as surge_fetch_all
+from surge.bulk.bodies import BodyFiles as FilesFor
 from surge.bulk.pacing import HostPacer
 from surge.sim import SimInfo
 
@@ -222,3 +225,34 @@ def test_rate_per_host_paces_a_run(httpbin: str) -> None:  # noqa: F811
     )
     assert len(waited) == 10
     assert waited[-1] >= 9 * 50 * 0.98  # asyncio's timers may fire a hair early
+
+
+def test_the_same_url_twice_in_flight_saves_one_file(httpbin: str, tmp_path: Path) -> None:  # noqa: F811
+    """Two inputs of one URL write two temporary files (one each) and both
+    rename to the URL's file: the run completes, both records name it."""
+    url = f"{httpbin}/drip?numbytes=2000&duration=0.3"
+    source = tmp_path / "urls.txt"
+    source.write_text(f"{url}\n" * 4)
+    out, folder = tmp_path / "out.jsonl", tmp_path / "bodies"
+    done = surge_fetch(str(source), "-o", str(out), "--output-dir", str(folder), "-q")
+    assert done.returncode == 0, done.stderr
+    got = records(out)
+    assert {r["body_path"] for r in got.values()} == {str(FilesFor(folder).path_for(url))}
+    assert Path(got[1]["body_path"]).read_bytes() == b"*" * 2000
+    assert [p for p in folder.rglob("*") if p.name.endswith(".part")] == []
+
+
+async def test_a_records_only_request_holds_no_body(httpbin: str) -> None:  # noqa: F811
+    """What the engine asks of the client when a record needs only the body's
+    size: counted and capped as it comes, not kept."""
+    from surge.http import AsyncClient
+
+    async with AsyncClient(body_cap=50_000) as client:
+        kept = await client.request("GET", f"{httpbin}/bytes/20000")
+        counted = await client.request("GET", f"{httpbin}/bytes/20000", _discard=True)
+        with pytest.raises(surge_errors.BodyTooLarge):
+            await client.request("GET", f"{httpbin}/bytes/90000", _discard=True)
+    assert len(kept.content) == kept.bytes == 20_000
+    assert counted.content == b"" and counted.bytes == 20_000
+    records_ = list(surge_fetch_all([f"{httpbin}/bytes/3000"], keep_body=False))
+    assert records_[0]["bytes"] == 3000

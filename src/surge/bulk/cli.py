@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import Any, ClassVar, NoReturn, TextIO
 
 import click
 
@@ -48,6 +48,24 @@ from surge.trace.har import HarWriter
 from surge.trace.html import write_html
 from surge.trace.recorder import DEFAULT_ROWS, TraceRecorder
 from surge.trace.tracer import Tee, Tracer
+
+
+class ByteSize(click.ParamType):  # type: ignore[type-arg]
+    """A number of bytes, as curl's size options take one: ``100``, ``64K``,
+    ``100M``, ``2G`` (suffixes of 1024)."""
+
+    name = "bytes"
+    _UNITS: ClassVar[dict[str, int]] = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip()
+        unit = text[-1:].upper() if text[-1:].isalpha() else ""
+        number = text[: len(text) - len(unit)] if unit else text
+        if unit not in self._UNITS or not number.isdigit():
+            self.fail(f"{value!r} is not a size in bytes (such as 100, 64K, 100M, 2G)", param, ctx)
+        return int(number) * self._UNITS[unit]
 
 
 @click.command("fetch")
@@ -109,7 +127,10 @@ from surge.trace.tracer import Tee, Tracer
 )
 @click.option("--warc", "warc_path", metavar="FILE.warc.gz", help="Write every exchange to a WARC.")
 @click.option(
-    "--warc-max-size", type=int, metavar="BYTES", help="Start a new WARC file past this size."
+    "--warc-max-size",
+    type=ByteSize(),
+    metavar="BYTES",
+    help="Start a new WARC file past this size (K, M, G suffixes).",
 )
 @click.option(
     "--rate-per-host", type=float, metavar="R", help="Requests a second at most to one host."
@@ -150,7 +171,11 @@ from surge.trace.tracer import Tee, Tracer
     "--input-format", type=click.Choice(["text", "csv", "jsonl"]), help="Default: detected."
 )
 @click.option(
-    "--max-filesize", default=10 * 1024 * 1024, show_default=True, help="Body cap, bytes."
+    "--max-filesize",
+    type=ByteSize(),
+    default="10M",
+    show_default=True,
+    help="Body cap, bytes (K, M, G suffixes: 1024s).",
 )
 @click.option("--max-connecting", default=256, show_default=True, help="Handshakes in flight.")
 @click.option(

@@ -30,7 +30,7 @@ from dataclasses import MISSING, dataclass, fields
 from time import perf_counter
 from typing import Any
 
-from surge.bulk.bodies import BodyFiles, fetch_kept
+from surge.bulk.bodies import BodyFiles, fetch_kept, return_large_buffers
 from surge.bulk.inputs import InputItem as Item
 from surge.bulk.limits import fit_open_files, open_files_limit
 from surge.bulk.pacing import HostPacer
@@ -512,6 +512,8 @@ class RunState:
             except OSError as e:
                 raise UsageError(f"{opts.warc}: cannot write: {e.strerror}") from None
         self.warc = warc
+        if self.files is not None or warc is not None:
+            return_large_buffers()
 
     @property
     def keeps_bodies(self) -> bool:
@@ -539,7 +541,7 @@ def _request(client: AsyncClient, item: Item, opts: FetchOptions, state: RunStat
         return fetch_kept(
             client, item.url, method, headers, body, opts.body_cap, state.files, state.warc
         )
-    return client.request(method, item.url, headers=headers, body=body)
+    return client.request(method, item.url, headers=headers, body=body, _discard=not opts.keep_body)
 
 
 async def fetch_one(
@@ -555,13 +557,17 @@ async def fetch_one(
     short_until: float | None = None  # out of descriptors: wait for one until then
     extras: dict[str, Any] | None = None
     pacer = state.pacer if state is not None else None
+    discard = not opts.keep_body
     host = _host(item.url) if pacer is not None else None
     while True:
         try:
             if pacer is not None and host is not None:
                 await pacer.wait(host)
             if state is None and item.request is None and opts.data is None:
-                response = await client.request(opts.method, item.url)
+                # A record needs the body's size, not the body: it is counted
+                # (and capped) as it comes, never held (100 bodies of 50 MB in
+                # flight held 1.8 GB before) - unless keep_body wants it.
+                response = await client.request(opts.method, item.url, _discard=discard)
             else:
                 outcome = await _request(client, item, opts, state)
                 if isinstance(outcome, tuple):

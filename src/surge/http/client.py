@@ -292,6 +292,7 @@ class AsyncClient:
         follow_redirects: bool | None = None,
         location_trusted: bool | None = None,
         _stream: bool = False,
+        _discard: bool = False,
     ) -> Response:
         """Send one request (following redirects if asked) and read the response.
 
@@ -430,7 +431,9 @@ class AsyncClient:
                 wire = None
                 try:
                     # Positional: keyword arguments cost a little on every request.
-                    wire = conn.send(head, method == "HEAD", deadline, max_time, _stream)
+                    wire = conn.send(
+                        head, method == "HEAD", deadline, max_time, _stream, _discard
+                    )
                     if upload is not None:
                         await _send_upload(conn, upload, wire)
                     timings.sent = perf_counter()
@@ -571,7 +574,7 @@ class AsyncClient:
         chunks = wire.body
         wire_bytes = wire.body_bytes
         payload = None
-        if wire.content_encoding is not None and self.decompress and wire_bytes:
+        if wire.content_encoding is not None and self.decompress and wire.body:
             try:
                 payload = decode(chunks, wire.content_encoding, self._body_cap, wire.status)
             except RequestError as e:

@@ -32,6 +32,7 @@ import itertools
 import os
 import re
 import sys
+import tempfile
 from pathlib import Path
 from time import time
 from typing import IO, TYPE_CHECKING, Any
@@ -105,6 +106,16 @@ class BodyFiles:
         return self.root / folder / name
 
 
+#: A WARC body held in memory up to this; past it, in a file beside the WARC.
+SPOOL_IN_MEMORY = 1024 * 1024
+
+
+def _spool(warc: WarcWriter) -> tempfile.SpooledTemporaryFile[bytes]:
+    return tempfile.SpooledTemporaryFile(
+        max_size=SPOOL_IN_MEMORY, mode="w+b", dir=str(warc.path.parent), prefix=".surge-warc-"
+    )
+
+
 class _Saved:
     """A body being written to its file: temporary until complete."""
 
@@ -162,14 +173,17 @@ async def fetch_kept(
                 if encoding and client.decompress
                 else None
             )
-            raw: list[bytes] | None = [] if warc is not None else None
+            # The wire's bytes for the WARC, spooled: in memory up to 1 MiB, then
+            # to a file beside the WARC (not /tmp, often memory itself), so what
+            # 100 bodies in flight hold is their read-ahead, not their bodies.
+            raw = _spool(warc) if warc is not None else None
             size = 0
             async for chunk in response.aiter_raw():
                 size += len(chunk)
                 if size > cap:
                     raise body_too_large(cap, response.status)
                 if raw is not None:
-                    raw.append(chunk)
+                    raw.write(chunk)
                 if saved is not None:
                     if decoder is None:
                         saved.write(chunk)
@@ -182,6 +196,8 @@ async def fetch_kept(
         except RequestError as e:
             if saved is not None:
                 saved.drop()
+            if raw is not None:
+                raw.close()
             e.url, e.final_url, e.timings = url, response.final_url, response.timings
             e.status, e.bytes, e.redirects = response.status, response.bytes, response.redirects
             conn = response.connection
@@ -191,6 +207,8 @@ async def fetch_kept(
         except BaseException:
             if saved is not None:
                 saved.drop()
+            if raw is not None:
+                raw.close()
             raise
     extras: dict[str, Any] = {}
     if saved is not None:
@@ -205,8 +223,13 @@ async def fetch_kept(
         ip = conn.address[0] if conn is not None and conn.address is not None else None
         head, _, sent_body = (response.request_head or b"").partition(b"\r\n\r\n")
         try:
+            # Read back whole at the write: one body at a time (writes do not
+            # overlap), not every body in flight.
+            with raw:
+                raw.seek(0)
+                wire = raw.read()
             warc.write_exchange(
-                response.final_url, ip, head, sent_body, response.head, raw, sent_at
+                response.final_url, ip, head, sent_body, response.head, [wire], sent_at
             )
         except OSError as e:
             raise UsageError(f"{warc.path}: writing the WARC failed: {e.strerror}") from None

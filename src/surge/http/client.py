@@ -431,9 +431,7 @@ class AsyncClient:
                 wire = None
                 try:
                     # Positional: keyword arguments cost a little on every request.
-                    wire = conn.send(
-                        head, method == "HEAD", deadline, max_time, _stream, _discard
-                    )
+                    wire = conn.send(head, method == "HEAD", deadline, max_time, _stream, _discard)
                     if upload is not None:
                         await _send_upload(conn, upload, wire)
                     timings.sent = perf_counter()

@@ -380,7 +380,10 @@ class ParallelListing:
         self._rate = 0.0  # keys/s at the width before this one
         self._window: tuple[float, int, int] | None = None  # start, keys, pages
         self._settled = self.parallel == 1
-        self._paired = 0.0  # how long the plan's two requests at once took
+        # What the judge weighs (see _judge): how long the plan's two requests
+        # at once took, and the first two requests sent alone, each.
+        self._paired = 0.0
+        self._alone: list[float] = []
         self.clock = time.monotonic
 
     @property
@@ -432,17 +435,60 @@ class ParallelListing:
         # rate: the next window starts with the next page.
         self._window = None
 
+    def _judging(self) -> bool:
+        """Whether the judge still waits for a request sent alone."""
+        return not self._settled and self.width == 1 and self._paired > 0 and len(self._alone) < 2
+
     def _judge(self, alone: float) -> None:
-        """The first request of a range, sent alone, against the plan's two sent
+        """The first two requests sent alone against the plan's two sent
         together: a server that takes about as long for two at once scales, and
         the width goes to ``parallel`` at once (a flat space of a few pages
         behind 20 ms would be listed before the rates could show it); one that
-        takes twice as long answers one at a time, and the rates decide."""
-        if self._settled or self.width != 1 or self._paired <= 0 or alone <= 0:
+        takes twice as long answers one at a time, and the rates decide.
+
+        The faster of two samples, not one: a request that the machine's load
+        slowed made moto's server, which answers one request at a time, look
+        as if it scaled (issue #19: 1.27x the time of a sequential listing).
+        The pair is timed to its slower answer, so it cannot look faster than
+        the server is. Decided once, on the second sample; a listing that never
+        sends two requests alone keeps its workers busy without it, or is
+        about done.
+        """
+        if not self._judging():
             return
-        if self._paired < 1.7 * alone:
+        self._alone.append(alone)
+        if len(self._alone) == 2 and self._paired < 1.7 * min(self._alone):
             self.width = self.parallel
             self._settled = True
+
+    async def _timed(
+        self, request: Callable[[], Awaitable[bytes]], took: Callable[[float], None]
+    ) -> bytes:
+        """The body ``request()`` brings; ``took`` is told how long it took from
+        the moment it went out (this task's first step: on a kept-alive
+        connection the request is written then) to the moment its answer was
+        in - not to the moment the listing awaited it, which may be after it
+        parsed the page before. (``request`` is called here, not by the caller:
+        a task cancelled before its first step leaves no coroutine unawaited.)"""
+        start = self.clock()
+        body = await request()
+        took(self.clock() - start)
+        return body
+
+    def _send(self, prefix: str, after: str | None, max_keys: int) -> asyncio.Future[bytes]:
+        """A page of a key range, asked for in a task of its own; timed for the
+        judge if it goes out alone (this job the only one running: no other
+        request in flight) while the judge waits for one. Nothing else starts
+        before it is in: only this job could submit another job, and it is
+        waiting for this answer."""
+        fetch = self.lister.fetch
+        if self.busy == 1 and self._judging():
+            return asyncio.ensure_future(
+                self._timed(
+                    lambda: fetch(prefix, start_after=after, max_keys=max_keys), self._judge
+                )
+            )
+        return asyncio.ensure_future(fetch(prefix, start_after=after, max_keys=max_keys))
 
     def submit(self, job: Callable[[], Awaitable[None]]) -> None:
         self.jobs.append(job)
@@ -480,9 +526,13 @@ class ParallelListing:
         """
         lister = self.lister
         prefix = self.prefix
-        started = self.clock()
-        plain = asyncio.ensure_future(lister.fetch(prefix))
-        level = asyncio.ensure_future(lister.fetch(prefix, delimiter="/"))
+        # Each timed from when it goes out to when it is in: not to when it is
+        # awaited, after the plain page is parsed.
+        pair: list[float] = []
+        plain = asyncio.ensure_future(self._timed(lambda: lister.fetch(prefix), pair.append))
+        level = asyncio.ensure_future(
+            self._timed(lambda: lister.fetch(prefix, delimiter="/"), pair.append)
+        )
         try:
             body = await plain
             page = parse_page(body)
@@ -491,8 +541,8 @@ class ParallelListing:
                     await self._hand_on(page.objects)
                 return
             await asyncio.wait([level])
-            self._paired = self.clock() - started
             problem = _deviation(prefix, page, level.result())
+            self._paired = max(pair)  # both went out at once: the later answer
         finally:
             if not level.done():
                 level.cancel()
@@ -695,19 +745,13 @@ class ParallelListing:
         lister.stats.ranges += 1
         size = lister.page_size
         max_keys = _page_for(expect, size)
-        sent = self.clock()
-        pending: asyncio.Task[bytes] | None = asyncio.ensure_future(
-            lister.fetch(prefix, start_after=after, max_keys=max_keys)
-        )
+        pending: asyncio.Future[bytes] | None = self._send(prefix, after, max_keys)
         handed, listed = None, 0
         asked, last = None, after
         try:
             while pending is not None:
                 body = await pending
                 pending = None
-                if sent:
-                    self._judge(self.clock() - sent)
-                    sent = 0.0
                 asked, last = last, last_key(body)
                 more = is_truncated(body) and last is not None and (end is None or last < end)
                 # With workers idle, this range is about to be cut: the next request
@@ -715,9 +759,7 @@ class ParallelListing:
                 # the new end. Otherwise it goes out now, before the parse.
                 splitting = more and split and self.idle > 0
                 if more and not splitting:
-                    pending = asyncio.ensure_future(
-                        lister.fetch(prefix, start_after=last, max_keys=max_keys)
-                    )
+                    pending = self._send(prefix, last, max_keys)
                 objects = parse_page(body).objects
                 keys = [o.key for o in objects]
                 # A range is exact only if the server keeps S3's order and starts
@@ -748,9 +790,7 @@ class ParallelListing:
                     left = keyspace.estimate(keys, last, end)
                     max_keys = _page_for(int(left) if left is not None else 0, size)
                 if splitting:
-                    pending = asyncio.ensure_future(
-                        lister.fetch(prefix, start_after=last, max_keys=max_keys)
-                    )
+                    pending = self._send(prefix, last, max_keys)
         finally:
             if pending is not None:
                 pending.cancel()

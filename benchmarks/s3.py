@@ -44,11 +44,14 @@ that adds requests adds their time (issue #19: ``--parallel 16`` took 7.07 s
 against 3.84 s for ``--parallel 1``; the plan must cost at most ~10% over a
 sequential listing). moto keeps its buckets in memory: ``flat-20000`` (20,000
 keys ``obj-0000000`` ...) and ``nested-20000`` (20 prefixes of 1,000) are
-filled on every run. Only surge (16 and ``--parallel 1``, interleaved for
+filled on every run (``--buckets`` picks some). Only surge (16 and ``--parallel 1``, interleaved for
 ``--rounds``, 3 by default, the order swapped every round; best and median
 wall time, requests from ``ListOptions.stats``) and boto3's paginator (once,
 the reference key set) are listed, every bucket directly and at
-``--latency-ms``. Everything in ``benchmarks/results/s3-moto.json``.
+``--latency-ms``. moto's own CPU time a listing is measured too (from
+/proc: a server that works one request at a time costs that much whatever the
+load), and the machine's load average as each run ends (the box is shared).
+Everything in ``benchmarks/results/s3-moto.json``.
 """
 
 from __future__ import annotations
@@ -335,7 +338,8 @@ server.stop()
 
 @contextlib.contextmanager
 def moto_server(timeout: float = 60.0) -> Any:
-    """moto's server on 127.0.0.1, in a ``python -c`` process of its own: (endpoint URL, port)."""
+    """moto's server on 127.0.0.1, in a ``python -c`` process of its own: (endpoint URL,
+    port, process id)."""
     import selectors
 
     process = subprocess.Popen(
@@ -353,7 +357,7 @@ def moto_server(timeout: float = 60.0) -> Any:
         line = process.stdout.readline().strip()
         if not line.isdigit():
             raise RuntimeError(f"moto's server did not start: {line!r}")
-        yield f"http://127.0.0.1:{int(line)}", int(line)
+        yield f"http://127.0.0.1:{int(line)}", int(line), process.pid
     finally:
         process.terminate()
         try:
@@ -361,6 +365,13 @@ def moto_server(timeout: float = 60.0) -> Any:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux: /proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # -- filling the buckets ------------------------------------------------------------------
@@ -422,6 +433,7 @@ def _moto_rows(bucket: str, latency: float, runs: dict[str, list[dict[str, Any]]
             "wall_best": min(walls),
             "wall_median": statistics.median(walls),
             "cpu_median": statistics.median(r["cpu"] for r in results),
+            "server_cpu_median": statistics.median(r.get("server_cpu", 0.0) for r in results),
             "requests": [r.get("requests") for r in results],
             "objects": results[0]["objects"],
             "same_keys_as_boto3": same,
@@ -432,6 +444,7 @@ def _moto_rows(bucket: str, latency: float, runs: dict[str, list[dict[str, Any]]
         ratio = {
             "best": fan["wall_best"] / seq["wall_best"],
             "median": fan["wall_median"] / seq["wall_median"],
+            "server_cpu_median": fan["server_cpu_median"] / max(seq["server_cpu_median"], 1e-9),
             "rounds": [
                 f["wall"] / q["wall"] for f, q in zip(fan["rounds"], seq["rounds"], strict=True)
             ],
@@ -445,6 +458,7 @@ def _moto_rows(bucket: str, latency: float, runs: dict[str, list[dict[str, Any]]
             "each round s",
             "requests",
             "CPU s (median)",
+            "moto CPU s (median)",
             "vs parallel=1 (median)",
             "keys",
         ],
@@ -458,15 +472,20 @@ def _moto_rows(bucket: str, latency: float, runs: dict[str, list[dict[str, Any]]
             " / ".join(f"{x['wall']:.2f}" for x in r["rounds"]),
             "/".join(map(str, requests)) or "-",
             f"{r['cpu_median']:.2f}",
+            f"{r['server_cpu_median']:.2f}",
             f"{r['wall_median'] / seq['wall_median']:.2f}x" if seq else "",
             f"{r['objects']:,} {'=' if r['same_keys_as_boto3'] else 'DIFFERENT'}",
         )
     if ratio:
         table.note(
             f"parallel=16 / parallel=1: best {ratio['best']:.2f}x, median {ratio['median']:.2f}x"
-            f" (bound: {MOTO_BOUND:.2f}x, issue #19)"
+            f" (bound: {MOTO_BOUND:.2f}x, issue #19); moto's CPU, median"
+            f" {ratio['server_cpu_median']:.2f}x"
         )
     table.note("keys: '=' when every round's sorted key set is boto3's exactly (count and sha256)")
+    loads = [r["load_1min"] for results in runs.values() for r in results if "load_1min" in r]
+    if loads:
+        table.note(f"load average (1 min) as each run ended: {min(loads):.1f} to {max(loads):.1f}")
     table.print()
     return rows, ratio
 
@@ -476,6 +495,10 @@ def main_moto(args: argparse.Namespace, out: str) -> None:
     import tempfile
 
     peers = args.only.split(",") if args.only else MOTO_PEERS
+    buckets = args.buckets.split(",") if args.buckets else MOTO_BUCKETS
+    unknown = set(buckets) - set(MOTO_BUCKETS)
+    if unknown:
+        raise SystemExit(f"--buckets: {', '.join(sorted(unknown))}: not one of {MOTO_BUCKETS}")
     repeated = [p for p in peers if p in ("surge", "surge_seq")]
     once = [p for p in peers if p not in repeated]
     rounds = min(max(1, args.rounds or 3), MAX_ROUNDS)
@@ -491,15 +514,16 @@ def main_moto(args: argparse.Namespace, out: str) -> None:
             "p=16 best/median s",
             "p=1 best/median s",
             "ratio best/median",
+            "moto CPU ratio (median)",
             "requests p=16 / p=1",
             f"<= {MOTO_BOUND:.2f}x",
         ],
     )
-    with moto_server() as (direct, port), tempfile.TemporaryDirectory() as tmp:
+    with moto_server() as (direct, port, server_pid), tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        for bucket in MOTO_BUCKETS:
+        for bucket in buckets:
             ensure_bucket(direct, bucket)
-        for bucket in MOTO_BUCKETS:
+        for bucket in buckets:
             for latency in latencies:
                 proxy = None
                 endpoint = direct
@@ -517,9 +541,16 @@ def main_moto(args: argparse.Namespace, out: str) -> None:
                                 file=sys.stderr,
                                 flush=True,
                             )
-                            runs.setdefault(peer, []).append(
-                                run_peer(peer, endpoint, bucket, workdir)
-                            )
+                            before = cpu_seconds(server_pid)
+                            result = run_peer(peer, endpoint, bucket, workdir)
+                            # moto's own CPU for the listing: a server that works
+                            # one request at a time takes that long at the least,
+                            # however busy the rest of the machine is.
+                            result["server_cpu"] = cpu_seconds(server_pid) - before
+                            # The box's load as the run ended: the machine is shared,
+                            # and a busy one moved these times by a third.
+                            result["load_1min"] = os.getloadavg()[0]
+                            runs.setdefault(peer, []).append(result)
                 finally:
                     if proxy is not None:
                         proxy.terminate()
@@ -536,11 +567,13 @@ def main_moto(args: argparse.Namespace, out: str) -> None:
                         f"{fan['wall_best']:.2f} / {fan['wall_median']:.2f}",
                         f"{seq['wall_best']:.2f} / {seq['wall_median']:.2f}",
                         f"{ratio['best']:.2f}x / {ratio['median']:.2f}x",
+                        f"{ratio['server_cpu_median']:.2f}x",
                         f"{'/'.join(map(str, sorted(set(fan['requests']))))}"
                         f" / {'/'.join(map(str, sorted(set(seq['requests']))))}",
                         "yes" if ratio["median"] <= MOTO_BOUND else "NO",
                     )
     summary.note("ratio: parallel=16's wall time over parallel=1's (best/best, median/median)")
+    summary.note("moto CPU: the server's own CPU seconds a listing, less moved by the load")
     summary.print()
     payload = {"machine": info, "server": "moto", "rounds": rounds, "scenarios": results}
     print(f"wrote {write_json(out, payload)}", file=sys.stderr)
@@ -563,6 +596,7 @@ def main() -> None:
     parser.add_argument(
         "--rounds", type=int, help=f"moto: rounds of surge's listers (default 3, <= {MAX_ROUNDS})"
     )
+    parser.add_argument("--buckets", help=f"moto: some of {MOTO_BUCKETS} (default: all)")
     parser.add_argument("--out", help="default: benchmarks/results/s3.json (moto: s3-moto.json)")
     args = parser.parse_args()
     results_dir = Path(__file__).parent / "results"
@@ -605,6 +639,7 @@ def main() -> None:
                 for peer in peers:
                     print(f"{bucket} at {latency:g} ms: {peer} ...", file=sys.stderr, flush=True)
                     rows[peer] = run_peer(peer, endpoint, bucket, workdir)
+                    rows[peer]["load_1min"] = os.getloadavg()[0]
             finally:
                 if proxy is not None:
                     proxy.terminate()

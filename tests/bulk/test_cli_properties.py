@@ -217,7 +217,7 @@ OPTION_VALUES: dict[str, tuple[list[str | None], list[str], list[str]]] = {
     "--max-time": ([None, "0.5", "2", "5"], ["0", "-1", "nan", "inf", "1e999"], ["abc"]),
     "--connect-timeout": ([None, "0.2", "1", "3"], ["0", "-0.5", "nan", "-inf"], [""]),
     "--retries": ([None, "0", "1"], ["-1"], ["once"]),
-    "--max-filesize": ([None, "0", "1", "1024", "10000000"], ["-1"], ["10k", "1e6"]),
+    "--max-filesize": ([None, "0", "1", "1024", "10k", "2M"], ["-1"], ["10Q", "1e6", "k"]),
     "--max-connecting": ([None, "1", "8", "256"], ["0", "-2"], ["x"]),
     "--format": ([None, "jsonl", "csv"], [], ["xml", ""]),
 }

@@ -80,8 +80,10 @@ async def test_redirects_are_not_followed_unless_asked(
         assert first.status in (301, 302) and first.header("location")
         followed = await client.get(sim.url("redirect-2.sim"), follow_redirects=True)
         assert followed.status == 200 and followed.redirects == 2
-        assert "redirect-0" in followed.final_url
-        assert followed.url == sim.url("redirect-2.sim")
+        assert "redirect-0" in followed.final_url and followed.url == followed.final_url
+        assert followed.requested_url == sim.url("redirect-2.sim")
+        assert len(followed.history) == 2 and all(h.status in (301, 302) for h in followed.history)
+        assert followed.history[0].url == sim.url("redirect-2.sim") and first.history == []
     async with client_for(follow_redirects=True, max_redirects=1) as client:
         assert await outcome(client, sim.url("redirect-2.sim")) == (301, "too_many_redirects")
 

@@ -251,3 +251,20 @@ def test_a_requests_headers_replace_the_clients_of_the_same_name(httpbin: str) -
         plain = client.get(f"{httpbin}/headers").json()["headers"]
     assert seen["User-Agent"] == "mine/1" and seen["X-A"] == "request" and seen["X-B"] == "kept"
     assert plain["User-Agent"].startswith("surge/") and plain["X-A"] == "client"
+
+
+def test_url_is_the_one_that_answered_and_history_the_hops(httpbin: str) -> None:
+    """httpx's and requests' meanings: ``url`` after redirects, ``history`` the
+    redirect responses in order, each whole (status, headers, its own URL)."""
+    with Client(follow_redirects=True) as client:
+        moved = client.get(f"{httpbin}/redirect/3")
+        direct = client.get(f"{httpbin}/get")
+        with client.stream("GET", f"{httpbin}/redirect/2") as streamed:
+            streamed.read()
+    assert moved.url == f"{httpbin}/get" and moved.requested_url == f"{httpbin}/redirect/3"
+    assert [hop.status_code for hop in moved.history] == [302, 302, 302]
+    assert moved.history[0].url == f"{httpbin}/redirect/3"
+    assert moved.history[1].headers["location"] == "/relative-redirect/1"
+    assert moved.history[2].url == f"{httpbin}/relative-redirect/1"
+    assert direct.history == [] and direct.url == f"{httpbin}/get"
+    assert [hop.status_code for hop in streamed.history] == [302, 302]

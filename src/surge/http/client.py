@@ -358,6 +358,7 @@ class AsyncClient:
         key: PoolKey  # the pool's key for a hop: its origin's, or with a proxy in it
         deadline: float | None = None  # set when the first hop starts its network work
         redirects = 0
+        history: list[Response] | None = None  # the redirect hops' responses, if any
         while True:  # a hop per turn
             cookie = b"" if jar is None else jar.header(target.url)
             if cookie and b"cookie:" in secret.lower():
@@ -472,6 +473,7 @@ class AsyncClient:
                 if not (hop and redirect_policy.location(wire.head)):
                     response = self._streamed(url, target.url, wire, timings, redirects, conn)
                     response.request_head = head
+                    response._history = history
                     return response
                 try:  # a hop to follow: its body is read and dropped
                     await drain(wire, self._body_cap)
@@ -495,10 +497,16 @@ class AsyncClient:
             if log.isEnabledFor(_DEBUG):
                 _log_phases(method, target.url, response)
             if not (follow and status in _REDIRECTS):
+                if history is not None:
+                    response._history = history
                 return response
             location = redirect_policy.location(wire.head)
             if location is None:  # none, or empty: nowhere to go (curl neither)
+                response._history = history
                 return response
+            if history is None:
+                history = []
+            history.append(response)  # the hop's own response (response.history)
             redirects += 1
             if redirects > self.max_redirects:
                 error = RequestError(

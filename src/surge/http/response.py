@@ -77,8 +77,9 @@ class Headers(Mapping[str, str]):
 class Response:
     """A complete response: status, headers, the (decoded) body, and timings.
 
-    ``url`` is the URL asked for and ``final_url`` the one that answered (after
-    redirects); ``bytes`` is the body's size on the wire, before decoding;
+    ``url`` (and ``final_url``) is the URL that answered, after redirects, as in
+    httpx and requests; ``requested_url`` the one asked for; ``history`` the
+    redirect responses on the way; ``bytes`` is the body's size on the wire, before decoding;
     ``attempts`` the tries under the caller's retries; ``redirects`` the hops
     followed; ``connection`` the connection it came on (``address``, ``tls``).
 
@@ -90,6 +91,7 @@ class Response:
 
     __slots__ = (
         "_headers",
+        "_history",
         "_stream",
         "attempts",
         "body",
@@ -99,9 +101,9 @@ class Response:
         "head",
         "redirects",
         "request_head",
+        "requested_url",
         "status",
         "timings",
-        "url",
     )
 
     def __init__(
@@ -117,8 +119,9 @@ class Response:
         redirects: int,
         connection: HTTPConnection | None = None,
     ) -> None:
-        self.url = url
+        self.requested_url = url  # as asked for (a record's "url")
         self.final_url = final_url
+        self._history: list[Response] | None = None
         self.status = status
         self.head = head  # the status line and header lines, as received
         self._headers: Headers | None = None
@@ -134,6 +137,18 @@ class Response:
         self.request_head: bytes | None = None
 
     # -- httpx's names --------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """The URL that answered: the last hop's (httpx's and requests' meaning);
+        ``requested_url`` is the one asked for."""
+        return self.final_url
+
+    @property
+    def history(self) -> list[Response]:
+        """The redirect responses followed to this one, first first (httpx's and
+        requests' name); each is a whole response of its own hop."""
+        return list(self._history) if self._history else []
 
     @property
     def status_code(self) -> int:
@@ -261,7 +276,7 @@ class Response:
                     raise body_too_large(stream.cap, self.status)
                 chunks.append(chunk)
         except RequestError as e:
-            e.url, e.final_url, e.timings = self.url, self.final_url, self.timings
+            e.url, e.final_url, e.timings = self.requested_url, self.final_url, self.timings
             raise
         self.bytes = size
         decoder = stream.decoder(stream.cap)

@@ -319,7 +319,8 @@ class TraceRecorder:
         # (a failure's are what was known of it): the record add() reads.
         timings: Timings | None = outcome.timings
         record = {
-            "url": outcome.url or "",
+            # The URL asked for (a response's own ``url`` is the one that answered).
+            "url": getattr(outcome, "requested_url", None) or outcome.url or "",
             "final_url": outcome.final_url,
             "status": outcome.status,
             "error": None if error is None else error.error_class,

@@ -198,11 +198,7 @@ async def fetch_kept(
                 saved.drop()
             if raw is not None:
                 raw.close()
-            e.url, e.final_url, e.timings = url, response.final_url, response.timings
-            e.status, e.bytes, e.redirects = response.status, response.bytes, response.redirects
-            conn = response.connection
-            if conn is not None and conn.address is not None:
-                e.remote_ip, e.tls = conn.address[0], conn.tls_info()
+            response.annotate(e)
             raise
         except BaseException:
             if saved is not None:

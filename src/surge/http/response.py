@@ -276,7 +276,7 @@ class Response:
                     raise body_too_large(stream.cap, self.status)
                 chunks.append(chunk)
         except RequestError as e:
-            e.url, e.final_url, e.timings = self.requested_url, self.final_url, self.timings
+            self.annotate(e)
             raise
         self.bytes = size
         decoder = stream.decoder(stream.cap)
@@ -289,6 +289,16 @@ class Response:
         self.body = b"".join(chunks)
         self._stream = None
         return self.body
+
+    def annotate(self, error: RequestError) -> None:
+        """Give ``error``, which ended the reading of this response's body, what a
+        record of it needs: this response's URLs, timings, status, bytes read,
+        redirects, and the connection's address and TLS."""
+        error.url, error.final_url, error.timings = self.requested_url, self.final_url, self.timings
+        error.status, error.bytes, error.redirects = self.status, self.bytes, self.redirects
+        conn = self.connection
+        if conn is not None and conn.address is not None:
+            error.remote_ip, error.tls = conn.address[0], conn.tls_info()
 
     async def aiter_raw(self) -> AsyncIterator[bytes]:
         """The body as it came off the wire (dechunked, not decoded), chunk by chunk."""

@@ -86,6 +86,25 @@ def test_a_proxy_that_is_not_one_is_a_usage_error(tmp_path: object) -> None:
         env={**os.environ, "https_proxy": "gopher://p.test"},
     )
     assert done.returncode == 2 and "$https_proxy" in done.stderr
+    missing = f"{tmp_path}/no-such-ca.pem"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "surge.cli",
+            "fetch",
+            "-",
+            "-x",
+            "https://p.test",
+            *["--proxy-cacert", missing],
+        ],
+        input="http://a.test/\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and missing in done.stderr
 
 
 def test_fetch_all_goes_through_socks5h(sim: SimInfo, start_proxy: StartProxy) -> None:  # noqa: F811

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import re
 import ssl
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -628,6 +630,45 @@ async def test_an_https_proxy(sim: SimInfo, start_proxy: StartProxy, tmp_path: P
             with pytest.raises(RequestError, match="cannot reach the proxy: certificate") as e:
                 await client.get(urls[0])
             assert e.value.error_class == "tls_error"
+        # curl's --proxy-cacert: the proxy's CA for the proxy alone, the origin's
+        # certificate still checked against the client's own CAs.
+        async with AsyncClient(
+            proxy=proxy, cafile=sim.cafile, proxy_cafile=str(proxy_ca), max_time=5
+        ) as client:
+            for url in urls:
+                assert (await client.get(url)).status == 200
+        async with AsyncClient(proxy=proxy, proxy_cafile=str(proxy_ca), max_time=5) as client:
+            assert (await client.get(urls[0])).status == 200
+            with pytest.raises(RequestError, match="certificate") as e:
+                await client.get(urls[1])  # the sim's CA is not the system's
+            assert "proxy" not in str(e.value)
+        # --proxy-insecure: the proxy unverified, the origin still verified.
+        async with AsyncClient(
+            proxy=proxy, cafile=sim.cafile, proxy_insecure=True, max_time=5
+        ) as client:
+            for url in urls:
+                assert (await client.get(url)).status == 200
+        async with AsyncClient(
+            proxy=proxy, cafile=str(proxy_ca), proxy_insecure=True, max_time=5
+        ) as client:
+            with pytest.raises(RequestError, match="certificate"):
+                await client.get(urls[1])
+
+        # The same from the command line: surge fetch --proxy-cacert.
+        # The same from the command line (on uvloop when installed): surge fetch
+        # --proxy-cacert; without --cacert the origin's certificate fails alone.
+        async def cli(*args: str) -> list[tuple[object, object]]:
+            run = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "surge.cli", "fetch", "-", "--max-time", "5",
+                "-x", proxy, "--proxy-cacert", str(proxy_ca), *args,
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            out, _ = await run.communicate("".join(u + "\n" for u in urls).encode())
+            records = sorted((json.loads(line) for line in out.splitlines()), key=str)
+            return sorted((r["url"][:5], r["status"], r["error"]) for r in records)
+
+        assert await cli("--cacert", sim.cafile) == [("http:", 200, None), ("https", 200, None)]
+        assert await cli() == [("http:", 200, None), ("https", None, "tls_error")]
 
 
 def test_the_sync_client_and_surge_get_take_the_proxy(

@@ -2,7 +2,8 @@
 
 Flags take curl's names where curl has one (``-o``, ``-L``, ``--max-redirs``,
 ``-X``, ``-H``, ``--resolve``, ``--dns-servers``, ``-4``/``-6``, ``--cacert``,
-``-k``, ``-x/--proxy``, ``--noproxy``, ``--connect-timeout``, ``--max-time``,
+``-k``, ``-x/--proxy``, ``--noproxy``, ``--proxy-cacert``, ``--proxy-insecure``,
+``--connect-timeout``, ``--max-time``,
 ``--retry``-like ``--retries``).
 Records go to stdout or ``-o``; progress and the summary go to stderr, progress
 only on a terminal.
@@ -165,6 +166,14 @@ class ByteSize(click.ParamType):  # type: ignore[type-arg]
     help="Hosts that go direct: names (and those under them), IPs, CIDR ranges, or *. "
     "Default: $no_proxy.",
 )
+@click.option(
+    "--proxy-cacert",
+    type=click.Path(dir_okay=False),
+    help="CA certificates (PEM) to trust for an https:// proxy (default: as for origins).",
+)
+@click.option(
+    "--proxy-insecure", is_flag=True, help="Do not verify an https:// proxy's certificate."
+)
 @click.option("--template", help="Make URLs of bare domains, e.g. 'https://www.{}/'.")
 @click.option("--column", help="CSV column (name or 1-based number) or JSONL field of the URL.")
 @click.option(
@@ -238,6 +247,8 @@ def fetch_command(
     insecure: bool,
     proxy: str | None,
     noproxy: str | None,
+    proxy_cacert: str | None,
+    proxy_insecure: bool,
     template: str | None,
     column: str | None,
     input_format: str | None,
@@ -290,12 +301,16 @@ def fetch_command(
                 insecure=insecure,
                 proxy=proxy,
                 noproxy=noproxy,
+                proxy_cafile=proxy_cacert,
+                proxy_insecure=proxy_insecure,
                 body_cap=max_filesize,
                 max_connecting=max_connecting,
             )
             client = opts.client()  # validates --resolve and the headers now, not mid-run
             if cacert is not None:
                 client.ssl_context  # noqa: B018 - loads --cacert now: a bad file is exit 2
+            if proxy_cacert is not None:
+                client.proxy_ssl_context  # noqa: B018 - and --proxy-cacert
             fmt = fmt or ("csv" if output and output.lower().endswith(".csv") else "jsonl")
             if resume and not output:
                 raise UsageError("--resume needs -o OUT (the file to resume)")

@@ -131,6 +131,11 @@ class FetchOptions:
         Hosts that go direct [--noproxy]: comma-separated names (each with the
         names under it), IP addresses and CIDR ranges, or ``*`` for all; None: the
         environment's ``no_proxy``; "": every host through the proxy.
+    proxy_cafile
+        CA certificates (PEM) to trust for an https:// proxy's own certificate,
+        instead of those origins are checked with [--proxy-cacert].
+    proxy_insecure
+        Do not verify an https:// proxy's certificate [--proxy-insecure].
     body_cap
         Body bytes at most; a larger body is ``body_too_large`` [--max-filesize].
     max_connecting
@@ -184,6 +189,8 @@ class FetchOptions:
     insecure: bool = False
     proxy: str | None = None
     noproxy: str | None = None
+    proxy_cafile: str | None = None
+    proxy_insecure: bool = False
     body_cap: int = 10 * 1024 * 1024
     max_connecting: int = 256
     keep_body: bool = False
@@ -286,6 +293,8 @@ class FetchOptions:
             proxy=self.proxy,
             noproxy=self.noproxy,
             trust_env=True,
+            proxy_cafile=self.proxy_cafile,
+            proxy_insecure=self.proxy_insecure,
             resolve=self.resolve,
             dns_servers=self.dns_servers,
             dns_timeout=self.dns_timeout,
@@ -354,6 +363,8 @@ async def fetch(
     insecure: bool = False,
     proxy: str | None = None,
     noproxy: str | None = None,
+    proxy_cafile: str | None = None,
+    proxy_insecure: bool = False,
     body_cap: int = 10 * 1024 * 1024,
     max_connecting: int = 256,
     keep_body: bool = False,
@@ -745,6 +756,8 @@ def fetch_all(
     insecure: bool = False,
     proxy: str | None = None,
     noproxy: str | None = None,
+    proxy_cafile: str | None = None,
+    proxy_insecure: bool = False,
     body_cap: int = 10 * 1024 * 1024,
     max_connecting: int = 256,
     keep_body: bool = False,

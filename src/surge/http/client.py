@@ -135,7 +135,10 @@ class AsyncClient:
     ``noproxy`` (curl's ``--noproxy``) names the hosts that go direct; with
     ``trust_env`` (the default, httpx's name) the environment's ``http_proxy``,
     ``https_proxy``, ``all_proxy`` and ``no_proxy`` are read as curl reads them,
-    an explicit option winning (proxy.py).
+    an explicit option winning (proxy.py).  An ``https://`` proxy's own
+    certificate is verified as origins' are, unless ``proxy_cafile`` (curl's
+    ``--proxy-cacert``) or ``proxy_insecure`` (``--proxy-insecure``) say
+    otherwise for the proxy alone.
     """
 
     def __init__(
@@ -167,6 +170,8 @@ class AsyncClient:
         proxy: str | None = None,
         noproxy: str | None = None,
         trust_env: bool = True,
+        proxy_cafile: str | None = None,
+        proxy_insecure: bool = False,
     ) -> None:
         if max_connections < 1:
             raise UsageError(f"max_connections must be at least 1, not {max_connections}")
@@ -198,6 +203,10 @@ class AsyncClient:
         self._ssl_context = ssl_context
         self._cafile = cafile
         self._insecure = insecure
+        #: TLS to an https:// proxy: its own trust only if asked (curl's --proxy-cacert).
+        self._proxy_cafile = proxy_cafile
+        self._proxy_insecure = proxy_insecure
+        self._proxy_ssl_context: ssl.SSLContext | None = None
         #: The client's headers (surge's defaults first), split by headers.py's policy.
         self._headers = build(headers, ACCEPT_ENCODING if decompress else None)
         self._credentials = self._headers.credentials
@@ -248,6 +257,18 @@ class AsyncClient:
         if self._ssl_context is None:
             self._ssl_context = make_ssl_context(self._cafile, insecure=self._insecure)
         return self._ssl_context
+
+    @property
+    def proxy_ssl_context(self) -> ssl.SSLContext:
+        """What TLS to an https:// proxy trusts: the client's own context, unless
+        ``proxy_cafile`` or ``proxy_insecure`` were given."""
+        if self._proxy_cafile is None and not self._proxy_insecure:
+            return self.ssl_context
+        if self._proxy_ssl_context is None:
+            self._proxy_ssl_context = make_ssl_context(
+                self._proxy_cafile, insecure=self._proxy_insecure
+            )
+        return self._proxy_ssl_context
 
     # -- the public API -------------------------------------------------------------------
 
@@ -632,8 +653,8 @@ class AsyncClient:
             self._deadlines = Deadlines(loop)
         # Built (once per client) before the clock of any phase starts: loading
         # the CA store takes milliseconds, which are no part of the TCP connect.
-        tls = scheme == "https" or (proxy is not None and proxy.tls)
-        ssl_context = self.ssl_context if tls else None
+        ssl_context = self.ssl_context if scheme == "https" else None
+        proxy_context = self.proxy_ssl_context if proxy is not None and proxy.tls else None
         timings.dns_start = perf_counter()
         target_address = None
         if proxy is not None:
@@ -658,6 +679,7 @@ class AsyncClient:
                             addresses,
                             target_address=target_address,
                             ssl_context=ssl_context,
+                            proxy_ssl_context=proxy_context,
                             timings=timings,
                             deadlines=self._deadlines,
                             body_cap=self._body_cap,

@@ -28,6 +28,8 @@ header list is built only if someone asks for it (``Response.headers``).
 from __future__ import annotations
 
 import asyncio
+import asyncio.sslproto
+import inspect
 import json
 import ssl
 import time
@@ -63,6 +65,13 @@ MAX_HEAD_BYTES = 300 * 1024
 #: flight to --output-dir peaked at 82 MB RSS, against 110 MB at 256 KiB, at the
 #: same throughput (benchmarks/fetch_extras.py).
 STREAM_HIGH_WATER = 64 * 1024
+
+
+#: asyncio's _SSLProtocolTransport._force_close(exc) calls SSLProtocol._abort(exc),
+#: which takes no argument in CPython 3.11 and 3.12 (see start_tls).
+_BROKEN_FORCE_CLOSE = not inspect.signature(
+    asyncio.sslproto.SSLProtocol._abort
+).parameters.keys() - {"self"}
 
 
 class WireResponse:
@@ -301,6 +310,12 @@ class HTTPConnection(asyncio.Protocol):
         tunnel through a proxy (proxy.py), itself maybe TLS to an https proxy."""
         transport = self.transport
         assert transport is not None
+        if _BROKEN_FORCE_CLOSE and isinstance(transport, asyncio.sslproto._SSLProtocolTransport):
+            # TLS inside TLS (an https:// origin through an https:// proxy): a
+            # failed inner handshake calls the outer transport's _force_close(exc),
+            # whose SSLProtocol._abort() takes no argument on CPython 3.11 and
+            # 3.12 - a TypeError that loses the handshake's own error.  Abort plainly.
+            transport._force_close = lambda exc: transport.abort()  # type: ignore[attr-defined]
         try:
             tls_transport = await self.loop.start_tls(
                 transport, self, ssl_context, server_hostname=server_hostname

@@ -33,7 +33,8 @@ How a request goes through:
   ``socks5://`` resolves the host here and sends the address; ``socks5h://``
   sends the name, and the proxy resolves it (no lookup here at all).
 * An ``https://`` proxy: TLS to the proxy itself, verified as origins are
-  (``cafile=``, ``insecure=``; curl has ``--proxy-cacert`` of its own), and for
+  (``cafile=``, ``insecure=``), or by its own (``proxy_cafile=``,
+  ``proxy_insecure=``: curl's ``--proxy-cacert``, ``--proxy-insecure``), and for
   an https:// URL a second TLS, to the origin, inside it.
 
 ``Proxy-Authorization`` goes to the proxy only: on a forwarded request (which
@@ -484,6 +485,7 @@ async def open_through(
     *,
     target_address: str | None,
     ssl_context: ssl.SSLContext | None,
+    proxy_ssl_context: ssl.SSLContext | None,
     timings: Timings,
     deadlines: Deadlines,
     body_cap: int,
@@ -492,13 +494,14 @@ async def open_through(
     """A connection for ``key`` through ``proxy`` (at ``addresses``): to the
     proxy (TLS if an https proxy), then for a tunnel the handshake and, for an
     https origin, TLS to it.  ``target_address``: the origin's address, for
-    ``socks5://`` (resolved by the caller); ``ssl_context``: the client's.
+    ``socks5://`` (resolved by the caller); ``ssl_context``: the client's, for
+    the origin; ``proxy_ssl_context``: for an https:// proxy itself.
     Errors are ``RequestError``s that say it was the proxy."""
     try:
         conn = await HTTPConnection.open(
             (proxy.scheme, proxy.host, proxy.port),
             addresses,
-            ssl_context=ssl_context if proxy.tls else None,
+            ssl_context=proxy_ssl_context if proxy.tls else None,
             server_hostname=proxy.host,
             timings=timings,
             deadlines=deadlines,

@@ -294,7 +294,12 @@ class ChildRun:
 
 
 def run_child(
-    command: list[str], limit_s: float, *, poll_rss: bool = False, stdout: int | None = None
+    command: list[str],
+    limit_s: float,
+    *,
+    poll_rss: bool = False,
+    stdout: int | None = None,
+    env: dict[str, str] | None = None,
 ) -> tuple[ChildRun, subprocess.Popen[bytes]]:
     """Run ``command`` in its own process group, reap it with ``os.wait4`` (killing the
     group at ``limit_s``), optionally polling its RSS; stderr goes to a pipe-free file."""
@@ -306,6 +311,7 @@ def run_child(
         stdout=stdout if stdout is not None else subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
+        env=env,
     )
     watched = None
     if poll_rss:

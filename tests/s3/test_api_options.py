@@ -57,3 +57,24 @@ def test_limit_is_the_first_keys_and_stops_asking(
     assert names == ["dir0/", "dir1/", "dir2/"]
     with pytest.raises(UsageError, match="limit"):
         list(surge.s3.list_all("s3://flat", limit=0, **where.options()))
+
+
+@pytest.mark.parametrize(
+    "options", [surge.s3.ListOptions, surge.s3.DownloadOptions, surge.s3.UploadOptions]
+)
+def test_every_s3_call_shares_the_endpoint_options(options: type[surge.s3.EndpointOptions]) -> None:
+    keys = surge.s3.Credentials("AK", "SK")
+    opts = options(endpoint_url="http://127.0.0.1:9", region="eu-west-3", credentials=keys)
+    assert isinstance(opts, surge.s3.EndpointOptions)
+    target = opts.target("bkt")
+    assert (target.base_url, target.region, target.path) == (
+        "http://127.0.0.1:9",
+        "eu-west-3",
+        "/bkt",
+    )
+    # the same place, for another call (a download's listing, a sync's)
+    again = surge.s3.ListOptions(**opts.endpoint(target)).target("bkt")
+    assert (again.base_url, again.region) == (target.base_url, target.region)
+    assert again.signer is not None and again.signer.credentials == keys
+    with pytest.raises(UsageError, match="proxy"):
+        options(proxy="ftp://nowhere")

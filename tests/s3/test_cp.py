@@ -37,17 +37,6 @@ MiB = 1024 * 1024
 _names = count()
 
 
-@pytest.fixture(params=["minio", "moto"])
-def server(request: pytest.FixtureRequest) -> Buckets:
-    """An S3 server: MinIO, then moto (each test runs against both)."""
-    if request.param == "moto":
-        moto: Buckets = request.getfixturevalue("moto_s3")
-        return moto
-    minio: MinioServer = request.getfixturevalue("minio")
-    s3 = request.getfixturevalue("s3")
-    return Buckets(minio.endpoint_url, surge.s3.Credentials(minio.access_key, minio.secret_key), s3)
-
-
 def new_bucket(server: Buckets, objects: dict[str, bytes]) -> str:
     bucket = f"cp-{os.getpid()}-{next(_names)}"
     server.s3.create_bucket(Bucket=bucket)
@@ -292,7 +281,7 @@ def test_a_failed_part_leaves_no_file_and_a_rerun_completes(
     assert (tmp_path / "big").read_bytes() == data
 
 
-#: what surge's own download client sets (transfer._client): raw bytes as stored
+#: what surge's own download client sets (transfer.transfer_client): raw bytes as stored
 CLIENT = {"headers": {"Accept-Encoding": "identity"}, "decompress": False, "cookies": False}
 
 
@@ -359,7 +348,9 @@ def test_json_summary_and_exit_statuses(server: Buckets, tmp_path: Path) -> None
     for args, says in [
         ([f"s3://{bucket}/p/", str(tmp_path / "file"), "-r"], "is not a directory"),
         ([f"s3://{bucket}/p/", str(tmp_path)], "names no object"),
-        ([str(tmp_path / "file"), f"s3://{bucket}/x"], "uploads"),
+        ([str(tmp_path / "file"), str(tmp_path / "y")], "must be s3://"),
+        ([str(tmp_path), f"s3://{bucket}/x"], "give --recursive"),
+        ([f"s3://{bucket}/x", f"s3://{bucket}/y"], "between buckets"),
         ([f"s3://{bucket}/p/a", str(tmp_path / "file" / "x")], "is not a directory"),
         ([f"s3://{bucket}/p/a", str(tmp_path), "--part-size", "lots"], "expected a size"),
     ]:

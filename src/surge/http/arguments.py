@@ -49,6 +49,31 @@ def with_params(url: str, params: Params) -> str:
     return f"{base}{joiner}{query}{hash_}{fragment}"
 
 
+class FileRange:
+    """``length`` bytes of an open file from ``offset``, read with ``os.pread`` as
+    they are sent: one part of a multipart upload, sent with its Content-Length,
+    without moving the file's position (parts of one file go out at once)."""
+
+    __slots__ = ("fd", "length", "offset", "position")
+
+    def __init__(self, fd: int, offset: int, length: int) -> None:
+        self.fd = fd
+        self.offset = offset
+        self.length = length
+        self.position = 0
+
+    def read(self, size: int = -1) -> bytes:
+        left = self.length - self.position
+        if size < 0 or size > left:
+            size = left
+        block = os.pread(self.fd, size, self.offset + self.position) if size else b""
+        self.position += len(block)
+        return block
+
+    def seek(self, position: int) -> None:
+        self.position = position
+
+
 class Upload:
     """A request body sent as it is read, never held whole.
 
@@ -71,7 +96,9 @@ class Upload:
         self._start = 0
         self.length: int | None = None
         self.started = False
-        if self._file:
+        if isinstance(source, FileRange):
+            self.length = source.length
+        elif self._file:
             if isinstance(source, io.TextIOBase):
                 raise UsageError("content= takes a file opened in binary mode ('rb'), not text")
             try:

@@ -5,6 +5,8 @@
         print(obj.key, obj.size, obj.last_modified, obj.etag, obj.storage_class)
     buckets = asyncio.run(surge.s3.list_buckets(endpoint_url=...))   # [Bucket(name, created)]
     summary = surge.s3.download("s3://bucket/prefix/", "dir/", recursive=True)  # surge s3 cp
+    summary = surge.s3.upload("dir/", "s3://bucket/prefix/", recursive=True)    # and back
+    summary = surge.s3.sync("s3://bucket/prefix/", "dir/", delete=True)        # surge s3 sync
 
 Errors: :class:`S3Error` (``code``: S3's own, or ``InvalidListing`` /
 ``NotListBucketResult`` for a server that lists wrongly), :class:`UsageError`
@@ -16,6 +18,7 @@ See :mod:`surge.s3.api` for the options, :mod:`surge.s3.listing` for how it work
 
 from surge.errors import S3Error, UsageError
 from surge.s3.api import (
+    EndpointOptions,
     ListOptions,
     list_all,
     list_buckets,
@@ -31,16 +34,19 @@ from surge.s3.transfer import (
     Failure,
     Result,
     Summary,
+    TransferOptions,
     download,
     download_async,
     open_object,
 )
+from surge.s3.upload import UploadOptions, sync, sync_async, upload, upload_async
 
 __all__ = [
     "Bucket",
     "CommonPrefix",
     "Credentials",
     "DownloadOptions",
+    "EndpointOptions",
     "Failure",
     "ListOptions",
     "Result",
@@ -49,6 +55,8 @@ __all__ = [
     "S3Version",
     "Stats",
     "Summary",
+    "TransferOptions",
+    "UploadOptions",
     "UsageError",
     "download",
     "download_async",
@@ -58,4 +66,8 @@ __all__ = [
     "list_pages",
     "list_versions",
     "open_object",
+    "sync",
+    "sync_async",
+    "upload",
+    "upload_async",
 ]

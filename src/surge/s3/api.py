@@ -19,6 +19,7 @@ AccessDenied, ...); bad arguments raise :class:`surge.errors.UsageError`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncGenerator, Callable, Iterator
 from contextlib import aclosing, closing
@@ -39,21 +40,52 @@ Entry = S3Object | CommonPrefix
 _log = logging.getLogger("surge.s3")
 
 
-@dataclass
-class ListOptions:
-    recursive: bool = True
-    parallel: int = 16
+@dataclass(kw_only=True)
+class EndpointOptions:
+    """Where an S3 request goes and how it is signed: the options every S3
+    call shares (:class:`ListOptions`, :class:`surge.s3.DownloadOptions`,
+    :class:`surge.s3.UploadOptions`), given by keyword."""
+
     endpoint_url: str | None = None
     region: str | None = None
     profile: str | None = None
     no_sign_request: bool = False
     credentials: Credentials | None = None  # instead of the standard chain
-    page_size: int = 1000
-    retries: int = 5
-    max_time: float = 60.0  # seconds per request
     #: The proxy, as ``AsyncClient(proxy=)`` (curl's --proxy); None: the
     #: environment's (https_proxy, all_proxy, no_proxy), as the AWS CLI reads them.
     proxy: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.proxy:
+            parse_proxy(self.proxy)  # a usage error now, not at the first request
+
+    def target(self, bucket: str) -> Target:
+        """Where and how to send a bucket's requests ("": the service's)."""
+        return make_target(
+            bucket,
+            endpoint_url=self.endpoint_url,
+            region=self.region,
+            profile=self.profile,
+            no_sign_request=self.no_sign_request,
+            credentials=self.credentials,
+        )
+
+    def endpoint(self, target: Target | None = None) -> dict[str, Any]:
+        """These options as keywords, for another S3 call to the same place
+        (with ``target``: its credentials, resolved once already)."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(EndpointOptions)}
+        if target is not None and target.signer is not None:
+            fields["credentials"] = target.signer.credentials
+        return fields
+
+
+@dataclass
+class ListOptions(EndpointOptions):
+    recursive: bool = True
+    parallel: int = 16
+    page_size: int = 1000
+    retries: int = 5
+    max_time: float = 60.0  # seconds per request
     relax_gc: bool = True  # the cycle collector relaxed while listing (surge.gc_tuning)
     #: told, in one line, when the server does not list as S3 does and the
     #: parallel listing gives way to a sequential one (default: a logging warning)
@@ -68,26 +100,14 @@ class ListOptions:
     #: in key order, as with ``start_after``), as the AWS CLI's ``--max-items``.
     limit: int | None = None
 
-    def target(self, bucket: str) -> Target:
-        """Where and how to send a bucket's requests ("": the service's)."""
-        return make_target(
-            bucket,
-            endpoint_url=self.endpoint_url,
-            region=self.region,
-            profile=self.profile,
-            no_sign_request=self.no_sign_request,
-            credentials=self.credentials,
-        )
-
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.parallel < 1:
             raise UsageError(f"--parallel must be at least 1, not {self.parallel}")
         if not 1 <= self.page_size <= 1000:
             raise UsageError(f"page size must be 1..1000, not {self.page_size}")
         if self.limit is not None and (isinstance(self.limit, bool) or self.limit < 1):
             raise UsageError(f"limit must be at least 1, not {self.limit!r}")
-        if self.proxy:
-            parse_proxy(self.proxy)  # a usage error now, not at the first request
 
 
 async def list_pages(

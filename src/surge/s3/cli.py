@@ -22,7 +22,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import aclosing
 from datetime import datetime
 from json.encoder import encode_basestring
@@ -424,44 +424,95 @@ def parse_size(text: str) -> int:
     return int(number) * units[unit]
 
 
+def _transfer_options(command: Callable[..., None]) -> Callable[..., None]:
+    """The options cp and sync share (the AWS CLI's names, s5cmd's defaults)."""
+    options: list[Any] = [
+        click.argument("source"),
+        click.argument("destination"),
+        click.option(
+            "--include", multiple=True, metavar="GLOB", help="Take keys matching (aws's rule)."
+        ),
+        click.option(
+            "--exclude", multiple=True, metavar="GLOB", help="Leave keys matching (aws's rule)."
+        ),
+        click.option("--dryrun", is_flag=True, help="Print what would be copied; write nothing."),
+        click.option(
+            "--concurrency",
+            type=click.IntRange(1, 4096),
+            default=256,
+            show_default=True,
+            help="Requests in flight: objects and parts of big ones (s5cmd's --numworkers).",
+        ),
+        click.option(
+            "--part-size",
+            default="8MiB",
+            show_default=True,
+            help="Big objects are read in ranged GETs (or uploaded in parts) of this size, in"
+            " parallel; an upload's parts grow to fit 10,000.",
+        ),
+        click.option(
+            "--multipart-threshold",
+            default=None,
+            help="Objects larger than this go in parts (default: the part size).",
+        ),
+        click.option("--retries", type=click.IntRange(0, 100), default=5, show_default=True),
+        click.option("--endpoint-url", metavar="URL", help="An S3-compatible server (path-style)."),
+        click.option(
+            "--region", help="Default: from the environment or the profile, else us-east-1."
+        ),
+        click.option("--profile", help="A profile of the AWS config files."),
+        click.option(
+            "--no-sign-request", is_flag=True, help="Anonymous requests (public buckets)."
+        ),
+        click.option("-x", "--proxy", metavar="[SCHEME://][USER:PASSWORD@]HOST[:PORT]"),
+        click.option("--quiet", "-q", is_flag=True, help="Print nothing but usage errors."),
+        click.option("--only-show-errors", is_flag=True, help="No line per object; errors only."),
+        click.option(
+            "--json-summary", is_flag=True, help="A JSON summary on stdout (no object lines)."
+        ),
+        click.option("--no-progress", is_flag=True, help="No progress line, even on a terminal."),
+        click.pass_context,
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 @s3_group.command("cp", cls=_OrderedFilters)
-@click.argument("source")
-@click.argument("destination")
 @click.option("--recursive", "-r", is_flag=True, help="Every object under the prefix.")
-@click.option("--include", multiple=True, metavar="GLOB", help="Take keys matching (aws's rule).")
-@click.option("--exclude", multiple=True, metavar="GLOB", help="Leave keys matching (aws's rule).")
-@click.option("--dryrun", is_flag=True, help="Print what would be downloaded; write nothing.")
-@click.option(
-    "--concurrency",
-    type=click.IntRange(1, 4096),
-    default=256,
-    show_default=True,
-    help="Requests in flight: objects and parts of big ones (s5cmd's --numworkers).",
-)
-@click.option(
-    "--part-size",
-    default="8MiB",
-    show_default=True,
-    help="Big objects are read in ranged GETs of this size, in parallel.",
-)
-@click.option(
-    "--multipart-threshold",
-    default=None,
-    help="Objects larger than this are read in parts (default: the part size).",
-)
-@click.option("--retries", type=click.IntRange(0, 100), default=5, show_default=True)
-@click.option("--endpoint-url", metavar="URL", help="An S3-compatible server (path-style).")
-@click.option("--region", help="Default: from the environment or the profile, else us-east-1.")
-@click.option("--profile", help="A profile of the AWS config files.")
-@click.option("--no-sign-request", is_flag=True, help="Anonymous requests (public buckets).")
-@click.option("-x", "--proxy", metavar="[SCHEME://][USER:PASSWORD@]HOST[:PORT]")
-@click.option("--quiet", "-q", is_flag=True, help="Print nothing but usage errors.")
-@click.option("--only-show-errors", is_flag=True, help="No line per object; errors only.")
-@click.option("--json-summary", is_flag=True, help="A JSON summary on stdout (no object lines).")
-@click.option("--no-progress", is_flag=True, help="No progress line, even on a terminal.")
-@click.pass_context
-def cp_command(
+@_transfer_options
+def cp_command(ctx: click.Context, **flags: Any) -> None:
+    """Copy s3://BUCKET/KEY to a file or directory, or (--recursive) every object
+    under s3://BUCKET/PREFIX/ into a directory; or upload a file to
+    s3://BUCKET/KEY (or into s3://BUCKET/PREFIX/), or (--recursive) every file
+    under a directory, as aws s3 cp.
+
+    A downloaded file appears under its name only once complete and verified
+    (length, MD5 of single-part ETags, x-amz-checksum-*); an uploaded one is
+    sent with its Content-MD5, and files over the threshold go as multipart
+    uploads (aborted if they fail). Exit status: 0 all copied, 1 some object
+    failed (each named on stderr), 2 usage error."""
+    _transfer(ctx, "surge s3 cp", sync=False, delete=False, **flags)
+
+
+@s3_group.command("sync", cls=_OrderedFilters)
+@click.option("--delete", is_flag=True, help="Remove what the source lacks (filters apply).")
+@_transfer_options
+def sync_command(ctx: click.Context, **flags: Any) -> None:
+    """Make a directory hold what s3://BUCKET/PREFIX/ holds, or the other way, as
+    aws s3 sync: an object (or file) is copied unless the destination has it
+    with the same size and no older (by whole seconds). A downloaded file's
+    mtime is its object's LastModified, so the next sync finds it the same;
+    an interrupted cp or sync resumes where it stopped. Exit status as cp."""
+    _transfer(ctx, "surge s3 sync", sync=True, recursive=True, **flags)
+
+
+def _transfer(
     ctx: click.Context,
+    command: str,
+    *,
+    sync: bool,
+    delete: bool,
     source: str,
     destination: str,
     recursive: bool,
@@ -482,19 +533,14 @@ def cp_command(
     json_summary: bool,
     no_progress: bool,
 ) -> None:
-    """Copy s3://BUCKET/KEY to a file or directory, or (--recursive) every object
-    under s3://BUCKET/PREFIX/ into a directory, as aws s3 cp.
-
-    Each file appears under its name only once complete and verified (length,
-    MD5 of single-part ETags, x-amz-checksum-*). Exit status: 0 all copied,
-    1 some object failed (each named on stderr), 2 usage error."""
+    """cp and sync: the options built, the run, its lines and summary, the exit."""
     from surge.s3.transfer import DownloadOptions, Result, download_async, run_cleanly
+    from surge.s3.upload import UploadOptions, upload_async
 
-    command = "surge s3 cp"
-    if not source.startswith("s3://"):
-        if destination.startswith("s3://"):
-            die(command, "uploads (cp PATH s3://...) are not supported yet: downloads only")
-        die(command, f"{source!r}: expected s3://bucket/key as the source")
+    uploading = destination.startswith("s3://") and not source.startswith("s3://")
+    if not uploading and not source.startswith("s3://"):
+        die(command, f"{source!r} to {destination!r}: one of the two must be s3://bucket/...")
+    verb = "upload" if uploading else "download"
     lines = not (quiet or only_show_errors or json_summary)
     errors = not quiet
     progress = Progress() if sys.stderr.isatty() and not (no_progress or quiet) else None
@@ -508,7 +554,7 @@ def cp_command(
                 line = f"{failure.message.replace('skipping: ', f'skipping {failure.source}: ')}"
             else:
                 line = (
-                    f"download failed: {failure.source} to {failure.destination}: "
+                    f"{verb} failed: {failure.source} to {failure.destination}: "
                     f"{failure.code}: {failure.message}"
                 )
             if progress is not None:
@@ -518,7 +564,10 @@ def cp_command(
             prefix = "(dryrun) " if result.dryrun else ""
             if progress is not None:
                 progress.close()
-            click.echo(f"{prefix}download: {result.source} to {result.destination}")
+            if result.deleted:
+                click.echo(f"{prefix}delete: {result.destination}")
+            else:
+                click.echo(f"{prefix}{verb}: {result.source} to {result.destination}")
 
     def on_progress(summary: Any) -> None:
         if progress is None:
@@ -526,36 +575,44 @@ def cp_command(
         elapsed = progress.due()
         if elapsed is None:
             return
-        rate = summary.received / elapsed if elapsed > 0 else 0.0
+        moved = summary.sent if uploading else summary.received
+        rate = moved / elapsed if elapsed > 0 else 0.0
         progress.show(
-            f"{summary.objects:,} objects  {_bytes(summary.received)}  {_bytes(rate)}/s"
+            f"{summary.objects:,} objects  {_bytes(moved)}  {_bytes(rate)}/s"
             f"  {summary.failed} failed"
         )
 
     try:
         rules = filter_order(ctx.meta.get("surge.argv", []), include, exclude)
-        size = parse_size(part_size)
-        options = DownloadOptions(
-            recursive=recursive,
-            filters=rules,
-            dryrun=dryrun,
-            concurrency=concurrency,
-            part_size=size,
-            multipart_threshold=parse_size(multipart_threshold) if multipart_threshold else None,
-            retries=retries,
-            endpoint_url=endpoint_url,
-            region=region,
-            profile=profile,
-            no_sign_request=no_sign_request,
-            proxy=proxy,
-            on_result=on_result,
-            on_progress=on_progress,
-        )
+        common: dict[str, Any] = {
+            "recursive": recursive,
+            "filters": rules,
+            "dryrun": dryrun,
+            "sync": sync,
+            "delete": delete,
+            "concurrency": concurrency,
+            "part_size": parse_size(part_size),
+            "multipart_threshold": (
+                parse_size(multipart_threshold) if multipart_threshold else None
+            ),
+            "retries": retries,
+            "endpoint_url": endpoint_url,
+            "region": region,
+            "profile": profile,
+            "no_sign_request": no_sign_request,
+            "proxy": proxy,
+            "on_result": on_result,
+            "on_progress": on_progress,
+        }
+        if uploading:
+            work = upload_async(source, destination, options=UploadOptions(**common))
+        else:
+            work = download_async(source, destination, options=DownloadOptions(**common))
     except UsageError as e:
         die(command, str(e))
     loop = new_event_loop()
     try:
-        summary = run_cleanly(loop, download_async(source, destination, options=options))
+        summary = run_cleanly(loop, work)
     except KeyboardInterrupt:
         click.echo(f"{command}: interrupted", err=True)
         sys.exit(130)
@@ -573,13 +630,17 @@ def cp_command(
     if json_summary:
         click.echo(json.dumps(summary.as_dict()))
     if not quiet:
-        what = "would download" if summary.dryrun else "downloaded"
+        what = f"would {verb}" if summary.dryrun else f"{verb}ed"
         rate = (
             ""
             if summary.dryrun
             else f" in {summary.seconds:.2f} s ({_bytes(summary.bytes_per_second)}/s)"
         )
-        notes = "".join(f"; {note}: not verified" for note in sorted(summary.notes))
+        unverified = "" if uploading else ": not verified"
+        notes = "".join(f"; {note}{unverified}" for note in sorted(summary.notes))
+        if sync:
+            deleted = "would delete" if summary.dryrun else "deleted"
+            notes = f", {summary.unchanged:,} unchanged, {deleted} {summary.deleted:,}{notes}"
         click.echo(
             f"{command}: {what} {summary.objects:,} objects, {_bytes(summary.bytes)}{rate}, "
             f"{summary.failed} failed{notes}",

@@ -1,32 +1,33 @@
 """One object's requests: signed HEAD and (ranged) GET, the body streamed to a
-sink as it arrives, retried as the shared retry policy says.
+sink as it arrives; PUT and the multipart calls (Create, UploadPart,
+Complete, Abort), the body read from the file as it is sent; each retried as
+the shared retry policy says, each signed by :class:`surge.s3.sigv4.Signer`.
 
 A GET hands its body to a :class:`Sink` chunk by chunk (bounded memory: the
 connection's read-ahead, never the object).  A retried GET starts the sink
 again (``begin``) and sends the whole range again: a part is small enough
 (8 MiB by default) that resuming inside it is not worth the bookkeeping.
-
-Uploads will add PUT and the multipart calls here, on the same signing and
-retry loop (:func:`sign` takes the payload's hash already).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
-import hmac
-from collections.abc import AsyncGenerator
+import re
+from collections.abc import AsyncGenerator, Callable, Sequence
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import quote
+from xml.sax.saxutils import escape, unescape
 
-from surge.errors import RequestError, S3Error
+from surge.errors import RequestError, S3Error, UsageError
 from surge.http.client import AsyncClient
 from surge.http.response import Headers, Response
 from surge.retry import RetryPolicy, retry_after_seconds
 from surge.s3.config import Target
 from surge.s3.parse import parse_error
-from surge.s3.sigv4 import ALGORITHM, EMPTY_SHA256
+from surge.s3.sigv4 import EMPTY_SHA256, UNSIGNED_PAYLOAD, canonical_query
 
 #: Statuses and codes worth another try: as the listing's (botocore's list).
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
@@ -49,65 +50,6 @@ def object_path(target: Target, key: str) -> str:
     """The URI-encoded path of ``key`` in the target's bucket (``/`` kept, every
     other byte but A-Z a-z 0-9 - _ . ~ escaped: a ``+`` is %2B, a space %20)."""
     return target.path.rstrip("/") + "/" + quote(key, safe="/-_.~")
-
-
-def sign(
-    target: Target,
-    method: str,
-    path: str,
-    query: str = "",
-    amz_headers: list[tuple[str, str]] | None = None,
-    payload_hash: str = EMPTY_SHA256,
-    now: datetime | None = None,
-) -> list[tuple[str, str]]:
-    """The headers for a request of ``path`` (encoded) with ``amz_headers``
-    (``x-amz-*``, lower-case, all signed, as S3 requires of every ``x-amz-*``
-    header sent), signed with the target's credentials; none if anonymous.
-
-    :class:`surge.s3.sigv4.Signer` signs a listing's bare GET; this is the same
-    recipe with more headers and a payload hash (``UNSIGNED-PAYLOAD`` or the
-    body's SHA-256, for uploads)."""
-    extra = list(amz_headers or ())
-    signer = target.signer
-    if signer is None:
-        return extra
-    amz_date = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
-    day = amz_date[:8]
-    headers = [
-        ("host", target.host),
-        ("x-amz-content-sha256", payload_hash),
-        ("x-amz-date", amz_date),
-        *extra,
-    ]
-    token = signer.credentials.token
-    if token:
-        headers.append(("x-amz-security-token", token))
-    headers.sort()
-    signed = ";".join(name for name, _ in headers)
-    canonical = "\n".join(
-        [
-            method,
-            path,
-            query,
-            "".join(f"{name}:{value.strip()}\n" for name, value in headers),
-            signed,
-            payload_hash,
-        ]
-    )
-    scope = f"{day}/{signer.region}/{signer.service}/aws4_request"
-    to_sign = "\n".join(
-        [ALGORITHM, amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()]
-    )
-    signature = hmac.new(signer.signing_key(day), to_sign.encode(), hashlib.sha256).hexdigest()
-    out = [(name, value) for name, value in headers if name != "host"]
-    out.append(
-        (
-            "Authorization",
-            f"{ALGORITHM} Credential={signer.credentials.access_key}/{scope}, "
-            f"SignedHeaders={signed}, Signature={signature}",
-        )
-    )
-    return out
 
 
 class Sink(Protocol):
@@ -136,6 +78,29 @@ class Objects:
         path = object_path(self.target, key)
         return path, f"{self.target.base_url}{path}"
 
+    def _signed(
+        self,
+        method: str,
+        path: str,
+        query: str = "",
+        amz: Sequence[tuple[str, str]] = (),
+        payload_hash: str = EMPTY_SHA256,
+    ) -> list[tuple[str, str]]:
+        """The request's headers: ``amz`` (lower-case names, every one signed)
+        and the signature; ``amz`` alone when anonymous."""
+        signer = self.target.signer
+        if signer is None:
+            return list(amz)
+        return signer.sign(
+            method,
+            self.target.host,
+            path,
+            query,
+            datetime.now(UTC),
+            headers=amz,
+            payload_hash=payload_hash,
+        )
+
     def _error(self, code: str, message: str, status: int | None) -> S3Error:
         return S3Error(code, message, status=status, bucket=self.target.bucket)
 
@@ -148,7 +113,7 @@ class Objects:
             self.requests += 1
             try:
                 response = await self.client.request(
-                    "HEAD", url, headers=sign(self.target, "HEAD", path, amz_headers=amz)
+                    "HEAD", url, headers=self._signed("HEAD", path, amz=amz)
                 )
             except RequestError as e:
                 attempt += 1
@@ -186,7 +151,7 @@ class Objects:
         attempt = 0
         while True:
             self.requests += 1
-            headers = sign(self.target, "GET", path, amz_headers=amz) + plain
+            headers = self._signed("GET", path, amz=amz) + plain
             error_body = b""
             try:
                 async with self.client.stream("GET", url, headers=headers) as response:
@@ -221,6 +186,127 @@ class Objects:
                 status,
             )
 
+    # -- uploads --------------------------------------------------------------------
+
+    async def put(
+        self,
+        key: str,
+        body: Callable[[], Any],
+        *,
+        md5: bytes | None = None,
+        content_type: str | None = None,
+    ) -> Headers:
+        """PutObject: ``body()`` (made afresh for each try: bytes or a
+        :class:`FileRange`), with its Content-MD5 if given (the server then
+        refuses a body that is not those bytes).  The response's headers."""
+        plain = _body_headers(md5, content_type)
+        response = await self._call("PUT", key, body=body, plain=plain)
+        return response.headers
+
+    async def create_multipart(self, key: str, *, content_type: str | None = None) -> str:
+        """CreateMultipartUpload: the upload's id."""
+        plain = _body_headers(None, content_type)
+        response = await self._call("POST", key, params={"uploads": ""}, plain=plain)
+        upload_id = _element(response.body, "UploadId")
+        if not upload_id:
+            raise self._error("InvalidResponse", "no UploadId in the answer", response.status)
+        return upload_id
+
+    async def upload_part(
+        self, key: str, upload_id: str, number: int, body: Callable[[], Any], md5: bytes | None
+    ) -> str:
+        """UploadPart: the part's ETag."""
+        params = {"partNumber": str(number), "uploadId": upload_id}
+        response = await self._call(
+            "PUT", key, params=params, body=body, plain=_body_headers(md5, None)
+        )
+        etag = response.header("etag")
+        if not etag:
+            raise self._error("InvalidResponse", f"no ETag for part {number}", response.status)
+        return etag
+
+    async def complete_multipart(
+        self, key: str, upload_id: str, parts: Sequence[tuple[int, str]]
+    ) -> str:
+        """CompleteMultipartUpload of ``parts`` ((number, ETag), in order): the
+        object's ETag."""
+        document = "".join(
+            f"<Part><PartNumber>{number}</PartNumber><ETag>{escape(etag)}</ETag></Part>"
+            for number, etag in parts
+        )
+        body = f"<CompleteMultipartUpload>{document}</CompleteMultipartUpload>".encode()
+        response = await self._call(
+            "POST",
+            key,
+            params={"uploadId": upload_id},
+            body=lambda: body,
+            payload_hash=hashlib.sha256(body).hexdigest(),
+            plain=[("Content-Type", "application/xml")],
+        )
+        return _element(response.body, "ETag") or ""
+
+    async def delete(self, key: str) -> None:
+        """DeleteObject (a sync's --delete)."""
+        await self._call("DELETE", key)
+
+    async def abort_multipart(self, key: str, upload_id: str) -> None:
+        """AbortMultipartUpload (an upload already gone is aborted)."""
+        try:
+            await self._call("DELETE", key, params={"uploadId": upload_id})
+        except S3Error as e:
+            if e.code != "NoSuchUpload":
+                raise
+
+    async def _call(
+        self,
+        method: str,
+        key: str,
+        *,
+        params: dict[str, str] | None = None,
+        plain: Sequence[tuple[str, str]] = (),
+        body: Callable[[], Any] | None = None,
+        payload_hash: str | None = None,
+    ) -> Response:
+        """One request of the object, retried as the policy says (5xx, SlowDown,
+        transient transport errors): its 2xx response, body read (a document, or
+        nothing), or :class:`S3Error`.  A body is not hashed into the signature
+        unless ``payload_hash`` says its hash (UNSIGNED-PAYLOAD)."""
+        path, url = self.url(key)
+        query = canonical_query(params) if params else ""
+        if query:
+            url = f"{url}?{query}"
+        if payload_hash is None:
+            payload_hash = EMPTY_SHA256 if body is None else UNSIGNED_PAYLOAD
+        attempt = 0
+        while True:
+            self.requests += 1
+            headers = self._signed(method, path, query, payload_hash=payload_hash) + list(plain)
+            try:
+                response = await self.client.request(
+                    method, url, headers=headers, content=None if body is None else body()
+                )
+            except RequestError as e:
+                attempt += 1
+                if self.policy.error_worth_retrying(e.error_class) and await self._pause(attempt):
+                    continue
+                raise self._error(e.error_class, e.detail, e.status) from e
+            except UsageError as e:  # the file changed size as it was sent
+                raise self._error("LocalError", str(e), None) from e
+            status = response.status
+            # CompleteMultipartUpload can answer 200 with an error document.
+            if 200 <= status < 300 and b"<Error>" not in response.body[:256]:
+                return response
+            code, message = parse_error(response.body)
+            if status in RETRY_STATUSES or code in RETRY_CODES:
+                attempt += 1
+                if await self._pause(attempt, retry_after_seconds(response.header("retry-after"))):
+                    continue
+            raise self._error(
+                code or STATUS_CODES.get(status, f"HTTP{status}"),
+                message or _status_message(status, key),
+                status,
+            )
+
     async def _pause(self, attempt: int, retry_after: float | None = None) -> bool:
         wait = self.policy.delay(attempt, retry_after=retry_after)
         if wait is None:
@@ -228,6 +314,23 @@ class Objects:
         self.retries += 1
         await asyncio.sleep(wait)
         return True
+
+
+def _body_headers(md5: bytes | None, content_type: str | None) -> list[tuple[str, str]]:
+    headers = []
+    if md5 is not None:
+        headers.append(("Content-MD5", base64.b64encode(md5).decode("ascii")))
+    if content_type is not None:
+        headers.append(("Content-Type", content_type))
+    return headers
+
+
+def _element(document: bytes, name: str) -> str | None:
+    """The text of the first ``<name>`` element of a small S3 answer, unescaped."""
+    found = re.search(rb"<%s>([^<]*)</%s>" % (name.encode(), name.encode()), document)
+    if found is None:
+        return None
+    return unescape(found.group(1).decode("utf-8", "replace"), {"&quot;": '"', "&apos;": "'"})
 
 
 def _status_message(status: int, key: str) -> str:

@@ -1,7 +1,8 @@
 """Which keys a copy takes, and where each one lands: the AWS CLI's filters and
 a key-to-path mapping that cannot leave the destination.
 
-Pure functions of strings, no I/O: every rule is a plain unit test.
+Pure functions of strings, no I/O, every rule a plain unit test - but for
+:func:`walk_files`, the walk of a local tree that uploads and syncs share.
 
 Filters (``--exclude`` / ``--include``) are the AWS CLI's
 (awscli/customizations/s3/filters.py): every key is taken unless a filter says
@@ -22,7 +23,7 @@ rather than written outside the destination. Empty and ``.`` segments
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from fnmatch import fnmatchcase
 from typing import Literal
 
@@ -94,3 +95,24 @@ def relative_parts(relative_key: str) -> list[str]:
 def local_path(destination: str, relative_key: str) -> str:
     """Where the key lands under the directory ``destination``."""
     return os.path.join(destination, *relative_parts(relative_key))
+
+
+def walk_files(root: str) -> Iterator[tuple[str, str]]:
+    """Every file under ``root`` (symbolic links to files followed, to
+    directories not: no cycles), as (path, relative path with ``/``), sorted
+    by relative path, one directory read at a time."""
+    stack: list[tuple[str, str]] = [(root, "")]
+    while stack:
+        directory, relative = stack.pop()
+        try:
+            with os.scandir(directory) as entries:
+                listing = sorted(entries, key=lambda e: e.name)
+        except OSError:
+            continue
+        subdirectories = []
+        for entry in listing:
+            if entry.is_dir(follow_symlinks=False):
+                subdirectories.append((entry.path, f"{relative}{entry.name}/"))
+            else:
+                yield entry.path, relative + entry.name
+        stack.extend(reversed(subdirectories))

@@ -1,4 +1,4 @@
-"""AWS Signature Version 4 for S3 GET requests: a pure function of its inputs.
+"""AWS Signature Version 4 for S3 requests: a pure function of its inputs.
 
 Sans-I/O like h11: no clock is read here (the caller passes the time), no
 request is sent, so every case is a plain unit test against botocore's own
@@ -6,7 +6,9 @@ signer (``tests/s3/test_sigv4.py``).
 
 Why not botocore's signer: it works on ``AWSRequest`` objects, re-parses the
 URL and re-sorts the query on every call, which costs more than a listing page's
-share of the work should; what S3 needs for a GET is the short recipe below.
+share of the work should; what S3 needs is the short recipe below.  One signer
+for every request surge sends: the listing's bare GETs, and an object's HEAD,
+GET, PUT and multipart calls with their ``x-amz-*`` headers and payload hash.
 The signing key changes once a day per region, so it is derived once and kept.
 """
 
@@ -14,12 +16,16 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Sequence
 from datetime import datetime
 from typing import NamedTuple
 from urllib.parse import quote
 
-#: sha256 of the empty payload: every listing request is a GET without a body.
+#: sha256 of the empty payload: a GET's or a HEAD's, without a body.
 EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+#: The payload hash of a body not hashed into the signature (S3 accepts it;
+#: the body's integrity is then Content-MD5's to check).
+UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
 ALGORITHM = "AWS4-HMAC-SHA256"
 
 
@@ -62,32 +68,47 @@ class Signer:
         return self._key
 
     def sign(
-        self, method: str, host: str, path: str, query: str, now: datetime
+        self,
+        method: str,
+        host: str,
+        path: str,
+        query: str,
+        now: datetime,
+        *,
+        headers: Sequence[tuple[str, str]] = (),
+        payload_hash: str = EMPTY_SHA256,
     ) -> list[tuple[str, str]]:
         """The headers that authenticate ``method host path?query`` at ``now`` (UTC).
 
         ``host`` is the Host header exactly as sent (with a non-default port);
         ``path`` is already URI-encoded; ``query`` is :func:`canonical_query`'s.
+        ``headers``: more headers to sign and send (lower-case names), as S3
+        wants every ``x-amz-*`` header sent to be signed (``content-md5`` may be
+        signed too); ``payload_hash``: the body's SHA-256 (hex), or
+        :data:`UNSIGNED_PAYLOAD`.  Returned: every header to send but Host
+        (the client's to send), sorted by name, then Authorization.
         """
         amz_date = now.strftime("%Y%m%dT%H%M%SZ")
         day = amz_date[:8]
-        token = self.credentials.token
-        headers = [
+        signed_headers = [
             ("host", host),
-            ("x-amz-content-sha256", EMPTY_SHA256),
+            ("x-amz-content-sha256", payload_hash),
             ("x-amz-date", amz_date),
+            *headers,
         ]
+        token = self.credentials.token
         if token:
-            headers.append(("x-amz-security-token", token))
-        signed = ";".join(name for name, _ in headers)
+            signed_headers.append(("x-amz-security-token", token))
+        signed_headers.sort()
+        signed = ";".join(name for name, _ in signed_headers)
         canonical = "\n".join(
             [
                 method,
                 path,
                 query,
-                "".join(f"{name}:{value}\n" for name, value in headers),
+                "".join(f"{name}:{_trimmed(value)}\n" for name, value in signed_headers),
                 signed,
-                EMPTY_SHA256,
+                payload_hash,
             ]
         )
         scope = f"{day}/{self.region}/{self.service}/aws4_request"
@@ -99,6 +120,13 @@ class Signer:
             f"{ALGORITHM} Credential={self.credentials.access_key}/{scope}, "
             f"SignedHeaders={signed}, Signature={signature}"
         )
-        out = [(name, value) for name, value in headers[1:]]  # Host is the client's to send
+        out = [(name, value) for name, value in signed_headers if name != "host"]
         out.append(("Authorization", authorization))
         return out
+
+
+def _trimmed(value: str) -> str:
+    """A header value in canonical form: outer spaces trimmed, inner runs of
+    spaces made one (SigV4's Trimall)."""
+    value = value.strip()
+    return " ".join(value.split()) if "  " in value else value

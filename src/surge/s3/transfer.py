@@ -29,9 +29,8 @@ How it runs:
   is a :class:`Failure` in the summary; the others go on.  SlowDown, 5xx and
   transient transport errors are retried as the shared retry policy says.
 
-Uploads will share the queue, the workers, the summary and the filters: an
-upload job reads a part with ``os.pread`` and PUTs it
-(:mod:`surge.s3.objects` is where its requests go).
+Uploads (:mod:`surge.s3.upload`) share the options (:class:`TransferOptions`),
+the summary, the filters and the client's setup.
 """
 
 from __future__ import annotations
@@ -47,21 +46,20 @@ from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import aclosing, suppress
 from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 
 from surge.errors import S3Error, UsageError
 from surge.http.client import AsyncClient
-from surge.http.proxy import parse_proxy
 from surge.http.response import Headers, Response
 from surge.loops import new_event_loop
 from surge.retry import RetryPolicy
-from surge.s3.api import ListOptions, list_pages
+from surge.s3.api import EndpointOptions, ListOptions, list_pages
 from surge.s3.checksums import Digest, Expected, file_mismatch
-from surge.s3.config import Target, make_target, split_s3_url
+from surge.s3.config import Target, split_s3_url
 from surge.s3.objects import INCOMPLETE, Objects, check_range, stream_object
 from surge.s3.parse import S3Object
-from surge.s3.paths import FilterRule, Filters, UnsafeKey, local_path, prefix_dir
-from surge.s3.sigv4 import Credentials
+from surge.s3.paths import FilterRule, Filters, UnsafeKey, local_path, prefix_dir, walk_files
 
 T = TypeVar("T")
 MiB = 1024 * 1024
@@ -77,8 +75,9 @@ WAITING_PER_WORKER = 2
 
 
 @dataclass
-class DownloadOptions:
-    """The options of :func:`download` (and of ``surge s3 cp``)."""
+class TransferOptions(EndpointOptions):
+    """What downloads and uploads share: which objects, how many requests in
+    flight, the part size, retries, and who is told of each result."""
 
     recursive: bool = False
     #: Globs as the AWS CLI's --include/--exclude: the excludes are applied
@@ -91,21 +90,24 @@ class DownloadOptions:
     multipart_threshold: int | None = None  # None: part_size
     dryrun: bool = False
     verify: bool = True  # MD5 / x-amz-checksum-* where available (length: always)
+    #: As ``surge s3 sync``: copy only what the destination lacks, or has with
+    #: another size or older (by whole seconds) than the source.
+    sync: bool = False
+    #: With ``sync``: remove from the destination what the source lacks (what
+    #: the filters take only).
+    delete: bool = False
     retries: int = 5
     max_time: float = 300.0  # seconds per request (one part or one small object)
-    list_parallel: int = 16  # listing requests in flight (surge s3 ls --parallel)
-    endpoint_url: str | None = None
-    region: str | None = None
-    profile: str | None = None
-    no_sign_request: bool = False
-    credentials: Credentials | None = None
-    proxy: str | None = None
-    #: Told of each object as it is done (downloaded, would be, or failed).
+    #: Listing requests in flight (surge s3 ls --parallel): a recursive
+    #: download's source, a sync's destination.
+    list_parallel: int = 16
+    #: Told of each object as it is done (copied, would be, or failed).
     on_result: Callable[[Result], None] | None = None
     #: Told of the running summary after each object and part.
     on_progress: Callable[[Summary], None] | None = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not 1 <= self.concurrency <= MAX_CONCURRENCY:
             raise UsageError(f"concurrency must be 1..{MAX_CONCURRENCY}, not {self.concurrency}")
         if self.part_size < 1:
@@ -114,31 +116,43 @@ class DownloadOptions:
             raise UsageError("multipart threshold must be 0 or more")
         if self.retries < 0:
             raise UsageError(f"retries must be 0 or more, not {self.retries}")
-        if self.list_parallel < 1:
-            raise UsageError(f"list parallelism must be at least 1, not {self.list_parallel}")
-        if self.proxy:
-            parse_proxy(self.proxy)
         for kind, _ in self.filters:
             if kind not in ("include", "exclude"):
                 raise UsageError(f"a filter is ('include' | 'exclude', pattern), not {kind!r}")
+        if self.list_parallel < 1:
+            raise UsageError(f"list parallelism must be at least 1, not {self.list_parallel}")
+        if self.delete and not self.sync:
+            raise UsageError("delete is for a sync (sync=True)")
+        if self.sync:
+            self.recursive = True  # a sync copies a tree, as aws s3 sync
 
-    def target(self, bucket: str) -> Target:
-        return make_target(
-            bucket,
-            endpoint_url=self.endpoint_url,
-            region=self.region,
-            profile=self.profile,
-            no_sign_request=self.no_sign_request,
-            credentials=self.credentials,
-        )
+    @property
+    def threshold(self) -> int:
+        """Objects larger than this go in parts."""
+        return self.part_size if self.multipart_threshold is None else self.multipart_threshold
+
+    def rules(self) -> list[FilterRule]:
+        """The filters in the order they apply: excludes, includes, then ``filters``."""
+        rules: list[FilterRule] = [("exclude", p) for p in self.exclude]
+        rules += [("include", p) for p in self.include]
+        return rules + list(self.filters)
+
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(self.retries, 0.1, 10.0)
+
+
+@dataclass
+class DownloadOptions(TransferOptions):
+    """The options of :func:`download` (and of ``surge s3 cp s3://... PATH``)."""
 
 
 @dataclass
 class Failure:
-    """An object not downloaded: ``code`` is S3's (NoSuchKey, AccessDenied,
+    """An object not copied: ``code`` is S3's (NoSuchKey, AccessDenied,
     PreconditionFailed, ...), a transport error class, ``BadDigest`` (the bytes
     are not what the server said), ``UnsafeKey`` (refused: it would be written
-    outside the destination) or ``LocalError`` (the file could not be written)."""
+    outside the destination), ``InvalidKey`` (a file name that is no S3 key)
+    or ``LocalError`` (the file could not be written or read)."""
 
     source: str
     destination: str | None
@@ -148,17 +162,19 @@ class Failure:
 
 @dataclass
 class Result:
-    source: str
+    source: str | None  # None: a sync's deletion
     destination: str | None
     size: int
     failure: Failure | None = None
     dryrun: bool = False
+    #: A sync's deletion: ``destination`` removed (``source`` is None then).
+    deleted: bool = False
 
 
 @dataclass
 class Summary:
-    objects: int = 0  # downloaded (with dryrun: would be)
-    bytes: int = 0  # of the objects downloaded
+    objects: int = 0  # copied (with dryrun: would be)
+    bytes: int = 0  # of the objects copied
     seconds: float = 0.0
     failures: list[Failure] = field(default_factory=list)
     verified: int = 0  # objects checked by MD5 or a checksum, besides the length
@@ -166,11 +182,14 @@ class Summary:
     #: Why some checks could not be made (e.g. "no crc32c package installed").
     notes: set[str] = field(default_factory=set)
     excluded: int = 0  # by --exclude/--include
+    unchanged: int = 0  # a sync's objects the same on both sides: not copied
+    deleted: int = 0  # a sync's --delete: removed from the destination
     folders: int = 0  # folder markers (keys ending in "/"): not files
-    parts: int = 0  # ranged GETs of big objects
+    parts: int = 0  # ranged GETs of big objects, or parts uploaded
     requests: int = 0
     retries: int = 0
     received: int = 0  # bytes off the wire so far (progress; retried bytes included)
+    sent: int = 0  # bytes of parts and objects uploaded so far (progress)
     dryrun: bool = False
 
     @property
@@ -193,6 +212,8 @@ class Summary:
             "unverified": self.unverified,
             "notes": sorted(self.notes),
             "excluded": self.excluded,
+            "unchanged": self.unchanged,
+            "deleted": self.deleted,
             "folders": self.folders,
             "parts": self.parts,
             "requests": self.requests,
@@ -207,6 +228,7 @@ class _Job:
     size: int
     path: str
     head: Headers | None = None  # known already (a single object is HEADed first)
+    modified: float | None = None  # the object's LastModified (epoch): the file's mtime
 
 
 @dataclass
@@ -247,9 +269,7 @@ def plan(source: str, destination: str, opts: DownloadOptions) -> _Plan:
     if destination.startswith("s3://"):
         raise UsageError(f"{destination!r}: copies between buckets are not supported yet")
     bucket, prefix = split_s3_url(source)
-    rules: list[FilterRule] = [("exclude", p) for p in opts.exclude]
-    rules += [("include", p) for p in opts.include]
-    rules += list(opts.filters)
+    rules = opts.rules()
     if opts.recursive:
         if prefix and not prefix.endswith("/"):
             prefix += "/"  # as the AWS CLI: a recursive source is a "directory"
@@ -293,10 +313,8 @@ class _Download:
         self.target = target
         self.client = client
         self.summary = summary
-        self.objects = Objects(target, client, RetryPolicy(opts.retries, 0.1, 10.0))
-        self.threshold = (
-            opts.part_size if opts.multipart_threshold is None else opts.multipart_threshold
-        )
+        self.objects = Objects(target, client, opts.retry_policy())
+        self.threshold = opts.threshold
         self.jobs: asyncio.PriorityQueue[tuple[int, int, int, _Job | _Part]] = (
             asyncio.PriorityQueue()
         )
@@ -308,6 +326,8 @@ class _Download:
         self.crash: BaseException | None = None
         #: temporary files not yet renamed into place: removed if the run stops
         self.temps: dict[str, int] = {}
+        #: a sync with --delete: every listed object's path, relative to the destination
+        self.seen: set[str] | None = set() if opts.delete else None
 
     def url(self, key: str) -> str:
         return f"s3://{self.plan.bucket}/{key}"
@@ -326,6 +346,8 @@ class _Download:
             await self.done.wait()
             if self.crash is not None:
                 raise self.crash
+            if self.seen is not None and os.path.isdir(self.plan.destination):
+                self._delete_extra()
         finally:
             for worker in workers:
                 worker.cancel()
@@ -335,24 +357,18 @@ class _Download:
             self.temps.clear()
 
     async def _list(self) -> None:
-        signer = self.target.signer
         options = ListOptions(
             recursive=True,
             parallel=self.opts.list_parallel,
-            endpoint_url=self.opts.endpoint_url,
-            region=self.opts.region,
-            profile=self.opts.profile,
-            no_sign_request=self.opts.no_sign_request,
-            credentials=signer.credentials if signer is not None else None,
             retries=self.opts.retries,
-            proxy=self.opts.proxy,
+            **self.opts.endpoint(self.target),
         )
         url = f"s3://{self.plan.bucket}/{self.plan.prefix}"
         async with aclosing(list_pages(url, options=options, client=self.client)) as pages:
             async for page in pages:
                 for entry in page:
                     if isinstance(entry, S3Object):
-                        await self._offer(entry.key, entry.size)
+                        await self._offer(entry.key, entry.size, entry.last_modified.timestamp())
 
     async def _single(self) -> None:
         key = self.plan.prefix
@@ -372,11 +388,12 @@ class _Download:
             self._failed(key, destination, e.code, e.message)
             return
         size = int(head.get("content-length") or 0)
-        await self._enqueue(_Job(key, size, destination, head))
+        modified = http_date(head.get("last-modified"))
+        await self._enqueue(_Job(key, size, destination, head, modified))
 
-    async def _offer(self, key: str, size: int) -> None:
+    async def _offer(self, key: str, size: int, modified: float) -> None:
         """A listed object: filtered, mapped to its path, queued (or, in a dry
-        run, reported)."""
+        run, reported; in a sync, skipped if the file is the same)."""
         if key.endswith("/"):
             self.summary.folders += 1
             return
@@ -388,7 +405,34 @@ class _Download:
         except UnsafeKey as e:
             self._failed(key, None, "UnsafeKey", f"skipping: {e}")
             return
-        await self._enqueue(_Job(key, size, path))
+        if self.seen is not None:  # what --delete keeps (excluded files are kept anyway)
+            self.seen.add(os.path.relpath(path, self.plan.destination))
+        if self.opts.sync and same_file(path, size, modified):
+            self.summary.unchanged += 1
+            return
+        await self._enqueue(_Job(key, size, path, modified=modified))
+
+    def _delete_extra(self) -> None:
+        """A sync's --delete: the destination's files that no listed object
+        maps to (and that the filters take) are removed."""
+        assert self.seen is not None
+        root = self.plan.destination
+        for path, relative in walk_files(root):
+            if relative in self.seen:
+                continue
+            if self.plan.filters and not self.plan.filters.takes(self.plan.prefix + relative):
+                continue
+            if self.opts.dryrun:
+                self.summary.deleted += 1
+                self._tell(Result(None, path, 0, dryrun=True, deleted=True))
+                continue
+            try:
+                os.unlink(path)
+            except OSError as e:
+                self._failed(self.plan.prefix + relative, path, "LocalError", os_message(e))
+                continue
+            self.summary.deleted += 1
+            self._tell(Result(None, path, 0, deleted=True))
 
     async def _enqueue(self, job: _Job) -> None:
         if self.opts.dryrun:
@@ -434,9 +478,11 @@ class _Download:
         self.temps[temp] = fd
         return temp, fd
 
-    def _install(self, temp: str, fd: int, path: str) -> None:
+    def _install(self, temp: str, fd: int, path: str, modified: float | None) -> None:
         del self.temps[temp]
         try:
+            if modified is not None:  # as the AWS CLI: the file's mtime is the object's
+                os.utime(fd, (modified, modified))
             os.close(fd)
             if os.path.isdir(path):
                 raise IsADirectoryError(21, "a directory has the file's name", path)
@@ -452,13 +498,13 @@ class _Download:
             temp, fd = self._create(job.path)
             sink = _WholeFile(fd, self.opts.verify, self.summary)
             await self.objects.get(job.key, sink, checksums=self.opts.verify)
-            self._install(temp, fd, job.path)
+            self._install(temp, fd, job.path, job.modified)
             temp = None
             self._succeeded(job, sink.received, sink.expected)
         except S3Error as e:
             self._failed(job.key, job.path, e.code, e.message)
         except OSError as e:
-            self._failed(job.key, job.path, "LocalError", _os_message(e))
+            self._failed(job.key, job.path, "LocalError", os_message(e))
         finally:
             if temp is not None and temp in self.temps:
                 del self.temps[temp]
@@ -479,7 +525,7 @@ class _Download:
             self._check_done()
             return
         except OSError as e:
-            self._failed(job.key, job.path, "LocalError", _os_message(e))
+            self._failed(job.key, job.path, "LocalError", os_message(e))
             self.pending -= 1
             self._check_done()
             return
@@ -503,7 +549,7 @@ class _Download:
             except S3Error as e:
                 big.failure = big.failure or (e.code, e.message)
             except OSError as e:
-                big.failure = big.failure or ("LocalError", _os_message(e))
+                big.failure = big.failure or ("LocalError", os_message(e))
         big.remaining -= 1
         if big.remaining == 0:
             await self._finish_big(big)
@@ -518,7 +564,7 @@ class _Download:
                     mismatch = await asyncio.to_thread(file_mismatch, big.fd, big.expected)
                 except OSError as e:
                     mismatch = None
-                    big.failure = ("LocalError", _os_message(e))
+                    big.failure = ("LocalError", os_message(e))
                 if mismatch is not None:
                     big.failure = ("BadDigest", mismatch)
             if big.failure is not None:
@@ -527,9 +573,9 @@ class _Download:
                 self._failed(job.key, job.path, *big.failure)
                 return
             try:
-                self._install(big.temp, big.fd, job.path)
+                self._install(big.temp, big.fd, job.path, job.modified)
             except OSError as e:
-                self._failed(job.key, job.path, "LocalError", _os_message(e))
+                self._failed(job.key, job.path, "LocalError", os_message(e))
                 return
             self._succeeded(job, big.size, big.expected)
         finally:
@@ -665,7 +711,27 @@ def _discard(temp: str, fd: int | None) -> None:
         os.unlink(temp)
 
 
-def _os_message(error: OSError) -> str:
+def same_file(path: str, size: int, modified: float) -> bool:
+    """A sync's test (the AWS CLI's, by whole seconds): the file at ``path`` has
+    ``size`` bytes and is no older than ``modified``."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return False
+    return info.st_size == size and int(info.st_mtime) >= int(modified)
+
+
+def http_date(value: str | None) -> float | None:
+    """An HTTP date (Last-Modified) as epoch seconds, or None."""
+    if not value:
+        return None
+    try:
+        return parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
+def os_message(error: OSError) -> str:
     text = error.strerror or str(error)
     return f"{text}: {error.filename}" if error.filename else text
 
@@ -689,7 +755,7 @@ async def download_async(
     summary = Summary(dryrun=opts.dryrun)
     own_client = client is None
     if client is None:
-        client = _client(opts, opts.concurrency + opts.list_parallel)
+        client = transfer_client(opts, opts.concurrency + opts.list_parallel)
     started = time.perf_counter()
     run = _Download(the_plan, opts, target, client, summary)
     try:
@@ -709,11 +775,18 @@ def download(
     """:func:`download_async` for synchronous code (on its own event loop; in a
     thread when a loop is running already, as in Jupyter)."""
     opts = options or DownloadOptions(**kwargs)
+    return run_sync(lambda: download_async(source, destination, options=opts))
 
-    def run() -> Summary:
+
+def run_sync(work: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """``work()`` run to its end for synchronous code: on its own event loop, in a
+    thread when a loop is running already (as in Jupyter); Ctrl-C as
+    :func:`run_cleanly`."""
+
+    def run() -> T:
         loop = new_event_loop()
         try:
-            return run_cleanly(loop, download_async(source, destination, options=opts))
+            return run_cleanly(loop, work())
         finally:
             loop.close()
 
@@ -762,7 +835,7 @@ def run_cleanly(loop: asyncio.AbstractEventLoop, work: Coroutine[Any, Any, T]) -
             loop.remove_signal_handler(signal.SIGINT)
 
 
-def _client(opts: DownloadOptions, connections: int) -> AsyncClient:
+def transfer_client(opts: TransferOptions, connections: int) -> AsyncClient:
     # Raw bytes as stored: no Accept-Encoding, no decoding (an object stored
     # with Content-Encoding: gzip is written gzipped, as the AWS CLI writes it).
     return AsyncClient(
@@ -799,8 +872,8 @@ async def open_object(
     target = opts.target(bucket)
     own_client = client is None
     if client is None:
-        client = _client(opts, 1)
-    objects = Objects(target, client, RetryPolicy(opts.retries, 0.1, 10.0))
+        client = transfer_client(opts, 1)
+    objects = Objects(target, client, opts.retry_policy())
     try:
         async with aclosing(stream_object(objects, key, part_size=part_size)) as chunks:
             async for chunk in chunks:

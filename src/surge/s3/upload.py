@@ -1,0 +1,553 @@
+"""Uploading files: ``surge s3 cp PATH s3://...`` and :func:`upload`.
+
+    summary = surge.s3.upload("logs/", "s3://bucket/logs/", recursive=True,
+                              exclude=["*"], include=["*.gz"])
+    print(summary.objects, summary.bytes, summary.failures)
+
+How it runs (the download's shape, :mod:`surge.s3.transfer`, the other way):
+
+* One pooled :class:`surge.http.AsyncClient`; at most ``concurrency`` requests
+  in flight (256 by default, s5cmd's ``--numworkers``), whole small files and
+  the parts of big ones alike, and at most ``concurrency`` files open.  The
+  directory is walked as the uploads go (sorted, one directory at a time), and
+  the walk waits for a file to close: memory and descriptors stay bounded
+  however many files there are.
+* A file of at most ``multipart_threshold`` (8 MiB) is one PutObject.  A bigger
+  one is a multipart upload: CreateMultipartUpload, its parts sent in parallel
+  (UploadPart), CompleteMultipartUpload.  The part size adapts to the file as
+  the AWS CLI's does: ``part_size`` (8 MiB), or bigger so that the file fits in
+  :data:`MAX_PARTS` parts; a file that needs parts over S3's 5 GiB is refused.
+  A multipart upload that fails, or is interrupted (Ctrl-C), is aborted
+  (AbortMultipartUpload): no parts are left stored and billed.
+* Bodies are read from the file as they are sent, 64 KiB at a time with
+  ``os.pread`` (:class:`surge.http.arguments.FileRange`): never a whole part
+  in memory, and the parts of one file go out at once from one descriptor.
+* Verified: each body's MD5 is computed first (a thread for big ones: hashlib
+  lets go of the GIL) and sent as Content-MD5, so the server refuses bytes that
+  are not the file's (``BadDigest``); the ETag it answers must be that MD5 (a
+  single PUT, or each part) and, for a multipart upload, the MD5 of the parts'
+  MD5s with ``-N`` - unless the ETag is no MD5 (SSE-KMS).  ``verify=False``
+  skips the hashing.
+* A file that cannot be read, a key the bucket refuses (AccessDenied), a
+  request that kept failing after the retries are :class:`Failure` lines in
+  the summary; the others go on.  SlowDown, 5xx and transient transport errors
+  are retried as the shared retry policy says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import mimetypes
+import os
+import stat
+import time
+from collections.abc import Awaitable, Iterator
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any
+
+from surge.errors import S3Error, UsageError
+from surge.http.arguments import FileRange
+from surge.http.client import AsyncClient
+from surge.s3.api import ListOptions, list_pages
+from surge.s3.checksums import READ_BLOCK, Expected
+from surge.s3.config import Target, split_s3_url
+from surge.s3.objects import Objects
+from surge.s3.parse import S3Object
+from surge.s3.paths import Filters, walk_files
+from surge.s3.transfer import (
+    MAX_PARTS,
+    DownloadOptions,
+    Failure,
+    MiB,
+    Result,
+    Summary,
+    TransferOptions,
+    download_async,
+    os_message,
+    run_sync,
+    transfer_client,
+)
+
+#: S3's limits: a part (but the last) is at least 5 MiB and at most 5 GiB.
+MIN_PART_SIZE = 5 * MiB
+MAX_PART_SIZE = 5 * 1024 * MiB
+#: Bodies up to this size are hashed on the event loop; bigger ones in a thread.
+HASH_INLINE = 256 * 1024
+
+
+@dataclass
+class UploadOptions(TransferOptions):
+    """The options of :func:`upload` (and of ``surge s3 cp PATH s3://...``)."""
+
+    #: The objects' Content-Type; None: guessed from the file's name (as the
+    #: AWS CLI does), or none (S3 then says binary/octet-stream).
+    content_type: str | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not MIN_PART_SIZE <= self.part_size <= MAX_PART_SIZE:
+            raise UsageError(
+                f"an upload's part size must be 5MiB..5GiB (S3's limits), not {self.part_size:,}"
+            )
+
+
+def part_size_for(size: int, part_size: int) -> int:
+    """The part size for a file of ``size`` bytes: ``part_size``, or bigger so
+    that the file fits in :data:`MAX_PARTS` parts (the AWS CLI's rule)."""
+    return max(part_size, -(-size // MAX_PARTS))
+
+
+@dataclass(frozen=True)
+class UploadPlan:
+    bucket: str
+    #: A directory's keys: this prefix and the file's relative path; a single
+    #: file's: the key itself.
+    key: str
+    source: str
+    recursive: bool
+    filters: Filters
+
+
+def plan_upload(source: str, destination: str, opts: UploadOptions) -> UploadPlan:
+    """Where an upload reads and writes, or a UsageError naming the problem.
+    Nothing is read yet (a missing single file is a failure of the run, not a
+    usage error: the summary names it)."""
+    if not isinstance(source, str) or not source:
+        raise UsageError("the source is an empty path")
+    if source.startswith("s3://"):
+        raise UsageError(f"{source!r}: copies between buckets are not supported yet")
+    bucket, prefix = split_s3_url(destination)
+    rules = opts.rules()
+    if opts.recursive:
+        if not os.path.isdir(source):
+            raise UsageError(f"{source!r} is not a directory (--recursive uploads a directory)")
+        if prefix and not prefix.endswith("/"):
+            prefix += "/"  # as the AWS CLI: a recursive destination is a "directory"
+        return UploadPlan(bucket, prefix, source, True, Filters("", "", rules))
+    if os.path.isdir(source):
+        raise UsageError(f"{source!r} is a directory: give --recursive to upload what it holds")
+    if not prefix or prefix.endswith("/"):
+        prefix += os.path.basename(source)
+    return UploadPlan(bucket, prefix, source, False, Filters("", "", rules))
+
+
+@dataclass
+class _File:
+    path: str
+    key: str
+
+
+class _Upload:
+    def __init__(
+        self,
+        the_plan: UploadPlan,
+        opts: UploadOptions,
+        target: Target,
+        client: AsyncClient,
+        summary: Summary,
+    ) -> None:
+        self.plan = the_plan
+        self.opts = opts
+        self.summary = summary
+        self.objects = Objects(target, client, opts.retry_policy())
+        self.slots = asyncio.Semaphore(opts.concurrency)  # requests in flight
+        #: files open at once (the walk waits for one): a bound on descriptors and tasks
+        self.open_files = asyncio.Semaphore(opts.concurrency)
+        self.tasks: set[asyncio.Task[None]] = set()
+        #: a sync's destination as listed: key -> (size, LastModified as epoch)
+        self.remote: dict[str, tuple[int, float]] = {}
+        #: a sync's keys that the source has (only for --delete: memory)
+        self.seen: set[str] | None = set() if opts.delete else None
+        self.target = target
+        self.client = client
+
+    def url(self, key: str) -> str:
+        return f"s3://{self.plan.bucket}/{key}"
+
+    # -- what there is to do ---------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            if self.opts.sync:
+                self.remote = await self._remote()
+            for item in self._files():
+                if isinstance(item, Failure):
+                    self._failed(item.source, item.destination or "", item.code, item.message)
+                    continue
+                if self.opts.dryrun:
+                    self._dryrun(item)
+                    continue
+                await self.open_files.acquire()
+                self._spawn(self._upload(item))
+            while self.tasks:
+                await asyncio.gather(*list(self.tasks))
+            if self.opts.delete:
+                await self._delete_extra()
+                while self.tasks:
+                    await asyncio.gather(*list(self.tasks))
+        finally:
+            for task in self.tasks:
+                task.cancel()
+            # each multipart upload aborts itself as its task is cancelled
+            await asyncio.gather(*list(self.tasks), return_exceptions=True)
+
+    def _spawn(self, work: Awaitable[None]) -> asyncio.Task[None]:
+        task = asyncio.ensure_future(work)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    def _files(self) -> Iterator[_File | Failure]:
+        """The files to upload and their keys, filtered, in sorted order; a file
+        name that is no S3 key (not UTF-8) or a file that is not a regular one
+        is a failure."""
+        plan = self.plan
+        if not plan.recursive:
+            name = os.path.basename(plan.source)
+            if plan.filters and not plan.filters.takes(name):
+                self.summary.excluded += 1
+                return
+            yield _File(plan.source, plan.key)
+            return
+        for path, relative in walk_files(plan.source):
+            key = plan.key + relative
+            if self.seen is not None:
+                self.seen.add(key)
+            if plan.filters and not plan.filters.takes(relative):
+                self.summary.excluded += 1
+                continue
+            if self.opts.sync and key in self.remote:
+                size, modified = self.remote[key]
+                try:
+                    info = os.stat(path)
+                except OSError:
+                    pass  # a failure line when it is opened
+                else:
+                    # the AWS CLI's test: same size, and the file no newer (by
+                    # whole seconds) than the object
+                    if info.st_size == size and int(info.st_mtime) <= int(modified):
+                        self.summary.unchanged += 1
+                        continue
+            try:
+                key.encode("utf-8")
+            except UnicodeEncodeError:
+                yield Failure(
+                    path,
+                    self.url(key.encode("utf-8", "replace").decode()),
+                    "InvalidKey",
+                    "the file's name is not UTF-8: no S3 key can hold it",
+                )
+                continue
+            yield _File(path, key)
+
+    async def _remote(self) -> dict[str, tuple[int, float]]:
+        """The destination's objects under the prefix (a sync compares them)."""
+        options = ListOptions(
+            recursive=True,
+            parallel=self.opts.list_parallel,
+            retries=self.opts.retries,
+            **self.opts.endpoint(self.target),
+        )
+        remote: dict[str, tuple[int, float]] = {}
+        url = f"s3://{self.plan.bucket}/{self.plan.key}"
+        async with aclosing(list_pages(url, options=options, client=self.client)) as pages:
+            async for page in pages:
+                for entry in page:
+                    if isinstance(entry, S3Object):
+                        remote[entry.key] = (entry.size, entry.last_modified.timestamp())
+        return remote
+
+    async def _delete_extra(self) -> None:
+        """A sync's --delete: the objects under the prefix that no file maps to
+        (and that the filters take) are deleted."""
+        assert self.seen is not None
+        for key in sorted(self.remote.keys() - self.seen):
+            relative = key[len(self.plan.key) :]
+            if self.plan.filters and not self.plan.filters.takes(relative):
+                continue
+            if self.opts.dryrun:
+                self.summary.deleted += 1
+                self._tell(Result(None, self.url(key), 0, dryrun=True, deleted=True))
+                continue
+            await self.slots.acquire()
+            self._spawn(self._delete(key))
+
+    async def _delete(self, key: str) -> None:
+        try:
+            await self.objects.delete(key)
+        except S3Error as e:
+            self._failed("", self.url(key), e.code, e.message)
+        else:
+            self.summary.deleted += 1
+            self._tell(Result(None, self.url(key), 0, deleted=True))
+        finally:
+            self.slots.release()
+            self._progress()
+
+    def _dryrun(self, item: _File) -> None:
+        try:
+            size = os.stat(item.path).st_size
+        except OSError as e:
+            self._failed(item.path, self.url(item.key), "LocalError", os_message(e))
+            return
+        self.summary.objects += 1
+        self.summary.bytes += size
+        self._tell(Result(item.path, self.url(item.key), size, dryrun=True))
+
+    # -- the work ------------------------------------------------------------------------
+
+    async def _upload(self, item: _File) -> None:
+        """One file, holding one of the open files' slots; a request slot per request."""
+        fd = -1
+        try:
+            # O_NONBLOCK: opening a FIFO would otherwise wait for a writer
+            fd = os.open(item.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise _NotAFile
+            size = info.st_size
+            content_type = self.opts.content_type or mimetypes.guess_type(item.path)[0]
+            if size > self.opts.threshold:
+                etag = await self._multipart(item, fd, size, content_type)
+            else:
+                md5 = await self._md5(fd, 0, size)
+                async with self.slots:
+                    headers = await self.objects.put(
+                        item.key,
+                        lambda: FileRange(fd, 0, size),
+                        md5=md5,
+                        content_type=content_type,
+                    )
+                etag = headers.get("etag") or ""
+                _check_etag(etag, md5, size, f"the object {item.key!r}")
+                self.summary.sent += size
+            self._succeeded(item, size, etag)
+        except _NotAFile:
+            self._failed(item.path, self.url(item.key), "LocalError", "not a regular file: skipped")
+        except S3Error as e:
+            self._failed(item.path, self.url(item.key), e.code, e.message)
+        except OSError as e:
+            self._failed(item.path, self.url(item.key), "LocalError", os_message(e))
+        finally:
+            if fd >= 0:
+                os.close(fd)
+            self.open_files.release()
+            self._progress()
+
+    async def _multipart(self, item: _File, fd: int, size: int, content_type: str | None) -> str:
+        part_size = part_size_for(size, self.opts.part_size)
+        if part_size > MAX_PART_SIZE:
+            raise S3Error(
+                "EntityTooLarge",
+                f"{size:,} bytes need parts over S3's 5 GiB",
+                status=None,
+                bucket=self.plan.bucket,
+            )
+        key = item.key
+        async with self.slots:
+            upload_id = await self.objects.create_multipart(key, content_type=content_type)
+        starts = range(0, size, part_size)
+        etags: list[str] = [""] * len(starts)
+        digests: list[bytes] = [b""] * len(starts)
+        failures: list[S3Error | OSError] = []
+        parts: list[asyncio.Task[None]] = []
+
+        async def send(index: int, first: int) -> None:
+            length = min(part_size, size - first)
+            try:
+                md5 = await self._md5(fd, first, length)
+                etag = await self.objects.upload_part(
+                    key, upload_id, index + 1, lambda: FileRange(fd, first, length), md5
+                )
+                _check_etag(etag, md5, length, f"part {index + 1}")
+                etags[index] = etag
+                digests[index] = md5 or b""
+                self.summary.parts += 1
+                self.summary.sent += length
+            except (S3Error, OSError) as e:
+                failures.append(e)
+            finally:
+                self.slots.release()
+                self._progress()
+
+        try:
+            for index, first in enumerate(starts):
+                await self.slots.acquire()
+                if failures:
+                    self.slots.release()
+                    break
+                parts.append(self._spawn(send(index, first)))
+            await asyncio.gather(*parts)
+            if failures:
+                raise failures[0]
+            async with self.slots:
+                etag = await self.objects.complete_multipart(
+                    key, upload_id, [(i + 1, e) for i, e in enumerate(etags)]
+                )
+            if self.opts.verify:
+                whole = hashlib.md5(b"".join(digests), usedforsecurity=False).hexdigest()
+                expected = f"{whole}-{len(starts)}"
+                if etag.strip('"') not in (expected, "") and _is_multipart_etag(etag):
+                    raise S3Error(
+                        "BadDigest",
+                        f"the object's ETag {etag} is not the parts' {expected}",
+                        status=200,
+                        bucket=self.plan.bucket,
+                    )
+            return etag
+        except BaseException:
+            for task in parts:
+                task.cancel()
+            await asyncio.gather(*parts, return_exceptions=True)
+            await self._abort(key, upload_id)
+            raise
+
+    async def _abort(self, key: str, upload_id: str) -> None:
+        try:
+            await self.objects.abort_multipart(key, upload_id)
+        except S3Error as e:
+            self.summary.notes.add(f"an incomplete multipart upload of {key!r} is left: {e}")
+
+    async def _md5(self, fd: int, offset: int, length: int) -> bytes | None:
+        if not self.opts.verify:
+            return None
+        if length <= HASH_INLINE:
+            return _md5_of(fd, offset, length)
+        return await asyncio.to_thread(_md5_of, fd, offset, length)
+
+    # -- what happened ----------------------------------------------------------------
+
+    def _succeeded(self, item: _File, size: int, etag: str) -> None:
+        self.summary.objects += 1
+        self.summary.bytes += size
+        if self.opts.verify:
+            self.summary.verified += 1
+        else:
+            self.summary.unverified += 1
+        self._tell(Result(item.path, self.url(item.key), size))
+
+    def _failed(self, path: str, url: str, code: str, message: str) -> None:
+        failure = Failure(path, url, code, message)
+        self.summary.failures.append(failure)
+        self._tell(Result(path, url, 0, failure))
+
+    def _tell(self, result: Result) -> None:
+        if self.opts.on_result is not None:
+            self.opts.on_result(result)
+
+    def _progress(self) -> None:
+        if self.opts.on_progress is not None:
+            self.opts.on_progress(self.summary)
+
+
+class _NotAFile(Exception):
+    pass
+
+
+def _md5_of(fd: int, offset: int, length: int) -> bytes:
+    """The MD5 of ``length`` bytes of the file from ``offset`` (blocking)."""
+    md5 = hashlib.md5(usedforsecurity=False)
+    end = offset + length
+    while offset < end:
+        block = os.pread(fd, min(READ_BLOCK, end - offset), offset)
+        if not block:
+            raise OSError(f"the file ended at {offset:,} of {end:,} bytes while it was read")
+        md5.update(block)
+        offset += len(block)
+    return md5.digest()
+
+
+def _check_etag(etag: str, md5: bytes | None, size: int, what: str) -> None:
+    """A single PUT's or a part's ETag is the body's MD5 (unless it is not an
+    MD5 at all: SSE-KMS, SSE-C)."""
+    if md5 is None:
+        return
+    said = Expected.from_headers(size, {"etag": etag}).md5
+    if said is not None and said != md5.hex():
+        raise S3Error(
+            "BadDigest",
+            f"the server's ETag for {what} is {said}, not the MD5 sent {md5.hex()}",
+            status=200,
+            bucket="",
+        )
+
+
+def _is_multipart_etag(etag: str) -> bool:
+    body, dash, count = etag.strip('"').partition("-")
+    return bool(dash) and len(body) == 32 and count.isdigit()
+
+
+async def upload_async(
+    source: str,
+    destination: str,
+    *,
+    options: UploadOptions | None = None,
+    client: AsyncClient | None = None,
+    **kwargs: Any,
+) -> Summary:
+    """Upload ``source`` (a file; with ``recursive=True``, every file under a
+    directory) to ``destination`` (``s3://bucket/key``, or ``s3://bucket/prefix/``);
+    options as :class:`UploadOptions`.  Per-file failures are in the summary; a
+    bad argument raises :class:`UsageError`."""
+    opts = options or UploadOptions(**kwargs)
+    the_plan = plan_upload(source, destination, opts)
+    target = opts.target(the_plan.bucket)
+    summary = Summary(dryrun=opts.dryrun)
+    own_client = client is None
+    if client is None:
+        client = transfer_client(opts, opts.concurrency)
+    started = time.perf_counter()
+    run = _Upload(the_plan, opts, target, client, summary)
+    try:
+        await run.run()
+    finally:
+        summary.seconds = time.perf_counter() - started
+        summary.requests = run.objects.requests
+        summary.retries = run.objects.retries
+        if own_client:
+            await client.close()
+    return summary
+
+
+def upload(
+    source: str, destination: str, *, options: UploadOptions | None = None, **kwargs: Any
+) -> Summary:
+    """:func:`upload_async` for synchronous code (on its own event loop; in a
+    thread when a loop is running already, as in Jupyter)."""
+    opts = options or UploadOptions(**kwargs)
+    return run_sync(lambda: upload_async(source, destination, options=opts))
+
+
+# -- surge s3 sync ---------------------------------------------------------------------
+
+
+async def sync_async(
+    source: str,
+    destination: str,
+    *,
+    delete: bool = False,
+    client: AsyncClient | None = None,
+    **kwargs: Any,
+) -> Summary:
+    """Make ``destination`` hold what ``source`` holds, as ``aws s3 sync``: one
+    of the two is ``s3://bucket/prefix/``, the other a directory.  An object or
+    file is copied unless the destination has it with the same size and no
+    older (by whole seconds; a download sets the file's mtime to the object's
+    LastModified, so the next sync finds it the same); ``delete=True`` removes
+    from the destination what the source lacks.  An interrupted download or
+    upload resumes where it stopped: what was complete is unchanged.  Options
+    as :class:`surge.s3.DownloadOptions` or :class:`UploadOptions`."""
+    if source.startswith("s3://") and not destination.startswith("s3://"):
+        down = DownloadOptions(sync=True, delete=delete, **kwargs)
+        return await download_async(source, destination, options=down, client=client)
+    if destination.startswith("s3://") and not source.startswith("s3://"):
+        up = UploadOptions(sync=True, delete=delete, **kwargs)
+        return await upload_async(source, destination, options=up, client=client)
+    raise UsageError(f"{source!r} to {destination!r}: one of the two must be s3://bucket/...")
+
+
+def sync(source: str, destination: str, *, delete: bool = False, **kwargs: Any) -> Summary:
+    """:func:`sync_async` for synchronous code."""
+    return run_sync(lambda: sync_async(source, destination, delete=delete, **kwargs))

@@ -47,6 +47,19 @@ Section 2, "proxy": throughput through a proxy
     request is a new TCP connection and a new tinyproxy thread.  The proxy's
     own CPU over each run is read from /proc.
     Target: surge through the proxy >= curl through the proxy.
+
+Section 3, "warc": what ``--warc`` costs the client per request
+    ``--warc-requests`` (20,000) URLs ``page.html?i=<i>``, a ``--small-kb``
+    (10) KB text page that deflates like HTML (~0.38 at level 1, the text of
+    benchmarks/warc.py), ``surge fetch -c 16`` over keep-alive connections to
+    nginx, ``--warc-repeat`` (5) rounds interleaved, three ways: records only,
+    ``--warc FILE.warc.gz`` (the default deflate: ISA-L when the ``warc`` extra
+    is installed), and ``--warc`` with zlib (the same command through ``python
+    -c`` with ``surge.bulk.warc.DEFLATE_ENGINES`` set to zlib alone).  The CPU is
+    the surge process's own (user + system from ``wait4``; nginx is not in it),
+    less a one-URL run of the same mode (start-up: imports, the warcinfo), over
+    the requests: the fastest round of each.
+    Target: --warc adds at most 20% to records only.
 """
 
 from __future__ import annotations
@@ -83,8 +96,9 @@ from _common import (
     surge_command,
     write_json,
 )
+from warc import text_body  # the page text of benchmarks/warc.py
 
-SECTIONS = ("bodies", "proxy")
+SECTIONS = ("bodies", "proxy", "warc")
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results" / "fetch_extras.json"
 #: Seconds a server may take to accept connections.
@@ -155,6 +169,7 @@ def nginx(base: Path, body_bytes: int, small_bytes: int) -> Iterator[int]:
             out.write(block)
             left -= len(block)
     (root / "small.html").write_bytes((b"<p>surge benchmark page</p>\n" * 40000)[:small_bytes])
+    (root / "page.html").write_bytes(text_body(small_bytes))  # deflates like HTML
     for temp in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
         (base / temp).mkdir()
     port = _free_port()
@@ -476,6 +491,85 @@ def run_proxy(args: argparse.Namespace, base: Path, origin: int) -> dict[str, An
     return results
 
 
+# -- section 3: the WARC's cost per request ----------------------------------------------------
+
+#: Runs of section 3, in table order: name -> what it is.
+WARC_RUNS: dict[str, str] = {
+    "records": "records only",
+    "warc": "--warc (default deflate)",
+    "warc_zlib": "--warc, zlib deflate",
+}
+#: The same surge, its WARC writer limited to zlib.
+ZLIB_ONLY = (
+    "import sys; import surge.bulk.warc as w; w.DEFLATE_ENGINES = ('zlib',); "
+    "from surge.cli import main; sys.exit(main())"
+)
+
+
+def run_warc(args: argparse.Namespace, base: Path, port: int) -> dict[str, Any]:
+    n, concurrency = args.warc_requests, 16
+    url_file = base / "page-urls.txt"
+    url_file.write_text("".join(f"http://127.0.0.1:{port}/page.html?i={i}\n" for i in range(n)))
+    one_url = base / "one-page.txt"
+    one_url.write_text(f"http://127.0.0.1:{port}/page.html?i=0\n")
+    warc_path = base / "run.warc.gz"
+    results: dict[str, Any] = {
+        "requests": n,
+        "concurrency": concurrency,
+        "body_bytes": args.small_kb * 1024,
+        "runs": {name: [] for name in WARC_RUNS},
+    }
+
+    def command(name: str, urls: Path) -> list[str]:
+        start = surge_command() if name != "warc_zlib" else [sys.executable, "-c", ZLIB_ONLY]
+        extra = [] if name == "records" else ["--warc", str(warc_path)]
+        out = str(base / "records.jsonl")
+        return [*start, "fetch", str(urls), "-o", out, "-q", "-c", str(concurrency), *extra]
+
+    for round_ in range(args.warc_repeat):
+        for name in WARC_RUNS:
+            progress(f"warc: round {round_ + 1}/{args.warc_repeat}, {name}")
+            one, _ = run_child(command(name, one_url), args.limit)
+            warc_path.unlink(missing_ok=True)
+            run, _ = run_child(command(name, url_file), args.limit)
+            outcomes, _ = _records(base / "records.jsonl")
+            written = _size_on_disk(warc_path) if warc_path.exists() else 0
+            warc_path.unlink(missing_ok=True)
+            results["runs"][name].append(
+                {
+                    "status": run.status,
+                    "killed": run.killed,
+                    "wall_s": run.wall_s,
+                    "cpu_s": run.cpu_s,
+                    "startup_cpu_s": one.cpu_s,
+                    "us_per_request": (run.cpu_s - one.cpu_s) / (n - 1) * 1e6,
+                    "outcomes": dict(outcomes),
+                    "warc_bytes": written,
+                }
+            )
+    best = {name: min(r["us_per_request"] for r in results["runs"][name]) for name in WARC_RUNS}
+    results["best_us_per_request"] = best
+    table = Table(
+        f"--warc's cost: {n:,} requests of {args.small_kb} KB text, -c {concurrency}, keep-alive, "
+        f"{args.warc_repeat} rounds interleaved",
+        ["surge fetch", "CPU us/request (best)", "range", "vs records", "ok", "WARC MB"],
+    )
+    for name, what in WARC_RUNS.items():
+        runs = results["runs"][name]
+        ok = [r["outcomes"].get("200", 0) for r in runs]
+        table.add(
+            what,
+            f"{best[name]:.1f}",
+            _spread([r["us_per_request"] for r in runs], ".1f"),
+            f"{best[name] / best['records']:.2f}x",
+            f"{min(ok):,}" + ("" if min(ok) == max(ok) else f"-{max(ok):,}"),
+            f"{statistics.median(r['warc_bytes'] for r in runs) / 2**20:.1f}",
+        )
+    table.note("CPU: the surge process's user + system (wait4), less a one-URL run, over requests")
+    table.print()
+    return results
+
+
 # -- targets, command line -------------------------------------------------------------------
 
 
@@ -510,6 +604,20 @@ def check_targets(results: dict[str, Any]) -> list[Target]:
                 surge >= curl,
             )
         )
+    warc = results.get("warc")
+    if warc:
+        best = warc["best_us_per_request"]
+        targets.append(
+            Target(
+                f"--warc at {warc['body_bytes'] // 1024} KB bodies, keep-alive: client CPU "
+                "per request vs records only",
+                "<= 1.20x",
+                f"{best['warc']:.1f} vs {best['records']:.1f} us = "
+                f"{best['warc'] / best['records']:.2f}x (zlib: "
+                f"{best['warc_zlib'] / best['records']:.2f}x; fastest rounds)",
+                best["warc"] <= 1.2 * best["records"],
+            )
+        )
     return targets
 
 
@@ -530,6 +638,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--requests", help="proxy: requests (5k)")
     parser.add_argument("--proxy-concurrency", type=int, default=64, help="proxy: -c (64)")
     parser.add_argument("--small-kb", type=int, default=10, help="proxy: body KB (10)")
+    parser.add_argument("--warc-requests", help="warc: requests (20k)")
+    parser.add_argument("--warc-repeat", type=int, help="warc: interleaved rounds (5)")
     parser.add_argument("--limit", type=float, default=300.0, help="seconds per client run")
     parser.add_argument("--tmp", default=tempfile.gettempdir(), help="folder for the files")
     args = parser.parse_args(argv)
@@ -541,6 +651,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args.distinct = args.distinct or args.inputs
     args.body_repeat = args.body_repeat or (1 if quick else 2)
     args.requests = parse_count(args.requests or ("300" if quick else "5k"))
+    args.warc_requests = parse_count(args.warc_requests or ("1000" if quick else "20k"))
+    args.warc_repeat = args.warc_repeat or (1 if quick else 5)
     return args
 
 
@@ -548,7 +660,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     for variable in (*PROXY_VARIABLES, "no_proxy", "NO_PROXY"):  # children inherit this
         os.environ.pop(variable, None)
-    info = machine_info(["surge"])
+    info = machine_info(["surge", "isal"])
     info["tools"] = {}
     for tool, command in {
         "nginx": [shutil.which("nginx") or "/usr/sbin/nginx", "-v"],
@@ -568,6 +680,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 results["bodies"] = run_bodies(args, base, port)
             if "proxy" in args.only:
                 results["proxy"] = run_proxy(args, base, port)
+            if "warc" in args.only:
+                results["warc"] = run_warc(args, base, port)
     targets = check_targets(results)
     print_targets(targets, args.quick)
     path = write_json(

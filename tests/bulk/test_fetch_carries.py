@@ -24,6 +24,7 @@ import surge.errors as surge_errors
 from surge import fetch_all as surge_fetch_all
 from surge.bulk.bodies import BodyFiles as FilesFor
 from surge.bulk.pacing import HostPacer
+from surge.bulk.warc import rotated_paths
 from surge.sim import SimInfo
 
 
@@ -181,6 +182,137 @@ def test_a_warc_holds_every_exchange_byte_exact(httpbin: str, tmp_path: Path) ->
         timeout=60,
     )
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def warc_exchanges(*paths: Path) -> list[tuple[str, bytes, int, bytes]]:
+    """Each exchange of the WARC files in order: (target URI, request line,
+    response status, response payload), after checking that every request
+    record is followed by its response."""
+    warcio = require("warcio.archiveiterator")
+    records = []
+    for path in paths:
+        with path.open("rb") as stream:
+            for rec in warcio.ArchiveIterator(stream):
+                if rec.rec_type == "warcinfo":
+                    continue
+                records.append(
+                    (
+                        rec.rec_type,
+                        rec.rec_headers.get_header("WARC-Target-URI"),
+                        rec.rec_headers.get_header("WARC-Record-ID"),
+                        rec.rec_headers.get_header("WARC-Concurrent-To"),
+                        rec.http_headers.protocol + " " + rec.http_headers.statusline,
+                        rec.raw_stream.read(),
+                    )
+                )
+    exchanges = []
+    for request, response in zip(records[::2], records[1::2], strict=True):
+        assert (request[0], response[0]) == ("request", "response")
+        assert request[1] == response[1] and request[3] == response[2]
+        status = int(response[4].split()[1])
+        exchanges.append((request[1], request[4].encode(), status, response[5]))
+    return exchanges
+
+
+def test_a_warc_holds_every_redirect_hop_as_its_own_exchange(httpbin: str, tmp_path: Path) -> None:  # noqa: F811
+    """wget's --warc-file and warcprox write each hop: so does surge fetch -L --warc."""
+    seeded = f"{httpbin}/bytes/2000?seed=9"
+    urls = [
+        f"{httpbin}/redirect/2",  # 302 to /relative-redirect/1, 302 to /get
+        f"{httpbin}/redirect-to?url=/bytes/2000%3Fseed%3D9&status_code=307",
+    ]
+    source = tmp_path / "urls.txt"
+    source.write_text("\n".join(urls) + "\n")
+    expected_uris = [
+        urls[0],
+        f"{httpbin}/relative-redirect/1",
+        f"{httpbin}/get",
+        urls[1],
+        seeded,
+    ]
+    for run, extra in enumerate([[], ["--warc-max-size", "3000"]]):
+        warc = tmp_path / f"run{run}.warc.gz"
+        out = str(tmp_path / f"run{run}.jsonl")
+        done = surge_fetch(
+            str(source), "-o", out, "-L", "--warc", str(warc), "-c", "1", "-q", *extra
+        )
+        assert done.returncode == 0, done.stderr
+        got = records(Path(out))
+        assert [got[n]["redirects"] for n in (1, 2)] == [2, 1]
+        files = rotated_paths(warc)
+        assert len(files) == (1 if run == 0 else 5)  # rotated: one exchange a file
+        exchanges = warc_exchanges(*files)
+        assert [e[0] for e in exchanges] == expected_uris
+        assert [e[2] for e in exchanges] == [302, 302, 200, 307, 200]
+        for (uri, request_line, _status, _payload), path in zip(
+            exchanges, ["/redirect/2", "/relative-redirect/1", "/get"], strict=False
+        ):
+            assert request_line.startswith(b"GET " + path.encode() + b" HTTP/1.1"), uri
+        # every payload byte-exact: the hops' bodies as curl (not following) gets them
+        for uri, _line, status, payload in exchanges:
+            if status != 200:
+                assert payload == curl(uri), uri
+        assert json.loads(exchanges[2][3])["url"] == f"{httpbin}/get"
+        assert exchanges[4][3] == curl(seeded)
+        for path in files:
+            check = subprocess.run(
+                [str(Path(sys.executable).parent / "warcio"), "check", str(path)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_resume_appends_the_next_inputs_hops_to_the_warc(httpbin: str, tmp_path: Path) -> None:  # noqa: F811
+    warcio = require("warcio.archiveiterator")
+    source, out, warc = tmp_path / "urls.txt", tmp_path / "out.jsonl", tmp_path / "out.warc.gz"
+    first, second = f"{httpbin}/redirect/1", f"{httpbin}/redirect/2"
+    source.write_text(first + "\n")
+    args = [str(source), "-o", str(out), "-L", "--warc", str(warc), "-c", "1", "-q"]
+    assert surge_fetch(*args).returncode == 0
+    source.write_text(first + "\n" + second + "\n")
+    done = surge_fetch(*args, "--resume")
+    assert done.returncode == 0, done.stderr
+    assert [e[0] for e in warc_exchanges(warc)] == [
+        first,
+        f"{httpbin}/get",
+        second,
+        f"{httpbin}/relative-redirect/1",
+        f"{httpbin}/get",
+    ]
+    with warc.open("rb") as stream:
+        types = [rec.rec_type for rec in warcio.ArchiveIterator(stream)]
+    assert types.count("warcinfo") == 2  # the appended part starts with its own
+
+
+def test_a_warc_body_past_the_memory_spool_goes_through_a_file(
+    httpbin: str,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Bodies are held as the connection's chunks up to SPOOL_IN_MEMORY, then in
+    a file beside the WARC: both kinds land byte-exact."""
+    import tempfile
+
+    from surge.bulk import bodies
+
+    made: list[str] = []
+    real = tempfile.TemporaryFile
+
+    def temporary_file(**kwargs: Any) -> Any:
+        made.append(str(kwargs.get("dir")))
+        return real(**kwargs)
+
+    monkeypatch.setattr(bodies, "SPOOL_IN_MEMORY", 2500)
+    monkeypatch.setattr(tempfile, "TemporaryFile", temporary_file)
+    urls = [f"{httpbin}/bytes/2000?seed=1", f"{httpbin}/bytes/6000?seed=2"]
+    warc = tmp_path / "out.warc.gz"
+    got = list(surge_fetch_all(urls, warc=str(warc), concurrency=1))
+    assert [r["status"] for r in got] == [200, 200]
+    assert made == [str(tmp_path)]  # only the larger body, and beside the WARC
+    exchanges = warc_exchanges(warc)
+    assert [e[3] for e in exchanges] == [curl(u) for u in urls]
 
 
 def test_the_cluster_refuses_what_it_cannot_do_yet(tmp_path: Path) -> None:

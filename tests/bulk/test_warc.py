@@ -125,12 +125,20 @@ def gzip_members(data: bytes) -> list[bytes]:
 # -- reading back ------------------------------------------------------------------------
 
 
+def engine(name: str) -> str:
+    """A deflate engine the writer offers: ISA-L is the warc extra's (.ci/run installs it)."""
+    if name == "isal":
+        require("isal")
+    return name
+
+
+@pytest.mark.parametrize("deflate", ["zlib", "isal"])
 @pytest.mark.parametrize("level", [1, 6, 0])
 def test_warcio_reads_every_payload_byte_exact_with_digests_verified(
-    tmp_path: Path, level: int
+    tmp_path: Path, level: int, deflate: str
 ) -> None:
     path = tmp_path / "out.warc.gz"
-    write_all(path, level=level)
+    write_all(path, level=level, deflate=engine(deflate))
     records = warcio_records(path)
     assert [r["type"] for r in records] == ["warcinfo"] + ["request", "response"] * len(EXCHANGES)
     for i, (url, ip, _, request_body, _, body) in enumerate(EXCHANGES):
@@ -174,10 +182,13 @@ def test_warcio_check_fails_on_a_wrong_digest(
     assert "digest failed" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("deflate", ["zlib", "isal"])
 @pytest.mark.parametrize("level", [1, 0])
-def test_fastwarc_reads_payloads_and_verifies_both_digests(tmp_path: Path, level: int) -> None:
+def test_fastwarc_reads_payloads_and_verifies_both_digests(
+    tmp_path: Path, level: int, deflate: str
+) -> None:
     path = tmp_path / "out.warc.gz"
-    write_all(path, level=level)
+    write_all(path, level=level, deflate=engine(deflate))
     with open(path, "rb") as f:
         blocks_ok = [r.verify_block_digest() for r in FastIterator(f, parse_http=False)]
     assert blocks_ok == [True] * (1 + 2 * len(EXCHANGES))
@@ -287,9 +298,10 @@ def test_dates_are_utc_with_microseconds(tmp_path: Path, date: Any, expected: st
     assert dates == [datetime.fromisoformat(expected.replace("Z", "+00:00"))] * 2
 
 
-def test_each_record_is_a_gzip_member_of_its_own(tmp_path: Path) -> None:
+@pytest.mark.parametrize("deflate", ["zlib", "isal"])
+def test_each_record_is_a_gzip_member_of_its_own(tmp_path: Path, deflate: str) -> None:
     path = tmp_path / "out.warc.gz"
-    write_all(path)
+    write_all(path, deflate=engine(deflate))
     members = gzip_members(path.read_bytes())
     assert len(members) == 1 + 2 * len(EXCHANGES)
     for member in members:
@@ -365,6 +377,14 @@ def test_bad_arguments_raise() -> None:
         WarcWriter("unused.warc.gz", max_size=0)
     with pytest.raises(ValueError, match="field name"):
         WarcWriter("unused.warc.gz", info={"bad name": "x"})
+    with pytest.raises(ValueError, match="deflate"):
+        WarcWriter("unused.warc.gz", deflate="brotli")
+
+
+def test_isal_deflates_by_default_when_installed(tmp_path: Path) -> None:
+    require("isal")
+    with WarcWriter(tmp_path / "out.warc.gz") as w:
+        assert w.deflate == "isal"
 
 
 def test_a_line_break_in_the_ip_is_refused(tmp_path: Path) -> None:

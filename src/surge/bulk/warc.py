@@ -48,18 +48,24 @@ to a new file instead, named by :func:`rotated_path` (``out.warc.gz``,
 warcinfo.  An exchange larger than ``max_size`` gets a file of its own.
 Appending continues in the highest-numbered file of the series.
 
-CPU.  Deflate is most of the cost: zlib level 1 takes ~3 microseconds per
-member plus ~6 per KB on the development machine (level 6 twice that, for ~3%
-smaller files).  So records whose body is compressed already (a
-Content-Encoding other than identity, images, video, archives) and records under
-1 KB (requests, redirects) go into deflate's stored blocks - still valid gzip
-members, only not shrunk - and the rest is deflated at ``level``.  One raw
-deflate stream per writer makes every member, each ended with a full flush
-(which resets its history, zlib.h), where a new ``zlib.compressobj`` per record
-(warcio's way) costs up to ~55 microseconds more in page faults on its 256 KB of
-state whenever glibc has handed that memory back.  The two SHA-1 passes and the
-CRC-32 of a body stay (~17 microseconds at 10 KB).  benchmarks/warc.py measures
-all of it.
+CPU.  Deflate is most of the cost, then the two SHA-1 passes over each body
+(the block digest starts with the HTTP head, so its state cannot be shared
+with the payload digest's; OpenSSL's SHA-1 uses the CPU's SHA extensions, 1.5
+GB/s here, ~14 microseconds per 10 KB body for both).  With python-isal
+installed (the ``warc`` extra) ISA-L deflates: level 1 of 10 KB of HTML-like
+text in ~27-37 microseconds on the development machine against zlib's ~70-75,
+for slightly smaller output (0.368 against 0.381), and its CRC-32 takes ~1
+against ~4; zlib-ng 1.1 was measured too (~32-44, 0.487) and is not used.
+Records whose body is compressed already (a Content-Encoding other than
+identity, images, video, archives) and records under 1 KB (requests,
+redirects) go into deflate's stored blocks - still valid gzip members, only
+not shrunk - and the rest is deflated at ``level``.  One raw deflate stream
+per writer makes every member, each ended with a full flush (which resets its
+history, zlib.h and ISA-L's FULL_FLUSH alike), where a new compressor per
+record (warcio's way) costs up to ~55 microseconds more in page faults on its
+256 KB of state whenever glibc has handed that memory back.  What is left is
+Python's: ~25 microseconds an exchange for the two records' headers, IDs,
+dates and members.  benchmarks/warc.py measures all of it.
 """
 
 from __future__ import annotations
@@ -74,7 +80,7 @@ import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Final, TypeAlias
+from typing import IO, Any, Final, TypeAlias
 from urllib.parse import quote
 
 from surge._version import __version__
@@ -128,8 +134,21 @@ _STORED_MAX: Final = 0xFFFF  # the most a stored block holds (RFC 1951 3.2.4)
 _DEFLATE_MIN: Final = 1024
 _pack_trailer: Final = struct.Struct("<II").pack
 _pack_stored: Final = struct.Struct("<BHH").pack
-_crc32: Final = zlib.crc32
+
+# ISA-L (python-isal, ``pip install 'surge[warc]'``) deflates text at level 1 in
+# about half zlib's time and CRC-32 in a quarter (with PCLMULQDQ); its
+# output is plain deflate, so every reader inflates it.  zlib when it is missing.
+_isal_zlib: Any
+try:
+    from isal import isal_zlib as _isal_zlib
+except ImportError:  # pragma: no cover - the extra is not installed
+    _isal_zlib = None
+
+#: The deflate implementations a writer can use, the fastest installed first.
+DEFLATE_ENGINES: Final[tuple[str, ...]] = ("isal", "zlib") if _isal_zlib is not None else ("zlib",)
+_crc32: Final = zlib.crc32 if _isal_zlib is None else _isal_zlib.crc32
 _sha1: Final = hashlib.sha1
+_EMPTY_SHA1: Final = hashlib.sha1(b"").digest()
 
 
 def _stored_blocks(data: _Bytes, out: list[_Bytes]) -> None:
@@ -354,6 +373,7 @@ class WarcWriter:
     bytes.  ``append``: continue an existing file after cutting a torn tail
     (:func:`recover`) instead of replacing it; the continuation starts with a
     warcinfo of its own.  ``level``: the zlib level (0 stores everything).
+    ``deflate``: "isal" (python-isal, the default when installed) or "zlib".
     ``buffer_size``: bytes of whole exchanges held before one write (0: write
     each exchange at once).  Without ``append`` the files written are replaced;
     later files of an earlier, longer series are left as they are.
@@ -370,11 +390,20 @@ class WarcWriter:
         append: bool = False,
         level: int = 1,
         buffer_size: int = BUFFER_SIZE,
+        deflate: str | None = None,
     ) -> None:
         if max_size is not None and max_size <= 0:
             raise ValueError(f"max_size must be positive, not {max_size}")
         if not 0 <= level <= 9:
             raise ValueError(f"level must be 0-9, not {level}")
+        if deflate is None:
+            deflate = DEFLATE_ENGINES[0]
+        elif deflate not in DEFLATE_ENGINES:
+            raise ValueError(f"deflate must be one of {DEFLATE_ENGINES} here, not {deflate!r}")
+        #: The deflate implementation in use: "isal" or "zlib".
+        self.deflate = deflate
+        self._engine: Any = zlib if deflate == "zlib" else _isal_zlib
+        self._full_flush = self._engine.Z_FULL_FLUSH
         self._base = Path(path)
         self._info = self._info_fields(info or {})
         self.max_size = max_size
@@ -512,8 +541,8 @@ class WarcWriter:
     ) -> bytes:
         request_parts = _pieces(request_body)
         response_parts = _pieces(response_body)
-        request_length = sum(map(len, request_parts))
-        response_length = sum(map(len, response_parts))
+        request_length = _length(request_parts)
+        response_length = _length(response_parts)
         request_head, request_stored = _prepare_head(request_head, request_length)
         response_head, response_stored = _prepare_head(response_head, response_length)
 
@@ -523,49 +552,61 @@ class WarcWriter:
         )
         request_id = _record_id()
         response_id = _record_id()
-        common = (target, ip_line, self._warcinfo_id)
-        request_header = _HTTP_RECORD % (
-            b"request",
-            request_id,
-            warc_date,
-            *common,
-            response_id,
-            b"request",
-            digests[0:32],
-            digests[32:64],
-            len(request_head) + request_length,
+        request_record = (
+            _HTTP_RECORD
+            % (
+                b"request",
+                request_id,
+                warc_date,
+                target,
+                ip_line,
+                self._warcinfo_id,
+                response_id,
+                b"request",
+                digests[0:32],
+                digests[32:64],
+                len(request_head) + request_length,
+            )
+            + request_head
         )
-        response_header = _HTTP_RECORD % (
-            b"response",
-            response_id,
-            warc_date,
-            *common,
-            request_id,
-            b"response",
-            digests[64:96],
-            digests[96:128],
-            len(response_head) + response_length,
+        response_record = (
+            _HTTP_RECORD
+            % (
+                b"response",
+                response_id,
+                warc_date,
+                target,
+                ip_line,
+                self._warcinfo_id,
+                request_id,
+                b"response",
+                digests[64:96],
+                digests[96:128],
+                len(response_head) + response_length,
+            )
+            + response_head
         )
         out: list[_Bytes] = []
         try:
-            request_record = request_header + request_head
             self._member(
                 out,
                 request_record,
                 request_parts,
+                request_length,
                 not request_stored and len(request_record) + request_length >= _DEFLATE_MIN,
             )
-            response_record = response_header + response_head
             self._member(
                 out,
                 response_record,
                 response_parts,
+                response_length,
                 not response_stored and len(response_record) + response_length >= _DEFLATE_MIN,
             )
         except BaseException:
             # the deflater may hold half a member: start a fresh stream
             self._deflater = self._new_deflater()
             raise
+        # joined: the writer keeps no reference to a body once this returns
         return b"".join(out)
 
     def _member(
@@ -573,30 +614,47 @@ class WarcWriter:
         out: list[_Bytes],
         head: bytes,
         body: Sequence[_Bytes],
+        length: int,
         deflate: bool,
     ) -> None:
         """Append one record's gzip member: ``head`` (WARC and HTTP headers),
-        ``body``, the closing CRLF CRLF; deflated, or in stored blocks."""
-        crc = _crc32(head)
-        size = len(head) + 4
-        for part in body:
-            crc = _crc32(part, crc)
-            size += len(part)
-        crc = _crc32(_RECORD_END, crc)
-        out.append(_GZIP_HEADER)
+        ``body`` (``length`` bytes), the closing CRLF CRLF; deflated, or in
+        stored blocks."""
+        size = len(head) + length + 4
         deflater = self._deflater
-        if deflater is None or not deflate:
-            _stored_blocks(head, out)
+        if deflate and deflater is not None:
+            crc = _crc32(head)
             for part in body:
-                if part:
-                    _stored_blocks(part, out)
-        else:
+                crc = _crc32(part, crc)
+            out.append(_GZIP_HEADER)
             out.append(deflater.compress(head))
             for part in body:
                 out.append(deflater.compress(part))
-            out.append(deflater.flush(zlib.Z_FULL_FLUSH))
-        out.append(_FINAL_BLOCK)
-        out.append(_pack_trailer(crc, size & 0xFFFFFFFF))
+            out.append(deflater.flush(self._full_flush))
+            out.append(_FINAL_BLOCK)
+            out.append(_pack_trailer(_crc32(_RECORD_END, crc), size & 0xFFFFFFFF))
+        elif not body and size <= _STORED_MAX:
+            # a request, a redirect, an empty response: one final stored block
+            data = head + _RECORD_END
+            out.append(
+                b"%s%s%s%s"
+                % (
+                    _GZIP_HEADER,
+                    _pack_stored(1, size, size ^ 0xFFFF),
+                    data,
+                    _pack_trailer(_crc32(data), size),
+                )
+            )
+        else:
+            crc = _crc32(head)
+            for part in body:
+                crc = _crc32(part, crc)
+            out.append(_GZIP_HEADER)
+            _stored_blocks(head, out)
+            for part in body:
+                _stored_blocks(part, out)
+            out.append(_FINAL_BLOCK)
+            out.append(_pack_trailer(_crc32(_RECORD_END, crc), size & 0xFFFFFFFF))
 
     def _warcinfo(self) -> bytes:
         """The current file's warcinfo record (a gzip member)."""
@@ -619,7 +677,7 @@ class WarcWriter:
             len(fields),
         )
         out: list[_Bytes] = []
-        self._member(out, header + fields, (), deflate=True)
+        self._member(out, header + fields, (), 0, deflate=True)
         return b"".join(out)
 
     @staticmethod
@@ -649,10 +707,14 @@ class WarcWriter:
             self._date_prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)).encode()
         return b"%s.%06dZ" % (self._date_prefix, int((now - second) * 1e6))
 
-    def _new_deflater(self) -> zlib._Compress | None:
+    def _new_deflater(self) -> Any:
         if self.level == 0:
             return None
-        return zlib.compressobj(self.level, zlib.DEFLATED, -zlib.MAX_WBITS)
+        engine = self._engine
+        # ISA-L has levels 0-3 (its 0 still compresses): zlib's 1-3, 4-6 and
+        # 7-9 map to its 1, 2 and 3
+        level = self.level if engine is zlib else (self.level + 2) // 3
+        return engine.compressobj(level, engine.DEFLATED, -engine.MAX_WBITS)
 
     # -- files ---------------------------------------------------------------------------
 
@@ -727,6 +789,8 @@ _HTTP_RECORD: Final = (
 def _block_and_payload_digests(head: bytes, body: Sequence[_Bytes]) -> bytes:
     """The SHA-1 of head + body, then of the body: two passes over the body, as
     the block digest starts with the head and SHA-1's state cannot be shared."""
+    if not body:  # a request without a body: the payload digest is a constant
+        return _sha1(head).digest() + _EMPTY_SHA1
     block = _sha1(head)
     if len(body) == 1:
         block.update(body[0])
@@ -739,9 +803,20 @@ def _block_and_payload_digests(head: bytes, body: Sequence[_Bytes]) -> bytes:
 
 
 def _pieces(body: Body) -> Sequence[_Bytes]:
+    """The body's non-empty pieces."""
     if isinstance(body, bytes | bytearray | memoryview):
-        return (body,)
-    return body
+        return (body,) if body else ()
+    if len(body) == 1:
+        return body if body[0] else ()
+    return [part for part in body if part]
+
+
+def _length(parts: Sequence[_Bytes]) -> int:
+    if not parts:
+        return 0
+    if len(parts) == 1:
+        return len(parts[0])
+    return sum(map(len, parts))
 
 
 # -- recovery -------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import asyncio
 import logging
 import socket
 import ssl
-from collections.abc import Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager as AsyncContextManager
 from contextvars import ContextVar
 from http.cookiejar import CookieJar
@@ -314,6 +314,7 @@ class AsyncClient:
         location_trusted: bool | None = None,
         _stream: bool = False,
         _discard: bool = False,
+        _on_hop: Callable[[Response, list[bytes]], None] | None = None,
     ) -> Response:
         """Send one request (following redirects if asked) and read the response.
 
@@ -329,6 +330,10 @@ class AsyncClient:
         One coroutine for the whole request - every hop, and the one retry of a
         request that met a stale keep-alive connection: each await layer costs
         about a microsecond on a path that costs tens.
+
+        ``_on_hop(response, body)`` (surge.bulk.bodies' WARC) is called with each
+        redirect response followed, its ``request_head`` set, and its body as it
+        came off the wire (dechunked, not decoded), before the next hop is sent.
         """
         timings = Timings(perf_counter())
         upload: Upload | None = None  # a body streamed from a file or an iterator
@@ -489,6 +494,7 @@ class AsyncClient:
             timings.first_byte = wire.first_byte
             if jar is not None:
                 jar.extract(target.url, wire.head)
+            hop_body = wire.body  # the raw chunks, for _on_hop (streamed: drained below)
             if _stream:
                 hop = follow and wire.status in _REDIRECTS
                 if not (hop and redirect_policy.location(wire.head)):
@@ -496,8 +502,9 @@ class AsyncClient:
                     response.request_head = head
                     response._history = history
                     return response
-                try:  # a hop to follow: its body is read and dropped
-                    await drain(wire, self._body_cap)
+                hop_body = []
+                try:  # a hop to follow: its body is read and dropped (or kept for _on_hop)
+                    await drain(wire, self._body_cap, hop_body if _on_hop is not None else None)
                 except RequestError as e:
                     await pool.discard(conn)
                     _annotate(e, url, target.url, timings, redirects)
@@ -528,6 +535,9 @@ class AsyncClient:
             if history is None:
                 history = []
             history.append(response)  # the hop's own response (response.history)
+            if _on_hop is not None:
+                response.request_head = head
+                _on_hop(response, hop_body)
             redirects += 1
             if redirects > self.max_redirects:
                 error = RequestError(

@@ -112,11 +112,14 @@ class BodyStream:
         await self.pool.discard(conn)
 
 
-async def drain(wire: WireResponse, cap: int) -> None:
+async def drain(wire: WireResponse, cap: int, keep: list[bytes] | None = None) -> None:
     """Read a streamed body to its end and drop it (a redirect's, before the next
-    hop): at most ``cap`` bytes, as a body read whole."""
+    hop), or append its chunks to ``keep``: at most ``cap`` bytes, as a body read
+    whole."""
     read = 0
     while chunks := await wire.next_chunks():
+        if keep is not None:
+            keep.extend(chunks)
         read += sum(map(len, chunks))
         if read > cap:
             raise body_too_large(cap, wire.status)

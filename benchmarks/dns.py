@@ -6,6 +6,7 @@ Run it from the repository root::
     python benchmarks/dns.py --quick                 # smoke run, tiny sizes (< 2 minutes)
     python benchmarks/dns.py --only hidden --names 10k --latency-ms 100
     python benchmarks/dns.py --aiodns-path /tmp/aiodns   # aiodns from a folder of its own
+    python benchmarks/dns.py --only cpu --baseline /tmp/head/src  # beside an earlier surge
 
 Nothing leaves the machine.  Names are answered by surge's simulated DNS server
 (:mod:`surge.sim.dns`, UDP and TCP on 127.0.0.1) running in a process of its own
@@ -42,12 +43,24 @@ Section 1, "hidden": hidden DNS
 
 Section 2, "cpu": resolver CPU per lookup
     ``--cpu-lookups`` (20,000) distinct names resolved, ``--cpu-inflight`` (100) at
-    a time, the DNS server answering at once; the client's CPU
-    (``getrusage(RUSAGE_SELF)``, every thread) around the lookups, after 200
-    unmeasured ones, divided by the lookups.  Resolvers: surge's ``Resolver``
-    (c-ares on the loop, A + AAAA, and ``ip_version=4``: A only), aiohttp's
-    ``AsyncResolver.resolve`` (aiodns) and ``ThreadedResolver.resolve`` (the
-    getaddrinfo stand-in above, on the default executor), all on uvloop.
+    a time, the DNS server (its own process: its CPU is not counted) answering at
+    once; the client's CPU (``getrusage(RUSAGE_SELF)``, every thread, user +
+    system; the system part is shown too) around the lookups, after 200
+    unmeasured ones, divided by the lookups.  Every name is distinct and
+    surge's cache starts empty, so every lookup is a query.  Resolvers: surge's
+    ``Resolver`` (c-ares on the loop, A + AAAA, and ``ip_version=4``: A only),
+    aiohttp's ``AsyncResolver.resolve`` (aiodns) and ``ThreadedResolver.resolve``
+    (the getaddrinfo stand-in above, on the default executor), all on uvloop;
+    and three floors, A + AAAA each: pycares's public ``getaddrinfo`` with a
+    callback that only sets a future (what pycares costs), c-ares called through
+    pycares's C bindings with a callback that only frees the answer (what
+    c-ares, the kernel and the loop cost), and the two datagrams of a lookup
+    with no DNS library at all (what the kernel and the loop cost).
+    ``--cpu-rounds`` (3) rounds, interleaved (every row once, then again), each
+    row its median, best and worst: the box's load moves during a run.
+    ``--baseline DIR`` adds surge's two rows run with the surge package in DIR
+    (an earlier commit's ``src/``), in the same rounds: before and after a
+    change, under the same load.
     Target: surge <= 30 us per lookup.
 
 Section 3, "memory": flat memory
@@ -126,6 +139,9 @@ HIDDEN_RUNS: dict[str, str] = {
 CPU_RUNS: dict[str, str] = {
     "surge": "surge Resolver, c-ares on the loop, A + AAAA",
     "surge_v4": "surge Resolver, ip_version=4 (A only)",
+    "pycares_bare": "floor: pycares getaddrinfo, bare callback, A + AAAA",
+    "cares_floor": "floor: c-ares via pycares's C bindings, A + AAAA",
+    "udp_floor": "floor: A + AAAA datagrams only, no DNS library",
     "aiohttp_async": "aiohttp AsyncResolver.resolve (aiodns), A + AAAA",
     "aiohttp_threaded": "aiohttp ThreadedResolver.resolve (getaddrinfo stand-in)",
 }
@@ -456,6 +472,113 @@ def _hidden_pycurl(spec: dict[str, Any]) -> Counter[str]:
     return outcomes
 
 
+def _floor_resolver(run: str, server: str) -> tuple[Callable[[str], Awaitable[str]], Any]:
+    """Section 2's floors, each a ``resolve(name)`` and a ``close()``:
+
+    * ``pycares_bare``: pycares's public ``Channel.getaddrinfo`` on the channel
+      surge builds (same options), sockets on the loop, a callback that only
+      sets a future: what pycares itself costs.
+    * ``cares_floor``: the same channel called through pycares's C bindings,
+      one C callback that frees the answer and sets a future: what c-ares, the
+      kernel and the loop cost, with no address read.
+    * ``udp_floor``: no DNS library: an A and an AAAA query built per name
+      (header + name + type), sent on one connected UDP socket of the loop,
+      the answers matched by ID and not parsed: what the datagrams cost.
+    """
+    from surge.http import cares
+    from surge.sim.dns import encode_name
+
+    loop = asyncio.get_running_loop()
+    pending: dict[int, asyncio.Future[str]] = {}
+    if run == "udp_floor":
+        waiting: dict[int, list[Any]] = {}  # query id -> [future, answers still to come]
+        ids = iter(range(1 << 62))
+        host, _, port = server.rpartition(":")
+        transport: list[asyncio.DatagramTransport] = []
+
+        class Stub(asyncio.DatagramProtocol):
+            def datagram_received(self, data: bytes, addr: Any) -> None:
+                entry = waiting.pop(int.from_bytes(data[:2], "big"), None)
+                if entry is not None:
+                    entry[1] -= 1
+                    if entry[1] == 0:
+                        entry[0].set_result("ok")
+
+        def udp_resolve(name: str) -> asyncio.Future[str]:
+            future: asyncio.Future[str] = loop.create_future()
+            entry = [future, 2]
+            question = encode_name(name)
+            for qtype in (b"\x00\x01", b"\x00\x1c"):
+                qid = next(ids) & 0xFFFF
+                waiting[qid] = entry
+                header = qid.to_bytes(2, "big") + b"\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00"
+                transport[0].sendto(header + question + qtype + b"\x00\x01")
+            return future
+
+        async def open_socket() -> None:
+            made, _ = await loop.create_datagram_endpoint(Stub, remote_addr=(host, int(port)))
+            transport.append(made)
+
+        return udp_resolve, (open_socket, lambda: transport[0].close())
+
+    readers: set[int] = set()
+
+    def state(fd: int, readable: bool, writable: bool) -> None:
+        if readable and fd not in readers:
+            loop.add_reader(fd, process, fd)
+            readers.add(fd)
+        elif not readable and fd in readers:
+            loop.remove_reader(fd)
+            readers.discard(fd)
+
+    channel = cares._new_channel(state, 5.0)
+    channel.servers = [server]
+    if run == "pycares_bare":
+
+        def process(fd: int) -> None:
+            channel.process_read_fd(fd)
+
+        def bare_resolve(name: str) -> asyncio.Future[str]:
+            future: asyncio.Future[str] = loop.create_future()
+            channel.getaddrinfo(
+                name,
+                None,
+                family=socket.AF_UNSPEC,
+                flags=cares.ARES_AI_NOSORT,
+                callback=lambda result, status: future.set_result("ok"),
+            )
+            return future
+
+        return bare_resolve, (None, channel.close)
+
+    from pycares import _cares
+
+    ffi, lib = _cares.ffi, _cares.lib
+    raw = channel._channel[0]
+    hints = ffi.new("struct ares_addrinfo_hints *")
+    hints.ai_flags = cares.ARES_AI_NOSORT
+    keys = iter(range(1, 1 << 62))
+
+    def process(fd: int) -> None:
+        lib.ares_process_fd(raw, fd, lib.ARES_SOCKET_BAD)
+
+    def answered(arg: Any, status: int, timeouts: int, result: Any) -> None:
+        if result != ffi.NULL:
+            lib.ares_freeaddrinfo(result)
+        pending.pop(int(ffi.cast("uintptr_t", arg))).set_result("ok")
+
+    callback = ffi.callback("ares_addrinfo_callback", answered)
+
+    def floor_resolve(name: str) -> asyncio.Future[str]:
+        future: asyncio.Future[str] = loop.create_future()
+        key = next(keys)
+        pending[key] = future
+        lib.ares_getaddrinfo(raw, name.encode(), ffi.NULL, hints, callback, ffi.cast("void *", key))
+        return future
+
+    return floor_resolve, (None, channel.close)  # floor_resolve keeps the callback alive
+
+
 async def _lookups(spec: dict[str, Any]) -> dict[str, Any]:
     """Sections 2 and 3: resolve ``spec["names"]`` with one resolver, measured."""
     run, server, inflight = spec["run"], spec["server"], spec["inflight"]
@@ -464,7 +587,8 @@ async def _lookups(spec: dict[str, Any]) -> dict[str, Any]:
         from surge.http.client import AsyncClient
 
         # The resolver AsyncClient (and so surge fetch) builds from these options.
-        client = AsyncClient(dns_servers=server, ip_version=4 if run == "surge_v4" else None)
+        version = 4 if run.startswith("surge_v4") else None
+        client = AsyncClient(dns_servers=server, ip_version=version)
         resolver = client.resolver
 
         async def resolve(name: str) -> str:
@@ -472,6 +596,10 @@ async def _lookups(spec: dict[str, Any]) -> dict[str, Any]:
             return "ok"
 
         close = resolver.close
+    elif run.endswith(("_bare", "_floor")):
+        resolve, (setup, close) = _floor_resolver(run, server)
+        if setup is not None:
+            await setup()
     else:
         import aiohttp
 
@@ -501,12 +629,15 @@ async def _lookups(spec: dict[str, Any]) -> dict[str, Any]:
     warmup = [f"warm{i}.sim" for i in range(spec.get("warmup", 0))]
     await _drive(resolve, warmup, inflight)
     rss_before = _hwm_bytes()
-    cpu, started = _cpu_s(), perf_counter()
+    before, started = resource.getrusage(resource.RUSAGE_SELF), perf_counter()
     outcomes = await _drive(resolve, names, inflight, count)
-    cpu, wall = _cpu_s() - cpu, perf_counter() - started
+    after, wall = resource.getrusage(resource.RUSAGE_SELF), perf_counter() - started
+    system = after.ru_stime - before.ru_stime
+    cpu = after.ru_utime - before.ru_utime + system
     result = {
         "lookups": count,
         "cpu_s": cpu,
+        "system_cpu_s": system,  # the kernel's part: sockets, datagrams, epoll
         "wall_s": wall,
         "cpu_per_lookup_s": cpu / max(1, count),
         "outcomes": dict(outcomes),
@@ -561,14 +692,21 @@ def child(spec_path: str) -> None:
     print(json.dumps(result))
 
 
-def run_in_child(spec: dict[str, Any], limit_s: float) -> dict[str, Any]:
+def run_in_child(
+    spec: dict[str, Any], limit_s: float, surge_path: str | None = None
+) -> dict[str, Any]:
+    """One run in a fresh process; ``surge_path``: a folder whose ``surge`` package
+    the child imports instead of this tree's (--baseline)."""
     with tempfile.TemporaryDirectory(prefix="surge-bench-dns-") as directory:
         spec_path = os.path.join(directory, "spec.json")
         out_path = os.path.join(directory, "out.json")
         Path(spec_path).write_text(json.dumps({**spec, "limit": limit_s}))
         command = [sys.executable, str(Path(__file__).resolve()), "child", spec_path]
         with open(out_path, "wb") as out:
-            run, _ = run_child(command, limit_s, stdout=out.fileno())
+            env = None
+            if surge_path:
+                env = {**os.environ, "PYTHONPATH": surge_path}
+            run, _ = run_child(command, limit_s, stdout=out.fileno(), env=env)
         text = Path(out_path).read_text().strip()
     if run.killed:
         return {"error": f"killed at the {limit_s:g} s limit"}
@@ -641,37 +779,75 @@ def run_hidden(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_cpu(args: argparse.Namespace) -> dict[str, Any]:
-    n, inflight = args.cpu_lookups, args.cpu_inflight
-    results: dict[str, Any] = {"lookups": n, "inflight": inflight, "runs": {}}
+    n, inflight, rounds = args.cpu_lookups, args.cpu_inflight, args.cpu_rounds
+    results: dict[str, Any] = {"lookups": n, "inflight": inflight, "rounds": rounds, "runs": {}}
     table = Table(
-        f"resolver CPU: {n:,} distinct names, {inflight} in flight, answered at once",
-        ["resolver", "us/lookup", "wall s", "lookups/s", "ok", "other outcomes"],
+        f"resolver CPU: {n:,} distinct names, {inflight} in flight, answered at once; "
+        f"median of {rounds} interleaved rounds",
+        [
+            "resolver",
+            "us/lookup",
+            "best",
+            "worst",
+            "of which kernel",
+            "wall s",
+            "lookups/s",
+            "ok",
+            "other outcomes",
+        ],
     )
+    runs: dict[str, str] = {}
+    for name, what in CPU_RUNS.items():
+        runs[name] = what
+        if args.baseline and name in ("surge", "surge_v4"):
+            runs[f"{name}_baseline"] = "  the same, --baseline's surge"
+    if args.baseline:
+        results["baseline"] = args.baseline
+    measured: dict[str, list[dict[str, Any]]] = {name: [] for name in runs}
     with dns_server(0) as server:
-        for name, what in CPU_RUNS.items():
-            progress(f"cpu: {name} ({what})")
-            spec = {
-                "section": "cpu",
-                "run": name,
-                "names": [f"c{i}.sim" for i in range(n)],
-                "warmup": CPU_WARMUP,
-                "inflight": inflight,
-                "server": server,
-                "aiodns_path": args.aiodns_path,
-            }
-            row = results["runs"][name] = run_in_child(spec, args.limit)
-            if "error" in row:
-                table.add(what, "-", "-", "-", "-", row["error"][:70])
-                continue
-            others = {k: v for k, v in row["outcomes"].items() if k != "ok"}
-            table.add(
-                what,
-                f"{row['cpu_per_lookup_s'] * 1e6:.1f}",
-                f"{row['wall_s']:.2f}",
-                f"{row['lookups'] / row['wall_s']:,.0f}",
-                f"{_ok(row['outcomes']):,}",
-                " ".join(f"{k}={v}" for k, v in sorted(others.items())) or "-",
-            )
+        # Rounds interleaved (every resolver once, then again): on a shared box the
+        # load moves, and each resolver then meets the same spread of it.
+        for round_number in range(1, rounds + 1):
+            for name, what in runs.items():
+                progress(f"cpu: round {round_number}/{rounds}: {name} ({what})")
+                spec = {
+                    "section": "cpu",
+                    "run": name,
+                    "names": [f"c{i}.sim" for i in range(n)],
+                    "warmup": CPU_WARMUP,
+                    "inflight": inflight,
+                    "server": server,
+                    "aiodns_path": args.aiodns_path,
+                }
+                baseline = args.baseline if name.endswith("_baseline") else None
+                measured[name].append(run_in_child(spec, args.limit, baseline))
+    for name, what in runs.items():
+        done = [row for row in measured[name] if "error" in row or "cpu_per_lookup_s" in row]
+        good = sorted(
+            (row for row in done if "error" not in row), key=lambda row: row["cpu_per_lookup_s"]
+        )
+        if not good:
+            row = results["runs"][name] = done[0] if done else {"error": "no run"}
+            table.add(what, "-", "-", "-", "-", "-", "-", "-", row["error"][:70])
+            continue
+        row = results["runs"][name] = {
+            **good[(len(good) - 1) // 2],  # the median round (the lower one of two)
+            "rounds_cpu_per_lookup_s": [
+                r["cpu_per_lookup_s"] for r in measured[name] if "cpu_per_lookup_s" in r
+            ],
+        }
+        others = {k: v for k, v in row["outcomes"].items() if k != "ok"}
+        table.add(
+            what,
+            f"{row['cpu_per_lookup_s'] * 1e6:.1f}",
+            f"{good[0]['cpu_per_lookup_s'] * 1e6:.1f}",
+            f"{good[-1]['cpu_per_lookup_s'] * 1e6:.1f}",
+            f"{row['system_cpu_s'] / row['lookups'] * 1e6:.1f}",
+            f"{row['wall_s']:.2f}",
+            f"{row['lookups'] / row['wall_s']:,.0f}",
+            f"{_ok(row['outcomes']):,}",
+            " ".join(f"{k}={v}" for k, v in sorted(others.items())) or "-",
+        )
     table.print()
     return results
 
@@ -780,6 +956,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=10.0, help="hidden: seconds a request")
     parser.add_argument("--cpu-lookups", help="cpu: distinct names (20k)")
     parser.add_argument("--cpu-inflight", type=int, default=100, help="cpu: in flight (100)")
+    parser.add_argument("--cpu-rounds", type=int, help="cpu: interleaved rounds, median (3)")
+    parser.add_argument(
+        "--baseline",
+        help="cpu: a folder holding another surge package (say, `git archive HEAD src/surge`"
+        " unpacked: give its src/) whose Resolver runs beside this tree's, same rounds",
+    )
     parser.add_argument("--memory-names", help="memory: sizes, comma-separated (100k,1M)")
     parser.add_argument("--memory-inflight", type=int, default=1000, help="memory: in flight")
     parser.add_argument("--limit", type=float, help="seconds before a child is killed (900)")
@@ -790,11 +972,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args.names = parse_count(args.names or ("200" if quick else "10k"))
     args.concurrency = args.concurrency or (100 if quick else 1000)
     args.cpu_lookups = parse_count(args.cpu_lookups or ("500" if quick else "20k"))
+    args.cpu_rounds = max(1, args.cpu_rounds or (1 if quick else 3))
     default_sizes = "1k,4k" if quick else "100k,1M"
     args.memory_names = [parse_count(s) for s in (args.memory_names or default_sizes).split(",")]
     args.limit = args.limit or (120.0 if quick else 900.0)
     if args.aiodns_path:
         args.aiodns_path = str(Path(args.aiodns_path).resolve())
+    if args.baseline:
+        args.baseline = str(Path(args.baseline).resolve())
+        if not (Path(args.baseline) / "surge" / "__init__.py").is_file():
+            parser.error(f"--baseline {args.baseline}: no surge package there")
     return args
 
 

@@ -73,10 +73,21 @@ def clock() -> Clock:
     return Clock()
 
 
-@pytest.fixture
-def make(server: DNSServer, clock: Clock) -> Iterator[Callable[..., Resolver]]:
+@pytest.fixture(params=["c-api", "pycares-api"])
+def make(
+    request: pytest.FixtureRequest,
+    server: DNSServer,
+    clock: Clock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Callable[..., Resolver]]:
     """``make(**options)``: a c-ares resolver asking the simulated server, closed
-    when the test ends."""
+    when the test ends; each test runs on both of cares.py's paths: c-ares's C
+    API through pycares's bindings (the default), and pycares's public API (the
+    fallback, when those bindings are not there)."""
+    if request.param == "pycares-api":
+        monkeypatch.setattr(cares, "_ffi", None)
+    server.questions.clear()  # counted per test: the server is the module's
+    server.queries.clear()
     made: list[Resolver] = []
 
     def build(**options: object) -> Resolver:
@@ -176,6 +187,46 @@ async def test_an_answer_slower_than_the_timeout_is_a_timeout(make) -> None:
     ordering, which no wall clock is needed to check."""
     r = make(dns_timeout=0.3)
     assert (await _error(r, "late.test")).detail == "late.test: timeout after 0.3 s"
+
+
+async def test_a_closed_channel_fails_new_lookups_as_cancelled(server: DNSServer) -> None:
+    """Nothing reaches c-ares once its channel is closed (the C API has no guard
+    of its own): the lookup fails at once, as cancelled."""
+    channel = cares._LoopChannel(asyncio.get_running_loop(), [server.server_spec], 1.0)
+    channel.close()
+    with pytest.raises(RequestError) as caught:
+        await channel.lookup("both.test", socket.AF_UNSPEC)
+    assert caught.value.detail == "both.test: lookup cancelled"
+
+
+async def test_lookups_go_to_c_ares_directly(
+    server: DNSServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default path calls c-ares's ``ares_getaddrinfo`` itself, with one C
+    callback for all lookups: pycares's per-lookup wrapper (a lock, a cffi
+    handle, hints allocated, a dataclass per address) is never called."""
+    calls: list[str] = []
+    original = cares.pycares.Channel.getaddrinfo
+
+    def counted(self: object, host: str, *args: object, **kwargs: object) -> object:
+        calls.append(host)
+        return original(self, host, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cares.pycares.Channel, "getaddrinfo", counted)
+    r = Resolver(servers=[server.server_spec], backend="cares")
+    try:
+        answers = await asyncio.gather(
+            r.resolve("both.test", 80),
+            r.resolve("www.chain.test", 80),
+            r.resolve("v6only.test", 80),
+            _error(r, "nx.test"),
+        )
+    finally:
+        r.close()
+    assert answers[:3] == [(V4, V4B, V6), (V4, V6), (V6,)]
+    assert answers[3].detail == "nx.test: NXDOMAIN"
+    assert r.lookups == 4
+    assert calls == []
 
 
 async def test_close_fails_the_lookups_in_flight(make) -> None:

@@ -290,8 +290,12 @@ class Resolver:
             return await asyncio.shield(inflight)
         future: asyncio.Future[tuple[str, ...]] = asyncio.get_running_loop().create_future()
         self._inflight[host] = future
-        try:
-            answer, ttl = await self._lookup(host, port)
+        self.lookups += 1
+        try:  # the backend inline, not a coroutine of its own: one frame less a lookup
+            if self._cares is not None:
+                answer, ttl = await self._cares.lookup(host)
+            else:
+                answer, ttl = await self._system_lookup(host, port), None
         except RequestError as e:
             self.cache.put_failure(host, e.detail)
             future.set_exception(e)
@@ -306,13 +310,6 @@ class Resolver:
         self.cache.put(host, answer, ttl)
         future.set_result(answer)
         return answer
-
-    async def _lookup(self, host: str, port: int) -> tuple[tuple[str, ...], float | None]:
-        """Addresses (IPv4 first) and their TTL if known; ``dns_error`` if none."""
-        self.lookups += 1
-        if self._cares is not None:
-            return await self._cares.lookup(host)
-        return await self._system_lookup(host, port), None
 
     async def _system_lookup(self, host: str, port: int) -> tuple[str, ...]:
         if self._executor is None:

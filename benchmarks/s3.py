@@ -6,6 +6,8 @@ Run it from the repository root::
     python benchmarks/s3.py --sizes 7500 --latency-ms 20
     python benchmarks/s3.py --only surge,boto3_paginator --out /tmp/s3.json
     python benchmarks/s3.py --server moto         # the fan-out against --parallel 1 on moto
+    python benchmarks/s3.py --sizes 100000 --rounds 3 --only surge,surge_seq,boto3_resource
+    python benchmarks/s3.py --baseline /tmp/old/src ...   # + surge_base, surge_seq_base
 
 Nothing leaves the machine. A MinIO server (:mod:`surge.s3.minio`; .ci/run
 builds it) runs on 127.0.0.1 with its data in ``${XDG_CACHE_HOME:-~/.cache}/
@@ -34,7 +36,13 @@ command line (output to a file), boto3's resource ``bucket.objects.all()`` and
 its ListObjectsV2 paginator, obstore (``obstore.list``, 1,000 a chunk) and
 obstore fanned out by prefix (``list_with_delimiter`` then 16 prefixes listed at
 once on asyncio), and s5cmd (``s5cmd --json ls 's3://bucket/*'``).
-Tables on stdout, everything in ``benchmarks/results/s3.json``.
+Tables on stdout, everything in ``benchmarks/results/s3.json``. ``--rounds N``
+runs every lister N times, interleaved (the order turned round every other
+round), and reports each one's median round with every round's wall time: on
+a shared machine one round says little. ``--baseline DIR`` (a directory holding
+another version's ``surge`` package, e.g. a copy of an earlier commit's
+``src/``) adds ``surge_base`` and ``surge_seq_base``: the same two listers on
+that code, in the same run (on MinIO and on moto).
 
 ``--server moto``: moto's server (``ThreadedMotoServer``, in a ``python -c``
 process of its own, so it does not share the lister's interpreter) answers
@@ -92,6 +100,8 @@ BUCKETS = {7500: "flat-7500", 100_000: "nested-100000"}
 MOTO_BUCKETS = ["flat-20000", "nested-20000"]
 MOTO_PEERS = ["surge", "surge_seq", "boto3_paginator"]
 MAX_ROUNDS = 20
+#: surge's listers, and the same run with the code of ``--baseline`` (``_base``).
+SURGE_PEERS = ("surge", "surge_seq", "surge_base", "surge_seq_base")
 
 
 def bucket_keys(bucket: str) -> list[str]:
@@ -110,12 +120,12 @@ def _listing(
 ) -> tuple[list[str], float, float, dict[str, Any]]:
     """(keys, wall seconds, CPU seconds, surge's Stats or {}) of one listing by ``peer``."""
     url = f"s3://{bucket}"
-    if peer in ("surge", "surge_seq"):
+    if peer in SURGE_PEERS:
         from surge.loops import new_event_loop
         from surge.s3 import Credentials, ListOptions, list_pages
 
         options = ListOptions(
-            parallel=16 if peer == "surge" else 1,
+            parallel=1 if peer.startswith("surge_seq") else 16,
             endpoint_url=endpoint,
             region=REGION,  # as every peer is given it
             credentials=Credentials(ACCESS_KEY, SECRET_KEY),
@@ -248,11 +258,31 @@ def run_peer(peer: str, endpoint: str, bucket: str, workdir: Path) -> dict[str, 
     if peer in ("surge_cli", "s5cmd"):
         return _external(peer, endpoint, bucket, workdir)
     command = [sys.executable, __file__, "child", peer, endpoint, bucket]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    env = None
+    if peer.endswith("_base"):
+        # The same lister on the code of --baseline (another checkout's src/),
+        # found before the installed one.
+        baseline = os.environ["SURGE_BENCH_BASELINE"]
+        env = {**os.environ, "PYTHONPATH": baseline + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"{peer} failed:\n{done.stderr[-2000:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+def _median_run(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """A lister's rounds on MinIO: the round of median wall time (its keys, CPU,
+    requests), with every round's wall time and the rounds themselves."""
+    ordered = sorted(results, key=lambda r: r["wall"])
+    median = dict(ordered[(len(ordered) - 1) // 2])
+    median["walls"] = [r["wall"] for r in results]
+    median["wall_best"] = ordered[0]["wall"]
+    median["rounds"] = results
+    # every round's keys must be boto3's, not only the median's
+    if any(r["sha256"] != median["sha256"] for r in results):
+        median["sha256"] = "rounds differ"
+    return median
 
 
 # -- the delay proxy -----------------------------------------------------------------------
@@ -412,6 +442,8 @@ def ensure_bucket(endpoint: str, bucket: str) -> str:
 LABELS = {
     "surge": "surge parallel=16",
     "surge_seq": "surge parallel=1",
+    "surge_base": "baseline parallel=16",
+    "surge_seq_base": "baseline parallel=1",
     "boto3_paginator": "boto3 paginator",
 }
 #: The issue's bound: the fan-out may cost at most about this much over --parallel 1.
@@ -499,7 +531,7 @@ def main_moto(args: argparse.Namespace, out: str) -> None:
     unknown = set(buckets) - set(MOTO_BUCKETS)
     if unknown:
         raise SystemExit(f"--buckets: {', '.join(sorted(unknown))}: not one of {MOTO_BUCKETS}")
-    repeated = [p for p in peers if p in ("surge", "surge_seq")]
+    repeated = [p for p in peers if p in SURGE_PEERS]
     once = [p for p in peers if p not in repeated]
     rounds = min(max(1, args.rounds or 3), MAX_ROUNDS)
     latencies = [0.0] + ([args.latency_ms] if args.latency_ms > 0 else [])
@@ -597,8 +629,17 @@ def main() -> None:
         "--rounds", type=int, help=f"moto: rounds of surge's listers (default 3, <= {MAX_ROUNDS})"
     )
     parser.add_argument("--buckets", help=f"moto: some of {MOTO_BUCKETS} (default: all)")
+    parser.add_argument(
+        "--baseline",
+        help="a directory holding another version's surge package (a copy of its src/): "
+        "adds the peers surge_base and surge_seq_base, run on that code in the same run",
+    )
     parser.add_argument("--out", help="default: benchmarks/results/s3.json (moto: s3-moto.json)")
     args = parser.parse_args()
+    if args.baseline:
+        if not (Path(args.baseline) / "surge" / "__init__.py").is_file():
+            raise SystemExit(f"--baseline {args.baseline}: no surge package there")
+        os.environ["SURGE_BENCH_BASELINE"] = str(Path(args.baseline).resolve())
     results_dir = Path(__file__).parent / "results"
     if args.server == "moto":
         main_moto(args, args.out or str(results_dir / "s3-moto.json"))
@@ -608,6 +649,7 @@ def main() -> None:
     from surge.s3.minio import cache_dir, minio_server
 
     peers = args.only.split(",") if args.only else PEERS
+    rounds = min(max(1, args.rounds or 1), MAX_ROUNDS)
     sizes = [int(s) for s in args.sizes.split(",")]
     latency_sizes = {int(s) for s in args.latency_sizes.split(",") if s}
     workdir = cache_dir() / "bench-tmp"
@@ -635,21 +677,30 @@ def main() -> None:
                 # and whichever lister went first paid for it (surge: 4.6 s cold,
                 # 2.3-2.6 s warm on the 100,000-object bucket).
                 _external("s5cmd", endpoint, bucket, workdir)
-                rows = {}
-                for peer in peers:
-                    print(f"{bucket} at {latency:g} ms: {peer} ...", file=sys.stderr, flush=True)
-                    rows[peer] = run_peer(peer, endpoint, bucket, workdir)
-                    rows[peer]["load_1min"] = os.getloadavg()[0]
+                runs: dict[str, list[dict[str, Any]]] = {}
+                for round_ in range(rounds):
+                    # interleaved, the order turned round every other round
+                    for peer in peers if round_ % 2 == 0 else peers[::-1]:
+                        print(
+                            f"{bucket} at {latency:g} ms, round {round_ + 1}: {peer} ...",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+                        result = run_peer(peer, endpoint, bucket, workdir)
+                        result["load_1min"] = os.getloadavg()[0]
+                        runs.setdefault(peer, []).append(result)
+                rows = {peer: _median_run(results) for peer, results in runs.items()}
             finally:
                 if proxy is not None:
                     proxy.terminate()
                     proxy.wait()
             reference = rows.get("boto3_paginator") or rows.get("boto3_resource")
             table = Table(
-                f"{size:,} objects ({bucket}), {latency:g} ms each way",
+                f"{size:,} objects ({bucket}), {latency:g} ms each way, {rounds} round(s)",
                 [
                     "lister",
-                    "wall s",
+                    "wall s (median)",
+                    "each round s",
                     "objects/s",
                     "CPU s",
                     "CPU us/obj",
@@ -664,8 +715,9 @@ def main() -> None:
                 )
                 r["same_keys_as_boto3"] = same
                 table.add(
-                    peer,
+                    LABELS.get(peer, peer),
                     f"{r['wall']:.2f}",
+                    " / ".join(f"{w:.2f}" for w in r["walls"]),
                     f"{r['objects'] / r['wall']:,.0f}",
                     f"{r['cpu']:.2f}",
                     f"{r['cpu'] / max(1, r['objects']) * 1e6:.1f}",
@@ -673,6 +725,10 @@ def main() -> None:
                     f"{r['objects']:,} {'=' if same else 'DIFFERENT'}",
                 )
             table.note("keys: '=' when the sorted key set is boto3's exactly (count and sha256)")
+            loads = [x["load_1min"] for r in rows.values() for x in r["rounds"]]
+            table.note(
+                f"load average (1 min) as each run ended: {min(loads):.1f} to {max(loads):.1f}"
+            )
             table.print()
             results.append({"size": size, "bucket": bucket, "latency_ms": latency, "rows": rows})
     packages = ["boto3", "botocore", "obstore", "s5cmd", "uvloop", "httptools"]

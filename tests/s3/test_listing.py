@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import socket
+import threading
 from contextlib import aclosing
 from typing import Any
 
@@ -273,15 +276,17 @@ async def test_gives_up_after_the_retries() -> None:
     assert not caught.value.is_usage and len(requests) == 3
 
 
+FIRST_PAGE = (
+    b'<?xml version="1.0" encoding="UTF-8"?><ListBucketResult><Name>b</Name>'
+    b"<EncodingType>url</EncodingType><IsTruncated>true</IsTruncated>"
+    b"<Contents><Key>a</Key><LastModified>2026-11-22T13:04:08.123Z</LastModified>"
+    b"<ETag>&#34;x&#34;</ETag><Size>1</Size><StorageClass>STANDARD</StorageClass></Contents>"
+    b"<NextContinuationToken>after-a</NextContinuationToken></ListBucketResult>"
+)
+
+
 async def test_the_next_page_is_asked_for_before_this_one_is_handed_on() -> None:
-    first = (
-        b'<?xml version="1.0" encoding="UTF-8"?><ListBucketResult><Name>b</Name>'
-        b"<EncodingType>url</EncodingType><IsTruncated>true</IsTruncated>"
-        b"<Contents><Key>a</Key><LastModified>2026-11-22T13:04:08.123Z</LastModified>"
-        b"<ETag>&#34;x&#34;</ETag><Size>1</Size><StorageClass>STANDARD</StorageClass></Contents>"
-        b"<NextContinuationToken>after-a</NextContinuationToken></ListBucketResult>"
-    )
-    server, requests = await _serve([_response(200, first), _response(200, EMPTY_PAGE)])
+    server, requests = await _serve([_response(200, FIRST_PAGE), _response(200, EMPTY_PAGE)])
     port = server.sockets[0].getsockname()[1]
     target = make_target("b", endpoint_url=f"http://127.0.0.1:{port}", no_sign_request=True)
     async with AsyncClient() as client:
@@ -296,6 +301,113 @@ async def test_the_next_page_is_asked_for_before_this_one_is_handed_on() -> None
         rest = [p async for p in pages]
         assert len(rest) == 1 and rest[0].objects == []
     server.close()
+
+
+class _WireServer:
+    """A server on loopback in a thread of its own (a blocking socket, not the
+    test's event loop): it answers the requests of one connection with
+    ``responses`` in order and counts those that have arrived, so a test can
+    tell whether a request is on the wire while its own loop does not run."""
+
+    def __init__(self, responses: list[bytes]) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.requests: list[bytes] = []
+        self.conn: socket.socket | None = None
+        self.arrived = threading.Condition()
+        self.thread = threading.Thread(target=self._serve, args=(responses,), daemon=True)
+        self.thread.start()
+
+    def _serve(self, responses: list[bytes]) -> None:
+        conn, _ = self.listener.accept()
+        self.conn = conn
+        with conn:
+            buffer = b""
+            while True:  # past the responses, requests are counted, not answered
+                while b"\r\n\r\n" not in buffer:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        return
+                    buffer += chunk
+                head, _, buffer = buffer.partition(b"\r\n\r\n")
+                with self.arrived:
+                    self.requests.append(head)
+                    self.arrived.notify_all()
+                if responses:
+                    conn.sendall(responses.pop(0))
+
+    def wait_for(self, count: int) -> bool:
+        """Whether ``count`` requests have arrived (waiting at most 5 s: the
+        request, if sent, is in the kernel's buffers already)."""
+        with self.arrived:
+            return self.arrived.wait_for(lambda: len(self.requests) >= count, timeout=5)
+
+    def close(self) -> None:
+        self.listener.close()
+        if self.conn is not None:
+            with contextlib.suppress(OSError):
+                self.conn.shutdown(socket.SHUT_RDWR)  # ends the thread's recv
+        self.thread.join(5)
+
+
+VERSIONS_FIRST = (
+    b'<?xml version="1.0" encoding="UTF-8"?><ListVersionsResult><Name>b</Name>'
+    b"<IsTruncated>true</IsTruncated><NextKeyMarker>a</NextKeyMarker>"
+    b"<NextVersionIdMarker>v1</NextVersionIdMarker><Version><Key>a</Key>"
+    b"<VersionId>v1</VersionId><IsLatest>true</IsLatest>"
+    b"<LastModified>2026-11-22T13:04:08.123Z</LastModified><ETag>&#34;x&#34;</ETag>"
+    b"<Size>1</Size><StorageClass>STANDARD</StorageClass></Version></ListVersionsResult>"
+)
+VERSIONS_LAST = (
+    b'<?xml version="1.0" encoding="UTF-8"?><ListVersionsResult><Name>b</Name>'
+    b"<IsTruncated>false</IsTruncated></ListVersionsResult>"
+)
+
+
+@pytest.mark.parametrize("kind", ["pages", "versions"])
+async def test_the_next_request_is_on_the_wire_before_this_page_is_parsed(kind: str) -> None:
+    # The listing hands page 1 on after parsing it, and the test then holds the
+    # loop (no await) while the server, in its own thread, waits for request 2:
+    # it arrives only if it was written before the parse. (A request merely
+    # scheduled as a task went out after the parse, and after the consumer's
+    # work on the page: at the listing's next await.)
+    first = FIRST_PAGE if kind == "pages" else VERSIONS_FIRST
+    last = EMPTY_PAGE if kind == "pages" else VERSIONS_LAST
+    server = _WireServer([_response(200, first), _response(200, last)])
+    target = make_target("b", endpoint_url=f"http://127.0.0.1:{server.port}", no_sign_request=True)
+    try:
+        async with AsyncClient() as client:
+            lister = Lister(target, client)
+            pages: Any = lister.pages("") if kind == "pages" else lister.versions("")
+            await anext(pages)
+            assert server.wait_for(2), "request 2 went out after page 1 was parsed"
+            rest = [p async for p in pages]  # an empty page; no versions are no page
+            assert len(rest) == (1 if kind == "pages" else 0)
+    finally:
+        server.close()
+    follow = b"continuation-token=after-a" if kind == "pages" else b"key-marker=a"
+    assert follow in server.requests[1]
+
+
+async def test_a_listing_left_early_lets_go_of_its_request_in_flight() -> None:
+    # The request for page 2 is on the wire and never answered; the consumer
+    # leaves after page 1. Closing the listing must end that request then, not
+    # leave a running task to be cancelled when its loop shuts down.
+    server = _WireServer([_response(200, FIRST_PAGE)])
+    target = make_target("b", endpoint_url=f"http://127.0.0.1:{server.port}", no_sign_request=True)
+
+    def fetching() -> list[asyncio.Task[Any]]:
+        return [t for t in asyncio.all_tasks() if not t.done() and "Lister" in repr(t.get_coro())]
+
+    try:
+        async with AsyncClient() as client:
+            pages = Lister(target, client).pages("")
+            await anext(pages)
+            assert server.wait_for(2) and len(fetching()) == 1
+            await pages.aclose()
+            assert fetching() == []
+    finally:
+        server.close()
 
 
 # -- moto's server: a second S3 implementation --------------------------------------------

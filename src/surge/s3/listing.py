@@ -4,8 +4,9 @@ A sequential listing pays a round trip and the server's work per 1,000 keys,
 one after another. Three things take that away:
 
 * **Pipelining.** The next page is asked for as soon as this page's body is in
-  (its continuation token, or its last key, found with ``find``), and only
-  then is this page parsed and handed on: parsing overlaps the next request.
+  (its continuation token, or its last key, found with ``find``), and is on
+  the wire (:func:`started`) before this page is parsed and handed on:
+  parsing overlaps the next request.
 * **Prefix fan-out.** A listing with ``Delimiter=/`` names the "directories"
   (common prefixes) below a prefix; each is then listed on its own, up to
   ``parallel`` at once. A level with fewer prefixes than workers is looked into
@@ -14,9 +15,10 @@ one after another. Three things take that away:
   a range ``(after, end]`` is listed from ``StartAfter=after`` and stops at
   ``end``. When workers are idle, a range that got a truncated page cuts its
   remainder at points estimated from that page's keys (:mod:`keyspace`); the
-  last piece stays open-ended and splits again when it can. The ranges are
-  disjoint and meet at their ends, so the listing is exact - no key twice, none
-  missed - however good or bad the estimates are.
+  last piece stays open-ended and splits again when it can, never further
+  ahead than the keys listed behind it (:meth:`ParallelListing._cuts`). The
+  ranges are disjoint and meet at their ends, so the listing is exact - no key
+  twice, none missed - however good or bad the estimates are.
 
 Why ranges carry on from their last key (``StartAfter``) rather than from a
 continuation token: both are exact, but a range needs its last key anyway to
@@ -39,7 +41,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import islice, pairwise
 from operator import lt
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from surge.errors import RequestError, S3Error
 from surge.http.client import AsyncClient
@@ -82,6 +84,8 @@ INVALID_LISTING = "InvalidListing"
 #: is given up as one that never ends (S3 may send a few; a loop sends them all).
 MAX_EMPTY_PAGES = 100
 
+_T = TypeVar("_T")
+
 
 def invalid(bucket: str, message: str) -> S3Error:
     return S3Error(INVALID_LISTING, message, status=200, bucket=bucket)
@@ -106,6 +110,43 @@ def check_order(keys: list[str], after: str | None, bucket: str) -> None:
             bucket,
             f"keys out of S3's order (UTF-8 bytes) or repeated: {keys[i]!r} then {keys[i + 1]!r}",
         )
+
+
+async def started(request: Awaitable[_T]) -> asyncio.Future[_T]:
+    """``request`` in a task of its own, already sent when this returns.
+
+    A task made by ``ensure_future`` only runs when the code that made it next
+    yields to the loop: a listing that asked for the next page that way and
+    then parsed this page sent the request after the parse (send, parse, send,
+    parse - no overlap at all). One turn of the loop runs the task's first
+    step, and on a kept-alive connection that step writes the request
+    (``AsyncClient.request`` takes an idle connection and writes without an
+    await), so its bytes are on the wire before the parse begins
+    (``tests/s3/test_listing.py``, on a server in another thread).
+    """
+    task = asyncio.ensure_future(request)
+    try:
+        await asyncio.sleep(0)
+    except BaseException:
+        task.cancel()
+        raise
+    return task
+
+
+async def dropped(pending: asyncio.Future[Any] | None) -> None:
+    """Cancel a request no longer wanted (a listing stopped early: ``limit=``,
+    a consumer that breaks) and wait until it has let go of its connection.
+
+    A request already on the wire (:func:`started`) is a running task; left
+    behind in a generator that nobody closes, it was cancelled only when the
+    loop shut the generator down, and its connection's clean-up then ran on
+    a closed loop ("Event loop is closed"). The waiting happens in the
+    generator's ``finally``, while the loop still runs.
+    """
+    if pending is None or pending.done():
+        return
+    pending.cancel()
+    await asyncio.wait([pending])
 
 
 class Tokens:
@@ -218,7 +259,7 @@ class Lister:
         if prefix:
             params["prefix"] = prefix
         seen: set[tuple[str, str]] = set()
-        pending: asyncio.Task[bytes] | None = asyncio.ensure_future(
+        pending: asyncio.Future[bytes] | None = await started(
             self.get(params, "ListVersionsResult")
         )
         try:
@@ -236,7 +277,7 @@ class Lister:
                     follow = {**params, "key-marker": markers[0]}
                     if markers[1]:
                         follow["version-id-marker"] = markers[1]
-                    pending = asyncio.ensure_future(self.get(follow, "ListVersionsResult"))
+                    pending = await started(self.get(follow, "ListVersionsResult"))
                 try:
                     page = parse_versions(body)
                 except ValueError as e:
@@ -244,8 +285,7 @@ class Lister:
                 if page:
                     yield page
         finally:
-            if pending is not None:
-                pending.cancel()
+            await dropped(pending)
 
     async def get(self, params: dict[str, str], answer: str) -> bytes:
         """One signed GET of the target's path with ``params``: the body of a 200
@@ -318,7 +358,7 @@ class Lister:
         the next one always asked for before this one is parsed."""
         tokens = Tokens(self.target.bucket)
         first: str | None = None
-        pending: asyncio.Task[bytes] | None = asyncio.ensure_future(
+        pending: asyncio.Future[bytes] | None = await started(
             self.fetch(prefix, delimiter=delimiter, start_after=start_after)
         )
         try:
@@ -327,9 +367,7 @@ class Lister:
                 pending = None
                 if is_truncated(body):
                     token = tokens.next(body)
-                    pending = asyncio.ensure_future(
-                        self.fetch(prefix, delimiter=delimiter, token=token)
-                    )
+                    pending = await started(self.fetch(prefix, delimiter=delimiter, token=token))
                 page = parse_page(body)
                 # Not S3's order (a server may sort otherwise, and a token
                 # listing does not rely on it), only a page served again.
@@ -343,8 +381,7 @@ class Lister:
                     first = head
                 yield page
         finally:
-            if pending is not None:
-                pending.cancel()
+            await dropped(pending)
 
 
 Emit = Callable[[list[S3Object]], Awaitable[None]]
@@ -385,6 +422,9 @@ class ParallelListing:
         self._paired = 0.0
         self._alone: list[float] = []
         self.clock = time.monotonic
+        # Keys listed so far in each flat space (by prefix): how far ahead its
+        # open-ended range may be cut (_cuts).
+        self._behind: dict[str, int] = {}
 
     @property
     def idle(self) -> int:
@@ -475,7 +515,7 @@ class ParallelListing:
         took(self.clock() - start)
         return body
 
-    def _send(self, prefix: str, after: str | None, max_keys: int) -> asyncio.Future[bytes]:
+    async def _send(self, prefix: str, after: str | None, max_keys: int) -> asyncio.Future[bytes]:
         """A page of a key range, asked for in a task of its own; timed for the
         judge if it goes out alone (this job the only one running: no other
         request in flight) while the judge waits for one. Nothing else starts
@@ -483,12 +523,12 @@ class ParallelListing:
         waiting for this answer."""
         fetch = self.lister.fetch
         if self.busy == 1 and self._judging():
-            return asyncio.ensure_future(
+            return await started(
                 self._timed(
                     lambda: fetch(prefix, start_after=after, max_keys=max_keys), self._judge
                 )
             )
-        return asyncio.ensure_future(fetch(prefix, start_after=after, max_keys=max_keys))
+        return await started(fetch(prefix, start_after=after, max_keys=max_keys))
 
     def submit(self, job: Callable[[], Awaitable[None]]) -> None:
         self.jobs.append(job)
@@ -534,7 +574,7 @@ class ParallelListing:
             self._timed(lambda: lister.fetch(prefix, delimiter="/"), pair.append)
         )
         try:
-            body = await plain
+            body = await plain  # both go out here, before either is parsed
             page = parse_page(body)
             if not page.truncated:
                 if page.objects:
@@ -603,7 +643,7 @@ class ParallelListing:
         grouping = False
         tokens = Tokens(lister.target.bucket)
         before: str | None = None  # the greatest entry of the pages so far
-        pending: asyncio.Future[bytes] | None = first or asyncio.ensure_future(
+        pending: asyncio.Future[bytes] | None = first or await started(
             lister.fetch(prefix, delimiter="/")
         )
         try:
@@ -612,7 +652,7 @@ class ParallelListing:
                 pending = None
                 flat = b"<CommonPrefixes>" not in body
                 if is_truncated(body) and not flat:
-                    pending = asyncio.ensure_future(
+                    pending = await started(
                         lister.fetch(prefix, delimiter="/", token=tokens.next(body))
                     )
                 page = parse_page(body)
@@ -688,7 +728,7 @@ class ParallelListing:
         cut = len(parent)
         # The first directory's size is the best guess at the others'.
         max_keys = _page_for(listed * (count - 1), size)
-        pending: asyncio.Task[bytes] | None = asyncio.ensure_future(
+        pending: asyncio.Future[bytes] | None = await started(
             lister.fetch(parent, start_after=last, max_keys=max_keys)
         )
         try:
@@ -697,7 +737,7 @@ class ParallelListing:
                 pending = None
                 asked, last = last, last_key(body)
                 if is_truncated(body) and last is not None and (stop is None or last < stop):
-                    pending = asyncio.ensure_future(lister.fetch(parent, start_after=last))
+                    pending = await started(lister.fetch(parent, start_after=last))
                 objects = parse_page(body).objects
                 check_order([o.key for o in objects], asked, lister.target.bucket)
                 kept = [
@@ -717,10 +757,36 @@ class ParallelListing:
         workers (the last one open-ended), or one open range if no cut fits."""
         if after is None:
             return
-        cuts = keyspace.cut_points(keys, after, None, max(0, self.idle - 1), self._keys_each())
+        self._behind[prefix] = self._behind.get(prefix, 0) + len(keys)
+        # One worker takes the first range: the others are the ones to cut for.
+        count = min(max(0, self.idle - 1), self._cuts(prefix, None))
+        cuts = keyspace.cut_points(keys, after, None, count, self._keys_each())
         bounds: list[str | None] = [after, *cuts, None]
         for low, high in pairwise(bounds):
             self._submit_range(prefix, low, high, expect=self._keys_each() if high else 0)
+
+    def _cuts(self, prefix: str, end: str | None) -> int:
+        """How many cuts a range under ``prefix`` with workers idle may make: a
+        bounded one, one for each idle worker (it was cut for two pages and is
+        denser than that: its keys are there); an open-ended one, no further
+        ahead than the keys listed so far in its space (issue #19).
+
+        Cut points past the last key listed are guesses about keys nobody has
+        seen, and a range that begins past the end of the space costs a
+        request for nothing: on a server that spends as long on an empty page
+        as on a full one (moto walks the whole bucket for each), that is what
+        a fan-out that does not pay costs. Cut for all 15 idle workers at two
+        pages each, the last pages of a flat space cost up to 15 requests:
+        20,000 keys took 28 requests against 20 when the judge jumped wrongly
+        on moto, and 4,000 keys 20 against 5 on the model server of
+        tests/s3/test_listing_width.py. No further ahead than behind, at most
+        one request in two pages listed goes past the end, and the reach
+        doubles with each round of cuts: a server that scales gets the full
+        width a few round trips later (20 pages: in 7 round trips, not 5).
+        """
+        if end is not None:
+            return self.idle
+        return min(self.idle, self._behind.get(prefix, 0) // self._keys_each())
 
     def _keys_each(self) -> int:
         # Two pages a range: one page each would spend more of the server's work
@@ -744,8 +810,9 @@ class ParallelListing:
         lister = self.lister
         lister.stats.ranges += 1
         size = lister.page_size
+        each = self._keys_each()
         max_keys = _page_for(expect, size)
-        pending: asyncio.Future[bytes] | None = self._send(prefix, after, max_keys)
+        pending: asyncio.Future[bytes] | None = await self._send(prefix, after, max_keys)
         handed, listed = None, 0
         asked, last = None, after
         try:
@@ -759,7 +826,7 @@ class ParallelListing:
                 # the new end. Otherwise it goes out now, before the parse.
                 splitting = more and split and self.idle > 0
                 if more and not splitting:
-                    pending = self._send(prefix, last, max_keys)
+                    pending = await self._send(prefix, last, max_keys)
                 objects = parse_page(body).objects
                 keys = [o.key for o in objects]
                 # A range is exact only if the server keeps S3's order and starts
@@ -772,17 +839,16 @@ class ParallelListing:
                 if objects:
                     handed = keys[-1]
                     listed += len(objects)
+                    self._behind[prefix] = self._behind.get(prefix, 0) + len(objects)
                     await self._hand_on(objects)
                 if not more or last is None:
                     continue
                 if splitting and len(keys) >= 2:
-                    cuts = keyspace.cut_points(keys, last, end, self.idle, self._keys_each())
+                    cuts = keyspace.cut_points(keys, last, end, self._cuts(prefix, end), each)
                     if cuts:
                         bounds: list[str | None] = [*cuts, end]
                         for low, high in pairwise(bounds):
-                            self._submit_range(
-                                prefix, low, high, expect=self._keys_each() if high else 0
-                            )
+                            self._submit_range(prefix, low, high, expect=each if high else 0)
                         end = cuts[0]
                 if end is not None and len(keys) >= 2:
                     # Size the next request to what is left, so the page that
@@ -790,7 +856,7 @@ class ParallelListing:
                     left = keyspace.estimate(keys, last, end)
                     max_keys = _page_for(int(left) if left is not None else 0, size)
                 if splitting:
-                    pending = self._send(prefix, last, max_keys)
+                    pending = await self._send(prefix, last, max_keys)
         finally:
             if pending is not None:
                 pending.cancel()

@@ -97,22 +97,71 @@ def local_path(destination: str, relative_key: str) -> str:
     return os.path.join(destination, *relative_parts(relative_key))
 
 
-def walk_files(root: str) -> Iterator[tuple[str, str]]:
-    """Every file under ``root`` (symbolic links to files followed, to
-    directories not: no cycles), as (path, relative path with ``/``), sorted
-    by relative path, one directory read at a time."""
-    stack: list[tuple[str, str]] = [(root, "")]
+def stays_inside(destination: str, path: str) -> bool:
+    """Whether ``path`` (under ``destination`` by name) is under it on disk too:
+    its directory, symbolic links resolved (``realpath`` keeps the part that does
+    not exist yet as written), is in ``destination`` resolved.  A link inside the
+    destination to a directory outside it would otherwise take a key's file out
+    (``sub -> /etc``, key ``sub/passwd``)."""
+    root = os.path.realpath(destination)
+    real = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def walk_files(
+    root: str, *, follow_links: bool = True, errors: list[tuple[str, str]] | None = None
+) -> Iterator[tuple[str, str]]:
+    """Every file under ``root``, as (path, relative path with ``/``), sorted by
+    relative path, one directory read at a time.
+
+    Symbolic links to files are yielded as files.  Links to directories are
+    walked when ``follow_links`` (as the AWS CLI does by default) - but never
+    into a directory already on the path from ``root`` (a loop is an error) -
+    and skipped otherwise.  A directory that cannot be read, or a loop, is
+    appended to ``errors`` as (path, message) and the walk goes on; with
+    ``errors`` None it raises ``OSError``.  Never silently: a sync's
+    ``--delete`` must not take an unread directory for an empty one."""
+
+    def failed(path: str, message: str) -> None:
+        if errors is None:
+            raise OSError(f"{path}: {message}")
+        errors.append((path, message))
+
+    try:
+        top = os.stat(root)
+    except OSError as e:
+        failed(root, e.strerror or str(e))
+        return
+    stack: list[tuple[str, str, frozenset[tuple[int, int]]]] = [
+        (root, "", frozenset({(top.st_dev, top.st_ino)}))
+    ]
     while stack:
-        directory, relative = stack.pop()
+        directory, relative, ancestors = stack.pop()
         try:
             with os.scandir(directory) as entries:
                 listing = sorted(entries, key=lambda e: e.name)
-        except OSError:
+        except OSError as e:
+            failed(directory, f"cannot read the directory: {e.strerror or e}")
             continue
         subdirectories = []
         for entry in listing:
-            if entry.is_dir(follow_symlinks=False):
-                subdirectories.append((entry.path, f"{relative}{entry.name}/"))
-            else:
-                yield entry.path, relative + entry.name
+            try:
+                if entry.is_symlink():
+                    if not entry.is_dir():  # to a file, or dangling: opened later
+                        yield entry.path, relative + entry.name
+                        continue
+                    if not follow_links:
+                        continue
+                elif not entry.is_dir(follow_symlinks=False):
+                    yield entry.path, relative + entry.name
+                    continue
+                info = entry.stat()
+            except OSError as e:
+                failed(entry.path, e.strerror or str(e))
+                continue
+            ident = (info.st_dev, info.st_ino)
+            if ident in ancestors:
+                failed(entry.path, "a symbolic link loop (a link to a directory above it)")
+                continue
+            subdirectories.append((entry.path, f"{relative}{entry.name}/", ancestors | {ident}))
         stack.extend(reversed(subdirectories))

@@ -59,7 +59,15 @@ from surge.s3.checksums import Digest, Expected, file_mismatch
 from surge.s3.config import Target, split_s3_url
 from surge.s3.objects import INCOMPLETE, Objects, check_range, stream_object
 from surge.s3.parse import S3Object
-from surge.s3.paths import FilterRule, Filters, UnsafeKey, local_path, prefix_dir, walk_files
+from surge.s3.paths import (
+    FilterRule,
+    Filters,
+    UnsafeKey,
+    local_path,
+    prefix_dir,
+    stays_inside,
+    walk_files,
+)
 
 T = TypeVar("T")
 MiB = 1024 * 1024
@@ -328,6 +336,8 @@ class _Download:
         self.temps: dict[str, int] = {}
         #: a sync with --delete: every listed object's path, relative to the destination
         self.seen: set[str] | None = set() if opts.delete else None
+        #: directories a file may be written into (stays_inside said so)
+        self.inside: set[str] = set()
 
     def url(self, key: str) -> str:
         return f"s3://{self.plan.bucket}/{key}"
@@ -405,6 +415,15 @@ class _Download:
         except UnsafeKey as e:
             self._failed(key, None, "UnsafeKey", f"skipping: {e}")
             return
+        parent = os.path.dirname(path)
+        if parent not in self.inside:  # checked once per directory
+            if not stays_inside(self.plan.destination, path):
+                message = "skipping: a symbolic link would take the file outside the destination"
+                self._failed(key, path, "UnsafeKey", message)
+                return
+            if len(self.inside) >= 4096:  # bounded: a tree of many directories
+                self.inside.clear()
+            self.inside.add(parent)
         if self.seen is not None:  # what --delete keeps (excluded files are kept anyway)
             self.seen.add(os.path.relpath(path, self.plan.destination))
         if self.opts.sync and same_file(path, size, modified):
@@ -417,7 +436,10 @@ class _Download:
         maps to (and that the filters take) are removed."""
         assert self.seen is not None
         root = self.plan.destination
-        for path, relative in walk_files(root):
+        errors: list[tuple[str, str]] = []
+        # Links to directories are neither entered nor removed: what they point
+        # to is not the destination's to delete.
+        for path, relative in walk_files(root, follow_links=False, errors=errors):
             if relative in self.seen:
                 continue
             if self.plan.filters and not self.plan.filters.takes(self.plan.prefix + relative):
@@ -433,6 +455,8 @@ class _Download:
                 continue
             self.summary.deleted += 1
             self._tell(Result(None, path, 0, deleted=True))
+        for where, message in errors:
+            self._failed("", where, "LocalError", message)
 
     async def _enqueue(self, job: _Job) -> None:
         if self.opts.dryrun:

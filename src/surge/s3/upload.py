@@ -160,6 +160,8 @@ class _Upload:
         self.remote: dict[str, tuple[int, float]] = {}
         #: a sync's keys that the source has (only for --delete: memory)
         self.seen: set[str] | None = set() if opts.delete else None
+        #: directories the walk could not read (each a failure; --delete then deletes nothing)
+        self.walk_errors: list[tuple[str, str]] = []
         self.target = target
         self.client = client
 
@@ -183,7 +185,15 @@ class _Upload:
                 self._spawn(self._upload(item))
             while self.tasks:
                 await asyncio.gather(*list(self.tasks))
-            if self.opts.delete:
+            if self.opts.delete and self.walk_errors:
+                # An unread directory is not an empty one: its objects stay.
+                self._failed(
+                    self.plan.source,
+                    self.url(self.plan.key),
+                    "IncompleteSource",
+                    "not deleting anything: part of the source could not be read",
+                )
+            elif self.opts.delete:
                 await self._delete_extra()
                 while self.tasks:
                     await asyncio.gather(*list(self.tasks))
@@ -211,7 +221,13 @@ class _Upload:
                 return
             yield _File(plan.source, plan.key)
             return
-        for path, relative in walk_files(plan.source):
+        errors = self.walk_errors
+        reported = 0
+        for path, relative in walk_files(plan.source, errors=errors):
+            while reported < len(errors):  # as the walk meets them
+                where, message = errors[reported]
+                reported += 1
+                yield Failure(where, None, "LocalError", message)
             key = plan.key + relative
             if self.seen is not None:
                 self.seen.add(key)
@@ -241,6 +257,8 @@ class _Upload:
                 )
                 continue
             yield _File(path, key)
+        for where, message in errors[reported:]:
+            yield Failure(where, None, "LocalError", message)
 
     async def _remote(self) -> dict[str, tuple[int, float]]:
         """The destination's objects under the prefix (a sync compares them)."""

@@ -28,7 +28,7 @@ from typing import Any, cast
 
 from surge.errors import UsageError
 from surge.gc_tuning import relaxed_gc
-from surge.http.client import AsyncClient
+from surge.http.client import AsyncClient, make_ssl_context
 from surge.http.proxy import parse_proxy
 from surge.loops import iterate_in_thread
 from surge.s3.config import Target, make_target, split_s3_url
@@ -54,10 +54,26 @@ class EndpointOptions:
     #: The proxy, as ``AsyncClient(proxy=)`` (curl's --proxy); None: the
     #: environment's (https_proxy, all_proxy, no_proxy), as the AWS CLI reads them.
     proxy: str | None = None
+    #: CA certificates (PEM) to trust for an https:// proxy, as curl's
+    #: --proxy-cacert (None: the origins' trust, the system's CAs).
+    proxy_cafile: str | None = None
+    #: An https:// proxy's certificate not verified (curl's --proxy-insecure);
+    #: the origin's still is.
+    proxy_insecure: bool = False
 
     def __post_init__(self) -> None:
         if self.proxy:
             parse_proxy(self.proxy)  # a usage error now, not at the first request
+        if self.proxy_cafile is not None:
+            make_ssl_context(self.proxy_cafile)  # and an unreadable CA file
+
+    def proxy_options(self) -> dict[str, Any]:
+        """The :class:`AsyncClient` keywords for the proxy: every S3 client's."""
+        return {
+            "proxy": self.proxy,
+            "proxy_cafile": self.proxy_cafile,
+            "proxy_insecure": self.proxy_insecure,
+        }
 
     def target(self, bucket: str) -> Target:
         """Where and how to send a bucket's requests ("": the service's)."""
@@ -130,7 +146,7 @@ async def list_pages(
         client = AsyncClient(
             max_connections=opts.parallel + 4,
             max_time=opts.max_time,
-            proxy=opts.proxy,
+            **opts.proxy_options(),
             headers={"Accept-Encoding": "identity"},
             cookies=False,  # S3 authenticates each request; the AWS CLI keeps none
         )
@@ -205,7 +221,7 @@ async def list_versions(
     own_client = client is None
     if client is None:
         client = AsyncClient(
-            max_connections=2, max_time=opts.max_time, cookies=False, proxy=opts.proxy
+            max_connections=2, max_time=opts.max_time, cookies=False, **opts.proxy_options()
         )
     lister = Lister(opts.target(bucket), client, page_size=opts.page_size, retries=opts.retries)
     lister.stats = opts.stats
@@ -242,7 +258,7 @@ async def list_buckets(
     own_client = client is None
     if client is None:
         client = AsyncClient(
-            max_connections=1, max_time=opts.max_time, cookies=False, proxy=opts.proxy
+            max_connections=1, max_time=opts.max_time, cookies=False, **opts.proxy_options()
         )
     lister = Lister(target, client, retries=opts.retries)
     lister.stats = opts.stats

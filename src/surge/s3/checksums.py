@@ -52,6 +52,57 @@ class _Crc:
         return self.value.to_bytes(self.width, "big")
 
 
+def _crc32_functions() -> tuple[Callable[[Any, int], int], Callable[[int, int, int], int]]:
+    """CRC-32 (zlib's) and its combination of two runs: ISA-L's (python-isal,
+    the ``warc`` extra) when installed - 0.12 s of CPU per GB here against
+    zlib's 0.53 and MD5's 1.64 - else zlib's, and the combination in Python."""
+    try:
+        from isal import isal_zlib
+
+        return isal_zlib.crc32, isal_zlib.crc32_combine
+    except ImportError:  # pragma: no cover - isal is installed where tests run
+        return zlib.crc32, _crc32_combine
+
+
+def _multiply(a: int, b: int) -> int:
+    """a * b modulo the CRC-32 polynomial (reflected), as zlib's multmodp."""
+    product = 0
+    bit = 1 << 31
+    while True:
+        if a & bit:
+            product ^= b
+            if a & (bit - 1) == 0:
+                return product
+        bit >>= 1
+        b = (b >> 1) ^ 0xEDB88320 if b & 1 else b >> 1
+
+
+#: x^(2^k) modulo the polynomial, for k in 0..31 (zlib's x2n_table).
+_X2N = [1 << 30]
+for _ in range(31):
+    _X2N.append(_multiply(_X2N[-1], _X2N[-1]))
+
+
+def _crc32_combine(crc1: int, crc2: int, length2: int) -> int:
+    """The CRC-32 of A + B from A's, B's and B's length (zlib's crc32_combine)."""
+    power = 1 << 31  # x^0
+    k = 3  # x^(8 * length2): bytes to bits
+    while length2:
+        if length2 & 1:
+            power = _multiply(_X2N[k & 31], power)
+        length2 >>= 1
+        k += 1
+    return _multiply(power, crc1) ^ crc2
+
+
+crc32, crc32_combine = _crc32_functions()
+
+
+def crc32_header(value: int) -> str:
+    """A CRC-32 as S3's x-amz-checksum-crc32 says it: base64 of 4 big-endian bytes."""
+    return base64.b64encode(value.to_bytes(4, "big")).decode("ascii")
+
+
 def _crc32c_function() -> Callable[[bytes, int], int] | None:
     try:
         import crc32c  # type: ignore[import-not-found]
@@ -80,7 +131,7 @@ def _factories() -> dict[str, Callable[[], _Hasher] | None]:
     crc32c = _crc32c_function()
     crc64 = _crc64nvme_function()
     return {
-        "crc32": lambda: _Crc(zlib.crc32, 4),
+        "crc32": lambda: _Crc(crc32, 4),
         "crc32c": (lambda: _Crc(crc32c, 4)) if crc32c else None,
         "crc64nvme": (lambda: _Crc(crc64, 8)) if crc64 else None,
         "sha1": hashlib.sha1,
@@ -139,12 +190,16 @@ class Digest:
 
     def __init__(self, expected: Expected) -> None:
         self.expected = expected
-        self.md5: Any = hashlib.md5(usedforsecurity=False) if expected.md5 else None
+        self.md5: Any = None
         self.checksum: _Hasher | None = None
         if expected.checksum is not None:
+            # One check, the server's checksum rather than the MD5 when it has
+            # both: a CRC-32 costs a tenth of an MD5's CPU.
             factory = ALGORITHMS[expected.checksum[0]]
             assert factory is not None
             self.checksum = factory()
+        elif expected.md5:
+            self.md5 = hashlib.md5(usedforsecurity=False)
 
     def update(self, data: bytes | memoryview) -> None:
         if self.md5 is not None:

@@ -39,6 +39,18 @@ from surge.s3.paths import FilterRule
 from surge.terminal import ProgressLine, die, error_line
 
 
+def _proxy_tls(command: Callable[..., None]) -> Callable[..., None]:
+    """curl's (and surge fetch's) flags for TLS to an https:// proxy."""
+    command = click.option(
+        "--proxy-insecure", is_flag=True, help="Do not verify an https:// proxy's certificate."
+    )(command)
+    return click.option(
+        "--proxy-cacert",
+        type=click.Path(dir_okay=False),
+        help="CA certificates (PEM) to trust for an https:// proxy (default: as for S3).",
+    )(command)
+
+
 @click.group("s3")
 def s3_group() -> None:
     """S3 (and S3-compatible) storage."""
@@ -58,6 +70,7 @@ def s3_group() -> None:
     metavar="[SCHEME://][USER:PASSWORD@]HOST[:PORT]",
     help="Go through this proxy (as surge fetch). Default: $https_proxy, $all_proxy.",
 )
+@_proxy_tls
 @click.option(
     "--parallel",
     default=16,
@@ -88,6 +101,8 @@ def ls_command(
     profile: str | None,
     no_sign_request: bool,
     proxy: str | None,
+    proxy_cacert: str | None,
+    proxy_insecure: bool,
     parallel: int,
     page_size: int,
     human_readable: bool,
@@ -111,6 +126,8 @@ def ls_command(
             profile=profile,
             no_sign_request=no_sign_request,
             proxy=proxy,
+            proxy_cafile=proxy_cacert,
+            proxy_insecure=proxy_insecure,
             notice=lambda message: click.echo(f"surge s3 ls: {message}", err=True),
         )
     except UsageError as e:
@@ -465,6 +482,7 @@ def _transfer_options(command: Callable[..., None]) -> Callable[..., None]:
             "--no-sign-request", is_flag=True, help="Anonymous requests (public buckets)."
         ),
         click.option("-x", "--proxy", metavar="[SCHEME://][USER:PASSWORD@]HOST[:PORT]"),
+        _proxy_tls,
         click.option("--quiet", "-q", is_flag=True, help="Print nothing but usage errors."),
         click.option("--only-show-errors", is_flag=True, help="No line per object; errors only."),
         click.option(
@@ -528,14 +546,24 @@ def _transfer(
     profile: str | None,
     no_sign_request: bool,
     proxy: str | None,
+    proxy_cacert: str | None,
+    proxy_insecure: bool,
     quiet: bool,
     only_show_errors: bool,
     json_summary: bool,
     no_progress: bool,
 ) -> None:
     """cp and sync: the options built, the run, its lines and summary, the exit."""
-    from surge.s3.transfer import DownloadOptions, Result, download_async, run_cleanly
+    from surge.s3.transfer import (
+        DownloadOptions,
+        Result,
+        download_async,
+        run_cleanly,
+        steady_heap,
+    )
     from surge.s3.upload import UploadOptions, upload_async
+
+    steady_heap()  # this process is the transfer's: fewer page faults a GB
 
     uploading = destination.startswith("s3://") and not source.startswith("s3://")
     if not uploading and not source.startswith("s3://"):
@@ -601,6 +629,8 @@ def _transfer(
             "profile": profile,
             "no_sign_request": no_sign_request,
             "proxy": proxy,
+            "proxy_cafile": proxy_cacert,
+            "proxy_insecure": proxy_insecure,
             "on_result": on_result,
             "on_progress": on_progress,
         }

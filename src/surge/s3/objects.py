@@ -15,7 +15,7 @@ import asyncio
 import base64
 import hashlib
 import re
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 from urllib.parse import quote
@@ -53,15 +53,18 @@ def object_path(target: Target, key: str) -> str:
 
 
 class Sink(Protocol):
-    """Where a GET's body goes."""
+    """Where a GET's body goes.  ``write`` may return an awaitable: the GET waits
+    for it before it takes the next chunk (the connection's read-ahead then
+    fills, and it stops reading: back-pressure from a sink whose disk is slow)."""
 
-    def begin(self, response: Response) -> None:
+    async def begin(self, response: Response) -> None:
         """A 200/206 arrived (again, on a retry: start over); raise to refuse it."""
 
-    def write(self, chunk: bytes) -> None: ...
+    def write(self, chunk: bytes) -> Awaitable[None] | None: ...
 
-    def end(self) -> None:
-        """The body is complete; raise :class:`S3Error` if it is not what it should be."""
+    async def end(self) -> None:
+        """The body is complete (and, for a file, written); raise
+        :class:`S3Error` if it is not what it should be."""
 
 
 class Objects:
@@ -157,10 +160,12 @@ class Objects:
                 async with self.client.stream("GET", url, headers=headers) as response:
                     status = response.status
                     if status in (200, 206):
-                        sink.begin(response)
+                        await sink.begin(response)
                         async for chunk in response.aiter_raw():
-                            sink.write(chunk)
-                        sink.end()
+                            wait = sink.write(chunk)
+                            if wait is not None:
+                                await wait
+                        await sink.end()
                         return
                     error_body = await response.aread()
             except RequestError as e:
@@ -194,47 +199,73 @@ class Objects:
         body: Callable[[], Any],
         *,
         md5: bytes | None = None,
+        crc32: str | None = None,
         content_type: str | None = None,
     ) -> Headers:
         """PutObject: ``body()`` (made afresh for each try: bytes or a
-        :class:`FileRange`), with its Content-MD5 if given (the server then
-        refuses a body that is not those bytes).  The response's headers."""
+        :class:`FileRange`), with its Content-MD5 and x-amz-checksum-crc32 if
+        given (a server that checks them refuses a body that is not those
+        bytes).  The response's headers (the checksum echoed, where checked)."""
         plain = _body_headers(md5, content_type)
-        response = await self._call("PUT", key, body=body, plain=plain)
+        amz = [("x-amz-checksum-crc32", crc32)] if crc32 else []
+        response = await self._call("PUT", key, body=body, plain=plain, amz=amz)
         return response.headers
 
-    async def create_multipart(self, key: str, *, content_type: str | None = None) -> str:
-        """CreateMultipartUpload: the upload's id."""
+    async def create_multipart(
+        self, key: str, *, content_type: str | None = None, crc32: bool = False
+    ) -> str:
+        """CreateMultipartUpload: the upload's id.  ``crc32``: the parts carry
+        their CRC-32s, and the object its own (S3's FULL_OBJECT type)."""
         plain = _body_headers(None, content_type)
-        response = await self._call("POST", key, params={"uploads": ""}, plain=plain)
+        amz = [("x-amz-checksum-algorithm", "CRC32"), ("x-amz-checksum-type", "FULL_OBJECT")]
+        response = await self._call(
+            "POST", key, params={"uploads": ""}, plain=plain, amz=amz if crc32 else ()
+        )
         upload_id = _element(response.body, "UploadId")
         if not upload_id:
             raise self._error("InvalidResponse", "no UploadId in the answer", response.status)
         return upload_id
 
     async def upload_part(
-        self, key: str, upload_id: str, number: int, body: Callable[[], Any], md5: bytes | None
-    ) -> str:
-        """UploadPart: the part's ETag."""
+        self,
+        key: str,
+        upload_id: str,
+        number: int,
+        body: Callable[[], Any],
+        md5: bytes | None,
+        crc32: str | None = None,
+    ) -> Headers:
+        """UploadPart: the response's headers (ETag; the checksum echoed, where checked)."""
         params = {"partNumber": str(number), "uploadId": upload_id}
+        amz = [("x-amz-checksum-crc32", crc32)] if crc32 else []
         response = await self._call(
-            "PUT", key, params=params, body=body, plain=_body_headers(md5, None)
+            "PUT", key, params=params, body=body, plain=_body_headers(md5, None), amz=amz
         )
-        etag = response.header("etag")
-        if not etag:
+        if not response.header("etag"):
             raise self._error("InvalidResponse", f"no ETag for part {number}", response.status)
-        return etag
+        return response.headers
 
     async def complete_multipart(
-        self, key: str, upload_id: str, parts: Sequence[tuple[int, str]]
-    ) -> str:
-        """CompleteMultipartUpload of ``parts`` ((number, ETag), in order): the
-        object's ETag."""
+        self,
+        key: str,
+        upload_id: str,
+        parts: Sequence[tuple[int, str, str | None]],
+        crc32: str | None = None,
+    ) -> tuple[str, str | None]:
+        """CompleteMultipartUpload of ``parts`` ((number, ETag, CRC-32 or None),
+        in order), with the whole object's CRC-32 if given (the server checks
+        it against the parts').  The object's ETag and the CRC-32 the server
+        answers (None: it says none)."""
         document = "".join(
-            f"<Part><PartNumber>{number}</PartNumber><ETag>{escape(etag)}</ETag></Part>"
-            for number, etag in parts
+            f"<Part><PartNumber>{number}</PartNumber><ETag>{escape(etag)}</ETag>"
+            + (f"<ChecksumCRC32>{checksum}</ChecksumCRC32>" if checksum else "")
+            + "</Part>"
+            for number, etag, checksum in parts
         )
         body = f"<CompleteMultipartUpload>{document}</CompleteMultipartUpload>".encode()
+        amz = []
+        if crc32:
+            amz = [("x-amz-checksum-crc32", crc32), ("x-amz-checksum-type", "FULL_OBJECT")]
         response = await self._call(
             "POST",
             key,
@@ -242,8 +273,9 @@ class Objects:
             body=lambda: body,
             payload_hash=hashlib.sha256(body).hexdigest(),
             plain=[("Content-Type", "application/xml")],
+            amz=amz,
         )
-        return _element(response.body, "ETag") or ""
+        return _element(response.body, "ETag") or "", _element(response.body, "ChecksumCRC32")
 
     async def delete(self, key: str) -> None:
         """DeleteObject (a sync's --delete)."""
@@ -266,6 +298,7 @@ class Objects:
         plain: Sequence[tuple[str, str]] = (),
         body: Callable[[], Any] | None = None,
         payload_hash: str | None = None,
+        amz: Sequence[tuple[str, str]] = (),
     ) -> Response:
         """One request of the object, retried as the policy says (5xx, SlowDown,
         transient transport errors): its 2xx response, body read (a document, or
@@ -280,7 +313,7 @@ class Objects:
         attempt = 0
         while True:
             self.requests += 1
-            headers = self._signed(method, path, query, payload_hash=payload_hash) + list(plain)
+            headers = self._signed(method, path, query, amz, payload_hash) + list(plain)
             try:
                 response = await self.client.request(
                     method, url, headers=headers, content=None if body is None else body()
@@ -372,7 +405,7 @@ class _Part:
         self.chunks: list[bytes] = []
         self.received = 0
 
-    def begin(self, response: Response) -> None:
+    async def begin(self, response: Response) -> None:
         check_range(response, self.first, self.last)
         self.chunks.clear()
         self.received = 0
@@ -381,7 +414,7 @@ class _Part:
         self.chunks.append(chunk)
         self.received += len(chunk)
 
-    def end(self) -> None:
+    async def end(self) -> None:
         want = self.last - self.first + 1
         if self.received != want:
             raise S3Error(INCOMPLETE, f"{self.received} of {want} bytes", status=None, bucket="")

@@ -87,3 +87,18 @@ def test_a_download_never_writes_through_a_link_out_of_the_destination(
     assert (outside / "x.txt").read_bytes() == b"precious"
     assert os.path.islink(down / "sub")  # not deleted either: its target is not ours
     assert tree(down) == {"a.txt": b"a"}  # (the walk does not enter the link)
+
+
+def test_sync_down_judges_age_as_the_aws_cli(server: Buckets, tmp_path: Path) -> None:
+    """Same size: a file older than its object (uploaded from here, its mtime
+    kept) is left alone; one newer (edited since the last sync) is fetched
+    again, as `aws s3 sync` does."""
+    down = tmp_path / "down"
+    write_tree(down, {"old.txt": b"same", "edited.txt": b"mine"})
+    bucket = new_bucket(server, {"old.txt": b"same", "edited.txt": b"orig"})
+    os.utime(down / "old.txt", (1_600_000_000, 1_600_000_000))  # 2020: older than the object
+    os.utime(down / "edited.txt", (4_000_000_000, 4_000_000_000))  # newer than the object
+    summary = surge.s3.sync(f"s3://{bucket}/", str(down), **server.options())
+    assert (summary.objects, summary.unchanged) == (1, 1)
+    assert tree(down) == {"old.txt": b"same", "edited.txt": b"orig"}
+    assert int(os.stat(down / "old.txt").st_mtime) == 1_600_000_000

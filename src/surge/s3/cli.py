@@ -525,6 +525,23 @@ def sync_command(ctx: click.Context, **flags: Any) -> None:
     _transfer(ctx, "surge s3 sync", sync=True, recursive=True, **flags)
 
 
+def _fit_descriptors(command: str, concurrency: int, quiet: bool) -> int:
+    """The concurrency the open-files limit holds: a slot holds a socket and a
+    file.  The soft limit is raised to the hard one first (surge.bulk.limits,
+    as surge fetch does); past that the concurrency is lowered and said so,
+    rather than failing objects with EMFILE (macOS's default is 256)."""
+    from surge.bulk.limits import fit_open_files, open_files_limit
+
+    fitted = max(1, fit_open_files(2 * concurrency) // 2)
+    if fitted < concurrency and not quiet:
+        click.echo(
+            f"surge s3 {command}: the open-files limit is {open_files_limit()}; lowering "
+            f"--concurrency from {concurrency} to {fitted} (raise it with 'ulimit -n')",
+            err=True,
+        )
+    return min(fitted, concurrency)
+
+
 def _transfer(
     ctx: click.Context,
     command: str,
@@ -610,6 +627,7 @@ def _transfer(
             f"  {summary.failed} failed"
         )
 
+    concurrency = _fit_descriptors(command, concurrency, quiet)
     try:
         rules = filter_order(ctx.meta.get("surge.argv", []), include, exclude)
         common: dict[str, Any] = {

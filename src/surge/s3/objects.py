@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from urllib.parse import quote
 from xml.sax.saxutils import escape, unescape
 
-from surge.errors import RequestError, S3Error, UsageError
+from surge.errors import LocalResourceError, RequestError, S3Error, UsageError
 from surge.http.client import AsyncClient
 from surge.http.response import Headers, Response
 from surge.retry import RetryPolicy, retry_after_seconds
@@ -275,7 +275,14 @@ class Objects:
             plain=[("Content-Type", "application/xml")],
             amz=amz,
         )
-        return _element(response.body, "ETag") or "", _element(response.body, "ChecksumCRC32")
+        etag = _element(response.body, "ETag")
+        if not etag:  # no object said to be made: never taken for a success
+            raise self._error(
+                "InvalidResponse",
+                "CompleteMultipartUpload answered 2xx without the object's ETag",
+                response.status,
+            )
+        return etag, _element(response.body, "ChecksumCRC32")
 
     async def delete(self, key: str) -> None:
         """DeleteObject (a sync's --delete)."""
@@ -325,9 +332,12 @@ class Objects:
                 raise self._error(e.error_class, e.detail, e.status) from e
             except UsageError as e:  # the file changed size as it was sent
                 raise self._error("LocalError", str(e), None) from e
+            except LocalResourceError as e:  # out of descriptors: this machine's, a failure line
+                raise self._error("LocalError", str(e), None) from e
             status = response.status
-            # CompleteMultipartUpload can answer 200 with an error document.
-            if 200 <= status < 300 and b"<Error>" not in response.body[:256]:
+            # CompleteMultipartUpload can answer 200 with an error document, and
+            # (S3 documents it) whitespace before it while it works.
+            if 200 <= status < 300 and not _is_error_document(response.body):
                 return response
             code, message = parse_error(response.body)
             if status in RETRY_STATUSES or code in RETRY_CODES:
@@ -356,6 +366,16 @@ def _body_headers(md5: bytes | None, content_type: str | None) -> list[tuple[str
     if content_type is not None:
         headers.append(("Content-Type", content_type))
     return headers
+
+
+def _is_error_document(body: bytes) -> bool:
+    """Whether an answer's root element is ``<Error>`` (after whitespace and an
+    XML declaration), however much whitespace comes first."""
+    head = body.lstrip()
+    if head.startswith(b"<?xml"):
+        end = head.find(b"?>")
+        head = head[end + 2 :].lstrip() if end >= 0 else b""
+    return head.startswith(b"<Error>") or head.startswith(b"<Error ")
 
 
 def _element(document: bytes, name: str) -> str | None:

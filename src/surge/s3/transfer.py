@@ -1055,13 +1055,16 @@ def _discard(temp: str, fd: int | None) -> None:
 
 
 def same_file(path: str, size: int, modified: float) -> bool:
-    """A sync's test (the AWS CLI's, by whole seconds): the file at ``path`` has
-    ``size`` bytes and is no older than ``modified``."""
+    """A download sync's test, the AWS CLI's (by whole seconds): the file at
+    ``path`` has ``size`` bytes and is no newer than ``modified``.  A download
+    sets the file's mtime to the object's LastModified, so a file edited since
+    (newer) is fetched again, and one older than the object - uploaded from
+    here, its mtime kept - is left alone, as ``aws s3 sync`` leaves it."""
     try:
         info = os.stat(path)
     except OSError:
         return False
-    return info.st_size == size and int(info.st_mtime) >= int(modified)
+    return info.st_size == size and int(info.st_mtime) <= int(modified)
 
 
 def http_date(value: str | None) -> float | None:

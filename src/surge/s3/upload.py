@@ -336,7 +336,7 @@ class _Upload:
             size = info.st_size
             content_type = self.opts.content_type or mimetypes.guess_type(item.path)[0]
             if size > self.opts.threshold:
-                etag = await self._multipart(item, fd, size, content_type)
+                etag = await self._multipart(item, fd, size, content_type, info)
             else:
                 crc = await self._crc32(fd, 0, size)
                 async with self.slots:
@@ -348,10 +348,13 @@ class _Upload:
                     )
                 etag = headers.get("etag") or ""
                 await self._check(headers, crc, fd, 0, size, f"the object {item.key!r}")
+                _unchanged(fd, info, "the object was stored, maybe with bytes of both")
                 self.summary.sent += size
             self._succeeded(item, size, etag)
         except _NotAFile:
             self._failed(item.path, self.url(item.key), "LocalError", "not a regular file: skipped")
+        except _Changed as e:
+            self._failed(item.path, self.url(item.key), "LocalError", str(e))
         except S3Error as e:
             self._failed(item.path, self.url(item.key), e.code, e.message)
         except OSError as e:
@@ -362,7 +365,9 @@ class _Upload:
             self.open_files.release()
             self._progress()
 
-    async def _multipart(self, item: _File, fd: int, size: int, content_type: str | None) -> str:
+    async def _multipart(
+        self, item: _File, fd: int, size: int, content_type: str | None, info: os.stat_result
+    ) -> str:
         part_size = part_size_for(size, self.opts.part_size)
         if part_size > MAX_PART_SIZE:
             raise S3Error(
@@ -414,6 +419,7 @@ class _Upload:
             if failures:
                 raise failures[0]
             whole_crc = _combined(crcs, part_size, size) if verify else None
+            _unchanged(fd, info, "the multipart upload is aborted")
             async with self.slots:
                 etag, said = await self.objects.complete_multipart(
                     key,
@@ -432,7 +438,7 @@ class _Upload:
                 # a server that says no checksum: the ETag, the MD5 of the parts' MD5s
                 whole = hashlib.md5(b"".join(d or b"" for d in digests), usedforsecurity=False)
                 expected = f"{whole.hexdigest()}-{len(starts)}"
-                if etag.strip('"') not in (expected, "") and _is_multipart_etag(etag):
+                if etag.strip('"') != expected and _is_multipart_etag(etag):
                     raise S3Error(
                         "BadDigest",
                         f"the object's ETag {etag} is not the parts' {expected}",
@@ -510,6 +516,18 @@ class _Upload:
 
 
 class _NotAFile(Exception):
+    pass
+
+
+def _unchanged(fd: int, before: os.stat_result, then: str) -> None:
+    """Raise a LocalError if the file's size or mtime moved since ``before``:
+    its parts were read at different times, so the object may mix versions."""
+    now = os.fstat(fd)
+    if (now.st_size, now.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+        raise _Changed(f"the file changed while it was uploaded: {then}")
+
+
+class _Changed(Exception):
     pass
 
 

@@ -1,0 +1,180 @@
+"""Uploads that must not be reported as done: a CompleteMultipartUpload that
+answers 200 with an error document after whitespace (S3 documents it), and a
+file that changes while its parts are read.  A forwarding proxy of the test's
+own stands in front of MinIO and injects the fault (a hostile review's
+reproductions)."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import resource
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from tests.s3._buckets import Buckets
+from tests.s3.test_cp import new_bucket
+from tests.s3.test_upload import cli
+
+MiB = 1024 * 1024
+SURGE_S3_CP = [sys.executable, "-m", "surge.cli", "s3", "cp", "--recursive"]
+
+#: What the proxy may do instead of forwarding: given (method, path), an answer
+#: (status, body) or None to forward.
+Fault = Callable[[str, str], "tuple[int, bytes] | None"]
+
+
+@contextmanager
+def fault_proxy(upstream: str, fault: Fault) -> Iterator[str]:
+    """A plain HTTP/1.1 forwarder to ``upstream`` (host:port); yields its URL."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+        def forward(self) -> None:
+            length = int(self.headers.get("content-length") or 0)
+            body = self.rfile.read(length) if length else b""
+            answer = fault(self.command, self.path)
+            if answer is None:
+                upstream_connection = http.client.HTTPConnection(upstream, timeout=30)
+                upstream_connection.putrequest(
+                    self.command, self.path, skip_host=True, skip_accept_encoding=True
+                )
+                for name, value in self.headers.items():
+                    upstream_connection.putheader(name, value)
+                upstream_connection.endheaders(body)
+                response = upstream_connection.getresponse()
+                data = response.read()
+                status = response.status
+                headers = [
+                    (k, v)
+                    for k, v in response.getheaders()
+                    if k.lower() not in ("transfer-encoding", "content-length", "connection")
+                ]
+                upstream_connection.close()
+            else:
+                (status, data), headers = answer, []
+            self.send_response(status)
+            for name, value in headers:
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+
+        do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = forward
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _upstream(buckets: Buckets) -> str:
+    return buckets.endpoint_url.split("//", 1)[1]
+
+
+def test_a_complete_answered_200_with_an_error_is_a_failure(
+    buckets: Buckets, tmp_path: Path
+) -> None:
+    source = tmp_path / "big.bin"
+    source.write_bytes(os.urandom(12 * MiB))
+    bucket = new_bucket(buckets, {})
+
+    def complete_fails(method: str, path: str) -> tuple[int, bytes] | None:
+        if method == "POST" and "uploadId=" in path:
+            return 200, (
+                b'<?xml version="1.0" encoding="UTF-8"?>\n'
+                + b" " * 300
+                + b"<Error><Code>InternalError</Code><Message>try again</Message></Error>"
+            )
+        return None
+
+    with fault_proxy(_upstream(buckets), complete_fails) as url:
+        code, stdout, err = cli(
+            url, buckets.credentials, str(source), f"s3://{bucket}/big.bin",
+            "--part-size", "5MiB", "--retries", "0",
+        )  # fmt: skip
+    assert code == 1, (stdout, err)
+    assert "InternalError" in err and "upload:" not in stdout
+    assert buckets.boto3_keys(bucket, "") == []
+    assert buckets.s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+
+
+def test_a_file_changed_during_a_multipart_upload_is_a_failure(
+    buckets: Buckets, tmp_path: Path
+) -> None:
+    """The file is rewritten (same size, new bytes and mtime) once the first
+    part has gone: the upload is aborted, not stored as a mix of both."""
+    source = tmp_path / "big.bin"
+    source.write_bytes(b"A" * (15 * MiB))
+    bucket = new_bucket(buckets, {})
+    rewritten = threading.Event()
+
+    def rewrite_after_a_part(method: str, path: str) -> tuple[int, bytes] | None:
+        if method == "PUT" and "partNumber=" in path and not rewritten.is_set():
+            rewritten.set()
+            source.write_bytes(b"B" * (15 * MiB))
+            os.utime(source, ns=(1, 10**18))  # a different mtime, whatever the clock
+        return None
+
+    with fault_proxy(_upstream(buckets), rewrite_after_a_part) as url:
+        code, stdout, err = cli(
+            url, buckets.credentials, str(source), f"s3://{bucket}/big.bin",
+            "--part-size", "5MiB", "--concurrency", "1",
+        )  # fmt: skip
+    assert rewritten.is_set()
+    assert code == 1, (stdout, err)
+    assert "changed while it was uploaded" in err
+    assert buckets.boto3_keys(bucket, "") == []
+    assert buckets.s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+
+
+def test_a_low_open_files_limit_lowers_the_concurrency(buckets: Buckets, tmp_path: Path) -> None:
+    """With ``ulimit -n 128`` (hard too) and the default --concurrency of 256,
+    cp says it lowers the concurrency and copies every file, both ways."""
+    source = tmp_path / "many"
+    source.mkdir()
+    for i in range(300):
+        (source / f"f{i:03d}").write_bytes(b"x" * i)
+    bucket = new_bucket(buckets, {})
+    env = {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": buckets.credentials.access_key,
+        "AWS_SECRET_ACCESS_KEY": buckets.credentials.secret_key,
+    }
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
+
+    for args in (
+        [str(source), f"s3://{bucket}/m/"],
+        [f"s3://{bucket}/m/", str(tmp_path / "back")],
+    ):
+        done = subprocess.run(
+            [*SURGE_S3_CP, *args, "--endpoint-url", buckets.endpoint_url, "--only-show-errors"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            preexec_fn=limited,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "lowering --concurrency from 256 to" in done.stderr
+        assert "Traceback" not in done.stderr
+    assert len(buckets.boto3_keys(bucket, "m/")) == 300
+    assert sorted(p.name for p in (tmp_path / "back").iterdir()) == sorted(
+        p.name for p in source.iterdir()
+    )

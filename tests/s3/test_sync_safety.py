@@ -102,3 +102,12 @@ def test_sync_down_judges_age_as_the_aws_cli(server: Buckets, tmp_path: Path) ->
     assert (summary.objects, summary.unchanged) == (1, 1)
     assert tree(down) == {"old.txt": b"same", "edited.txt": b"orig"}
     assert int(os.stat(down / "old.txt").st_mtime) == 1_600_000_000
+
+
+def test_sync_of_a_missing_directory_says_so_in_syncs_terms(
+    server: Buckets, tmp_path: Path
+) -> None:
+    bucket = new_bucket(server, {})
+    code, _, err = sync_cli(server, str(tmp_path / "nowhere"), f"s3://{bucket}/")
+    assert code == 2
+    assert "is not a directory (sync uploads a directory)" in err and "--recursive" not in err

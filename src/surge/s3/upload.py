@@ -130,7 +130,8 @@ def plan_upload(source: str, destination: str, opts: UploadOptions) -> UploadPla
     rules = opts.rules()
     if opts.recursive:
         if not os.path.isdir(source):
-            raise UsageError(f"{source!r} is not a directory (--recursive uploads a directory)")
+            what = "sync" if opts.sync else "--recursive"
+            raise UsageError(f"{source!r} is not a directory ({what} uploads a directory)")
         if prefix and not prefix.endswith("/"):
             prefix += "/"  # as the AWS CLI: a recursive destination is a "directory"
         return UploadPlan(bucket, prefix, source, True, Filters("", "", rules))

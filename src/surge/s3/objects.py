@@ -169,10 +169,10 @@ class Objects:
                         return
                     error_body = await response.aread()
             except RequestError as e:
-                attempt += 1
-                if self.policy.error_worth_retrying(e.error_class) and await self._pause(attempt):
-                    continue
-                raise self._error(e.error_class, e.detail, e.status) from e
+                attempt = await self._after_request_error(e, attempt)
+                continue
+            except LocalResourceError as e:  # out of descriptors: this machine's, a failure line
+                raise self._error("LocalError", str(e), None) from e
             except S3Error as e:
                 if e.code != INCOMPLETE:
                     raise
@@ -180,15 +180,8 @@ class Objects:
                 if await self._pause(attempt):
                     continue
                 raise
-            code, message = parse_error(error_body)
-            if status in RETRY_STATUSES or code in RETRY_CODES:
-                attempt += 1
-                if await self._pause(attempt, retry_after_seconds(response.header("retry-after"))):
-                    continue
-            raise self._error(
-                code or STATUS_CODES.get(status, f"HTTP{status}"),
-                message or _status_message(status, key),
-                status,
+            attempt = await self._after_error_answer(
+                key, status, error_body, response.header("retry-after"), attempt
             )
 
     # -- uploads --------------------------------------------------------------------
@@ -326,10 +319,8 @@ class Objects:
                     method, url, headers=headers, content=None if body is None else body()
                 )
             except RequestError as e:
-                attempt += 1
-                if self.policy.error_worth_retrying(e.error_class) and await self._pause(attempt):
-                    continue
-                raise self._error(e.error_class, e.detail, e.status) from e
+                attempt = await self._after_request_error(e, attempt)
+                continue
             except UsageError as e:  # the file changed size as it was sent
                 raise self._error("LocalError", str(e), None) from e
             except LocalResourceError as e:  # out of descriptors: this machine's, a failure line
@@ -339,16 +330,34 @@ class Objects:
             # (S3 documents it) whitespace before it while it works.
             if 200 <= status < 300 and not _is_error_document(response.body):
                 return response
-            code, message = parse_error(response.body)
-            if status in RETRY_STATUSES or code in RETRY_CODES:
-                attempt += 1
-                if await self._pause(attempt, retry_after_seconds(response.header("retry-after"))):
-                    continue
-            raise self._error(
-                code or STATUS_CODES.get(status, f"HTTP{status}"),
-                message or _status_message(status, key),
-                status,
+            attempt = await self._after_error_answer(
+                key, status, response.body, response.header("retry-after"), attempt
             )
+
+    async def _after_request_error(self, error: RequestError, attempt: int) -> int:
+        """A request that failed on the way (GET and every other call alike): the
+        next attempt's number once the policy's pause is over, or S3Error."""
+        attempt += 1
+        if self.policy.error_worth_retrying(error.error_class) and await self._pause(attempt):
+            return attempt
+        raise self._error(error.error_class, error.detail, error.status) from error
+
+    async def _after_error_answer(
+        self, key: str, status: int, body: bytes, retry_after: str | None, attempt: int
+    ) -> int:
+        """An answer that is no success: the next attempt's number once the pause
+        is over, if the status or S3's code is worth another try (Retry-After
+        honoured), else the S3Error it says."""
+        code, message = parse_error(body)
+        if status in RETRY_STATUSES or code in RETRY_CODES:
+            attempt += 1
+            if await self._pause(attempt, retry_after_seconds(retry_after)):
+                return attempt
+        raise self._error(
+            code or STATUS_CODES.get(status, f"HTTP{status}"),
+            message or _status_message(status, key),
+            status,
+        )
 
     async def _pause(self, attempt: int, retry_after: float | None = None) -> bool:
         wait = self.policy.delay(attempt, retry_after=retry_after)

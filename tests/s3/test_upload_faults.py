@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -27,10 +28,19 @@ SURGE_S3_CP = [sys.executable, "-m", "surge.cli", "s3", "cp", "--recursive"]
 #: What the proxy may do instead of forwarding: given (method, path), an answer
 #: (status, body) or None to forward.
 Fault = Callable[[str, str], "tuple[int, bytes] | None"]
+#: What the proxy may do to a forwarded answer: given (method, path, headers,
+#: body), the headers and body to send.
+Rewrite = Callable[[str, str, list[tuple[str, str]], bytes], "tuple[list[tuple[str, str]], bytes]"]
+
+
+def _forward(
+    method: str, path: str, headers: list[tuple[str, str]], body: bytes
+) -> tuple[list[tuple[str, str]], bytes]:
+    return headers, body
 
 
 @contextmanager
-def fault_proxy(upstream: str, fault: Fault) -> Iterator[str]:
+def fault_proxy(upstream: str, fault: Fault, rewrite: Rewrite = _forward) -> Iterator[str]:
     """A plain HTTP/1.1 forwarder to ``upstream`` (host:port); yields its URL."""
 
     class Handler(BaseHTTPRequestHandler):
@@ -59,6 +69,7 @@ def fault_proxy(upstream: str, fault: Fault) -> Iterator[str]:
                     for k, v in response.getheaders()
                     if k.lower() not in ("transfer-encoding", "content-length", "connection")
                 ]
+                headers, data = rewrite(self.command, self.path, headers, data)
                 upstream_connection.close()
             else:
                 (status, data), headers = answer, []
@@ -111,6 +122,66 @@ def test_a_complete_answered_200_with_an_error_is_a_failure(
     assert "InternalError" in err and "upload:" not in stdout
     assert buckets.boto3_keys(bucket, "") == []
     assert buckets.s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+
+
+def _as_sse_kms(with_sse_header: bool) -> Rewrite:
+    """Answers as S3 gives them for an SSE-KMS object on a server that echoes
+    no checksum: the CRC-32 left out, the ETag of a single PUT and of the
+    whole multipart object (in the Complete's body) 32 hex digits that are no
+    MD5 of the body, and - if ``with_sse_header`` -
+    ``x-amz-server-side-encryption: aws:kms`` saying why.  (A part's ETag is
+    kept: it goes back to the server in CompleteMultipartUpload.)"""
+
+    def rewrite(
+        method: str, path: str, headers: list[tuple[str, str]], body: bytes
+    ) -> tuple[list[tuple[str, str]], bytes]:
+        if method not in ("PUT", "POST"):
+            return headers, body
+        kept = [(k, v) for k, v in headers if not k.lower().startswith("x-amz-checksum")]
+        if with_sse_header:
+            kept.append(("x-amz-server-side-encryption", "aws:kms"))
+        if method == "PUT" and "partNumber=" not in path:
+            kept = [(k, v) for k, v in kept if k.lower() != "etag"]
+            kept.append(("ETag", '"' + "ab" * 16 + '"'))
+        if method == "POST" and "uploadId=" in path:
+            body = re.sub(
+                rb"<ETag>[^<]*</ETag>", b"<ETag>&quot;" + b"cd" * 16 + b"-3&quot;</ETag>", body
+            )
+            body = re.sub(rb"<ChecksumCRC32>[^<]*</ChecksumCRC32>", b"", body)
+        return kept, body
+
+    return rewrite
+
+
+def _no_fault(method: str, path: str) -> tuple[int, bytes] | None:
+    return None
+
+
+def test_an_sse_kms_etag_is_not_taken_for_a_bad_digest(buckets: Buckets, tmp_path: Path) -> None:
+    """SSE-KMS and SSE-C ETags are no MD5: with no checksum in the answer, an
+    upload is not failed as BadDigest for that (single PUT and multipart); a
+    non-MD5 ETag without that header still is."""
+    small = tmp_path / "small.bin"
+    small.write_bytes(os.urandom(100_000))
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(11 * MiB))
+    bucket = new_bucket(buckets, {})
+    with fault_proxy(_upstream(buckets), _no_fault, _as_sse_kms(True)) as url:
+        for source in (small, big):
+            code, stdout, err = cli(
+                url, buckets.credentials, str(source), f"s3://{bucket}/{source.name}",
+                "--part-size", "5MiB", "--retries", "0",
+            )  # fmt: skip
+            assert code == 0, (source.name, stdout, err)
+    assert sorted(buckets.boto3_keys(bucket, "")) == ["big.bin", "small.bin"]
+    with fault_proxy(_upstream(buckets), _no_fault, _as_sse_kms(False)) as url:
+        for source in (small, big):
+            code, stdout, err = cli(
+                url, buckets.credentials, str(source), f"s3://{bucket}/again-{source.name}",
+                "--part-size", "5MiB", "--retries", "0",
+            )  # fmt: skip
+            assert code == 1, (source.name, stdout, err)
+            assert "BadDigest" in err
 
 
 def test_a_file_changed_during_a_multipart_upload_is_a_failure(

@@ -474,7 +474,9 @@ class _Upload:
         """The end-to-end check of a body sent with its CRC-32: the checksum the
         server answers (it checked the bytes against it before it stored them:
         S3, MinIO) must be ours; a server that answers none (moto) is checked
-        by its ETag against the body's MD5, computed now.  That MD5, if it was."""
+        by its ETag against the body's MD5, computed now - unless that ETag is no
+        MD5 (SSE-KMS, SSE-C: the AWS SDKs skip the check then too).  That MD5,
+        if it was checked."""
         if crc is None:
             return None
         said = headers.get("x-amz-checksum-crc32")
@@ -487,8 +489,17 @@ class _Upload:
                     bucket=self.plan.bucket,
                 )
             return None
+        etag_md5 = Expected.from_headers(length, headers).md5
+        if etag_md5 is None:
+            return None
         md5 = await asyncio.to_thread(_md5_of, fd, offset, length)
-        _check_etag(headers.get("etag") or "", md5, length, what)
+        if etag_md5 != md5.hex():
+            raise S3Error(
+                "BadDigest",
+                f"the server's ETag for {what} is {etag_md5}, not the MD5 sent {md5.hex()}",
+                status=200,
+                bucket=self.plan.bucket,
+            )
         return md5
 
     # -- what happened ----------------------------------------------------------------
@@ -567,21 +578,6 @@ def _md5_of(fd: int, offset: int, length: int) -> bytes:
         md5.update(block)
         offset += len(block)
     return md5.digest()
-
-
-def _check_etag(etag: str, md5: bytes | None, size: int, what: str) -> None:
-    """A single PUT's or a part's ETag is the body's MD5 (unless it is not an
-    MD5 at all: SSE-KMS, SSE-C)."""
-    if md5 is None:
-        return
-    said = Expected.from_headers(size, {"etag": etag}).md5
-    if said is not None and said != md5.hex():
-        raise S3Error(
-            "BadDigest",
-            f"the server's ETag for {what} is {said}, not the MD5 sent {md5.hex()}",
-            status=200,
-            bucket="",
-        )
 
 
 def _is_multipart_etag(etag: str) -> bool:

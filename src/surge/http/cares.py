@@ -241,6 +241,11 @@ class _LoopChannel:
         self.next_key = 0
         raw = getattr(self.channel, "_channel", None)
         if _ffi is not None and raw is not None:
+            # The bindings are the channel's own: its callback may still run
+            # (on pycares's thread, as the channel is destroyed) when nothing
+            # else uses them.
+            self.ffi: Any = _ffi
+            self.lib: Any = _lib
             self.hints = _ffi.new("struct ares_addrinfo_hints *")
             self.hints.ai_flags = ARES_AI_NOSORT
             # Kept alive by this object, which the channel's socket callback
@@ -264,8 +269,9 @@ class _LoopChannel:
                 key = self.next_key = self.next_key + 1
                 self.pending[key] = lookup
                 self.hints.ai_family = family  # c-ares copies the hints
-                arg = _ffi.cast("void *", key)
-                _lib.ares_getaddrinfo(self.raw, name, _ffi.NULL, self.hints, self.answered, arg)
+                ffi = self.ffi
+                arg = ffi.cast("void *", key)
+                self.lib.ares_getaddrinfo(self.raw, name, ffi.NULL, self.hints, self.answered, arg)
             else:
                 self.channel.getaddrinfo(
                     host, None, family=family, flags=ARES_AI_NOSORT, callback=lookup
@@ -295,11 +301,12 @@ class _LoopChannel:
         v4: list[str] = []
         v6: list[str] = []
         ttl: float | None = None
-        if result != _ffi.NULL:
+        ffi = self.ffi
+        if result != ffi.NULL:
             try:
                 node = result.nodes
-                buffer, ntop = _ffi.buffer, socket.inet_ntop
-                while node != _ffi.NULL:
+                buffer, ntop = ffi.buffer, socket.inet_ntop
+                while node != ffi.NULL:
                     if node.ai_family == socket.AF_INET:
                         v4.append(ntop(socket.AF_INET, buffer(node.ai_addr, _V4 + 4)[_V4:]))
                     else:
@@ -308,15 +315,15 @@ class _LoopChannel:
                         ttl = node.ai_ttl
                     node = node.ai_next
                 cname = result.cnames
-                while cname != _ffi.NULL:  # the chain's records expire too
+                while cname != ffi.NULL:  # the chain's records expire too
                     if ttl is None or cname.ttl < ttl:
                         ttl = cname.ttl
                     cname = cname.next
             finally:
-                _lib.ares_freeaddrinfo(result)
+                self.lib.ares_freeaddrinfo(result)
         if self.closed:  # a closed channel, destroyed on pycares's thread
             return
-        lookup = self.pending.pop(int(_ffi.cast("uintptr_t", arg)), None)
+        lookup = self.pending.pop(int(ffi.cast("uintptr_t", arg)), None)
         if lookup is not None:
             self.in_flight -= 1
             lookup.settle(status, v4, v6, ttl)
@@ -348,7 +355,7 @@ class _LoopChannel:
         if self.closed:
             return
         if self.raw is not None:
-            _lib.ares_process_fd(self.raw, read_fd, write_fd)
+            self.lib.ares_process_fd(self.raw, read_fd, write_fd)
         else:
             self.channel.process_fd(read_fd, write_fd)
 

@@ -356,6 +356,14 @@ def run_child(
     )
 
 
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds of a running process so far (Linux:
+    /proc/PID/stat): a server's own share of a run."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _vm_hwm(pid: int) -> int:
     """The peak RSS of ``pid``'s address space (Linux), 0 if unknown."""
     with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/status") as status:

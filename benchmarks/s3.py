@@ -81,7 +81,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import Table, machine_info, write_json
+from _common import Table, machine_info, process_cpu, write_json
 
 ACCESS_KEY = "surgebench"
 SECRET_KEY = "surgebench-secret-key"  # a throwaway server on 127.0.0.1 only
@@ -397,13 +397,6 @@ def moto_server(timeout: float = 60.0) -> Any:
             process.wait()
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux: /proc/PID/stat)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 # -- filling the buckets ------------------------------------------------------------------
 
 
@@ -573,12 +566,12 @@ def main_moto(args: argparse.Namespace, out: str) -> None:
                                 file=sys.stderr,
                                 flush=True,
                             )
-                            before = cpu_seconds(server_pid)
+                            before = process_cpu(server_pid)
                             result = run_peer(peer, endpoint, bucket, workdir)
                             # moto's own CPU for the listing: a server that works
                             # one request at a time takes that long at the least,
                             # however busy the rest of the machine is.
-                            result["server_cpu"] = cpu_seconds(server_pid) - before
+                            result["server_cpu"] = process_cpu(server_pid) - before
                             # The box's load as the run ended: the machine is shared,
                             # and a busy one moved these times by a third.
                             result["load_1min"] = os.getloadavg()[0]
@@ -655,6 +648,7 @@ def main() -> None:
     workdir = cache_dir() / "bench-tmp"
     workdir.mkdir(parents=True, exist_ok=True)
     results: list[dict[str, Any]] = []
+    cores = os.cpu_count() or 1
     with minio_server(
         cache_dir() / "minio-bench", access_key=ACCESS_KEY, secret_key=SECRET_KEY
     ) as server:
@@ -686,7 +680,9 @@ def main() -> None:
                             file=sys.stderr,
                             flush=True,
                         )
+                        before = process_cpu(server.process.pid)
                         result = run_peer(peer, endpoint, bucket, workdir)
+                        result["server_cpu"] = process_cpu(server.process.pid) - before
                         result["load_1min"] = os.getloadavg()[0]
                         runs.setdefault(peer, []).append(result)
                 rows = {peer: _median_run(results) for peer, results in runs.items()}
@@ -704,6 +700,8 @@ def main() -> None:
                     "objects/s",
                     "CPU s",
                     "CPU us/obj",
+                    "MinIO CPU s",
+                    "floor s",
                     "vs boto3 objects.all()",
                     "keys",
                 ],
@@ -721,10 +719,17 @@ def main() -> None:
                     f"{r['objects'] / r['wall']:,.0f}",
                     f"{r['cpu']:.2f}",
                     f"{r['cpu'] / max(1, r['objects']) * 1e6:.1f}",
+                    f"{r['server_cpu']:.2f}",
+                    f"{(r['server_cpu'] + r['cpu']) / cores:.2f}",
                     f"{base / r['wall']:.1f}x" if base else "",
                     f"{r['objects']:,} {'=' if same else 'DIFFERENT'}",
                 )
             table.note("keys: '=' when the sorted key set is boto3's exactly (count and sha256)")
+            table.note(
+                "MinIO CPU: the server's own CPU seconds during the listing (/proc); floor: "
+                f"MinIO's and the lister's CPU over the {cores} cores they share, the wall "
+                "time no lister could beat on this box"
+            )
             loads = [x["load_1min"] for r in rows.values() for x in r["rounds"]]
             table.note(
                 f"load average (1 min) as each run ended: {min(loads):.1f} to {max(loads):.1f}"

@@ -66,6 +66,7 @@ from _common import (
     parse_sections,
     payload,
     print_targets,
+    process_cpu,
     progress,
     run_child,
     surge_command,
@@ -235,10 +236,13 @@ def timed(
     env: dict[str, str],
     limit: float,
     check: Callable[[], str | None],
+    server_pid: int,
 ) -> dict[str, Any]:
     """Run ``argv`` (its environment: ``env``), then ``check`` its result
-    (None: right; else what is wrong)."""
+    (None: right; else what is wrong); the server's CPU during the run too."""
+    before = process_cpu(server_pid)
     run, _ = run_child(argv, limit, poll_rss=True, env=env)
+    server_cpu = process_cpu(server_pid) - before
     wrong = check() if run.status == 0 and not run.killed else None
     return {
         "peer": peer,
@@ -247,6 +251,7 @@ def timed(
         "killed": run.killed,
         "wall_s": run.wall_s,
         "cpu_s": run.cpu_s,
+        "server_cpu_s": server_cpu,
         "peak_rss_bytes": run.hwm_bytes or run.maxrss_bytes,
         "correct": run.status == 0 and not run.killed and wrong is None,
         "wrong": wrong,
@@ -299,7 +304,7 @@ def run_small(args: argparse.Namespace, server: Any, env: dict[str, str], base: 
                         argv = command(
                             peer, server.endpoint_url, f"s3://{BUCKET}/small/", f"{out}/", True
                         )
-                        result = timed(peer, argv, env, args.limit, check)
+                        result = timed(peer, argv, env, args.limit, check, server.process.pid)
                 else:
                     prefix = f"up-{peer}-{round_}/"
 
@@ -310,7 +315,7 @@ def run_small(args: argparse.Namespace, server: Any, env: dict[str, str], base: 
                     argv = command(
                         peer, server.endpoint_url, f"{source}/", f"s3://{BUCKET}/{prefix}", True
                     )
-                    result = timed(peer, argv, env, args.limit, check_up)
+                    result = timed(peer, argv, env, args.limit, check_up, server.process.pid)
                     _delete_prefix(env, server.endpoint_url, prefix)
                 result["objects_per_s"] = n / result["wall_s"]
                 runs.setdefault(f"{direction}:{peer}", []).append(result)
@@ -353,7 +358,7 @@ def run_big(args: argparse.Namespace, server: Any, env: dict[str, str], base: Pa
                         argv = command(
                             peer, server.endpoint_url, f"s3://{BUCKET}/big.bin", str(target), False
                         )
-                        result = timed(peer, argv, env, args.limit, check)
+                        result = timed(peer, argv, env, args.limit, check, server.process.pid)
                 else:
                     key = f"up-{peer}-{round_}/big.bin"
 
@@ -364,7 +369,7 @@ def run_big(args: argparse.Namespace, server: Any, env: dict[str, str], base: Pa
                     argv = command(
                         peer, server.endpoint_url, str(source), f"s3://{BUCKET}/{key}", False
                     )
-                    result = timed(peer, argv, env, args.limit, check_up)
+                    result = timed(peer, argv, env, args.limit, check_up, server.process.pid)
                     _delete_prefix(env, server.endpoint_url, key)
                 result["mb_per_s"] = size / 2**20 / result["wall_s"]
                 result["cpu_s_per_gb"] = result["cpu_s"] / (size / 2**30)
@@ -399,7 +404,7 @@ def report(section: str, result: dict[str, Any], peers: list[str], targets: list
         table = Table(
             f"{title}: median (range)",
             ["client", "objects/s" if section == "small" else "MB/s", "wall s", "CPU s",
-             "peak RSS MB", "right"],
+             "MinIO CPU s", "peak RSS MB", "right"],
         )  # fmt: skip
         for peer in peers:
             rows = runs.get(f"{direction}:{peer}", [])
@@ -408,9 +413,11 @@ def report(section: str, result: dict[str, Any], peers: list[str], targets: list
                 _spread([r[rate] for r in rows], ",.0f"),
                 _spread([r["wall_s"] for r in rows], ".2f"),
                 _spread([r["cpu_s"] for r in rows], ".2f"),
+                _spread([r["server_cpu_s"] for r in rows], ".2f"),
                 _spread([r["peak_rss_bytes"] / 2**20 for r in rows], ".0f"),
                 f"{sum(r['correct'] for r in rows)}/{len(rows)}",
             )
+        table.note("MinIO CPU: the server's own CPU seconds during the client's run (/proc)")
         table.print()
         surge = runs.get(f"{direction}:surge", [])
         all_right = bool(surge) and all(r["correct"] for r in surge)

@@ -617,12 +617,18 @@ class HTTPConnection(asyncio.Protocol):
         self._parser = None
         if response is not None:
             response.keep_alive = False
+            # Marked retrieved (``exception()``): a waiter still gets the error,
+            # but a request given up on (cancelled: Ctrl-C, a run stopped) has
+            # no waiter, and asyncio would log "Future exception was never
+            # retrieved" for the abort that follows.
             if not response.done.done():
                 response.done.set_exception(error)
+                response.done.exception()
             ready = response.head_ready
             if ready is not None:
                 if not ready.done():
                     ready.set_exception(error)
+                    ready.exception()
                 response._wake()
         if not self.closed:
             self.abort()

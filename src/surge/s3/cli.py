@@ -592,7 +592,12 @@ def _transfer(
 
     def on_result(result: Result) -> None:
         failure = result.failure
-        if failure is not None:
+        if result.skipped is not None:  # as the AWS CLI: a warning, and no failure
+            if errors:
+                if progress is not None:
+                    progress.close()
+                click.echo(f"warning: skipping {result.source}: {result.skipped}", err=True)
+        elif failure is not None:
             if not errors:
                 return
             if failure.code == "UnsafeKey":
@@ -689,9 +694,10 @@ def _transfer(
         if sync:
             deleted = "would delete" if summary.dryrun else "deleted"
             notes = f", {summary.unchanged:,} unchanged, {deleted} {summary.deleted:,}{notes}"
+        skipped = f", {summary.skipped:,} skipped" if summary.skipped else ""
         click.echo(
             f"{command}: {what} {summary.objects:,} objects, {_bytes(summary.bytes)}{rate}, "
-            f"{summary.failed} failed{notes}",
+            f"{summary.failed} failed{skipped}{notes}",
             err=True,
         )
     sys.exit(1 if summary.failed else 0)

@@ -52,13 +52,13 @@ import time
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import aclosing, suppress
+from contextlib import aclosing, contextmanager, suppress
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from queue import SimpleQueue
 from resource import RUSAGE_THREAD, getrusage
 from time import perf_counter
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from surge.errors import S3Error, UsageError
 from surge.http.client import AsyncClient
@@ -232,6 +232,9 @@ class Result:
     dryrun: bool = False
     #: A sync's deletion: ``destination`` removed (``source`` is None then).
     deleted: bool = False
+    #: Not copied, and no failure: why (an upload's FIFO, socket or device
+    #: file: "not a regular file (a FIFO)"), as the AWS CLI warns and skips.
+    skipped: str | None = None
 
 
 @dataclass
@@ -248,6 +251,7 @@ class Summary:
     unchanged: int = 0  # a sync's objects the same on both sides: not copied
     deleted: int = 0  # a sync's --delete: removed from the destination
     folders: int = 0  # folder markers (keys ending in "/"): not files
+    skipped: int = 0  # an upload's files that are no regular ones (FIFOs, sockets, devices)
     parts: int = 0  # ranged GETs of big objects, or parts uploaded
     requests: int = 0
     retries: int = 0
@@ -278,11 +282,66 @@ class Summary:
             "unchanged": self.unchanged,
             "deleted": self.deleted,
             "folders": self.folders,
+            "skipped": self.skipped,
             "parts": self.parts,
             "requests": self.requests,
             "retries": self.retries,
             "dryrun": self.dryrun,
         }
+
+
+#: Answers that end a whole run at once: every other request of the run would
+#: get the same (one line naming the bucket, not one failure per object).
+RUN_ENDING = frozenset({"NoSuchBucket", "InvalidBucketName"})
+
+
+class RunStop:
+    """How a transfer's run ends at once on a :data:`RUN_ENDING` answer to any
+    of its requests: the first such error cancels the run's task where it
+    waits (its in-flight work is cancelled as on Ctrl-C: temporary files
+    removed, multipart uploads aborted), and the run then raises that error
+    instead of :class:`asyncio.CancelledError` - unless the run was cancelled
+    from outside (Ctrl-C) too, which wins."""
+
+    def __init__(self) -> None:
+        #: the first run-ending error
+        self.error: S3Error | None = None
+        #: the run's task while it may still be cancelled for that
+        self.task: asyncio.Task[Any] | None = None
+        self.cancelled = False
+
+    def ends_run(self, error: S3Error) -> bool:
+        """Whether ``error`` ends the run (then it is being stopped, and the
+        error is the run's, not a failure line)."""
+        if error.code not in RUN_ENDING:
+            return False
+        if self.error is None:
+            self.error = error
+            if self.task is not None:
+                self.cancelled = True
+                self.task.cancel()
+        return True
+
+    def settle(self) -> None:
+        """The run is cleaning up: no cancelling it from here on."""
+        self.task = None
+
+    @contextmanager
+    def watching(self) -> Iterator[None]:
+        """Around the run, in its task: the cancellation :meth:`ends_run`
+        made, raised as the error that made it."""
+        task = asyncio.current_task()
+        self.task = task
+        try:
+            yield
+        except asyncio.CancelledError:
+            # uncancel() == 0: nobody else (Ctrl-C) cancelled the run too
+            error = self.error
+            if self.cancelled and error is not None and task is not None and not task.uncancel():
+                raise error from None
+            raise
+        finally:
+            self.task = None
 
 
 @dataclass
@@ -402,6 +461,7 @@ class _Download:
         #: directories a file may be written into (stays_inside said so)
         self.inside: set[str] = set()
         self.writer = _Writer()
+        self.stop = RunStop()
 
     def url(self, key: str) -> str:
         return f"s3://{self.plan.bucket}/{key}"
@@ -409,6 +469,10 @@ class _Download:
     # -- what there is to do -----------------------------------------------------
 
     async def run(self) -> None:
+        with self.stop.watching():
+            await self._run()
+
+    async def _run(self) -> None:
         workers = [asyncio.ensure_future(self._worker()) for _ in range(self.opts.concurrency)]
         try:
             if self.opts.recursive:
@@ -423,6 +487,7 @@ class _Download:
             if self.seen is not None and os.path.isdir(self.plan.destination):
                 self._delete_extra()
         finally:
+            self.stop.settle()
             for worker in workers:
                 worker.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
@@ -460,11 +525,24 @@ class _Download:
         try:
             head = await self.objects.head(key, checksums=self.opts.verify)
         except S3Error as e:
+            if e.status == 404:
+                e = await self._why_missing(key, e)
+            if e.code in RUN_ENDING:
+                raise e from None
             self._failed(key, destination, e.code, e.message)
             return
         size = int(head.get("content-length") or 0)
         modified = http_date(head.get("last-modified"))
         await self._enqueue(_Job(key, size, destination, head, modified))
+
+    async def _why_missing(self, key: str, error: S3Error) -> S3Error:
+        """A HEAD's bare 404 cannot say whether the object or the bucket is
+        missing: a GET's error document does (NoSuchKey or NoSuchBucket)."""
+        try:
+            await self.objects.get(key, _Refused(error))
+        except S3Error as e:
+            return e
+        return error  # pragma: no cover - the sink refuses any body
 
     async def _offer(self, key: str, size: int, modified: float) -> None:
         """A listed object: filtered, mapped to its path, queued (or, in a dry
@@ -592,7 +670,8 @@ class _Download:
             temp = None
             self._succeeded(job, sink.received, sink.expected)
         except S3Error as e:
-            self._failed(job.key, job.path, e.code, e.message)
+            if not self.stop.ends_run(e):
+                self._failed(job.key, job.path, e.code, e.message)
         except OSError as e:
             self._failed(job.key, job.path, "LocalError", os_message(e))
         finally:
@@ -614,7 +693,8 @@ class _Download:
             temp, fd = self._create(job.path)
             os.ftruncate(fd, size)
         except S3Error as e:
-            self._failed(job.key, job.path, e.code, e.message)
+            if not self.stop.ends_run(e):
+                self._failed(job.key, job.path, e.code, e.message)
             self.pending -= 1
             self._check_done()
             return
@@ -654,6 +734,7 @@ class _Download:
                 if big.crcs is not None and sink.crc is not None:
                     big.crcs[part.index] = sink.crc
             except S3Error as e:
+                self.stop.ends_run(e)
                 big.failure = big.failure or (e.code, e.message)
             except OSError as e:
                 big.failure = big.failure or ("LocalError", os_message(e))
@@ -712,6 +793,8 @@ class _Download:
         self._tell(Result(self.url(job.key), job.path, size))
 
     def _failed(self, key: str, path: str | None, code: str, message: str) -> None:
+        if self.stop.error is not None:
+            return  # the run ends with that error, not a line per object
         failure = Failure(self.url(key), path, code, message)
         self.summary.failures.append(failure)
         self._tell(Result(failure.source, path, 0, failure))
@@ -912,6 +995,23 @@ class _Batches:
         self.offset = offset
 
 
+class _Refused:
+    """A sink that takes no body: the object is there after all (it came
+    between a HEAD and this GET): ``error`` stands."""
+
+    def __init__(self, error: S3Error) -> None:
+        self.error = error
+
+    async def begin(self, response: Response) -> None:
+        raise self.error
+
+    def write(self, chunk: bytes) -> Awaitable[None] | None:  # pragma: no cover
+        return None
+
+    async def end(self) -> None:  # pragma: no cover
+        pass
+
+
 class _WholeFile:
     """A whole object's body into its temporary file, hashed as it comes."""
 
@@ -1094,16 +1194,42 @@ async def download_async(
     object under ``s3://bucket/prefix/``) to ``destination`` (a file, or a
     directory); options as :class:`DownloadOptions`.  Per-object failures are
     in the summary; a bad argument raises :class:`UsageError`, and a listing
-    that fails (no such bucket, access denied) :class:`S3Error`."""
+    that fails (access denied) or a missing bucket :class:`S3Error`."""
     opts = options or DownloadOptions(**kwargs)
     the_plan = plan(source, destination, opts)
     target = opts.target(the_plan.bucket)
+    return await run_transfer(
+        opts,
+        client,
+        opts.concurrency + opts.list_parallel,
+        lambda client, summary: _Download(the_plan, opts, target, client, summary),
+    )
+
+
+class Transfer(Protocol):
+    """A download's or an upload's run: its requests counted by ``objects``."""
+
+    objects: Objects
+
+    async def run(self) -> None: ...
+
+
+async def run_transfer(
+    opts: TransferOptions,
+    client: AsyncClient | None,
+    connections: int,
+    start: Callable[[AsyncClient, Summary], Transfer],
+) -> Summary:
+    """Run the transfer ``start(client, summary)`` makes, on ``client`` - or
+    on one made here for ``connections`` connections and closed at the end -
+    and give its summary, with its time and request counts however it
+    ended."""
     summary = Summary(dryrun=opts.dryrun)
     own_client = client is None
     if client is None:
-        client = transfer_client(opts, opts.concurrency + opts.list_parallel)
+        client = transfer_client(opts, connections)
     started = time.perf_counter()
-    run = _Download(the_plan, opts, target, client, summary)
+    run = start(client, summary)
     try:
         await run.run()
     finally:

@@ -37,7 +37,11 @@ How it runs (the download's shape, :mod:`surge.s3.transfer`, the other way):
 * A file that cannot be read, a key the bucket refuses (AccessDenied), a
   request that kept failing after the retries are :class:`Failure` lines in
   the summary; the others go on.  SlowDown, 5xx and transient transport errors
-  are retried as the shared retry policy says.
+  are retried as the shared retry policy says.  A missing bucket
+  (NoSuchBucket) ends the run at once: :class:`S3Error` is raised.
+* A FIFO, a socket or a device file is skipped, as the AWS CLI skips them
+  (``summary.skipped``, a :class:`Result` saying why): never opened, as
+  opening one can wait (a FIFO), fail (a socket) or act (a device).
 """
 
 from __future__ import annotations
@@ -48,7 +52,6 @@ import hashlib
 import mimetypes
 import os
 import stat
-import time
 from collections.abc import Awaitable, Iterator
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -70,12 +73,13 @@ from surge.s3.transfer import (
     Failure,
     MiB,
     Result,
+    RunStop,
     Summary,
     TransferOptions,
     download_async,
     os_message,
     run_sync,
-    transfer_client,
+    run_transfer,
 )
 
 #: S3's limits: a part (but the last) is at least 5 MiB and at most 5 GiB.
@@ -173,6 +177,7 @@ class _Upload:
         self.walk_errors: list[tuple[str, str]] = []
         self.target = target
         self.client = client
+        self.stop = RunStop()
 
     def url(self, key: str) -> str:
         return f"s3://{self.plan.bucket}/{key}"
@@ -180,6 +185,10 @@ class _Upload:
     # -- what there is to do ---------------------------------------------------------
 
     async def run(self) -> None:
+        with self.stop.watching():
+            await self._run()
+
+    async def _run(self) -> None:
         try:
             if self.opts.sync:
                 self.remote = await self._remote()
@@ -207,6 +216,7 @@ class _Upload:
                 while self.tasks:
                     await asyncio.gather(*list(self.tasks))
         finally:
+            self.stop.settle()
             for task in self.tasks:
                 task.cancel()
             # each multipart upload aborts itself as its task is cancelled
@@ -220,8 +230,8 @@ class _Upload:
 
     def _files(self) -> Iterator[_File | Failure]:
         """The files to upload and their keys, filtered, in sorted order; a file
-        name that is no S3 key (not UTF-8) or a file that is not a regular one
-        is a failure."""
+        name that is no S3 key (not UTF-8) is a failure.  (A file that is not
+        a regular one is skipped as it is opened.)"""
         plan = self.plan
         if not plan.recursive:
             name = os.path.basename(plan.source)
@@ -251,8 +261,13 @@ class _Upload:
                     pass  # a failure line when it is opened
                 else:
                     # the AWS CLI's test: same size, and the file no newer (by
-                    # whole seconds) than the object
-                    if info.st_size == size and int(info.st_mtime) <= int(modified):
+                    # whole seconds) than the object; a FIFO, a socket, a
+                    # device is no file the object can be the same as: skipped
+                    if (
+                        stat.S_ISREG(info.st_mode)
+                        and info.st_size == size
+                        and int(info.st_mtime) <= int(modified)
+                    ):
                         self.summary.unchanged += 1
                         continue
             try:
@@ -305,7 +320,8 @@ class _Upload:
         try:
             await self.objects.delete(key)
         except S3Error as e:
-            self._failed("", self.url(key), e.code, e.message)
+            if not self.stop.ends_run(e):
+                self._failed("", self.url(key), e.code, e.message)
         else:
             self.summary.deleted += 1
             self._tell(Result(None, self.url(key), 0, deleted=True))
@@ -315,10 +331,15 @@ class _Upload:
 
     def _dryrun(self, item: _File) -> None:
         try:
-            size = os.stat(item.path).st_size
+            info = os.stat(item.path)
         except OSError as e:
             self._failed(item.path, self.url(item.key), "LocalError", os_message(e))
             return
+        skip = not_regular(info.st_mode)
+        if skip is not None:
+            self._skipped(item, skip, dryrun=True)
+            return
+        size = info.st_size
         self.summary.objects += 1
         self.summary.bytes += size
         self._tell(Result(item.path, self.url(item.key), size, dryrun=True))
@@ -329,11 +350,12 @@ class _Upload:
         """One file, holding one of the open files' slots; a request slot per request."""
         fd = -1
         try:
-            # O_NONBLOCK: opening a FIFO would otherwise wait for a writer
+            # What it is before it is opened: opening a FIFO waits for a
+            # writer, a socket cannot be opened, a device may act on it.
+            _regular(os.stat(item.path))
+            # O_NONBLOCK: if a FIFO took the file's place since, no waiting for a writer
             fd = os.open(item.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise _NotAFile
+            info = _regular(os.fstat(fd))
             size = info.st_size
             content_type = self.opts.content_type or mimetypes.guess_type(item.path)[0]
             if size > self.opts.threshold:
@@ -352,12 +374,13 @@ class _Upload:
                 _unchanged(fd, info, "the object was stored, maybe with bytes of both")
                 self.summary.sent += size
             self._succeeded(item, size, etag)
-        except _NotAFile:
-            self._failed(item.path, self.url(item.key), "LocalError", "not a regular file: skipped")
+        except _NotAFile as e:
+            self._skipped(item, str(e))
         except _Changed as e:
             self._failed(item.path, self.url(item.key), "LocalError", str(e))
         except S3Error as e:
-            self._failed(item.path, self.url(item.key), e.code, e.message)
+            if not self.stop.ends_run(e):
+                self._failed(item.path, self.url(item.key), e.code, e.message)
         except OSError as e:
             self._failed(item.path, self.url(item.key), "LocalError", os_message(e))
         finally:
@@ -513,7 +536,13 @@ class _Upload:
             self.summary.unverified += 1
         self._tell(Result(item.path, self.url(item.key), size))
 
+    def _skipped(self, item: _File, why: str, *, dryrun: bool = False) -> None:
+        self.summary.skipped += 1
+        self._tell(Result(item.path, self.url(item.key), 0, dryrun=dryrun, skipped=why))
+
     def _failed(self, path: str, url: str, code: str, message: str) -> None:
+        if self.stop.error is not None:
+            return  # the run ends with that error, not a line per file
         failure = Failure(path, url, code, message)
         self.summary.failures.append(failure)
         self._tell(Result(path, url, 0, failure))
@@ -528,7 +557,36 @@ class _Upload:
 
 
 class _NotAFile(Exception):
-    pass
+    """A FIFO, a socket, a device: skipped (the message says which)."""
+
+
+#: What a file that is not a regular one is, by its type (the AWS CLI skips
+#: the same: "character special device, block special device, FIFO, or socket").
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def not_regular(mode: int) -> str | None:
+    """Why a file of this ``st_mode`` is skipped: "not a regular file (a
+    FIFO)"; None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    for test, kind in _KINDS:
+        if test(mode):
+            return f"not a regular file ({kind})"
+    return "not a regular file"
+
+
+def _regular(info: os.stat_result) -> os.stat_result:
+    """``info`` if it is a regular file's, else raise :class:`_NotAFile`."""
+    why = not_regular(info.st_mode)
+    if why is not None:
+        raise _NotAFile(why)
+    return info
 
 
 def _unchanged(fd: int, before: os.stat_result, then: str) -> None:
@@ -595,26 +653,18 @@ async def upload_async(
 ) -> Summary:
     """Upload ``source`` (a file; with ``recursive=True``, every file under a
     directory) to ``destination`` (``s3://bucket/key``, or ``s3://bucket/prefix/``);
-    options as :class:`UploadOptions`.  Per-file failures are in the summary; a
-    bad argument raises :class:`UsageError`."""
+    options as :class:`UploadOptions`.  Per-file failures are in the summary,
+    and the FIFOs, sockets and devices skipped; a bad argument raises
+    :class:`UsageError`, a missing bucket :class:`S3Error`."""
     opts = options or UploadOptions(**kwargs)
     the_plan = plan_upload(source, destination, opts)
     target = opts.target(the_plan.bucket)
-    summary = Summary(dryrun=opts.dryrun)
-    own_client = client is None
-    if client is None:
-        client = transfer_client(opts, opts.concurrency)
-    started = time.perf_counter()
-    run = _Upload(the_plan, opts, target, client, summary)
-    try:
-        await run.run()
-    finally:
-        summary.seconds = time.perf_counter() - started
-        summary.requests = run.objects.requests
-        summary.retries = run.objects.retries
-        if own_client:
-            await client.close()
-    return summary
+    return await run_transfer(
+        opts,
+        client,
+        opts.concurrency,
+        lambda client, summary: _Upload(the_plan, opts, target, client, summary),
+    )
 
 
 def upload(

@@ -97,6 +97,27 @@ def test_fifos_and_sockets_are_skipped_with_a_warning_not_failed(
         assert code == 0 and "0 failed, 2 skipped" in err, err
 
 
+def test_a_download_sync_delete_leaves_fifos_and_sockets(
+    server: Buckets, special_source: tuple[Path, Path, Path]
+) -> None:
+    """``sync s3://... DIR --delete`` removes the regular files no object maps
+    to, never a FIFO or a socket there (no copy of an object, and never listed
+    by the AWS CLI): a warning each, and exit 0."""
+    destination, fifo, sock = special_source
+    bucket = new_bucket(server, {"a.txt": b"alpha"})
+    code, out, err = run_cli(
+        server, "sync", f"s3://{bucket}/", str(destination), "--delete", "--json-summary"
+    )
+    assert code == 0, err
+    assert f"warning: skipping {fifo}: not a regular file (a FIFO)\n" in err
+    assert f"warning: skipping {sock}: not a regular file (a socket)\n" in err
+    summary = json.loads(out)
+    assert (summary["deleted"], summary["skipped"], summary["failed"]) == (1, 2, 0)
+    assert fifo.is_fifo() and sock.is_socket()
+    assert not (destination / "sub" / "z.bin").exists()
+    assert (destination / "a.txt").read_bytes() == b"alpha"
+
+
 def test_a_single_fifo_is_skipped(server: Buckets, special_source: tuple[Path, Path, Path]) -> None:
     _, fifo, _ = special_source
     bucket = new_bucket(server, {})

@@ -23,6 +23,7 @@ rather than written outside the destination. Empty and ``.`` segments
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable, Iterator, Sequence
 from fnmatch import fnmatchcase
 from typing import Literal
@@ -165,3 +166,24 @@ def walk_files(
                 continue
             subdirectories.append((entry.path, f"{relative}{entry.name}/", ancestors | {ident}))
         stack.extend(reversed(subdirectories))
+
+
+#: What a file that is not a regular one is, by its type (the AWS CLI skips
+#: the same: "character special device, block special device, FIFO, or socket").
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def not_regular(mode: int) -> str | None:
+    """Why a file of this ``st_mode`` is skipped: "not a regular file (a
+    FIFO)"; None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    for test, kind in _KINDS:
+        if test(mode):
+            return f"not a regular file ({kind})"
+    return "not a regular file"

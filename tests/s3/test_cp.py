@@ -541,3 +541,18 @@ def test_the_command_line_keeps_its_heap(tmp_path: Path) -> None:
 
     applied = transfer.steady_heap()
     assert applied == (sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc")
+
+
+def test_a_download_s_ranges_grow_with_the_object() -> None:
+    """No part size given: 8 MiB ranges, growing to 1/32 of the object (whole
+    MiB) up to 64 MiB - fewer requests, less server work; a part size given
+    is kept; never more than 10,000 ranges."""
+    size_for = transfer.range_size_for
+    assert size_for(20 * MiB, None) == 8 * MiB
+    assert size_for(256 * MiB, None) == 8 * MiB
+    assert size_for(500 * MiB, None) == 16 * MiB  # 15.6 MiB, rounded up
+    assert size_for(2048 * MiB, None) == 64 * MiB
+    assert size_for(100_000 * MiB, None) == 64 * MiB
+    assert size_for(2048 * MiB, 8 * MiB) == 8 * MiB
+    tebibyte = 1024 * 1024 * MiB
+    assert size_for(tebibyte, None) == size_for(tebibyte, MiB) == -(-tebibyte // 10_000)

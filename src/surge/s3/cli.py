@@ -462,10 +462,10 @@ def _transfer_options(command: Callable[..., None]) -> Callable[..., None]:
         ),
         click.option(
             "--part-size",
-            default="8MiB",
-            show_default=True,
+            default=None,
             help="Big objects are read in ranged GETs (or uploaded in parts) of this size, in"
-            " parallel; an upload's parts grow to fit 10,000.",
+            " parallel; an upload's parts grow to fit 10,000.  [default: 8MiB; a download's"
+            " ranges grow with the object, to 1/32 of it up to 64MiB]",
         ),
         click.option(
             "--multipart-threshold",
@@ -642,7 +642,7 @@ def _transfer(
             "sync": sync,
             "delete": delete,
             "concurrency": concurrency,
-            "part_size": parse_size(part_size),
+            "part_size": parse_size(part_size) if part_size else None,
             "multipart_threshold": (
                 parse_size(multipart_threshold) if multipart_threshold else None
             ),

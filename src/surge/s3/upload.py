@@ -68,6 +68,7 @@ from surge.s3.objects import Objects
 from surge.s3.parse import S3Object
 from surge.s3.paths import Filters, not_regular, walk_files
 from surge.s3.transfer import (
+    DEFAULT_PART_SIZE,
     MAX_PARTS,
     DownloadOptions,
     Failure,
@@ -99,16 +100,17 @@ class UploadOptions(TransferOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not MIN_PART_SIZE <= self.part_size <= MAX_PART_SIZE:
+        if self.part_size is not None and not MIN_PART_SIZE <= self.part_size <= MAX_PART_SIZE:
             raise UsageError(
                 f"an upload's part size must be 5MiB..5GiB (S3's limits), not {self.part_size:,}"
             )
 
 
-def part_size_for(size: int, part_size: int) -> int:
-    """The part size for a file of ``size`` bytes: ``part_size``, or bigger so
-    that the file fits in :data:`MAX_PARTS` parts (the AWS CLI's rule)."""
-    return max(part_size, -(-size // MAX_PARTS))
+def part_size_for(size: int, part_size: int | None) -> int:
+    """The part size for a file of ``size`` bytes: ``part_size`` (None: 8 MiB),
+    or bigger so that the file fits in :data:`MAX_PARTS` parts (the AWS CLI's
+    rule)."""
+    return max(DEFAULT_PART_SIZE if part_size is None else part_size, -(-size // MAX_PARTS))
 
 
 @dataclass(frozen=True)

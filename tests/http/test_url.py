@@ -6,12 +6,16 @@ import hypothesis.strategies as st
 from hypothesis import example, given
 
 from surge.errors import RequestError
-from surge.http.url import URL, _parse_general, parse_url
+from surge.http.url import URL, _dotted_quad, _parse_general, parse_url
 
 _label = st.text("abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=12)
 _hosts = st.lists(_label, min_size=1, max_size=4).map(".".join) | st.sampled_from(
     ["1.2.3.4", "[::1]", "localhost", "ex-ample.com", "-bad.com", "a..b", "ünï.com", "EXAMPLE.COM"]
 )
+_quads = st.lists(
+    st.integers(0, 300).map(str) | st.sampled_from(["00", "01", "007", ""]), min_size=3, max_size=5
+).map(".".join)
+_hosts |= _quads
 _paths = st.text("abcXYZ019-._~:/?#[]@!$&'()*+,;=% é", max_size=20)
 _urls = st.builds(
     lambda scheme, host, port, path: f"{scheme}://{host}{port}{path}",
@@ -34,6 +38,11 @@ def parsed(parse: object, text: str) -> URL | str:
 @example("http://site1.sim:8080/")
 @example("https://example.com/a?b=c")
 @example("http://999.1.1.1/")
+@example("http://127.0.0.1:9000/bucket/key")
+@example("http://10.0.0.255/")
+@example("http://010.0.0.1/")
+@example("http://1.2.3.4.5/")
+@example("http://0.0.0.0/")
 def test_fast_path_agrees_with_the_general_path(text: str) -> None:
     parse_url.cache_clear()
     assert parsed(parse_url, text) == parsed(_parse_general, text)
@@ -46,3 +55,15 @@ def test_the_parts() -> None:
     assert url.host_header == b"example.com:8443"
     assert parse_url("http://[::1]/").host_header == b"[::1]"
     assert parse_url("http://ünï.com/").host == "ünï.com".encode("idna").decode()
+
+
+def test_a_dotted_quad_takes_the_fast_path() -> None:
+    """An IPv4 address in its normal form is parsed by the regex alone; one
+    that ``ipaddress`` would write otherwise (leading zeros) is not."""
+    parse_url.cache_clear()
+    url = parse_url("http://127.0.0.1:9000/b/k")
+    assert (url.host, url.port, url.key) == ("127.0.0.1", 9000, ("http", "127.0.0.1", 9000))
+    assert url.auth is None and url.url == "http://127.0.0.1:9000/b/k"
+    assert _dotted_quad("127.0.0.1") and _dotted_quad("0.0.0.0") and _dotted_quad("255.1.1.1")
+    for host in ("010.0.0.1", "256.1.1.1", "1.2.3", "1.2.3.4.5", "1..2.3", "1.2.3."):
+        assert not _dotted_quad(host), host

@@ -66,7 +66,7 @@ def parse_url(text: str) -> URL:
     m = _SIMPLE.fullmatch(text)
     if m is not None:
         scheme, host, port_text, path, query = m.groups()
-        if ".." not in host and not host.replace(".", "").isdigit():
+        if ".." not in host and (not host.replace(".", "").isdigit() or _dotted_quad(host)):
             default = 80 if scheme == "http" else 443
             port = int(port_text) if port_text else default
             # Longer hosts take the general path, which checks label lengths.
@@ -76,6 +76,18 @@ def parse_url(text: str) -> URL:
                 key = (scheme, host, port)
                 return URL(text, scheme, host, port, target, shown.encode("ascii"), key)
     return _parse_general(text)
+
+
+def _dotted_quad(host: str) -> bool:
+    """Whether ``host`` (ASCII digits and dots) is an IPv4 address written as
+    ``ipaddress`` writes it: four decimal parts of 0-255, no leading zeros.
+    Such a host is its own normal form, and the fast path may keep it (an
+    endpoint like MinIO's 127.0.0.1 took the general path for every request:
+    ~70 us of ``ipaddress`` and ``urlsplit`` a URL)."""
+    parts = host.split(".")
+    return len(parts) == 4 and all(
+        0 < len(p) <= 3 and (p == "0" or p[0] != "0") and int(p) <= 255 for p in parts
+    )
 
 
 def _parse_general(text: str) -> URL:

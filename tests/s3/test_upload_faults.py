@@ -6,6 +6,7 @@ reproductions)."""
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import os
 import re
@@ -13,14 +14,18 @@ import resource
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import pytest
 from tests.s3._buckets import Buckets
 from tests.s3.test_cp import new_bucket
 from tests.s3.test_upload import cli
+
+import surge.s3
 
 MiB = 1024 * 1024
 SURGE_S3_CP = [sys.executable, "-m", "surge.cli", "s3", "cp", "--recursive"]
@@ -211,6 +216,53 @@ def test_a_file_changed_during_a_multipart_upload_is_a_failure(
     assert "changed while it was uploaded" in err
     assert buckets.boto3_keys(bucket, "") == []
     assert buckets.s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+
+
+def test_a_cancelled_recursive_upload_aborts_its_multipart_upload(
+    buckets: Buckets, tmp_path: Path
+) -> None:
+    """Ctrl-C (the run's task cancelled, as run_cleanly does on SIGINT) while
+    a big file's parts go up and a small file's PUT is slow: the multipart
+    upload is aborted, not left stored.  The run's gather gives up at the
+    first file cancelled and the run then cancels the others again: that
+    second cancel used to cut the abort short (a hostile review's reproduction)."""
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "a-big").write_bytes(os.urandom(30 * MiB))
+    (source / "small").write_bytes(b"s" * 100)
+    bucket = new_bucket(buckets, {})
+    part_sent = threading.Event()
+
+    def slow_puts(method: str, path: str) -> tuple[int, bytes] | None:
+        # parts and the small file take long enough to be in flight when
+        # the run is cancelled, whatever the machine's speed
+        if method == "PUT" and "partNumber=" in path:
+            part_sent.set()
+            time.sleep(1)
+        elif method == "PUT" and path.endswith("/small"):
+            time.sleep(3)
+        return None
+
+    async def cancelled_midway(url: str) -> None:
+        task = asyncio.ensure_future(
+            surge.s3.upload_async(
+                str(source), f"s3://{bucket}/p/", recursive=True, part_size=5 * MiB,
+                concurrency=4, endpoint_url=url, credentials=buckets.credentials,
+            )
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while not part_sent.is_set():
+            assert time.monotonic() < deadline and not task.done()
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    with fault_proxy(_upstream(buckets), slow_puts) as url:
+        asyncio.run(cancelled_midway(url))
+    assert buckets.s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+    assert "p/a-big" not in buckets.boto3_keys(bucket, "")
 
 
 def test_a_low_open_files_limit_lowers_the_concurrency(buckets: Buckets, tmp_path: Path) -> None:

@@ -317,6 +317,23 @@ class Summary:
         }
 
 
+async def despite_cancel(work: Awaitable[T]) -> T:
+    """``work`` run to its end even if the task awaiting it is cancelled
+    meanwhile (again and again), and then that cancellation raised: for what
+    must not be cut short - aborting a multipart upload, whose parts would
+    otherwise stay stored (and billed) with nothing to say so."""
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    return task.result()
+
+
 #: Answers that end a whole run at once: every other request of the run would
 #: get the same (one line naming the bucket, not one failure per object).
 RUN_ENDING = frozenset({"NoSuchBucket", "InvalidBucketName"})

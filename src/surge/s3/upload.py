@@ -77,6 +77,7 @@ from surge.s3.transfer import (
     RunStop,
     Summary,
     TransferOptions,
+    despite_cancel,
     download_async,
     os_message,
     run_sync,
@@ -220,7 +221,8 @@ class _Upload:
         finally:
             self.stop.settle()
             for task in self.tasks:
-                task.cancel()
+                if not task.cancelling():  # a cancelled gather cancelled it already
+                    task.cancel()
             # each multipart upload aborts itself as its task is cancelled
             await asyncio.gather(*list(self.tasks), return_exceptions=True)
 
@@ -405,9 +407,15 @@ class _Upload:
         key = item.key
         verify = self.opts.verify
         async with self.slots:
-            upload_id = await self.objects.create_multipart(
-                key, content_type=content_type, crc32=verify
+            creating = asyncio.ensure_future(
+                self.objects.create_multipart(key, content_type=content_type, crc32=verify)
             )
+            try:
+                upload_id = await asyncio.shield(creating)
+            except asyncio.CancelledError:
+                # the server may create it all the same: aborted once it has
+                await despite_cancel(self._abort_created(creating, key))
+                raise
         starts = range(0, size, part_size)
         etags: list[str] = [""] * len(starts)
         crcs: list[str | None] = [None] * len(starts)
@@ -473,11 +481,23 @@ class _Upload:
                     )
             return etag
         except BaseException:
-            for task in parts:
-                task.cancel()
-            await asyncio.gather(*parts, return_exceptions=True)
-            await self._abort(key, upload_id)
+            # Not cut short by a second cancel (the run's own, or Ctrl-C's
+            # after a failure): the upload would be left stored.
+            await despite_cancel(self._give_up(parts, key, upload_id))
             raise
+
+    async def _give_up(self, parts: list[asyncio.Task[None]], key: str, upload_id: str) -> None:
+        for task in parts:
+            task.cancel()
+        await asyncio.gather(*parts, return_exceptions=True)
+        await self._abort(key, upload_id)
+
+    async def _abort_created(self, creating: asyncio.Future[str], key: str) -> None:
+        try:
+            upload_id = await creating
+        except (Exception, asyncio.CancelledError):
+            return  # none was made
+        await self._abort(key, upload_id)
 
     async def _abort(self, key: str, upload_id: str) -> None:
         try:

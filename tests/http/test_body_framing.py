@@ -149,6 +149,29 @@ async def test_bytes_after_the_body_in_its_last_read_end_the_connection(
     assert served.connections == 2
 
 
+@pytest.mark.parametrize(
+    "extra",
+    [b"GARBAGE", b"HTTP/1.1 200 OK\r\n", b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n"],
+    ids=["garbage", "a status line", "a whole head"],
+)
+async def test_bytes_after_a_body_in_the_read_of_its_head_end_the_connection(
+    tiny_server: ServerFactory, extra: bytes
+) -> None:
+    """The head, the whole body and more in one read: llhttp completes the
+    response and starts parsing the rest as another.  The connection is not
+    reused: the next request used to fail on those bytes (protocol_error) or,
+    after a whole head, wait for its body until the deadline."""
+    answers = [[WIRE + extra], [head_for(b"next") + b"next"]]
+    served = Served(answers)
+    async with tiny_server(served) as port, AsyncClient(max_time=10) as client:
+        url = f"http://127.0.0.1:{port}/"
+        first = await client.get(url)
+        second = await client.get(url)
+    assert (first.status, first.body) == (200, BODY)
+    assert second.body == b"next"
+    assert served.connections == 2
+
+
 async def test_three_large_bodies_in_a_row_on_one_connection(tiny_server: ServerFactory) -> None:
     bodies = [bytes([n]) * (3 * 1024 * 1024 + n) for n in (1, 2, 3)]
     answers = []

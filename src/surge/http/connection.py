@@ -619,6 +619,16 @@ class HTTPConnection(asyncio.Protocol):
         if not response.discard:
             response.body.append(body)
 
+    def on_message_begin(self) -> None:
+        """llhttp's callback as a response starts.  One that starts when no
+        request waits is bytes the server sent past the response before, in
+        the read that ended it (in a later read, data_received refuses them):
+        the parser would take them for the next response's start, and the
+        request sent next on this connection would fail or hang.  Raised out
+        of ``feed_data``; data_received's ``_fail`` then closes the connection."""
+        if self.response is None:
+            raise UnaskedBytes("bytes after the response")
+
     def on_message_complete(self) -> None:
         """The response is complete (llhttp's callback; also called here for a
         response without a body and for one that ended at the close)."""
@@ -827,6 +837,10 @@ def _ends_at_close(head: bytes) -> bool:
     last = lower[at:]
     value = header_value(last, last, b"\ntransfer-encoding:")
     return value.rsplit(b",", 1)[-1].strip() != b"chunked"
+
+
+class UnaskedBytes(Exception):
+    """Bytes after a complete response, in the read that ended it."""
 
 
 def _content_length(head: bytes) -> int:

@@ -544,13 +544,14 @@ def test_the_command_line_keeps_its_heap(tmp_path: Path) -> None:
 
 
 def test_a_download_s_ranges_grow_with_the_object() -> None:
-    """No part size given: 8 MiB ranges, growing to 1/32 of the object (whole
+    """No part size given: 8 MiB ranges, or as few as keep 8 in flight (whole
     MiB) up to 64 MiB - fewer requests, less server work; a part size given
     is kept; never more than 10,000 ranges."""
     size_for = transfer.range_size_for
     assert size_for(20 * MiB, None) == 8 * MiB
-    assert size_for(256 * MiB, None) == 8 * MiB
-    assert size_for(500 * MiB, None) == 16 * MiB  # 15.6 MiB, rounded up
+    assert size_for(64 * MiB, None) == 8 * MiB
+    assert size_for(256 * MiB, None) == 32 * MiB
+    assert size_for(500 * MiB, None) == 63 * MiB  # 62.5 MiB, rounded up
     assert size_for(2048 * MiB, None) == 64 * MiB
     assert size_for(100_000 * MiB, None) == 64 * MiB
     assert size_for(2048 * MiB, 8 * MiB) == 8 * MiB

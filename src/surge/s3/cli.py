@@ -465,7 +465,7 @@ def _transfer_options(command: Callable[..., None]) -> Callable[..., None]:
             default=None,
             help="Big objects are read in ranged GETs (or uploaded in parts) of this size, in"
             " parallel; an upload's parts grow to fit 10,000.  [default: 8MiB; a download's"
-            " ranges grow with the object, to 1/32 of it up to 64MiB]",
+            " ranges grow with the object, to 1/8 of it up to 64MiB]",
         ),
         click.option(
             "--multipart-threshold",

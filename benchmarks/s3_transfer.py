@@ -1,11 +1,14 @@
 """Issue #23's targets for ``surge s3 cp``: many small objects and one large
-object, down and up, against s5cmd and boto3's transfer manager on MinIO.
+object, down and up, against s5cmd and boto3's transfer manager, on MinIO
+and (``--server moto`` or ``both``) on moto's server.
 
 Run it from the repository root::
 
     python benchmarks/s3_transfer.py              # full run (~15 minutes on 2 cores)
     python benchmarks/s3_transfer.py --quick      # smoke run: 300 objects, 64 MB
     python benchmarks/s3_transfer.py --only small --rounds 5
+    python benchmarks/s3_transfer.py --server moto  # moto only (~10 minutes)
+    python benchmarks/s3_transfer.py --server both  # MinIO's sections, then moto's
 
 Nothing leaves the machine: MinIO (``surge.s3.minio``, the server the tests
 run) listens on 127.0.0.1 with its data under ``--tmp``, on the same two cores
@@ -42,7 +45,25 @@ surge's wall within 10% of s5cmd's, and its CPU per GB no higher than s5cmd's.
 
 Both sections: every surge run's peak RSS under 200 MB.
 
-Results go to ``benchmarks/results/s3_transfer.json``.
+``--server`` (``minio``, the default; ``moto``; ``both``: MinIO's sections,
+then moto's, in the same run, as issue #23 asks).  moto's server is a
+``ThreadedMotoServer`` in a ``python -c`` process of its own (started by
+``benchmarks/s3.py``'s ``moto_server``), on 127.0.0.1, so clients and server are
+separate processes as with MinIO and "server CPU s" is its process's CPU.  It
+keeps objects in memory in one Python process and answers slowly, so its sizes
+are its own: ``--moto-objects`` (2,000) and ``--moto-big-mb`` (256), each
+falling back to ``--objects`` / ``--big-mb`` when those are given.  Why 2,000:
+on moto the peers moved 36-120 objects/s (2 cores, load 7-8; boto3's download
+the slowest, ~40/s), and 1,000 objects took 74 s a round for the three peers,
+down and up: 10,000 would take ~12 minutes a round (~37 for 3 rounds), 2,000
+takes ~2.5 minutes.  Every table and target names its server; a peer that
+fails on a server is noted under its table (and its comparisons are left
+unjudged) instead of stopping the run.
+
+Results go to ``benchmarks/results/s3_transfer.json`` (``--server moto``:
+``s3_transfer-moto.json``), one entry per section, each with its ``server``;
+keyed by section (``small``, ``big``), or with ``--server both`` by server and
+section (``minio:small`` ... ``moto:big``).
 """
 
 from __future__ import annotations
@@ -59,6 +80,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +105,41 @@ SECTIONS = ("small", "big")
 PEERS = ("surge", "s5cmd", "boto3")
 BUCKET = "transfer"
 RSS_BOUND = 200 * 2**20
+SERVERS = ("minio", "moto")
+SERVER_NAMES = {"minio": "MinIO", "moto": "moto"}
+MOTO_OBJECTS = 2_000
+MOTO_BIG_MB = 256
+
+
+@dataclass
+class Server:
+    """The S3 server a section runs against: its name for tables, its endpoint and
+    keys, and its process (whose CPU the tables count)."""
+
+    name: str
+    endpoint_url: str
+    access_key: str
+    secret_key: str
+    pid: int
+
+
+@contextmanager
+def s3_server(kind: str, base: Path) -> Iterator[Server]:
+    """MinIO (``surge.s3.minio``, data under ``base``) or moto's server (a
+    ``ThreadedMotoServer`` in a ``python -c`` process of its own, started by
+    ``benchmarks/s3.py``'s ``moto_server``), on 127.0.0.1."""
+    if kind == "minio":
+        from surge.s3.minio import minio_server
+
+        with minio_server(base / "minio") as minio:
+            yield Server(
+                "MinIO", minio.endpoint_url, minio.access_key, minio.secret_key, minio.process.pid
+            )
+    else:
+        from s3 import moto_server
+
+        with moto_server() as (endpoint, _port, pid):
+            yield Server("moto", endpoint, "moto-key", "moto-secret", pid)
 
 
 # -- the boto3 peer, run as a child: python s3_transfer.py --child boto3 ... ----------
@@ -127,7 +184,7 @@ def boto3_child(direction: str, source: str, destination: str) -> None:
 # -- setting up ----------------------------------------------------------------------
 
 
-def _env(server: Any) -> dict[str, str]:
+def _env(server: Server) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in PROXY_VARIABLES}
     env.update(
         AWS_ACCESS_KEY_ID=server.access_key,
@@ -274,14 +331,16 @@ def timed(
 # -- sections --------------------------------------------------------------------------
 
 
-def run_small(args: argparse.Namespace, server: Any, env: dict[str, str], base: Path) -> Any:
-    n, size = args.objects, args.object_kb * 1024
+def run_small(
+    args: argparse.Namespace, server: Server, env: dict[str, str], base: Path, n: int
+) -> Any:
+    size = args.object_kb * 1024
     source = base / "small-src"
     source.mkdir()
     rng = random.Random(23)
     for i in range(n):
         (source / f"obj-{i:06d}.bin").write_bytes(rng.randbytes(size))
-    progress(f"small: uploading {n:,} objects of {size:,} bytes (s5cmd)")
+    progress(f"small on {server.name}: uploading {n:,} objects of {size:,} bytes (s5cmd)")
     _run(
         [
             _s5cmd(),
@@ -300,7 +359,9 @@ def run_small(args: argparse.Namespace, server: Any, env: dict[str, str], base: 
     for round_ in range(args.rounds):
         for direction in ("down", "up"):
             for peer in _turned(args.peers, round_):
-                progress(f"small: round {round_ + 1}/{args.rounds}, {direction}, {peer}")
+                progress(
+                    f"small on {server.name}: round {round_ + 1}/{args.rounds}, {direction}, {peer}"
+                )
                 if direction == "down":
                     with _scratch(base, "small-dst") as out:
 
@@ -317,7 +378,7 @@ def run_small(args: argparse.Namespace, server: Any, env: dict[str, str], base: 
                         argv = command(
                             peer, server.endpoint_url, f"s3://{BUCKET}/small/", f"{out}/", True
                         )
-                        result = timed(peer, argv, env, args.limit, check, server.process.pid)
+                        result = timed(peer, argv, env, args.limit, check, server.pid)
                 else:
                     prefix = f"up-{peer}-{round_}/"
 
@@ -328,18 +389,20 @@ def run_small(args: argparse.Namespace, server: Any, env: dict[str, str], base: 
                     argv = command(
                         peer, server.endpoint_url, f"{source}/", f"s3://{BUCKET}/{prefix}", True
                     )
-                    result = timed(peer, argv, env, args.limit, check_up, server.process.pid)
+                    result = timed(peer, argv, env, args.limit, check_up, server.pid)
                     _delete_prefix(env, server.endpoint_url, prefix)
                 result["objects_per_s"] = n / result["wall_s"]
                 runs.setdefault(f"{direction}:{peer}", []).append(result)
     shutil.rmtree(source)
-    return {"objects": n, "object_bytes": size, "runs": runs}
+    return {"server": server.name, "objects": n, "object_bytes": size, "runs": runs}
 
 
-def run_big(args: argparse.Namespace, server: Any, env: dict[str, str], base: Path) -> Any:
-    size = args.big_mb * 2**20
+def run_big(
+    args: argparse.Namespace, server: Server, env: dict[str, str], base: Path, mb: int
+) -> Any:
+    size = mb * 2**20
     source = base / "big-src.bin"
-    progress(f"big: writing {size / 2**20:,.0f} MB of random bytes")
+    progress(f"big on {server.name}: writing {size / 2**20:,.0f} MB of random bytes")
     _random_file(source, size, random.Random(2048))
     want = _sha256(source)
     _run(
@@ -358,7 +421,9 @@ def run_big(args: argparse.Namespace, server: Any, env: dict[str, str], base: Pa
     for round_ in range(args.rounds):
         for direction in ("down", "up"):
             for peer in _turned(args.peers, round_):
-                progress(f"big: round {round_ + 1}/{args.rounds}, {direction}, {peer}")
+                progress(
+                    f"big on {server.name}: round {round_ + 1}/{args.rounds}, {direction}, {peer}"
+                )
                 if direction == "down":
                     with _scratch(base, "big-dst") as out:
                         target = out / "big.bin"
@@ -371,7 +436,7 @@ def run_big(args: argparse.Namespace, server: Any, env: dict[str, str], base: Pa
                         argv = command(
                             peer, server.endpoint_url, f"s3://{BUCKET}/big.bin", str(target), False
                         )
-                        result = timed(peer, argv, env, args.limit, check, server.process.pid)
+                        result = timed(peer, argv, env, args.limit, check, server.pid)
                 else:
                     key = f"up-{peer}-{round_}/big.bin"
 
@@ -382,13 +447,13 @@ def run_big(args: argparse.Namespace, server: Any, env: dict[str, str], base: Pa
                     argv = command(
                         peer, server.endpoint_url, str(source), f"s3://{BUCKET}/{key}", False
                     )
-                    result = timed(peer, argv, env, args.limit, check_up, server.process.pid)
+                    result = timed(peer, argv, env, args.limit, check_up, server.pid)
                     _delete_prefix(env, server.endpoint_url, key)
                 result["mb_per_s"] = size / 2**20 / result["wall_s"]
                 result["cpu_s_per_gb"] = result["cpu_s"] / (size / 2**30)
                 runs.setdefault(f"{direction}:{peer}", []).append(result)
     source.unlink()
-    return {"object_bytes": size, "runs": runs}
+    return {"server": server.name, "object_bytes": size, "runs": runs}
 
 
 # -- tables and targets ------------------------------------------------------------------
@@ -404,8 +469,36 @@ def _median(runs: list[dict[str, Any]], field: str) -> float:
     return statistics.median(r[field] for r in runs) if runs else float("nan")
 
 
+def _failures(rows: list[dict[str, Any]]) -> str | None:
+    """What went wrong in a peer's runs that did not count, or None if all did."""
+    wrong = [r for r in rows if not r["correct"]]
+    if not wrong:
+        return None
+
+    def why(run: dict[str, Any]) -> str:
+        if run["killed"]:
+            return "killed at --limit"
+        if run["status"] != 0:
+            return f"exit status {run['status']}"
+        return f"wrong result: {run['wrong']}"
+
+    how = sorted({why(r) for r in wrong})
+    return f"{len(wrong)} of {len(rows)} runs failed ({'; '.join(how)})"
+
+
+def _compared(
+    name: str, wanted: str, peer: str, peer_runs: list[dict[str, Any]], surge_right: bool
+) -> Target | None:
+    """A target that cannot be judged because the peer it compares with failed."""
+    failed = _failures(peer_runs)
+    if failed is None:
+        return None
+    return Target(name, wanted, f"{peer}: {failed}", False if not surge_right else None)
+
+
 def report(section: str, result: dict[str, Any], peers: list[str], targets: list[Target]) -> None:
     runs = result["runs"]
+    server = result["server"]
     rate = "objects_per_s" if section == "small" else "mb_per_s"
     for direction in ("down", "up"):
         if section == "small":
@@ -415,9 +508,9 @@ def report(section: str, result: dict[str, Any], peers: list[str], targets: list
         else:
             title = f"one object of {result['object_bytes'] // 2**20:,} MB, {direction}"
         table = Table(
-            f"{title}: median (range)",
+            f"{title}, on {server}: median (range)",
             ["client", "objects/s" if section == "small" else "MB/s", "wall s", "CPU s",
-             "MinIO CPU s", "peak RSS MB", "right"],
+             "server CPU s", "peak RSS MB", "right"],
         )  # fmt: skip
         for peer in peers:
             rows = runs.get(f"{direction}:{peer}", [])
@@ -430,18 +523,26 @@ def report(section: str, result: dict[str, Any], peers: list[str], targets: list
                 _spread([r["peak_rss_bytes"] / 2**20 for r in rows], ".0f"),
                 f"{sum(r['correct'] for r in rows)}/{len(rows)}",
             )
-        table.note("MinIO CPU: the server's own CPU seconds during the client's run (/proc)")
+        table.note(f"server CPU: {server}'s own CPU seconds during the client's run (/proc)")
+        for peer in peers:
+            if failed := _failures(runs.get(f"{direction}:{peer}", [])):
+                table.note(f"{peer} on {server}: {failed}")
         table.print()
+        named = f"{server}: {section} {direction}"
         surge = runs.get(f"{direction}:surge", [])
         all_right = bool(surge) and all(r["correct"] for r in surge)
         if "s5cmd" in peers and surge:
             s5 = runs[f"{direction}:s5cmd"]
-            if section == "small":
+            wanted = ">= 1.00x s5cmd's objects/s" if section == "small" else "<= 1.10x"
+            name = f"{named}: surge's {'objects/s' if section == 'small' else 'wall'} vs s5cmd's"
+            if unjudged := _compared(name, wanted, "s5cmd", s5, all_right):
+                targets.append(unjudged)
+            elif section == "small":
                 ratio = _median(surge, rate) / _median(s5, rate)
                 targets.append(
                     Target(
-                        f"small {direction}: surge vs s5cmd",
-                        ">= 1.00x s5cmd's objects/s",
+                        name,
+                        wanted,
                         f"{ratio:.2f}x",
                         all_right and ratio >= 1.0,
                     )
@@ -450,8 +551,8 @@ def report(section: str, result: dict[str, Any], peers: list[str], targets: list
                 ratio = _median(surge, "wall_s") / _median(s5, "wall_s")
                 targets.append(
                     Target(
-                        f"big {direction}: surge's wall vs s5cmd's",
-                        "<= 1.10x",
+                        name,
+                        wanted,
                         f"{ratio:.2f}x",
                         all_right and ratio <= 1.10,
                     )
@@ -459,7 +560,7 @@ def report(section: str, result: dict[str, Any], peers: list[str], targets: list
                 cpu = _median(surge, "cpu_s_per_gb") / _median(s5, "cpu_s_per_gb")
                 targets.append(
                     Target(
-                        f"big {direction}: surge's CPU per GB vs s5cmd's",
+                        f"{named}: surge's CPU per GB vs s5cmd's",
                         "<= 1.00x",
                         f"{_median(surge, 'cpu_s_per_gb'):.2f} vs "
                         f"{_median(s5, 'cpu_s_per_gb'):.2f} s/GB = {cpu:.2f}x",
@@ -467,20 +568,18 @@ def report(section: str, result: dict[str, Any], peers: list[str], targets: list
                     )
                 )
         if section == "small" and "boto3" in peers and surge:
-            ratio = _median(surge, rate) / _median(runs[f"{direction}:boto3"], rate)
-            targets.append(
-                Target(
-                    f"small {direction}: surge vs boto3's transfer manager",
-                    ">= 5x",
-                    f"{ratio:.1f}x",
-                    all_right and ratio >= 5,
-                )
-            )
+            boto3 = runs[f"{direction}:boto3"]
+            name = f"{named}: surge vs boto3's transfer manager"
+            if unjudged := _compared(name, ">= 5x", "boto3", boto3, all_right):
+                targets.append(unjudged)
+            else:
+                ratio = _median(surge, rate) / _median(boto3, rate)
+                targets.append(Target(name, ">= 5x", f"{ratio:.1f}x", all_right and ratio >= 5))
         if surge:
             peak = max(r["peak_rss_bytes"] for r in surge)
             targets.append(
                 Target(
-                    f"{section} {direction}: surge's peak RSS",
+                    f"{named}: surge's peak RSS",
                     "< 200 MB",
                     f"{peak / 2**20:.0f} MB",
                     peak < RSS_BOUND,
@@ -494,38 +593,58 @@ def main() -> None:
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
+    parser.add_argument(
+        "--server", choices=[*SERVERS, "both"], default="minio", help="minio (default), moto, both"
+    )
     parser.add_argument("--only", help=f"comma-separated sections: {','.join(SECTIONS)}")
     parser.add_argument("--peers", default=",".join(PEERS), help="comma-separated peers")
     parser.add_argument("--rounds", type=int, help="interleaved rounds (3; quick: 1)")
     parser.add_argument("--objects", type=int, help="small: objects (10,000)")
     parser.add_argument("--object-kb", type=int, default=10, help="small: KB an object (10)")
     parser.add_argument("--big-mb", type=int, help="big: MB (2,048)")
+    parser.add_argument(
+        "--moto-objects", type=int, help=f"small on moto: objects ({MOTO_OBJECTS:,})"
+    )
+    parser.add_argument("--moto-big-mb", type=int, help=f"big on moto: MB ({MOTO_BIG_MB})")
     parser.add_argument("--limit", type=float, default=600.0, help="seconds per client run")
     parser.add_argument("--tmp", default=tempfile.gettempdir(), help="folder for the files")
-    parser.add_argument("--out", default=str(DEFAULT_OUT), help="JSON path")
+    parser.add_argument(
+        "--out", help="JSON path (default: results/s3_transfer.json; moto: s3_transfer-moto.json)"
+    )
     args = parser.parse_args()
     sections = parse_sections(parser, args.only, SECTIONS)
+    servers = list(SERVERS) if args.server == "both" else [args.server]
     args.peers = [p.strip() for p in args.peers.split(",") if p.strip()]
     if unknown := set(args.peers) - {*PEERS, "surge_8mib"}:
         parser.error(f"unknown peer(s) {sorted(unknown)}; choose from {PEERS} or surge_8mib")
     args.rounds = args.rounds or (1 if args.quick else 3)
+    # moto's sizes: their own flags, else the ones given for both, else moto's defaults
+    args.moto_objects = args.moto_objects or args.objects or (300 if args.quick else MOTO_OBJECTS)
+    args.moto_big_mb = args.moto_big_mb or args.big_mb or (64 if args.quick else MOTO_BIG_MB)
     args.objects = args.objects or (300 if args.quick else 10_000)
     args.big_mb = args.big_mb or (64 if args.quick else 2048)
+    if args.out is None:
+        name = "s3_transfer-moto.json" if args.server == "moto" else "s3_transfer.json"
+        args.out = str(DEFAULT_OUT.with_name(name))
     started = time.perf_counter()
-    info = machine_info(["boto3", "botocore", "s5cmd", "uvloop", "httptools"])
+    info = machine_info(["boto3", "botocore", "s5cmd", "uvloop", "httptools", "moto"])
     info["s5cmd_version"] = subprocess.run(
         [_s5cmd(), "version"], capture_output=True, text=True, check=False
     ).stdout.strip()
-    announce("surge s3 cp against s5cmd and boto3's transfer manager, on MinIO", info, args.quick)
+    on = " and ".join(SERVER_NAMES[s] for s in servers)
+    announce(f"surge s3 cp against s5cmd and boto3's transfer manager, on {on}", info, args.quick)
     print(f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}  $ python {' '.join(sys.argv)}\n", flush=True)
-
-    from surge.s3.minio import minio_server
 
     results: dict[str, Any] = {}
     targets: list[Target] = []
-    with tempfile.TemporaryDirectory(prefix="s3-transfer-", dir=args.tmp) as tmp:
-        base = Path(tmp)
-        with minio_server(base / "minio") as server:
+    for kind in servers:
+        objects = args.moto_objects if kind == "moto" else args.objects
+        big_mb = args.moto_big_mb if kind == "moto" else args.big_mb
+        with (
+            tempfile.TemporaryDirectory(prefix="s3-transfer-", dir=args.tmp) as tmp,
+            s3_server(kind, Path(tmp)) as server,
+        ):
+            base = Path(tmp)
             env = _env(server)
             _run(
                 [_s5cmd(), "--endpoint-url", server.endpoint_url, "mb", f"s3://{BUCKET}"],
@@ -533,9 +652,13 @@ def main() -> None:
                 "making the bucket",
             )
             for section in sections:
-                run = run_small if section == "small" else run_big
-                results[section] = run(args, server, env, base)
-                report(section, results[section], args.peers, targets)
+                if section == "small":
+                    result = run_small(args, server, env, base, objects)
+                else:
+                    result = run_big(args, server, env, base, big_mb)
+                # one server: the sections' names, as before; both: "minio:small" ...
+                results[section if len(servers) == 1 else f"{kind}:{section}"] = result
+                report(section, result, args.peers, targets)
     print_targets(targets, args.quick)
     settings = {k: v for k, v in vars(args).items() if k not in ("out",)}
     out = write_json(

@@ -858,7 +858,11 @@ def _content_length(head: bytes) -> int:
         return -1
     value = header_value(head, lower, marker)
     # bytes.isdigit() is ASCII-only: no signs, spaces, underscores or commas.
-    return int(value) if value.isdigit() else -1
+    # Leading zeros go first: llhttp takes thousands of them, and int() refuses
+    # a string of over 4,300 digits (ValueError); over 20 digits is past llhttp's
+    # 64-bit bound anyway.
+    value = value.lstrip(b"0") or b"0"
+    return int(value) if value.isdigit() and len(value) <= 20 else -1
 
 
 def header_value(head: bytes, lower: bytes, marker: bytes) -> bytes:

@@ -126,42 +126,27 @@ def test_every_split_reads_whole_on_uvloop() -> None:
     uvloop.run(every())
 
 
-@pytest.mark.parametrize("extra", [b"GARBAGE", b"HTTP/1.1 200 OK\r\n"], ids=["garbage", "a head"])
-async def test_bytes_after_the_body_in_its_last_read_end_the_connection(
-    tiny_server: ServerFactory, extra: bytes
-) -> None:
-    """Bytes past the length, in the read that ends the body: the response is
-    whole, and the connection is not reused (nobody asked for those bytes).
-    Before the fast path, bytes that llhttp took for the start of another
-    response left the connection in the pool, and the next request on it
-    failed as protocol_error (its response read as that one's headers)."""
-    answers = [
-        pieces(WIRE + extra, [len(HEAD) + 10]),  # the extra comes in the body's last read
-        [head_for(b"next") + b"next"],
-    ]
-    served = Served(answers)
-    async with tiny_server(served) as port, AsyncClient() as client:
-        url = f"http://127.0.0.1:{port}/"
-        first = await client.get(url)
-        second = await client.get(url)
-    assert (first.status, first.body) == (200, BODY)
-    assert second.body == b"next"
-    assert served.connections == 2
-
-
 @pytest.mark.parametrize(
     "extra",
     [b"GARBAGE", b"HTTP/1.1 200 OK\r\n", b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n"],
     ids=["garbage", "a status line", "a whole head"],
 )
-async def test_bytes_after_a_body_in_the_read_of_its_head_end_the_connection(
-    tiny_server: ServerFactory, extra: bytes
+@pytest.mark.parametrize(
+    "cuts",
+    [[len(HEAD) + 10], []],
+    ids=["in the body's last read", "in the read of its head"],
+)
+async def test_bytes_after_the_body_end_the_connection(
+    tiny_server: ServerFactory, extra: bytes, cuts: list[int]
 ) -> None:
-    """The head, the whole body and more in one read: llhttp completes the
-    response and starts parsing the rest as another.  The connection is not
-    reused: the next request used to fail on those bytes (protocol_error) or,
-    after a whole head, wait for its body until the deadline."""
-    answers = [[WIRE + extra], [head_for(b"next") + b"next"]]
+    """Bytes past the length: the response is whole, and the connection is
+    not reused (nobody asked for those bytes).  In a later read than the head
+    the fast path refuses them; in the head's read llhttp completes the
+    response and starts parsing the rest as another, which on_message_begin
+    refuses.  Before, bytes that looked like a response left the connection
+    in the pool: the next request on it failed as protocol_error or, after a
+    whole head, waited for its body until the deadline."""
+    answers = [pieces(WIRE + extra, cuts), [head_for(b"next") + b"next"]]
     served = Served(answers)
     async with tiny_server(served) as port, AsyncClient(max_time=10) as client:
         url = f"http://127.0.0.1:{port}/"
@@ -170,6 +155,23 @@ async def test_bytes_after_a_body_in_the_read_of_its_head_end_the_connection(
     assert (first.status, first.body) == (200, BODY)
     assert second.body == b"next"
     assert served.connections == 2
+
+
+async def test_a_length_with_thousands_of_leading_zeros_is_read(
+    tiny_server: ServerFactory,
+) -> None:
+    """llhttp takes ``Content-Length: 000...01028`` (5,000 zeros); the fast path
+    must too, not raise int()'s digit limit out of data_received."""
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: " + b"0" * 5000 + b"1028\r\n\r\n"
+    answers = [pieces(head + BODY, [len(head) + 10]), [head_for(b"next") + b"next"]]
+    served = Served(answers)
+    async with tiny_server(served) as port, AsyncClient(max_time=10) as client:
+        url = f"http://127.0.0.1:{port}/"
+        first = await client.get(url)
+        second = await client.get(url)
+    assert (first.status, first.body) == (200, BODY)
+    assert second.body == b"next"
+    assert served.connections == 1
 
 
 async def test_three_large_bodies_in_a_row_on_one_connection(tiny_server: ServerFactory) -> None:

@@ -66,6 +66,7 @@ __all__ = [
     "percentile",
     "progress",
     "run_child",
+    "stop_process",
     "surge_command",
     "timer",
     "write_invalid_input",
@@ -369,6 +370,17 @@ def run_child(
         ),
         child,
     )
+
+
+def stop_process(process: subprocess.Popen[Any]) -> None:
+    """A server the benchmark started: SIGTERM, then SIGKILL after 10 s."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def process_cpu(pid: int) -> float:

@@ -93,6 +93,7 @@ from _common import (
     print_targets,
     progress,
     run_child,
+    stop_process,
     surge_command,
     write_json,
 )
@@ -144,16 +145,6 @@ def _wait_for(port: int, process: subprocess.Popen[bytes], what: str, log: Path)
                 text = log.read_text(errors="replace")[-2000:] if log.exists() else ""
                 raise RuntimeError(f"{what} did not start: {text}") from None
             time.sleep(0.05)
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @contextmanager
@@ -210,7 +201,7 @@ http {{
         _wait_for(port, process, "nginx", log)
         yield port
     finally:
-        _stop(process)
+        stop_process(process)
 
 
 @contextmanager
@@ -245,7 +236,7 @@ def tinyproxy(base: Path, max_clients: int) -> Iterator[tuple[int, int, Path]]:
         _wait_for(port, process, "tinyproxy", log)
         yield port, process.pid, log
     finally:
-        _stop(process)
+        stop_process(process)
 
 
 def _process_cpu_s(pid: int) -> float:

@@ -25,98 +25,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import uvloop
 
 from _common import Table, announce, machine_info, payload, progress, write_json
+from fetch_extras import nginx  # Debian's nginx, as the large-bodies benchmark runs it
 
 GIB = 2**30
 WAYS = {"fast": True, "llhttp": False}  # name -> surge.http.connection._FAST_BODY
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextmanager
-def nginx(base: Path, size: int) -> Iterator[int]:
-    """Debian's nginx on 127.0.0.1 serving ``big.bin`` (``size`` random bytes); yields its port."""
-    binary = shutil.which("nginx") or "/usr/sbin/nginx"
-    root = base / "root"
-    root.mkdir()
-    block = os.urandom(2**20)
-    with open(root / "big.bin", "wb") as out:
-        left = size
-        while left:  # bounded: size / 1 MiB writes
-            out.write(block[: min(left, len(block))])
-            left -= min(left, len(block))
-    for temp in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
-        (base / temp).mkdir()
-    port = _free_port()
-    log = base / "error.log"
-    config = base / "nginx.conf"
-    config.write_text(
-        f"""
-daemon off;
-master_process off;
-pid {base / "nginx.pid"};
-error_log {log} warn;
-events {{ worker_connections 64; }}
-http {{
-    access_log off;
-    sendfile on;
-    keepalive_requests 100000;
-    client_body_temp_path {base / "body"};
-    proxy_temp_path {base / "proxy"};
-    fastcgi_temp_path {base / "fastcgi"};
-    uwsgi_temp_path {base / "uwsgi"};
-    scgi_temp_path {base / "scgi"};
-    default_type application/octet-stream;
-    server {{
-        listen 127.0.0.1:{port};
-        root {root};
-    }}
-}}
-"""
-    )
-    process = subprocess.Popen(
-        [binary, "-c", str(config), "-p", str(base), "-e", str(log)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    text = log.read_text(errors="replace")[-2000:] if log.exists() else ""
-                    raise RuntimeError(f"nginx did not start: {text}") from None
-                time.sleep(0.05)
-        yield port
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 async def measure(url: str, size: int, rounds: int) -> dict[str, list[dict[str, float]]]:
@@ -277,7 +199,7 @@ def main() -> None:
     announce("surge http_body: client CPU per GiB of a streamed body", info, args.quick)
     with (
         tempfile.TemporaryDirectory(prefix="surge-http-body-") as tmp,
-        nginx(Path(tmp), size) as port,
+        nginx(Path(tmp), size, 0) as port,
     ):
         url = f"http://127.0.0.1:{port}/big.bin"
         if args.loop == "uvloop":

@@ -81,7 +81,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import Table, machine_info, process_cpu, write_json
+from _common import Table, machine_info, process_cpu, stop_process, write_json
 
 ACCESS_KEY = "surgebench"
 SECRET_KEY = "surgebench-secret-key"  # a throwaway server on 127.0.0.1 only
@@ -389,12 +389,7 @@ def moto_server(timeout: float = 60.0) -> Any:
             raise RuntimeError(f"moto's server did not start: {line!r}")
         yield f"http://127.0.0.1:{int(line)}", int(line), process.pid
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
 
 
 # -- filling the buckets ------------------------------------------------------------------

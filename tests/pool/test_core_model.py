@@ -170,8 +170,14 @@ class CoreMachine(RuleBasedStateMachine):
         m = self.model
         key = data.draw(st.sampled_from(sorted(m.out, key=lambda k: self._out_objects[k].n)))
         res = self._out_objects.pop(key)
+        self._release(res, self.core.release(res, self.now))
+
+    def _release(self, res: Res, waiter: Waiter[Res] | None) -> None:
+        """What a release of ``res`` (just made, granting ``waiter``) must have done."""
+        m = self.model
+        key = id(res)
         m.out.discard(key)
-        waiter = self.core.release(res, self.now)
+        self._handed.pop(key, None)  # used by whoever it was handed to
         self._drain_garbage()
         if res.expires_at <= self.now or res.generation != self.generation:
             assert res in self.garbage
@@ -184,6 +190,7 @@ class CoreMachine(RuleBasedStateMachine):
             self._waiters.remove(waiter)
             m.out.add(key)
             self._out_objects[key] = res
+            self._handed[key] = waiter
         elif m.closed or m.open + 1 > m.max_size:
             assert waiter is None and res in self.garbage
         else:
@@ -210,6 +217,48 @@ class CoreMachine(RuleBasedStateMachine):
         self.model.waiters.remove(waiter)
         self._waiters.remove(waiter)
         self.core.cancel(waiter, timed_out=True)
+
+    # -- interruptions: a waiter gives up in whatever state it is --------------------
+
+    @precondition(lambda self: bool(self.model.waiters))
+    @rule(data=st.data())
+    def interrupt_waiting(self, data: st.DataObject) -> None:
+        """Interrupted while it waits: it leaves the queue, counted as no timeout."""
+        waiter = data.draw(st.sampled_from(self.model.waiters))
+        timeouts = self.core.n_timeouts
+        assert self.core.abandon(waiter, self.now) is None
+        self.model.waiters.remove(waiter)
+        self._waiters.remove(waiter)
+        assert self.core.n_timeouts == timeouts
+
+    @precondition(lambda self: bool(self._granted_slots))
+    @rule()
+    def interrupt_granted_slot(self) -> None:
+        """Interrupted just as it was granted a slot: the slot passes on."""
+        waiter = self._granted_slots.pop(0)
+        self._waiters.remove(waiter)
+        self.model.reserved -= 1
+        expected = self.model.grant_slot()
+        self._grant(self.core.abandon(waiter, self.now), expected)
+
+    @precondition(lambda self: bool(self._handed))
+    @rule(data=st.data())
+    def interrupt_handed(self, data: st.DataObject) -> None:
+        """Interrupted just as a release handed it a resource: the resource goes on
+        as if released (to the next waiter, idle, or retired)."""
+        key = data.draw(st.sampled_from(sorted(self._handed)))
+        waiter = self._handed[key]
+        res = self._out_objects.pop(key)
+        self._release(res, self.core.abandon(waiter, self.now))
+
+    @precondition(lambda self: self.model.closed and bool(self._closed_waiters))
+    @rule()
+    def interrupt_closed(self) -> None:
+        """Interrupted after close woke it: nothing to give back."""
+        waiter = self._closed_waiters.pop()
+        open_before = self.core.open
+        assert self.core.abandon(waiter, self.now) is None
+        assert self.core.open == open_before
 
     @rule(data=st.data())
     def invalidate(self, data: st.DataObject) -> None:
@@ -253,6 +302,7 @@ class CoreMachine(RuleBasedStateMachine):
         self.model.closed = True
         for w in woken:
             self._waiters.remove(w)
+        self._closed_waiters.extend(woken)
 
     @precondition(lambda self: self.model.closed)
     @rule()
@@ -291,6 +341,9 @@ class CoreMachine(RuleBasedStateMachine):
         self._out_objects: dict[int, Res] = {}
         self._waiters: list[Waiter[Res]] = []
         self._granted_slots = []
+        #: id(resource) -> the waiter a release handed it to, until it is used.
+        self._handed: dict[int, Waiter[Res]] = {}
+        self._closed_waiters: list[Waiter[Res]] = []
 
     def _has_reservation(self) -> bool:
         # Reservations granted to waiters are consumed by granted_waiter_creates.

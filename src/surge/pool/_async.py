@@ -22,6 +22,7 @@ from contextlib import asynccontextmanager
 from typing import Any, Generic, TypeVar
 
 from surge.errors import PoolClosed
+from surge.pool import _fork
 from surge.pool._core import Entry, PoolCore, Waiter
 from surge.pool._keyed_core import KeyedCore
 from surge.pool._options import Generations, Options, check_passed, log, timeout_error
@@ -71,6 +72,7 @@ class _AsyncFrontEnd(Generations, Generic[K, R]):
         check_idle_after: float,
         reset: Callable[[R], Any] | None,
         close: Callable[[R], Any] | None,
+        sever: Callable[[R], object] | None,
         clock: Callable[[], float],
     ) -> None:
         self._options = Options(timeout, max_idle, max_lifetime, lifetime_jitter, check_idle_after)
@@ -80,7 +82,16 @@ class _AsyncFrontEnd(Generations, Generic[K, R]):
         self._unchecked_below = check_idle_after if check is not None else float("inf")
         self._reset = reset
         self._close = close
+        self._sever = sever
         self._clock = clock
+        #: In a forked child: the parent's checked-out resources (see the thread pools').
+        self._inherited: dict[int, R] = {}
+        _fork.track(self)
+
+    def _forked(self) -> None:
+        """In a forked child: forget the parent's resources, each handed to ``sever``
+        (see surge.pool._fork); the parent's waiters and their loop are not ours."""
+        self._inherited = _fork.forget(self._core, self._sever)
 
     # -- adapters to the core --------------------------------------------------------------
 
@@ -102,6 +113,10 @@ class _AsyncFrontEnd(Generations, Generic[K, R]):
         raise NotImplementedError
 
     def _core_cancel(self, waiter: Waiter[R], timed_out: bool) -> None:
+        raise NotImplementedError
+
+    def _core_abandon(self, waiter: Waiter[R]) -> None:
+        """The core's ``abandon``, and wake whoever it grants."""
         raise NotImplementedError
 
     def _core_take_garbage(self) -> list[Entry[R]]:
@@ -164,12 +179,7 @@ class _AsyncFrontEnd(Generations, Generic[K, R]):
                 self._core_cancel(waiter, True)
                 raise timeout_error(timeout, self.stats(), key) from None
         except BaseException:  # cancelled: hand on whatever was granted
-            if waiter.entry is not None:
-                self._core_release(waiter.entry.resource, self._clock())
-            elif waiter.may_create:
-                self._core_create_failed(waiter.key, self._clock())
-            elif not waiter.closed:
-                self._core_cancel(waiter, False)
+            self._core_abandon(waiter)
             raise
         if waiter.closed:
             raise PoolClosed("the pool was closed while waiting")
@@ -215,6 +225,8 @@ class _AsyncFrontEnd(Generations, Generic[K, R]):
 
     async def release(self, resource: R) -> None:
         """Return a resource: to the oldest waiter if any, else to the idle set."""
+        if self._inherited and self._inherited.pop(id(resource), None) is not None:
+            return  # the parent's, in a forked child
         if self._reset is None:  # the hot path: no callback, usually nothing to close
             self._core_release(resource, self._clock())
             if self._core_has_garbage():
@@ -241,6 +253,8 @@ class _AsyncFrontEnd(Generations, Generic[K, R]):
 
     async def discard(self, resource: R) -> None:
         """Close a checked-out resource instead of returning it (it failed)."""
+        if self._inherited and self._inherited.pop(id(resource), None) is not None:
+            return  # the parent's, in a forked child
         self._core_discard(resource, self._clock())
         await self._dispose()
 
@@ -250,6 +264,8 @@ class _AsyncFrontEnd(Generations, Generic[K, R]):
         Resources it retires are closed by a task if ``close`` must be awaited."""
         if self._reset is not None:
             raise RuntimeError("release_nowait() cannot run reset: use 'await release()'")
+        if self._inherited and self._inherited.pop(id(resource), None) is not None:
+            return  # the parent's, in a forked child
         self._core_release(resource, self._clock())
         if self._core_has_garbage():
             asyncio.get_running_loop().create_task(self._dispose())
@@ -275,6 +291,7 @@ class AsyncPool(_AsyncFrontEnd[Any, R]):
         check_idle_after: float = 0.0,
         reset: Callable[[R], Any] | None = None,
         close: Callable[[R], Any] | None = None,
+        sever: Callable[[R], object] | None = None,
         lifo: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -288,6 +305,7 @@ class AsyncPool(_AsyncFrontEnd[Any, R]):
             check_idle_after=check_idle_after,
             reset=reset,
             close=close,
+            sever=sever,
             clock=clock,
         )
         self._core: PoolCore[R] = PoolCore(
@@ -388,6 +406,11 @@ class AsyncPool(_AsyncFrontEnd[Any, R]):
     def _core_cancel(self, waiter: Waiter[R], timed_out: bool) -> None:
         self._core.cancel(waiter, timed_out=timed_out)
 
+    def _core_abandon(self, waiter: Waiter[R]) -> None:
+        granted = self._core.abandon(waiter, self._clock())
+        if granted is not None:
+            _wake(granted)
+
     def _core_take_garbage(self) -> list[Entry[R]]:
         return self._core.take_garbage() if self._core.garbage else []
 
@@ -418,6 +441,7 @@ class AsyncKeyedPool(_AsyncFrontEnd[K, R]):
         check_idle_after: float = 0.0,
         reset: Callable[[R], Any] | None = None,
         close: Callable[[R], Any] | None = None,
+        sever: Callable[[R], object] | None = None,
         lifo: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -431,6 +455,7 @@ class AsyncKeyedPool(_AsyncFrontEnd[K, R]):
             check_idle_after=check_idle_after,
             reset=reset,
             close=close,
+            sever=sever,
             clock=clock,
         )
         self._core: KeyedCore[K, R] = KeyedCore(
@@ -452,6 +477,8 @@ class AsyncKeyedPool(_AsyncFrontEnd[K, R]):
         less per keep-alive request (the HTTP client's hot path)."""
         if self._reset is not None:
             raise RuntimeError("release_nowait() cannot run reset: use 'await release()'")
+        if self._inherited and self._inherited.pop(id(resource), None) is not None:
+            return  # the parent's, in a forked child
         core = self._core
         core.release(resource, self._clock())
         if core.woken:
@@ -544,6 +571,10 @@ class AsyncKeyedPool(_AsyncFrontEnd[K, R]):
 
     def _core_cancel(self, waiter: Waiter[R], timed_out: bool) -> None:
         self._core.cancel(waiter, timed_out=timed_out)
+
+    def _core_abandon(self, waiter: Waiter[R]) -> None:
+        self._core.abandon(waiter, self._clock())
+        self._wake_granted()
 
     def _core_take_garbage(self) -> list[Entry[R]]:
         return self._core.take_garbage() if self._core.garbage else []

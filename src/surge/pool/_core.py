@@ -291,6 +291,20 @@ class PoolCore(Generic[R]):
         elif len(self.waiters) > 2 * self.n_waiting + _COMPACT_SLACK:
             self.waiters = deque(w for w in self.waiters if not w.cancelled)
 
+    def abandon(self, waiter: Waiter[R], now: float) -> Waiter[R] | None:
+        """A waiter gives up whatever state it is in (interrupted by a signal,
+        cancelled as it was granted): a resource it was handed is released (to the
+        next waiter or the idle set), a creation slot it was granted passes on, and
+        a waiter still waiting leaves the queue.  Returns the waiter this grants, as
+        ``release`` does: nothing a waiter was given is lost with it."""
+        if waiter.entry is not None:
+            return self.release(waiter.entry.resource, now)
+        if waiter.may_create:
+            return self.create_failed(now)
+        if not waiter.closed and not waiter.cancelled:
+            self.cancel(waiter, timed_out=False)
+        return None
+
     def expire(self, now: float) -> None:
         """Retire resources idle for ``max_idle`` or more, from the cold end."""
         idle = self.idle
@@ -340,6 +354,25 @@ class PoolCore(Generic[R]):
         self.waiters.clear()
         self.n_waiting = 0
         return woken
+
+    def forget_all(self) -> list[R]:
+        """Start over with nothing, as a process forked from the one that made the
+        resources must: return every resource the pool knows (idle, checked out,
+        waiting to be closed) for the front-end to sever, and forget them - they
+        are never handed out, returned, reset or closed here again.  Waiters
+        (threads or tasks of the parent) are dropped; the generation moves on."""
+        resources = [e.resource for e in self.idle if e.state == IDLE]
+        resources += [e.resource for e in self.checked_out.values()]
+        resources += [e.resource for e in self.garbage]
+        self.idle = deque()
+        self.n_idle = 0
+        self.checked_out = {}
+        self.garbage = []
+        self.waiters = deque()
+        self.n_waiting = 0
+        self.open = 0
+        self.generation += 1
+        return resources
 
     def take_garbage(self) -> list[Entry[R]]:
         garbage = self.garbage

@@ -349,6 +349,33 @@ class KeyedCore(Generic[K, R]):
         self.n_global_waiting = 0
         return woken
 
+    def abandon(self, waiter: Waiter[R], now: float) -> None:
+        """As :meth:`PoolCore.abandon`; whoever it grants is appended to ``woken``."""
+        if waiter.entry is not None:
+            self.release(waiter.entry.resource, now)
+        elif waiter.may_create:
+            self.create_failed(waiter.key, now)
+        elif not waiter.closed and not waiter.cancelled:
+            self.cancel(waiter, timed_out=False)
+
+    def forget_all(self) -> list[R]:
+        """As :meth:`PoolCore.forget_all`, for every key."""
+        resources = [
+            e.resource for core in self.cores.values() for e in core.idle if e.state == IDLE
+        ]
+        resources += [e.resource for e in self.checked_out.values()]
+        resources += [e.resource for e in self.garbage]
+        self.cores = {}
+        self.open = self.n_idle = 0
+        self.idle_log = deque()
+        self.checked_out = {}
+        self.garbage = []
+        self.woken = []
+        self.global_waiters = deque()
+        self.n_global_waiting = 0
+        self.generation += 1
+        return resources
+
     def take_garbage(self) -> list[Entry[R]]:
         garbage = self.garbage[:]
         self.garbage.clear()

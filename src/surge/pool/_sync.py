@@ -16,6 +16,7 @@ from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 from surge.errors import PoolClosed
+from surge.pool import _fork
 from surge.pool._core import Entry, PoolCore, Waiter
 from surge.pool._keyed_core import KeyedCore
 from surge.pool._options import Generations, Options, check_passed, log, timeout_error
@@ -47,6 +48,7 @@ class _SyncFrontEnd(Generations, Generic[R]):
         check_idle_after: float,
         reset: Callable[[R], object] | None,
         close: Callable[[R], object] | None,
+        sever: Callable[[R], object] | None,
         clock: Callable[[], float],
     ) -> None:
         self._options = Options(timeout, max_idle, max_lifetime, lifetime_jitter, check_idle_after)
@@ -55,8 +57,14 @@ class _SyncFrontEnd(Generations, Generic[R]):
         self._unchecked_below = check_idle_after if check is not None else float("inf")
         self._reset = reset
         self._close = close
+        self._sever = sever
         self._clock = clock
         self._lock = threading.Lock()
+        #: In a forked child: the parent's checked-out resources, by id (kept
+        #: alive so that no new resource takes an id), which release and discard
+        #: drop without a word.
+        self._inherited: dict[int, R] = {}
+        _fork.track(self)
 
     # -- shared steps -----------------------------------------------------------------
 
@@ -117,7 +125,11 @@ class _SyncFrontEnd(Generations, Generic[R]):
         """Block until ``waiter`` is granted; the entry it was handed, or None if it
         may create.  Raises PoolTimeout at ``deadline``, PoolClosed on close."""
         remaining = deadline - self._clock()
-        woke = remaining > 0 and waiter.wake.acquire(True, remaining)
+        try:
+            woke = remaining > 0 and waiter.wake.acquire(True, remaining)
+        except BaseException:  # interrupted (KeyboardInterrupt): the grant is not lost
+            self._abandon(waiter)
+            raise
         if not woke:
             with self._lock:
                 if not waiter.granted and not waiter.closed:
@@ -163,6 +175,28 @@ class _SyncFrontEnd(Generations, Generic[R]):
         if not ok:
             self.discard(resource)
         return ok
+
+    def _abandon(self, waiter: Waiter[R]) -> None:
+        """A waiter gives up without using its grant (it was interrupted): pass on
+        the resource or the creation slot it may have been granted, or leave the
+        queue, so that no resource or slot is lost."""
+        with self._lock:
+            passed_to = self._core.abandon(waiter, self._clock())
+        if passed_to is not None:  # the plain core names whom it granted
+            passed_to.wake.release()
+        self._settle()  # the keyed core keeps a list of them
+
+    def _forked(self) -> None:
+        """In a forked child: a new lock (the parent's may have been held by a
+        thread that does not exist here), and nothing of the parent's reused or
+        closed - each resource goes to ``sever`` instead (see surge.pool._fork)."""
+        self._lock = threading.Lock()
+        self._inherited = _fork.forget(self._core, self._sever)
+
+    def _drop_inherited(self, resource: R) -> bool:
+        """Whether ``resource`` is the parent's (in a forked child): then it is
+        forgotten here, and its slot was never this process's to give back."""
+        return self._inherited.pop(id(resource), None) is not None
 
     # -- what each front-end provides ----------------------------------------------------
 
@@ -265,6 +299,7 @@ class Pool(_SyncFrontEnd[R]):
         check_idle_after: float = 0.0,
         reset: Callable[[R], object] | None = None,
         close: Callable[[R], object] | None = None,
+        sever: Callable[[R], object] | None = None,
         lifo: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -277,6 +312,7 @@ class Pool(_SyncFrontEnd[R]):
             check_idle_after=check_idle_after,
             reset=reset,
             close=close,
+            sever=sever,
             clock=clock,
         )
         self._create = create
@@ -319,6 +355,8 @@ class Pool(_SyncFrontEnd[R]):
 
     def release(self, resource: R) -> None:
         """Return a resource: to the oldest waiter if any, else to the idle set."""
+        if self._inherited and self._drop_inherited(resource):
+            return
         now = self._clock()  # before reset: a slow reset makes it look idle longer
         if self._reset is not None and not self._returns_clean(resource, now):
             return
@@ -335,6 +373,8 @@ class Pool(_SyncFrontEnd[R]):
 
     def discard(self, resource: R) -> None:
         """Close a checked-out resource instead of returning it (it failed)."""
+        if self._inherited and self._drop_inherited(resource):
+            return
         core = self._core
         with self._lock:
             waiter = core.discard(resource, self._clock())
@@ -462,6 +502,7 @@ class KeyedPool(_SyncFrontEnd[R], Generic[K, R]):
         check_idle_after: float = 0.0,
         reset: Callable[[R], object] | None = None,
         close: Callable[[R], object] | None = None,
+        sever: Callable[[R], object] | None = None,
         lifo: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -474,6 +515,7 @@ class KeyedPool(_SyncFrontEnd[R], Generic[K, R]):
             check_idle_after=check_idle_after,
             reset=reset,
             close=close,
+            sever=sever,
             clock=clock,
         )
         self._create = create
@@ -512,6 +554,8 @@ class KeyedPool(_SyncFrontEnd[R], Generic[K, R]):
         self._options = dataclasses.replace(self._options, max_lifetime=seconds)
 
     def release(self, resource: R) -> None:
+        if self._inherited and self._drop_inherited(resource):
+            return
         now = self._clock()
         if self._reset is not None and not self._returns_clean(resource, now):
             return
@@ -520,6 +564,8 @@ class KeyedPool(_SyncFrontEnd[R], Generic[K, R]):
         self._settle()
 
     def discard(self, resource: R) -> None:
+        if self._inherited and self._drop_inherited(resource):
+            return
         with self._lock:
             self._core.discard(resource, self._clock())
         self._settle()

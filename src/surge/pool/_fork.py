@@ -1,0 +1,66 @@
+"""After ``fork()``, a child never touches what its parent's pools hold.
+
+A child inherits the parent's sockets as file descriptors that still reach the
+same peers: a child that sends on one interleaves its bytes with the parent's,
+and each reads the other's answers (two MySQL clients sharing a socket got 202
+of 300 answers wrong, without an error).  Closing one politely is no better:
+psycopg's close sends PostgreSQL a Terminate, which ends the parent's session.
+
+So every pool registers here, and in the child, before any code of the child
+runs, each pool forgets everything it held and hands each resource to its
+``sever`` callback (surge.db points the inherited descriptor at a dead socket,
+so that whatever later touches the object reaches nothing).  The parent's
+pools are not touched.  ``os.register_at_fork`` makes this free on every path
+but fork itself (redis-py instead compares the pid on every checkout).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import weakref
+from typing import Any, Protocol
+
+log = logging.getLogger("surge.pool")
+
+
+class Forkable(Protocol):
+    def _forked(self) -> None:
+        """Start over in a forked child (see the module's docstring)."""
+
+
+_pools: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def track(pool: Forkable) -> None:
+    """Have ``pool._forked()`` called in every child forked from now on."""
+    _pools.add(pool)
+
+
+def _after_fork_in_child() -> None:
+    for pool in list(_pools):
+        try:
+            pool._forked()
+        except Exception:  # never break the child over a pool it may not even use
+            log.warning("resetting %r after fork failed", pool, exc_info=True)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def forget(core: Any, sever: Any) -> dict[int, Any]:
+    """What a front-end's ``_forked`` does with its core: the core forgets every
+    resource (see ``PoolCore.forget_all``), each goes to ``sever`` (if any), and
+    the checked-out ones are returned by id, for release and discard to drop
+    when the child's code hands them back (kept alive, so no new resource can
+    take one of their ids)."""
+    checked_out = {id(e.resource): e.resource for e in core.checked_out.values()}
+    resources = core.forget_all()
+    if sever is not None:
+        for resource in resources:
+            try:
+                sever(resource)
+            except Exception:
+                log.warning("severing %r after fork failed", resource, exc_info=True)
+    return checked_out

@@ -19,21 +19,27 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from tests.db._sql import settle
 
 from surge.testing import DBServer
 
 
 @dataclass
 class Counts:
-    statements: int  # statements run (ROLLBACK and BEGIN included), pings excluded
+    statements: int  # statements run (ROLLBACK and BEGIN included), pings and resets excluded
     rollbacks: int
     pings: int
     connects: int
     begins: int = 0  # PostgreSQL only: psycopg's BEGIN of an implicit transaction
+    resets: int = 0  # session resets (surge.db._session), whatever they are made of
 
 
 class MariaDBCounter:
-    NAMES = ("Questions", "Com_rollback", "Com_admin_commands", "Connections")
+    """A session reset is three commands (COM_RESET_CONNECTION, an admin command as
+    COM_PING is; COM_INIT_DB; one SET), each counted in Questions; the tests'
+    users never change databases, so Com_change_db counts the resets."""
+
+    NAMES = ("Questions", "Com_rollback", "Com_admin_commands", "Connections", "Com_change_db")
 
     def __init__(self, server: DBServer) -> None:
         self.server = server
@@ -48,18 +54,25 @@ class MariaDBCounter:
         cur.execute(f"SHOW GLOBAL STATUS WHERE Variable_name IN ({names})")
         return {name: int(value) for name, value in cur.fetchall()}
 
-    def mark(self) -> None:
+    def mark(self, *pools: Any) -> None:
+        for pool in pools:
+            settle(pool)
         self.admin = None  # a fresh admin login now, so that none falls in the window
         self.before = self._read()
 
-    def since(self) -> Counts:
+    def since(self, *pools: Any) -> Counts:
+        for pool in pools:
+            settle(pool)
         after = self._read()
         d = {n: after[n] - self.before[n] for n in self.NAMES}
+        resets = d["Com_change_db"]
         return Counts(
-            statements=d["Questions"] - 1,  # the SHOW that read the counters counts itself
+            # the SHOW that read the counters counts itself
+            statements=d["Questions"] - 1 - 3 * resets,
             rollbacks=d["Com_rollback"],
-            pings=d["Com_admin_commands"],
+            pings=d["Com_admin_commands"] - resets,
             connects=d["Connections"],
+            resets=resets,
         )
 
 
@@ -68,7 +81,9 @@ class PostgreSQLCounter:
         self.path = server.log_path
         self.mark()
 
-    def mark(self) -> None:
+    def mark(self, *pools: Any) -> None:
+        for pool in pools:
+            settle(pool)
         self.offset = os.path.getsize(self.path)
 
     def lines(self) -> list[str]:
@@ -76,7 +91,9 @@ class PostgreSQLCounter:
             log.seek(self.offset)
             return log.read().decode(errors="replace").splitlines()
 
-    def since(self) -> Counts:
+    def since(self, *pools: Any) -> Counts:
+        for pool in pools:
+            settle(pool)
         # "duration: 0.05 ms  statement: SELECT 1" (simple protocol), or parse, bind
         # and "execute _pg3_0: SELECT 1" (extended: psycopg prepares a statement run
         # 5 times); one statement run is a "statement" or an "execute" line.
@@ -87,13 +104,14 @@ class PostgreSQLCounter:
             what = line.split(" ms  ", 1)[1]
             if what.startswith(("statement: ", "execute ")):
                 statements.append(what.split(": ", 1)[1].strip())
-        run = [s for s in statements if s]
+        run = [s for s in statements if s and s != "DISCARD ALL"]
         return Counts(
             statements=len(run),
             rollbacks=run.count("ROLLBACK"),
-            pings=len(statements) - len(run),
+            pings=sum(not s for s in statements),
             connects=sum("connection authorized" in line for line in self.lines()),
             begins=run.count("BEGIN"),
+            resets=statements.count("DISCARD ALL"),
         )
 
 

@@ -89,7 +89,8 @@ def test_an_idle_connection_killed_is_not_handed_out(db: tuple[DBServer, Any]) -
             assert backend_id(server, conn) != backend
             run(conn, "INSERT INTO ledger VALUES (1)")
             conn.commit()
-        assert pool.stats()["pings"] == 1 and pool.stats()["created"] == 2
+        # found by its ping, or (PostgreSQL) by reading its reset's answers at checkout
+        assert pool.stats()["pings"] <= 1 and pool.stats()["created"] == 2
     assert ledger(server) == {1}
 
 

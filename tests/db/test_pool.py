@@ -32,13 +32,16 @@ def test_a_busy_pool_costs_the_query_and_nothing_else(db: tuple[DBServer, Any]) 
     server, counter = db
     with surge.db.pool(server.url, autocommit=True, max_size=2) as pool:
         warm(pool)
-        counter.mark()
+        counter.mark(pool)
         for _ in range(50):
             with pool.connection() as conn:
                 assert query(conn) == [(1,)]
-        counts = counter.since()
-    # the SELECT of each block, and no ping, no rollback, no login
+        counts = counter.since(pool)
+    # the SELECT of each block and its session reset (written at return, its
+    # answers read behind the next SELECT's or at checkout: nobody waits for it),
+    # and no ping, no rollback, no login
     assert (counts.statements, counts.rollbacks, counts.pings, counts.connects) == (50, 0, 0, 0)
+    assert counts.resets == 50
 
 
 def test_a_read_with_autocommit_off_is_rolled_back_so_the_next_user_sees_new_data(
@@ -53,36 +56,46 @@ def test_a_read_with_autocommit_off_is_rolled_back_so_the_next_user_sees_new_dat
             query(conn, "DROP TABLE IF EXISTS readonly")
             query(conn, "CREATE TABLE readonly (v INT)")
             conn.commit()
-        counter.mark()
+        counter.mark(pool)
         with pool.connection() as conn:
             assert query(conn, "SELECT COUNT(*) FROM readonly") == [(0,)]
-        counts = counter.since()
+        counts = counter.since(pool)
         with server.connect(autocommit=True) as other:
             query(other, "INSERT INTO readonly VALUES (1)")
         with pool.connection() as conn:
             assert query(conn, "SELECT COUNT(*) FROM readonly") == [(1,)]
-    assert counts.rollbacks == 1
+    # the session reset ended it (PostgreSQL: a ROLLBACK before DISCARD ALL;
+    # MariaDB: COM_RESET_CONNECTION rolls back itself)
+    assert counts.resets == 1
+    assert counts.rollbacks == (1 if server.kind == "postgresql" else 0)
 
 
-def test_rollback_on_return_only_when_a_transaction_is_open(db: tuple[DBServer, Any]) -> None:
+@pytest.mark.parametrize("reset", ["none", "session"])
+def test_rollback_on_return_only_when_a_transaction_is_open(
+    db: tuple[DBServer, Any], reset: str
+) -> None:
     server, counter = db
-    with surge.db.pool(server.url, max_size=1) as pool:
+    with surge.db.pool(server.url, max_size=1, reset=reset) as pool:
         with pool.connection() as conn:
             query(conn, "DROP TABLE IF EXISTS rb")
             query(conn, "CREATE TABLE rb (v INT)")
             conn.commit()
-        counter.mark()
+        counter.mark(pool)
         with pool.connection() as conn:  # left open: the pool must roll it back
             query(conn, "INSERT INTO rb VALUES (1)")
         with pool.connection() as conn:  # committed: nothing to roll back
             query(conn, "INSERT INTO rb VALUES (2)")
             conn.commit()
-        counts = counter.since()
+        counts = counter.since(pool)
         with pool.connection() as conn:
             assert query(conn, "SELECT v FROM rb") == [(2,)]
             conn.rollback()
-    assert counts.rollbacks == 1
-    assert pool.stats()["rollbacks"] == 1
+    if reset == "none":
+        assert counts.rollbacks == 1
+        assert pool.stats()["rollbacks"] == 1
+    else:  # one ROLLBACK in the first reset only; MariaDB's reset rolls back itself
+        assert counts.resets == 2
+        assert counts.rollbacks == (1 if server.kind == "postgresql" else 0)
 
 
 def test_an_error_in_the_block_returns_the_connection_rolled_back(
@@ -108,12 +121,12 @@ def test_only_a_connection_idle_past_the_threshold_is_pinged(db: tuple[DBServer,
     with surge.db.pool(server.url, autocommit=True, max_size=1, check_idle_after=0.3) as pool:
         warm(pool)
         time.sleep(0.4)
-        counter.mark()
+        counter.mark(pool)
         with pool.connection() as conn:  # idle 0.4 s: one ping
             query(conn)
         with pool.connection() as conn:  # idle ~0 s: none
             query(conn)
-        counts = counter.since()
+        counts = counter.since(pool)
     assert (counts.pings, counts.statements, counts.connects) == (1, 2, 0)
     assert pool.stats()["pings"] == 1
 
@@ -131,14 +144,16 @@ def test_after_a_restart_no_stale_connection_is_handed_out(
     with surge.db.pool(server.url, autocommit=True, max_size=4) as pool:
         warm(pool, 4)
         server.restart()
-        counter.mark()
+        counter.mark(pool)
         for _ in range(10):
             with pool.connection() as conn:
                 assert len(query(conn)) == 1
         stats = pool.stats()
-        counts = counter.since()
+        counts = counter.since(pool)
     assert stats["generation"] == 1 and stats["server_gone"] == 1
-    assert stats["pings"] == 1  # one dead connection found; the other three dropped unpinged
+    # one dead connection found (by its ping, or by reading its reset's answers:
+    # PostgreSQL's reset is read at checkout); the other three dropped unpinged
+    assert stats["pings"] <= 1
     assert counts.connects == 1  # one fresh connection served all ten, LIFO
     assert stats["created"] == 5 and stats["open"] == 1
 
@@ -226,10 +241,10 @@ def test_mariadb_wait_timeout_sets_max_lifetime(start_mariadb: Any, counter_for:
         warm(pool)
         assert pool.max_lifetime == pytest.approx(1.8)
         time.sleep(2.2)  # past the lifetime: retired before the server drops it
-        counter.mark()
+        counter.mark(pool)
         with pool.connection() as conn:
             assert query(conn) == [(1,)]
-        counts = counter.since()
+        counts = counter.since(pool)
         stats = pool.stats()
     assert stats["expired"] == 1 and stats["pings"] == 0 and stats["server_gone"] == 0
     # the new connection's login and the query; no ping of the expired one
@@ -302,7 +317,7 @@ def test_threads_share_a_small_pool(db: tuple[DBServer, Any]) -> None:
     server, counter = db
     errors: list[BaseException] = []
     with surge.db.pool(server.url, autocommit=True, max_size=3, timeout=30) as pool:
-        counter.mark()
+        counter.mark(pool)
 
         def work() -> None:
             try:
@@ -317,7 +332,7 @@ def test_threads_share_a_small_pool(db: tuple[DBServer, Any]) -> None:
             t.start()
         for t in threads:
             t.join()
-        counts = counter.since()
+        counts = counter.since(pool)
         stats = pool.stats()
     assert errors == []
     assert stats["created"] <= 3 and counts.connects == stats["created"]

@@ -36,9 +36,9 @@ def test_a_read_costs_the_query_only(db: tuple[DBServer, Any]) -> None:
     engine = create_engine(server.url, pool_options=options)
     assert isinstance(engine.pool, SurgePool)
     run_selects(engine, 2)  # the dialect's first-connect queries happen here
-    counter.mark()
+    counter.mark(engine.pool.db)
     run_selects(engine, 30)
-    counts = counter.since()
+    counts = counter.since(engine.pool.db)
     engine.dispose()
     assert (counts.statements, counts.rollbacks, counts.pings, counts.connects) == (30, 0, 0, 0)
 
@@ -60,12 +60,12 @@ def test_transactions_commit_and_roll_back(db: tuple[DBServer, Any]) -> None:
     with engine.begin() as conn:
         conn.execute(text("DROP TABLE IF EXISTS sa_t"))
         conn.execute(text("CREATE TABLE sa_t (v INT)"))
-    counter.mark()
+    counter.mark(engine.pool.db)
     with engine.begin() as conn:
         conn.execute(text("INSERT INTO sa_t VALUES (1)"))
     with engine.connect() as conn:  # never committed: rolled back once
         conn.execute(text("INSERT INTO sa_t VALUES (2)"))
-    counts = counter.since()
+    counts = counter.since(engine.pool.db)
     with engine.connect() as conn:
         assert conn.execute(text("SELECT v FROM sa_t")).scalars().all() == [1]
     assert counts.rollbacks == 1

@@ -14,12 +14,14 @@ import asyncio
 import contextlib
 import importlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Literal
 
 from surge.db._drivers import (
+    AUTOCOMMIT,
     DatabaseURL,
+    MySQLProtocolSession,
     PsycopgState,
     _mysql_tls,
     mysql_connect_params,
@@ -28,7 +30,18 @@ from surge.db._drivers import (
     pg_connect_params,
     readable,
 )
-from surge.db._pool import LIFETIME_SHARE, SOCKET_CHECK_AFTER, log, needs_ping
+from surge.db._pool import (
+    LIFETIME_SHARE,
+    SOCKET_CHECK_AFTER,
+    SessionResets,
+    check_init_sql,
+    check_reset_mode,
+    checkout_check_after,
+    log,
+    needs_ping,
+    start_session_reset,
+)
+from surge.db._session import MySQLReset, sever_fd
 from surge.errors import UsageError
 from surge.pool import AsyncPool
 
@@ -80,34 +93,121 @@ class AsyncPsycopg(PsycopgState):
     async def close(self, conn: Any) -> None:
         await conn.close()
 
+    async def finish_reset(self, conn: Any) -> None:
+        await conn.wait(self.finish_generator(conn))
+
+    async def run(self, conn: Any, sql: str) -> None:
+        self.raise_for(conn, await self._exec(conn, sql.encode()))
+
 
 def _aiomysql_connection_class(base: Any) -> Any:
     """aiomysql's ``Connection`` that knows when its transaction state is unsure:
     the asyncio twin of :func:`surge.db._drivers.pymysql_connection_class`."""
+    MySQLError = importlib.import_module("pymysql.err").MySQLError
 
     class Connection(base):  # type: ignore[misc]
         _surge_unsure = False
+        _surge_used = True
+        _surge_busy = False
+        _surge_pending: MySQLReset | None = None
+        _surge_reset: MySQLReset | None = None
+        _next_seq_id: int
+        _result: Any
+        #: Past this many bytes buffered unsent, the server is not reading.
+        _SURGE_MAX_UNSENT = 64 * 1024
 
         async def _execute_command(self, command: int, sql: Any) -> None:
+            self._surge_used = self._surge_busy = True
             self._surge_unsure = True
+            if self._surge_pending is not None:  # see the sync twin
+                await super()._execute_command(command, sql)
+                next_seq = self._next_seq_id
+                await self._surge_read_reset()
+                self._next_seq_id = next_seq
+                self._surge_unsure = True
+                return
             await super()._execute_command(command, sql)
             self._surge_unsure = True  # after draining unread results, see the sync twin
 
         async def _read_ok_packet(self) -> Any:
-            ok = await super()._read_ok_packet()
-            self._surge_unsure = False
+            try:
+                ok = await super()._read_ok_packet()
+            except MySQLError:
+                self._surge_answered()
+                raise
+            self._surge_unsure = self._surge_busy = False
             return ok
 
         async def _read_query_result(self, unbuffered: bool = False) -> None:
             self._surge_unsure = True
-            await super()._read_query_result(unbuffered=unbuffered)
+            try:
+                await super()._read_query_result(unbuffered=unbuffered)
+            except MySQLError:
+                self._surge_answered()
+                raise
             result = self._result
             self._surge_unsure = result.server_status is None or bool(result.has_next)
+            self._surge_busy = False
+
+        def _surge_answered(self) -> None:
+            """As the sync twin's: an error ends the answer, if the connection lives."""
+            if self._writer is not None:
+                self._surge_busy = False
+
+        async def set_charset(self, charset: str) -> None:
+            await super().set_charset(charset)
+            self._surge_busy = False
+
+        def _surge_send_reset(self) -> bool:
+            """As the sync twin's: the loop's transport takes the bytes at once."""
+            reset, result, writer = self._surge_reset, self._result, self._writer
+            if reset is None or self._surge_busy or writer is None:
+                return False
+            if result is not None and (result.unbuffered_active or result.has_next):
+                return False
+            if self._surge_pending is not None:
+                return True
+            transport = writer.transport
+            if transport.is_closing() or transport.get_write_buffer_size() > self._SURGE_MAX_UNSENT:
+                return False
+            writer.write(reset.packets)
+            self._surge_pending = reset
+            self._surge_used = self._surge_unsure = False
+            self._result = None
+            self.server_status = AUTOCOMMIT if reset.autocommit else 0
+            return True
+
+        async def _surge_read_reset(self) -> None:
+            reset, self._surge_pending = self._surge_pending, None
+            assert reset is not None
+            err = importlib.import_module("pymysql.err")
+            ok_packet = importlib.import_module("pymysql.protocol").OKPacketWrapper
+            try:
+                for _ in range(reset.n_ok):
+                    self._next_seq_id = 1
+                    packet = await self._read_packet()
+                    if not packet.is_ok_packet():
+                        raise err.OperationalError(
+                            2027, "the pooled session's reset was answered by a non-OK packet"
+                        )
+                    self.server_status = ok_packet(packet).server_status
+                for _ in range(reset.n_results):
+                    self._next_seq_id = 1
+                    await super()._read_query_result()
+                    self._result = None
+            except BaseException as error:
+                self.close()
+                if isinstance(error, err.MySQLError):
+                    raise err.OperationalError(
+                        2014, f"resetting the pooled session failed: {error}"
+                    ) from error
+                raise
+            self._surge_unsure = False
 
     return Connection
 
 
-class AsyncMySQL:
+class AsyncMySQL(MySQLProtocolSession):
     """What the async pool needs from aiomysql."""
 
     name = "aiomysql"
@@ -166,11 +266,26 @@ class AsyncMySQL:
     async def close(self, conn: Any) -> None:
         conn.close()  # closes the socket; no COM_QUIT round trip
 
+    async def finish_reset(self, conn: Any) -> None:
+        await conn._surge_read_reset()
+
+    def sever(self, conn: Any) -> None:
+        writer = conn._writer
+        sock = None if writer is None else writer.transport.get_extra_info("socket")
+        sever_fd(None if sock is None else sock.fileno())
+
+    async def run(self, conn: Any, sql: str) -> None:
+        cursor = await conn.cursor()
+        try:
+            await cursor.execute(sql)
+        finally:
+            await cursor.close()
+
 
 AsyncDriver = AsyncPsycopg | AsyncMySQL
 
 
-class AsyncDBPool:
+class AsyncDBPool(SessionResets):
     """``async with pool.connection() as conn:`` - options as :class:`surge.db.DBPool`."""
 
     def __init__(
@@ -187,6 +302,8 @@ class AsyncDBPool:
         autocommit: bool = False,
         lifo: bool = True,
         connect_args: dict[str, Any] | None = None,
+        reset: Literal["session", "none"] = "session",
+        init_sql: Sequence[str] = (),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.url = DatabaseURL.parse(url)
@@ -197,6 +314,8 @@ class AsyncDBPool:
             self.driver = AsyncMySQL(self.url)
         else:
             raise UsageError(f"the asyncio pool takes postgresql:// or mysql://, not {url!r}")
+        self.reset = check_reset_mode(reset, self.driver)
+        self.init_sql = check_init_sql(init_sql)
         self.autocommit = autocommit
         self.check_idle_after = check_idle_after
         self._connect_args = dict(connect_args or {})
@@ -211,9 +330,10 @@ class AsyncDBPool:
             max_idle=max_idle,
             lifetime_jitter=lifetime_jitter,
             check=self._check,
-            check_idle_after=min(check_idle_after, SOCKET_CHECK_AFTER),
+            check_idle_after=checkout_check_after(check_idle_after, self.reset, self.driver),
             reset=self._reset,
             close=self._close,
+            sever=self._sever,
             lifo=lifo,
             clock=clock,
         )
@@ -254,6 +374,8 @@ class AsyncDBPool:
         stats.update(
             pings=self.n_pings,
             rollbacks=self.n_rollbacks,
+            resets=self.n_resets,
+            severed=self.n_severed,
             server_gone=stats["generation"],
             max_lifetime=self.max_lifetime,
         )
@@ -269,8 +391,18 @@ class AsyncDBPool:
         await self.close()
 
     async def _check(self, conn: Any, idle: float) -> bool:
-        """As DBPool's: ping if ``needs_ping``; a disconnect moves the generation on."""
-        if not needs_ping(idle, self.check_idle_after, self.driver, conn):
+        """As DBPool's: read a pending reset's answers, ping if ``needs_ping``; a
+        disconnect moves the generation on."""
+        driver = self.driver
+        if driver.reset_pending(conn) and not (
+            driver.reset_answers == "lazily" and idle < SOCKET_CHECK_AFTER
+        ):
+            try:
+                await driver.finish_reset(conn)
+            except Exception as error:
+                await self._failed(conn, error)
+                return False
+        if not needs_ping(idle, self.check_idle_after, driver, conn):
             return True
         self.n_pings += 1
         try:
@@ -281,10 +413,19 @@ class AsyncDBPool:
         return True
 
     async def _reset(self, conn: Any) -> bool:
-        """As DBPool's: roll back if a transaction may be open, restore autocommit;
-        False for a closed connection."""
+        """As DBPool's: reset the session (or, with ``reset="none"``, roll back an
+        open transaction and restore autocommit); False for a closed connection or
+        one whose protocol state is unknown (severed, never waited on)."""
         driver = self.driver
         if driver.is_closed(conn):
+            return False
+        if self.reset == "session":
+            outcome = start_session_reset(driver, conn)
+            if isinstance(outcome, Exception):
+                await self._failed(conn, outcome)
+            return self._after_reset(conn, outcome)
+        if not driver.protocol_idle(conn):
+            self._sever(conn)
             return False
         try:
             if driver.in_transaction(conn):
@@ -304,14 +445,21 @@ class AsyncDBPool:
 
     async def _create(self) -> Any:
         conn = await self.driver.connect(self.url, self.autocommit, self._connect_args)
-        if self.max_lifetime == "auto":
-            try:
+        try:
+            if self.max_lifetime == "auto":
                 await self._learn_lifetime(conn)
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    await self.driver.close(conn)
-                raise
+            for sql in self.init_sql:
+                await self.driver.run(conn, sql)
+            self.driver.session_ready(conn, self.autocommit, self.init_sql)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self.driver.close(conn)
+            raise
         return conn
+
+    def session_ready(self, conn: Any) -> None:
+        """As :meth:`surge.db.DBPool.session_ready`."""
+        self.driver.session_ready(conn, self.autocommit, self.init_sql)
 
     async def _learn_lifetime(self, conn: Any) -> None:
         """As DBPool's: tasks creating connections meanwhile wait for the answer."""
@@ -326,6 +474,8 @@ class AsyncDBPool:
                 self.max_lifetime = None
 
     async def _close(self, conn: Any) -> None:
+        if not self.driver.protocol_idle(conn):  # a polite close could wait on the server
+            self._sever(conn)
         with contextlib.suppress(Exception):
             await self.driver.close(conn)
 

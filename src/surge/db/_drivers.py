@@ -12,13 +12,23 @@ to ping without opening a transaction, and which errors mean the server is gone
 
 from __future__ import annotations
 
+import functools
 import importlib
 import select
 import ssl
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from surge.db._session import (
+    ClientState,
+    MySQLReset,
+    mysql_reset,
+    pg_finish_reset,
+    pg_send_reset,
+    send_without_waiting,
+    sever_fd,
+)
 from surge.errors import UsageError
 
 #: MySQL/MariaDB client errors that mean the connection is gone: 2006 server has
@@ -126,6 +136,64 @@ class Driver:
     def server_idle_timeout(self, conn: Any) -> float | None:
         """The server's idle-connection timeout in seconds, if it has one (one round trip)."""
         return None
+
+    # -- the session reset (see surge.db._session) ----------------------------------------
+
+    #: When the answers of a session reset are read: "at return" (the driver cannot
+    #: write without reading: mysqlclient), "at checkout" (psycopg: libpq must leave
+    #: pipeline mode before the user may use the connection), or "lazily" (at a
+    #: checkout after >= SOCKET_CHECK_AFTER idle, else just after the connection's
+    #: next command went out: its class reads them first).
+    reset_answers: Literal["at return", "at checkout", "lazily"] = "at checkout"
+    #: The driver's per-connection settings a user may change, put back at return.
+    client_attributes: tuple[str, ...] = ()
+
+    def run(self, conn: Any, sql: str) -> None:
+        """Run one statement of the pool's session set-up (a round trip)."""
+        cursor = conn.cursor()
+        try:
+            cursor.execute(sql)
+        finally:
+            cursor.close()
+
+    def session_ready(self, conn: Any, autocommit: bool, init_sql: tuple[str, ...]) -> None:
+        """The session is as every checkout must find it: record what to put back."""
+        if self.client_attributes:
+            conn._surge_client = ClientState(conn, self.client_attributes)
+
+    def restore_client(self, conn: Any) -> None:
+        state = getattr(conn, "_surge_client", None)
+        if state is not None:
+            state.restore(conn)
+
+    def used(self, conn: Any) -> bool:
+        """Whether anything went to the server since the session was last reset
+        (True when the driver cannot tell)."""
+        return True
+
+    def send_reset(self, conn: Any) -> bool:
+        """Start the session reset (see surge.db._session) and put the client's side
+        back; False if the connection's protocol state is unknown (results unread,
+        a command in progress): the caller severs it."""
+        raise NotImplementedError
+
+    def reset_pending(self, conn: Any) -> bool:
+        """A reset was written whose answers are still to be read."""
+        return False
+
+    def finish_reset(self, conn: Any) -> None:
+        """Read the answers of the pending reset; raises if it failed."""
+
+    def protocol_idle(self, conn: Any) -> bool:
+        """Whether the connection is between commands (safe to close politely)."""
+        return True
+
+    def socket_fd(self, conn: Any) -> int | None:
+        return None
+
+    def sever(self, conn: Any) -> None:
+        """Make ``conn`` unusable without a byte to the server (see _session.sever_fd)."""
+        sever_fd(self.socket_fd(conn))
 
 
 def _pymysql_preferred_context() -> ssl.SSLContext:
@@ -237,8 +305,29 @@ def pymysql_connection_class(base: Any, preferred_tls: ssl.SSLContext | None) ->
         #: Set when a command goes out, cleared when its answer ends in an OK
         #: packet (the only packets whose server status PyMySQL keeps).
         _surge_unsure = False
+        #: A command went out since the session was last reset.
+        _surge_used = True
+        #: A command's answer is not read yet: the protocol state is unknown.
+        _surge_busy = False
+        #: A reset written at return whose answers are not read yet.
+        _surge_pending: MySQLReset | None = None
+        _surge_reset: MySQLReset | None = None
+        # PyMySQL's own, as used here.
+        _next_seq_id: int
+        _result: Any
 
         def _execute_command(self, command: int, sql: Any) -> None:
+            self._surge_used = self._surge_busy = True
+            if self._surge_pending is not None:
+                # The command goes out behind the reset; the reset's answers
+                # come first, then the command's own.
+                self._surge_unsure = True
+                super()._execute_command(command, sql)
+                next_seq = self._next_seq_id
+                self._surge_read_reset()
+                self._next_seq_id = next_seq
+                self._surge_unsure = True
+                return
             # Set after the call too: the call first drains unread results
             # (next_result), whose OK packets would clear it.
             self._surge_unsure = True
@@ -246,16 +335,83 @@ def pymysql_connection_class(base: Any, preferred_tls: ssl.SSLContext | None) ->
             self._surge_unsure = True
 
         def _read_ok_packet(self) -> Any:
-            ok = super()._read_ok_packet()
-            self._surge_unsure = False
+            try:
+                ok = super()._read_ok_packet()
+            except self._surge_err.MySQLError:
+                self._surge_answered()
+                raise
+            self._surge_unsure = self._surge_busy = False
             return ok
 
         def _read_query_result(self, unbuffered: bool = False) -> Any:
             self._surge_unsure = True
-            affected = super()._read_query_result(unbuffered=unbuffered)
+            try:
+                affected = super()._read_query_result(unbuffered=unbuffered)
+            except self._surge_err.MySQLError:
+                self._surge_answered()
+                raise
             result = self._result
             self._surge_unsure = result.server_status is None or bool(result.has_next)
+            self._surge_busy = False  # unread rows or results show in self._result
             return affected
+
+        def _surge_answered(self) -> None:
+            """The server answered with an error: that ends the answer, unless the
+            error is the connection's end (then PyMySQL closed it)."""
+            if self._sock is not None:
+                self._surge_busy = False
+
+        def set_character_set(self, charset: str, collation: str | None = None) -> None:
+            super().set_character_set(charset, collation)
+            self._surge_busy = False  # answered, by a packet read outside the above
+
+        def _surge_send_reset(self) -> bool:
+            """Write the session reset (see surge.db._session); False if the
+            protocol state is unknown or the socket would not take it."""
+            reset, result = self._surge_reset, self._result
+            if reset is None or self._surge_busy or self._sock is None:
+                return False
+            if result is not None and (result.unbuffered_active or result.has_next):
+                return False  # results unread: never read them at return
+            if self._surge_pending is not None:
+                return True  # nothing went out since the last one
+            if not send_without_waiting(self._sock, reset.packets):
+                return False
+            self._surge_pending = reset
+            self._surge_used = self._surge_unsure = False
+            self._result = None
+            # As the SET's OK packet will say (get_autocommit() reads it).
+            self.server_status = AUTOCOMMIT if reset.autocommit else 0
+            return True
+
+        def _surge_read_reset(self) -> None:
+            """Read the pending reset's answers; a failure closes the connection."""
+            reset, self._surge_pending = self._surge_pending, None
+            assert reset is not None
+            try:
+                for _ in range(reset.n_ok):
+                    self._next_seq_id = 1
+                    packet = self._read_packet()  # an error packet raises
+                    if not packet.is_ok_packet():
+                        raise self._surge_err.OperationalError(
+                            2027, "the pooled session's reset was answered by a non-OK packet"
+                        )
+                    self.server_status = self._surge_ok(packet).server_status
+                for _ in range(reset.n_results):
+                    self._next_seq_id = 1
+                    super()._read_query_result()
+                    self._result = None
+            except BaseException as error:
+                self._force_close()
+                if isinstance(error, self._surge_err.MySQLError):
+                    raise self._surge_err.OperationalError(
+                        2014, f"resetting the pooled session failed: {error}"
+                    ) from error
+                raise
+            self._surge_unsure = False
+
+        _surge_err = importlib.import_module("pymysql.err")
+        _surge_ok = importlib.import_module("pymysql.protocol").OKPacketWrapper
 
         if preferred_tls is not None:
 
@@ -266,7 +422,67 @@ def pymysql_connection_class(base: Any, preferred_tls: ssl.SSLContext | None) ->
     return Connection
 
 
-class PyMySQL(Driver):
+#: What a user of a PyMySQL or aiomysql connection may change on the client's side.
+MYSQL_CLIENT_ATTRIBUTES = (
+    "charset",
+    "_charset",
+    "collation",
+    "encoding",
+    "_encoding",
+    "autocommit_mode",
+    "encoders",
+    "decoders",
+    "cursorclass",
+    "sql_mode",
+    "init_command",
+    "_local_infile",
+)
+
+
+class MySQLProtocolSession:
+    """The session reset of a connection of ``pymysql_connection_class`` (PyMySQL's)
+    or of its asyncio twin (aiomysql's): what the sync and async drivers share."""
+
+    reset_answers: Literal["at return", "at checkout", "lazily"] = "lazily"
+    client_attributes: tuple[str, ...] = MYSQL_CLIENT_ATTRIBUTES
+
+    def session_ready(self, conn: Any, autocommit: bool, init_sql: tuple[str, ...]) -> None:
+        conn._surge_client = ClientState(conn, self.client_attributes)
+        if hasattr(conn, "_surge_send_reset"):  # not a do_connect handler's own class
+            conn._surge_reset = pymysql_reset(conn, autocommit, init_sql)
+            conn._surge_used = False
+
+    def restore_client(self, conn: Any) -> None:
+        state = getattr(conn, "_surge_client", None)
+        if state is not None:
+            state.restore(conn)
+
+    def used(self, conn: Any) -> bool:
+        return bool(getattr(conn, "_surge_used", True))
+
+    def send_reset(self, conn: Any) -> bool:
+        if not hasattr(conn, "_surge_send_reset"):
+            raise UsageError(
+                "surge.db cannot reset a connection of another class: a do_connect "
+                "handler that makes its own connections needs reset='none'"
+            )
+        sent: bool = conn._surge_send_reset()
+        if sent:
+            self.restore_client(conn)
+        return sent
+
+    def reset_pending(self, conn: Any) -> bool:
+        return getattr(conn, "_surge_pending", None) is not None
+
+    def protocol_idle(self, conn: Any) -> bool:
+        result = conn._result
+        return not (
+            getattr(conn, "_surge_busy", False)
+            or (result is not None and (result.unbuffered_active or result.has_next))
+        )
+
+
+class PyMySQL(MySQLProtocolSession, Driver):
     name = "pymysql"
 
     def __init__(self, url: DatabaseURL, ssl_context: ssl.SSLContext | None) -> None:
@@ -310,6 +526,37 @@ class PyMySQL(Driver):
 
     def server_idle_timeout(self, conn: Any) -> float | None:
         return mysql_idle_timeout(conn)
+
+    def finish_reset(self, conn: Any) -> None:
+        conn._surge_read_reset()
+
+    def socket_fd(self, conn: Any) -> int | None:
+        sock = conn._sock
+        return None if sock is None else int(sock.fileno())
+
+    def sever(self, conn: Any) -> None:
+        super().sever(conn)
+        result = conn._result
+        if result is not None:  # a cursor's close must not read the rest
+            result.unbuffered_active = result.has_next = False
+        conn._force_close()  # closes the dead descriptor: the connection reads closed
+
+
+def pymysql_reset(conn: Any, autocommit: bool, init_sql: tuple[str, ...]) -> MySQLReset:
+    """The reset of a PyMySQL-protocol connection (PyMySQL's, aiomysql's) to the
+    session it has now: its database, character set, the pool's autocommit, the
+    driver's ``sql_mode`` and ``init_command``, then the pool's ``init_sql``."""
+    init_command = getattr(conn, "init_command", None)
+    encoding = getattr(conn, "encoding", None) or conn._encoding
+    return mysql_reset(
+        database=getattr(conn, "db", None) or getattr(conn, "_db", None),
+        charset=getattr(conn, "charset", None) or conn._charset,
+        collation=getattr(conn, "collation", None),
+        autocommit=autocommit,
+        sql_mode=getattr(conn, "sql_mode", None),
+        init_statements=((init_command,) if init_command else ()) + init_sql,
+        encoding=encoding,
+    )
 
 
 def mysql_is_disconnect(error: BaseException) -> bool:
@@ -420,6 +667,63 @@ class MySQLClient(Driver):
     def server_idle_timeout(self, conn: Any) -> float | None:
         return mysql_idle_timeout(conn)
 
+    reset_answers = "at return"
+    client_attributes = ("encoders", "converter", "cursorclass", "encoding", "_binary_prefix")
+
+    def session_ready(self, conn: Any, autocommit: bool, init_sql: tuple[str, ...]) -> None:
+        super().session_ready(conn, autocommit, init_sql)
+        cursor = conn.cursor()
+        try:
+            cursor.execute("SELECT DATABASE(), @@character_set_client, @@collation_connection")
+            database, charset, collation = cursor.fetchone()
+        finally:
+            cursor.close()
+        conn._surge_session = (database, charset, collation, autocommit, init_sql)
+
+    def send_reset(self, conn: Any) -> bool:
+        """libmariadb's ``mysql_reset_connection`` (COM_RESET_CONNECTION), then the
+        set-up: mysqlclient cannot write a command without reading its answer, so
+        this one costs the returning thread its round trips."""
+        database, charset, collation, autocommit, init_sql = conn._surge_session
+        if self._reset_connection(conn) != 0:  # results left unread: out of sync
+            return False
+        if database:
+            conn.select_db(database)
+        conn.query(f"SET NAMES {charset} COLLATE {collation}, autocommit={int(autocommit)}")
+        for sql in init_sql:
+            conn.query(sql)
+            while True:  # whatever they answer, read it all
+                conn.store_result()
+                if conn.next_result() != 0:
+                    break
+        conn._surge_unsure = False
+        self.restore_client(conn)
+        return True
+
+    @functools.cached_property
+    def _reset_connection(self) -> Any:
+        """``mysql_reset_connection`` of the client library mysqlclient is linked
+        with, called on the connection's ``MYSQL*`` (mysqlclient does not wrap it)."""
+        import ctypes
+
+        library = ctypes.CDLL(importlib.import_module("MySQLdb._mysql").__file__)
+        reset = library.mysql_reset_connection
+        reset.argtypes, reset.restype = [ctypes.c_void_p], ctypes.c_int
+        pointer = ctypes.pythonapi.PyCapsule_GetPointer
+        pointer.argtypes, pointer.restype = [ctypes.py_object, ctypes.c_char_p], ctypes.c_void_p
+        name = b"_mysql.connection.native_connection"
+
+        def reset_connection(conn: Any) -> int:
+            return int(reset(pointer(conn._get_native_connection(), name)))
+
+        return reset_connection
+
+    def socket_fd(self, conn: Any) -> int | None:
+        try:
+            return int(conn.fileno())
+        except Exception:
+            return None
+
 
 def pg_connect_params(url: DatabaseURL, autocommit: bool, extra: dict[str, Any]) -> dict[str, Any]:
     """psycopg's connect keywords from a ``postgresql://`` URL (sync and async)."""
@@ -464,6 +768,99 @@ class PsycopgState:
         # arrived while idle are still there to see.
         return readable(conn.pgconn.socket)
 
+    #: psycopg's per-connection settings a user may change, put back at return.
+    client_attributes: tuple[str, ...] = (
+        "_autocommit",
+        "_isolation_level",
+        "_read_only",
+        "_deferrable",
+        "_begin_statement",
+        "row_factory",
+        "cursor_factory",
+        "server_cursor_factory",
+        "_notice_handlers",
+        "_notify_handlers",
+        "_tpc",
+    )
+
+    def session_ready(self, conn: Any, autocommit: bool, init_sql: tuple[str, ...]) -> None:
+        conn._surge_client = ClientState(conn, self.client_attributes)
+        conn._surge_init = tuple(sql.encode() for sql in init_sql)
+        prepared = conn._prepared
+        conn._surge_prepare = (prepared.prepare_threshold, prepared.prepared_max)
+        # The adapters as they are now, kept aside: each session gets a copy of
+        # them (psycopg copies on write, so a copy costs a few dict references).
+        adapters = conn._adapters
+        conn._surge_adapters = None if adapters is None else type(adapters)(adapters)
+        conn._adapters = self._fresh_adapters(conn)
+
+    def _fresh_adapters(self, conn: Any) -> Any:
+        template = conn._surge_adapters
+        return None if template is None else type(template)(template)
+
+    def _restore_psycopg(self, conn: Any) -> None:
+        """The client's side of a fresh session: the attributes, the adapters, no
+        prepared statement (DISCARD ALL deallocates them), no notification."""
+        state = getattr(conn, "_surge_client", None)
+        if state is None:
+            return
+        state.restore(conn)
+        adapters = conn._adapters
+        if adapters is not None and _adapters_changed(adapters):
+            conn._adapters = self._fresh_adapters(conn)
+        prepared = conn._prepared
+        if prepared._names or prepared._counts or prepared._to_flush:
+            fresh = type(prepared)()
+            fresh.prepare_threshold, fresh.prepared_max = conn._surge_prepare
+            conn._prepared = fresh
+        if conn._notifies_backlog:
+            conn._notifies_backlog.clear()
+
+    def send_reset(self, conn: Any) -> bool:
+        syncs = pg_send_reset(conn, getattr(conn, "_surge_init", ()), self.module)
+        if not syncs:
+            return False
+        conn._surge_syncs = syncs
+        self._restore_psycopg(conn)
+        return True
+
+    def reset_pending(self, conn: Any) -> bool:
+        return bool(getattr(conn, "_surge_syncs", 0))
+
+    def finish_generator(self, conn: Any) -> Any:
+        syncs, conn._surge_syncs = conn._surge_syncs, 0
+        return pg_finish_reset(conn.pgconn, syncs, self.module)
+
+    def protocol_idle(self, conn: Any) -> bool:
+        statuses = self.module.pq.TransactionStatus
+        status = conn.pgconn.transaction_status
+        return status in (statuses.IDLE, statuses.INTRANS, statuses.INERROR) and not getattr(
+            conn, "_surge_syncs", 0
+        )
+
+    def socket_fd(self, conn: Any) -> int | None:
+        try:
+            return int(conn.pgconn.socket)
+        except Exception:  # closed: libpq has no socket
+            return None
+
+    reset_answers: Literal["at return", "at checkout", "lazily"] = "at checkout"
+
+    def used(self, conn: Any) -> bool:
+        return True
+
+    def restore_client(self, conn: Any) -> None:
+        self._restore_psycopg(conn)
+
+    def sever(self, conn: Any) -> None:
+        sever_fd(self.socket_fd(conn))
+
+    def raise_for(self, conn: Any, result: Any) -> None:
+        """Raise the exception psycopg raises for a failed ``result`` (its class
+        by SQLSTATE: ``errors.InvalidParameterValue``, ...)."""
+        if result is not None and result.status == self.module.pq.ExecStatus.FATAL_ERROR:
+            raise self.module.errors.error_from_result(result, encoding=conn.info.encoding)
+
     def is_disconnect(self, error: BaseException, conn: Any) -> bool:
         if not isinstance(error, self.module.Error | OSError):
             return False  # the application's own exception: says nothing of the server
@@ -473,8 +870,26 @@ class PsycopgState:
         return bool(conn.broken or conn.pgconn.status != self.ok)
 
 
+def _adapters_changed(adapters: Any) -> bool:
+    """Whether a psycopg AdaptersMap was written to since it was copied (psycopg
+    marks what it copies on write)."""
+    return (
+        any(adapters._own_dumpers.values())
+        or any(adapters._own_loaders)
+        or any(adapters._own_dumpers_by_oid)
+        or adapters.types._own_state
+    )
+
+
 class Psycopg(PsycopgState, Driver):
     name = "psycopg"
+
+    def finish_reset(self, conn: Any) -> None:
+        conn.wait(self.finish_generator(conn))
+
+    def run(self, conn: Any, sql: str) -> None:
+        """One statement without psycopg's BEGIN; its error as psycopg raises it."""
+        self.raise_for(conn, conn.pgconn.exec_(sql.encode()))
 
     def __init__(self) -> None:
         self.module = importlib.import_module("psycopg")

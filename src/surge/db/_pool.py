@@ -35,11 +35,12 @@ import logging
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Literal
 
 from surge.db._drivers import DatabaseURL, Driver, driver_for
+from surge.errors import UsageError
 from surge.pool import Pool
 
 log = logging.getLogger("surge.db")
@@ -58,6 +59,33 @@ LIFETIME_SHARE = 0.9
 SOCKET_CHECK_AFTER = 0.05
 
 
+class SessionResets:
+    """What DBPool and AsyncDBPool share around the session reset at return (its
+    sending is the same, sync or async: nothing is waited for)."""
+
+    driver: Any
+    n_resets = 0
+    n_severed = 0
+
+    def _after_reset(self, conn: Any, outcome: bool | Exception | None) -> bool:
+        """Count a session reset started at return; sever a connection that could
+        not be reset (``start_session_reset``'s False or error): never waited on."""
+        if outcome is None:
+            return True
+        if outcome is True:
+            self.n_resets += 1
+            return True
+        self._sever(conn)
+        return False
+
+    def _sever(self, conn: Any) -> None:
+        """Cut a connection at its socket, without a byte to the server (a forked
+        child's inheritance, or a connection whose protocol state is unknown)."""
+        if sever_once(conn):
+            self.n_severed += 1
+            self.driver.sever(conn)
+
+
 def needs_ping(idle: float, check_idle_after: float, driver: Any, conn: Any) -> bool:
     """Whether a connection idle ``idle`` seconds must be pinged before use: idle
     ``check_idle_after`` or more, or idle long enough to look at its socket
@@ -67,7 +95,7 @@ def needs_ping(idle: float, check_idle_after: float, driver: Any, conn: Any) -> 
     return idle >= SOCKET_CHECK_AFTER and bool(driver.has_input(conn))
 
 
-class DBPool:
+class DBPool(SessionResets):
     """A pool of DB-API connections to one database.
 
     ``with pool.connection() as conn:`` checks a connection out for the block.
@@ -98,12 +126,16 @@ class DBPool:
         lifo: bool = True,
         ssl_context: ssl.SSLContext | None = None,
         connect_args: dict[str, Any] | None = None,
+        reset: Literal["session", "none"] = "session",
+        init_sql: Sequence[str] = (),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if check_idle_after < 0:
             raise ValueError(f"check_idle_after must be 0 or more, not {check_idle_after}")
         self.url = DatabaseURL.parse(url)
         self.driver: Driver = driver_for(self.url, driver, ssl_context)
+        self.reset = check_reset_mode(reset, self.driver)
+        self.init_sql = check_init_sql(init_sql)
         self.autocommit = autocommit
         self.check_idle_after = check_idle_after
         self._connect_args = dict(connect_args or {})
@@ -127,9 +159,10 @@ class DBPool:
             max_lifetime=None if max_lifetime == "auto" else max_lifetime,
             lifetime_jitter=lifetime_jitter,
             check=self._check,
-            check_idle_after=min(check_idle_after, SOCKET_CHECK_AFTER),
+            check_idle_after=checkout_check_after(check_idle_after, self.reset, self.driver),
             reset=self._reset,
             close=self._close,
+            sever=self._sever,
             lifo=lifo,
             clock=clock,
         )
@@ -137,15 +170,25 @@ class DBPool:
     # -- the public surface ---------------------------------------------------------------
 
     def acquire(self, timeout: float | None = None) -> Any:
-        """A connection of the current generation, pinged first if it was idle long
-        enough to doubt it; stale ones found on the way are replaced."""
+        """A connection of the current generation, as fresh as a new one (see
+        ``reset``), pinged first if it was idle long enough to doubt it; stale
+        ones found on the way are replaced."""
         return self.pool.acquire(timeout)
 
     def release(self, conn: Any) -> None:
-        """Take a connection back, rolled back first unless no transaction is known
-        to be open, in the pool's autocommit mode; a connection that is closed or of
-        an old generation is discarded."""
+        """Take a connection back and reset its session (``reset="session"``: see
+        surge.db._session; ``"none"``: roll back an open transaction and put
+        autocommit back).  A connection that is closed, of an old generation, or
+        whose protocol state is unknown (results unread, a COPY in progress) is
+        discarded, never waited on."""
         self.pool.release(conn)
+
+    def session_ready(self, conn: Any) -> None:
+        """Glue that sets a checked-out connection up once (SQLAlchemy's connect
+        events, Django's connection setup) calls this after: the session as it is
+        now is what every later checkout of ``conn`` finds (the client's side of
+        it; statements glue runs belong in ``init_sql``)."""
+        self.driver.session_ready(conn, self.autocommit, self.init_sql)
 
     def discard(self, conn: Any) -> None:
         """Close a checked-out connection instead of returning it."""
@@ -196,6 +239,8 @@ class DBPool:
         stats.update(
             pings=self.n_pings,
             rollbacks=self.n_rollbacks,
+            resets=self.n_resets,
+            severed=self.n_severed,
             server_gone=stats["generation"],
             max_lifetime=self.max_lifetime,
         )
@@ -219,9 +264,20 @@ class DBPool:
     # -- internals ------------------------------------------------------------------------------
 
     def _check(self, conn: Any, idle: float) -> bool:
-        """The pool's check on checkout: ping if ``needs_ping``; a ping that fails
-        discards the connection, and a disconnect moves the generation on."""
-        if not needs_ping(idle, self.check_idle_after, self.driver, conn):
+        """The pool's check on checkout: read the answers of the reset written at
+        return (unless the connection's next command may: ``Driver.reset_answers``),
+        then ping if ``needs_ping``; a reset or ping that fails discards the
+        connection, and a disconnect moves the generation on."""
+        driver = self.driver
+        if driver.reset_pending(conn) and not (
+            driver.reset_answers == "lazily" and idle < SOCKET_CHECK_AFTER
+        ):
+            try:
+                driver.finish_reset(conn)
+            except Exception as error:
+                self._failed(conn, error)
+                return False
+        if not needs_ping(idle, self.check_idle_after, driver, conn):
             return True
         self.n_pings += 1
         try:
@@ -232,12 +288,20 @@ class DBPool:
         return True
 
     def _reset(self, conn: Any) -> bool:
-        """The pool's reset on return: roll back if a transaction may be open, put
-        autocommit back.  False (discard) for a closed connection.  (The pool does
-        not reset a connection it is about to retire: one of an old generation,
-        whose server may be gone, is discarded without a round trip.)"""
+        """The pool's reset on return (see ``release``).  False (discard) for a
+        closed connection.  (The pool does not reset a connection it is about to
+        retire: one of an old generation, whose server may be gone, is discarded
+        without a round trip.)"""
         driver = self.driver
         if driver.is_closed(conn):
+            return False
+        if self.reset == "session":
+            outcome = start_session_reset(driver, conn)
+            if isinstance(outcome, Exception):
+                self._failed(conn, outcome)
+            return self._after_reset(conn, outcome)
+        if not driver.protocol_idle(conn):
+            self._sever(conn)
             return False
         try:
             if driver.in_transaction(conn):
@@ -266,6 +330,9 @@ class DBPool:
             self.driver.restore_autocommit(conn, self.autocommit)  # if the connector did not
             if self.max_lifetime == "auto":
                 self._learn_lifetime(conn)
+            for sql in self.init_sql:
+                self.driver.run(conn, sql)
+            self.driver.session_ready(conn, self.autocommit, self.init_sql)
         except BaseException:
             with contextlib.suppress(Exception):
                 conn.close()
@@ -291,8 +358,60 @@ class DBPool:
     def _close(self, conn: Any) -> None:
         for forget in self.on_close:
             forget(conn)
+        if not self.driver.protocol_idle(conn):  # a polite close could wait on the server
+            self._sever(conn)
         with contextlib.suppress(Exception):  # closing a dead connection may fail; it is gone
             conn.close()
+
+
+def start_session_reset(driver: Any, conn: Any) -> bool | Exception | None:
+    """The session reset at return, as far as it goes without waiting: None if
+    nothing went to the server since the last one (only the client's side is put
+    back), True if it was sent, False if the protocol state is unknown, or the
+    exception that sending it raised."""
+    if not driver.used(conn):
+        driver.restore_client(conn)
+        return None
+    try:
+        return bool(driver.send_reset(conn))
+    except Exception as error:
+        return error
+
+
+def sever_once(conn: Any) -> bool:
+    """Whether ``conn`` is to be severed now (not already)."""
+    if getattr(conn, "_surge_severed", False):
+        return False
+    with contextlib.suppress(AttributeError):  # a class without __dict__ (sqlite3)
+        conn._surge_severed = True
+    return True
+
+
+def check_reset_mode(reset: str, driver: Any) -> Literal["session", "none"]:
+    if reset not in ("session", "none"):
+        raise UsageError(f"reset={reset!r}: use 'session' (the default) or 'none'")
+    if reset == "session" and driver.name == "sqlite3":
+        return "none"  # a file, not a server session: nothing outlives the transaction
+    return reset  # type: ignore[return-value]
+
+
+def check_init_sql(init_sql: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(init_sql, str | bytes):
+        raise UsageError("init_sql is a list of statements, not one string")
+    statements = tuple(init_sql)
+    for sql in statements:
+        if not isinstance(sql, str) or not sql.strip():
+            raise UsageError(f"init_sql: {sql!r} is not a statement")
+    return statements
+
+
+def checkout_check_after(check_idle_after: float, reset: str, driver: Any) -> float:
+    """How idle a connection must be for the pool to call ``check`` at checkout: at
+    every checkout when a reset's answers must be read there (PostgreSQL), else
+    from ``SOCKET_CHECK_AFTER`` (a look at the socket) or ``check_idle_after``."""
+    if reset == "session" and driver.reset_answers == "at checkout":
+        return 0.0
+    return min(check_idle_after, SOCKET_CHECK_AFTER)
 
 
 class _Checkout:

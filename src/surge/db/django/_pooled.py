@@ -28,6 +28,7 @@ What this adds to Django's wrapper, and why:
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from typing import Any
 
@@ -62,6 +63,26 @@ def pool_for(
             _holders[pool] = {}
             _pools[key] = pool
     return pool
+
+
+def _forget_after_fork() -> None:
+    """In a forked child: the pools have severed every inherited connection (see
+    surge.pool._fork); forget which thread held which, and take each inherited
+    connection away from the Django wrappers of the thread that forked, so that
+    the child's next query checks out a connection of its own."""
+    for held in _holders.values():
+        held.clear()
+    try:
+        from django.db import connections
+    except ImportError:  # pragma: no cover - Django is what imported this module
+        return
+    for wrapper in connections.all(initialized_only=True):
+        if isinstance(wrapper, PooledWrapper) and wrapper.connection is not None:
+            wrapper.connection = None
+            wrapper._surge_checked_out = False
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def close_pools() -> None:
@@ -127,11 +148,28 @@ class PooledWrapper:
     def get_connection_params(self) -> dict[str, Any]:
         params: dict[str, Any] = super().get_connection_params()  # type: ignore[misc]
         params.pop("pool", None)  # surge's options, not the driver's
-        self._surge_pool_options = {
-            "autocommit": self.settings_dict["AUTOCOMMIT"],
-            **(self.settings_dict["OPTIONS"].get("pool") or {}),
-        }
+        options = dict(self.settings_dict["OPTIONS"].get("pool") or {})
+        # What Django's connection setup sets in a session, run again after each
+        # reset with it (no round trip): without it the pool's reset would undo it.
+        options["init_sql"] = [*self._surge_init_sql(), *options.get("init_sql", ())]
+        self._surge_pool_options = {"autocommit": self.settings_dict["AUTOCOMMIT"], **options}
         return params
+
+    def _surge_init_sql(self) -> list[str]:
+        """The statements Django's ``init_connection_state`` runs, given the settings."""
+        raise NotImplementedError
+
+    def close_pool(self) -> None:
+        """Close surge's pools of this alias (Django calls it before it drops or
+        clones a test database, and when the time zone changes): their idle
+        sessions let go of the database now, the ones in use when they come back."""
+        with _pools_lock:
+            keys = [key for key in _pools if key[1] == self.alias]
+            pools = [_pools.pop(key) for key in keys]
+        for pool in pools:
+            _holders.pop(pool, None)
+            _capacity.pop(pool, None)
+            pool.close()  # a connection a wrapper holds is closed when it comes back
 
     @functools.cached_property
     def _surge_returned(self) -> _Returned:
@@ -169,6 +207,10 @@ class PooledWrapper:
             return
         super().init_connection_state()  # type: ignore[misc]
         conn._surge_django_state = state
+        if checked_out and self._surge_pool is not None:
+            # what Django set on the client's side of this connection stays; its
+            # statements are the pool's init_sql (see get_connection_params)
+            self._surge_pool.session_ready(conn)
 
     def close_if_health_check_failed(self) -> None:
         self._surge_unusable = True  # it closes only a connection is_usable() failed

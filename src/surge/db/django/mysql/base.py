@@ -48,3 +48,12 @@ class DatabaseWrapper(PooledWrapper, django_mysql.DatabaseWrapper):  # type: ign
 
     def _surge_session_state(self) -> tuple[Any, ...]:
         return (self.isolation_level, self.features.is_sql_auto_is_null_enabled)
+
+    def _surge_init_sql(self) -> list[str]:
+        # Django runs these once per connection (SQL_AUTO_IS_NULL only where the
+        # server has it on; setting it off where it is off already changes nothing).
+        statements = ["SET SQL_AUTO_IS_NULL = 0"]
+        if self.isolation_level:  # set by get_connection_params from OPTIONS
+            level = self.isolation_level.upper()
+            statements.append(f"SET SESSION TRANSACTION ISOLATION LEVEL {level}")
+        return statements

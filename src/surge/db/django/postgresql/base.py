@@ -54,3 +54,18 @@ class DatabaseWrapper(PooledWrapper, django_postgresql.DatabaseWrapper):  # type
 
     def _surge_session_state(self) -> tuple[Any, ...]:
         return (self.timezone_name, self.settings_dict["OPTIONS"].get("assume_role"))
+
+    def _surge_init_sql(self) -> list[str]:
+        # What _configure_timezone and _configure_role set, as literals: init_sql
+        # takes no parameters.
+        statements = []
+        if self.timezone_name:
+            statements.append(f"SET TIME ZONE {_literal(self.timezone_name)}")
+        if role := self.settings_dict["OPTIONS"].get("assume_role"):
+            statements.append(f"SET ROLE {_literal(role)}")
+        return statements
+
+
+def _literal(value: str) -> str:
+    """A PostgreSQL string literal (standard_conforming_strings: quotes doubled)."""
+    return "'" + str(value).replace("'", "''") + "'"

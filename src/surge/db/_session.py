@@ -1,0 +1,313 @@
+"""A connection back in the pool becomes a fresh session, and nobody waits for it.
+
+Whatever a user of a pooled connection set or held in its session reaches the
+next user unless the pool undoes it: variables and modes (``sql_mode``,
+``search_path``, the time zone, ``SET NAMES``, ``SET ROLE``, a tenant id an
+application keeps in a custom setting), the current database, temporary
+tables, prepared statements, cursors held open, named, table and advisory
+locks, ``LISTEN``.  Judging from the statements sent whether a session may be
+dirty cannot be made right (``SELECT GET_LOCK('x', 0)``, ``SELECT
+set_config(...)``, or a stored function doing either), so every connection
+that ran anything is reset when it comes back, by the server's own reset:
+
+* MySQL/MariaDB: ``COM_RESET_CONNECTION`` (MySQL 5.7.3+, MariaDB 10.2.4+) rolls
+  back, drops temporary tables, releases named and table locks, deallocates
+  prepared statements and resets session variables to the server's defaults.
+  It keeps the current database, restores the handshake's character set and the
+  server's autocommit, so the pool sends after it ``COM_INIT_DB`` of the pool's
+  database, one ``SET NAMES ..., autocommit=...`` (and ``sql_mode`` when the
+  driver was given one), the driver's ``init_command`` and the pool's
+  ``init_sql``.
+* PostgreSQL: ``ROLLBACK`` (only if a transaction is open) and ``DISCARD ALL``
+  (pgbouncer's ``server_reset_query``: ``CLOSE ALL``, ``SET SESSION
+  AUTHORIZATION DEFAULT``, ``RESET ALL``, ``DEALLOCATE ALL``, ``UNLISTEN *``,
+  ``pg_advisory_unlock_all()``, ``DISCARD PLANS/TEMP/SEQUENCES``), then the
+  pool's ``init_sql``, each followed by a Sync in libpq's pipeline mode.  A
+  custom setting (``app.tenant``) survives ``DISCARD ALL`` as an empty string,
+  which PostgreSQL gives no way to undo: empty is as good as unset to
+  ``current_setting('app.tenant', true)``.
+
+No round trip on anyone's path.  The reset is written at return, in one send,
+without waiting for its answers: the returning thread pays a system call.  Its
+answers are read at the next checkout when the connection idled long enough for
+them to be there (MySQL), or at every checkout (PostgreSQL: libpq must leave
+pipeline mode before psycopg can use the connection); on a connection checked
+out again at once (MySQL), they are read just after the next command went out
+behind them, so the server's reset overlaps the client's own work and costs no
+wait.
+
+The driver's side of the session is put back too (psycopg's ``row_factory``,
+``isolation_level``, ``read_only``, ``prepare_threshold``, adapters and
+handlers; PyMySQL's and mysqlclient's charset, autocommit and converters): a
+``ClientState`` is taken when the session is ready (after the pool's init, and
+again after glue's - SQLAlchemy's connect events, Django's connection setup)
+and compared at every return, which costs one tuple comparison when nothing
+changed.
+
+A connection whose protocol state is unknown - results left unread, a COPY in
+progress, a command interrupted mid-packet - is never waited on: it is
+*severed* (its descriptor pointed at a dead socket, which closes the server's
+end here at once) and discarded.  A forked child severs every connection it
+inherited the same way (surge.pool._fork), so nothing the child does, not even
+a polite close, reaches its parent's sessions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import socket
+import struct
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from surge.errors import UsageError
+
+# -- the driver's side of the session --------------------------------------------------
+
+
+class ClientState:
+    """The values of a connection's client-side attributes when its session was
+    ready; ``restore`` puts back whatever a user changed.  Attributes holding a
+    dict or list (PyMySQL's converters, psycopg's handlers) are compared by
+    content, since a user may change them in place."""
+
+    __slots__ = ("containers", "names", "values")
+
+    def __init__(self, conn: Any, names: Sequence[str]) -> None:
+        self.names = tuple(n for n in names if hasattr(conn, n))
+        self.values = tuple(getattr(conn, n) for n in self.names)
+        self.containers = tuple(
+            (n, _copy(v)) for n, v in zip(self.names, self.values, strict=True) if _mutable(v)
+        )
+
+    def restore(self, conn: Any) -> bool:
+        """Put the attributes back; True if any had changed."""
+        changed = False
+        names, values = self.names, self.values
+        now = tuple(getattr(conn, n) for n in names)
+        if now != values:  # identity first, element by element: cheap when equal
+            changed = True
+            for name, old, new in zip(names, values, now, strict=True):
+                if new is not old:
+                    setattr(conn, name, old)
+        for name, saved in self.containers:
+            if getattr(conn, name) != saved:
+                changed = True
+                setattr(conn, name, _copy(saved))
+                self.values = tuple(
+                    getattr(conn, n) if n == name else v
+                    for n, v in zip(names, self.values, strict=True)
+                )
+        return changed
+
+
+def _mutable(value: Any) -> bool:
+    return type(value) in (dict, list)
+
+
+def _copy(value: Any) -> Any:
+    return dict(value) if type(value) is dict else list(value)
+
+
+# -- severing: a connection that must never be used again, whatever touches it ---------
+
+_dead = threading.local()
+
+
+def _dead_fd() -> int:
+    """A socket whose peer is closed (writes fail with EPIPE, reads see EOF), one per
+    process (a child makes its own: the parent's may be closed)."""
+    pid = os.getpid()
+    if getattr(_dead, "pid", None) != pid:
+        alive, peer = socket.socketpair()
+        peer.close()
+        _dead.pid, _dead.sock = pid, alive
+    fd: int = _dead.sock.fileno()
+    return fd
+
+
+def sever_fd(fd: int | None) -> None:
+    """Point ``fd`` at a dead socket.  In the process that opened the connection,
+    this closes it at the socket (the server sees the end at once, nothing is
+    sent); in a forked child, only the child's copy: the parent's session goes
+    on.  Whatever later writes to ``fd`` - a driver's polite close, its
+    finaliser - reaches nothing."""
+    if fd is None or fd < 0:
+        return
+    with contextlib.suppress(OSError):
+        os.dup2(_dead_fd(), fd)
+
+
+# -- MySQL: what the reset writes ---------------------------------------------------------
+
+COM_INIT_DB = 0x02
+COM_QUERY = 0x03
+COM_RESET_CONNECTION = 0x1F
+#: The largest payload of one protocol packet (a longer statement would be split).
+_MAX_PAYLOAD = 2**24 - 2
+
+_NAME = re.compile(r"[A-Za-z0-9_]+")
+
+
+def _packet(command: int, payload: bytes = b"") -> bytes:
+    size = len(payload) + 1
+    if size > _MAX_PAYLOAD:
+        raise UsageError("a statement of the pool's session set-up is longer than 16 MiB")
+    return struct.pack("<I", size)[:3] + b"\x00" + bytes((command,)) + payload
+
+
+def _quoted(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+@dataclass(frozen=True)
+class MySQLReset:
+    """The bytes of one session reset, built once per connection when its session is
+    ready, and how its answers come back: ``n_ok`` plain OK packets (the reset,
+    ``COM_INIT_DB``, the ``SET``), then ``n_results`` answers that may be result
+    sets (``init_command`` and ``init_sql``, whatever they are)."""
+
+    packets: bytes
+    n_ok: int
+    n_results: int
+    #: The autocommit mode the reset leaves the session in (the pool's).
+    autocommit: bool
+
+
+def mysql_reset(
+    *,
+    database: str | bytes | None,
+    charset: str,
+    collation: str | None,
+    autocommit: bool,
+    sql_mode: str | None,
+    init_statements: Sequence[str],
+    encoding: str,
+) -> MySQLReset:
+    """The reset of a session whose fresh state is: ``database`` selected, this
+    character set and collation, the pool's autocommit mode, ``sql_mode`` (if the
+    driver set one at connect), then ``init_statements`` run in order."""
+    if not _NAME.fullmatch(charset) or (collation is not None and not _NAME.fullmatch(collation)):
+        raise UsageError(f"unexpected character set {charset!r} / collation {collation!r}")
+    packets = [_packet(COM_RESET_CONNECTION)]
+    if database:
+        name = database if isinstance(database, bytes) else database.encode(encoding)
+        packets.append(_packet(COM_INIT_DB, name))
+    names = f"NAMES {charset}" + (f" COLLATE {collation}" if collation else "")
+    assignments = [names, f"autocommit={int(autocommit)}"]
+    if sql_mode is not None:
+        assignments.append(f"sql_mode={_quoted(sql_mode)}")
+    packets.append(_packet(COM_QUERY, ("SET " + ", ".join(assignments)).encode(encoding)))
+    packets += [_packet(COM_QUERY, sql.encode(encoding)) for sql in init_statements]
+    n_results = len(init_statements)
+    return MySQLReset(b"".join(packets), len(packets) - n_results, n_results, autocommit)
+
+
+def send_without_waiting(sock: Any, data: bytes, timeout: float = 1.0) -> bool:
+    """Write ``data`` to a connection's socket without ever waiting on the server:
+    True if it all went out.  A plain socket takes it in one non-blocking send (a
+    few hundred bytes into an idle connection's empty buffer); a TLS socket is
+    given ``timeout`` seconds at most.  False: the server is not reading, and the
+    caller must sever the connection (part of a packet may be on the wire)."""
+    try:
+        if hasattr(sock, "version"):  # ssl.SSLSocket: no MSG_DONTWAIT
+            previous = sock.gettimeout()
+            sock.settimeout(timeout)
+            try:
+                sock.sendall(data)
+            finally:
+                sock.settimeout(previous)
+            return True
+        return int(sock.send(data, socket.MSG_DONTWAIT)) == len(data)
+    except (OSError, ValueError):
+        return False
+
+
+# -- PostgreSQL: the pipeline -------------------------------------------------------------
+
+
+def pg_send_reset(conn: Any, init_sql: Sequence[bytes], psycopg: Any) -> int:
+    """Write a PostgreSQL session reset on psycopg connection ``conn`` in libpq's
+    pipeline mode, without waiting: ROLLBACK if a transaction is open, DISCARD
+    ALL, then ``init_sql``, a Sync after each.  Returns how many Syncs to read
+    back, or 0 if the connection's protocol state is unknown (a command in
+    progress, a COPY, a psycopg pipeline left open): then the caller severs it."""
+    pq = psycopg.pq
+    pgconn = conn.pgconn
+    status = pgconn.transaction_status
+    statuses = pq.TransactionStatus
+    if (
+        status not in (statuses.IDLE, statuses.INTRANS, statuses.INERROR)
+        or conn._pipeline is not None
+        or pgconn.pipeline_status != pq.PipelineStatus.OFF
+    ):
+        return 0
+    try:
+        pgconn.enter_pipeline_mode()
+        syncs = 0
+        if status != statuses.IDLE:
+            pgconn.send_query_params(b"ROLLBACK", None)
+            pgconn.pipeline_sync()
+            syncs += 1
+        pgconn.send_query_params(b"DISCARD ALL", None)
+        pgconn.pipeline_sync()
+        syncs += 1
+        for sql in init_sql:
+            pgconn.send_query_params(sql, None)
+            pgconn.pipeline_sync()
+            syncs += 1
+        if not _pg_flush(pgconn):
+            return 0
+    except psycopg.Error:
+        return 0
+    return syncs
+
+
+def _pg_flush(pgconn: Any, timeout: float = 1.0) -> bool:
+    """libpq's non-blocking flush, given ``timeout`` seconds for a full buffer."""
+    import select
+
+    while True:
+        pending = pgconn.flush()
+        if pending == 0:
+            return True
+        if pending < 0:
+            return False
+        _, writable, _ = select.select([], [pgconn.socket], [], timeout)
+        if not writable:
+            return False
+
+
+def pg_finish_reset(pgconn: Any, syncs: int, psycopg: Any) -> Iterator[Any]:
+    """psycopg generator (driven by ``conn.wait``, sync or async): read the answers
+    of a reset that ``pg_send_reset`` wrote, leave pipeline mode, drop any
+    notification meant for the last user.  Raises OperationalError if a step of
+    the reset failed (the pool then discards the connection)."""
+    from psycopg.waiting import Wait
+
+    pq = psycopg.pq
+    sync, fatal = pq.ExecStatus.PIPELINE_SYNC, pq.ExecStatus.FATAL_ERROR
+    failed: bytes | None = None
+    while syncs:
+        if pgconn.is_busy():
+            while not (yield Wait.R):
+                continue
+            pgconn.consume_input()
+            continue
+        result = pgconn.get_result()
+        if result is None:
+            continue
+        if result.status == sync:
+            syncs -= 1
+        elif result.status == fatal and failed is None:
+            failed = result.error_message or b"(no message)"
+    pgconn.exit_pipeline_mode()
+    while pgconn.notifies() is not None:
+        pass
+    if failed is not None:
+        message = failed.decode(errors="replace").strip()
+        raise psycopg.OperationalError(f"resetting the pooled session failed: {message}")

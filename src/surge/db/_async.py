@@ -274,6 +274,8 @@ class AsyncMySQL(MySQLProtocolSession):
         sock = None if writer is None else writer.transport.get_extra_info("socket")
         sever_fd(None if sock is None else sock.fileno())
 
+    sever_inherited = sever  # the descriptor only, either way
+
     async def run(self, conn: Any, sql: str) -> None:
         cursor = await conn.cursor()
         try:
@@ -333,7 +335,7 @@ class AsyncDBPool(SessionResets):
             check_idle_after=checkout_check_after(check_idle_after, self.reset, self.driver),
             reset=self._reset,
             close=self._close,
-            sever=self._sever,
+            sever=self._sever_inherited,
             lifo=lifo,
             clock=clock,
         )

@@ -195,6 +195,12 @@ class Driver:
         """Make ``conn`` unusable without a byte to the server (see _session.sever_fd)."""
         sever_fd(self.socket_fd(conn))
 
+    def sever_inherited(self, conn: Any) -> None:
+        """``sever`` in a forked child: the descriptor only, nothing else touched -
+        another thread of the parent may have been inside the connection's code at
+        the fork, holding a lock that nobody here will release."""
+        sever_fd(self.socket_fd(conn))
+
 
 def _pymysql_preferred_context() -> ssl.SSLContext:
     """What PyMySQL builds for its default "preferred" TLS, built once.
@@ -854,6 +860,8 @@ class PsycopgState:
 
     def sever(self, conn: Any) -> None:
         sever_fd(self.socket_fd(conn))
+
+    sever_inherited = sever  # the descriptor only, either way
 
     def raise_for(self, conn: Any, result: Any) -> None:
         """Raise the exception psycopg raises for a failed ``result`` (its class

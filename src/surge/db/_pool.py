@@ -79,11 +79,16 @@ class SessionResets:
         return False
 
     def _sever(self, conn: Any) -> None:
-        """Cut a connection at its socket, without a byte to the server (a forked
-        child's inheritance, or a connection whose protocol state is unknown)."""
+        """Cut a connection whose protocol state is unknown at its socket, without
+        a byte to the server."""
         if sever_once(conn):
             self.n_severed += 1
             self.driver.sever(conn)
+
+    def _sever_inherited(self, conn: Any) -> None:
+        """The pool's ``sever`` in a forked child, for each connection of the parent."""
+        self.n_severed += 1
+        self.driver.sever_inherited(conn)
 
 
 def needs_ping(idle: float, check_idle_after: float, driver: Any, conn: Any) -> bool:
@@ -162,7 +167,7 @@ class DBPool(SessionResets):
             check_idle_after=checkout_check_after(check_idle_after, self.reset, self.driver),
             reset=self._reset,
             close=self._close,
-            sever=self._sever,
+            sever=self._sever_inherited,
             lifo=lifo,
             clock=clock,
         )

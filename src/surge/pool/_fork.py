@@ -16,6 +16,8 @@ but fork itself (redis-py instead compares the pid on every checkout).
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging
 import os
 import weakref
@@ -56,6 +58,8 @@ def forget(core: Any, sever: Any) -> dict[int, Any]:
     when the child's code hands them back (kept alive, so no new resource can
     take one of their ids)."""
     checked_out = {id(e.resource): e.resource for e in core.checked_out.values()}
+    for resource in checked_out.values():
+        _keep_forever(resource)
     resources = core.forget_all()
     if sever is not None:
         for resource in resources:
@@ -64,3 +68,13 @@ def forget(core: Any, sever: Any) -> dict[int, Any]:
             except Exception:
                 log.warning("severing %r after fork failed", resource, exc_info=True)
     return checked_out
+
+
+def _keep_forever(resource: Any) -> None:
+    """Never free ``resource`` in this child.  A resource that was checked out in
+    the parent may have been in the middle of an operation in another thread at
+    the fork - a read holding its buffered reader's lock, a TLS record half
+    done: freeing it would close it, which waits for that lock for ever (no
+    thread here will release it).  A child leaks at most a pool's size of them."""
+    with contextlib.suppress(Exception):
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(resource))

@@ -299,17 +299,8 @@ def test_django_under_gunicorn_preload(db: tuple[DBServer, Any], tmp_path: Path)
     )
     gunicorn = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "--preload",
-            "-w",
-            "4",
-            "-b",
-            f"127.0.0.1:{port}",
-            "--log-level",
-            "warning",
-            "app:application",
+            *(sys.executable, "-m", "gunicorn", "--preload", "-w", "4"),
+            *("-b", f"127.0.0.1:{port}", "--log-level", "warning", "app:application"),
         ],
         cwd=tmp_path,
         env=env,

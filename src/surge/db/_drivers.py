@@ -597,6 +597,27 @@ def _selects_only(sql: Any) -> bool:
     return head[:6].upper() == b"SELECT" and b";" not in head
 
 
+class _StreamedResult:
+    """mysqlclient's unbuffered result (``use_result``), which tells its connection
+    when its last row was read: until then the connection's protocol state is
+    unknown to the pool (libmariadb's reset would read every row left)."""
+
+    __slots__ = ("_connection", "_result")
+
+    def __init__(self, result: Any, connection: Any) -> None:
+        self._result = result
+        self._connection = connection
+
+    def fetch_row(self, maxrows: int = 1, how: int = 0) -> Any:
+        rows = self._result.fetch_row(maxrows, how)
+        if maxrows == 0 or len(rows) < maxrows:
+            self._connection._surge_streaming = False
+        return rows
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._result, name)
+
+
 class MySQLClient(Driver):
     """mysqlclient (``MySQLdb``, libmariadb), Django's recommended MySQL driver.
 
@@ -636,6 +657,16 @@ class MySQLClient(Driver):
             def rollback(self) -> None:
                 super().rollback()
                 self._surge_unsure = False
+
+            #: Rows of an unbuffered result (use_result: SSCursor) are unread.
+            _surge_streaming = False
+
+            def use_result(self) -> Any:
+                result = super().use_result()
+                if result is not None:
+                    self._surge_streaming = True
+                    result = _StreamedResult(result, self)
+                return result
 
         self.connection_class = Connection
 
@@ -691,8 +722,8 @@ class MySQLClient(Driver):
         set-up: mysqlclient cannot write a command without reading its answer, so
         this one costs the returning thread its round trips."""
         database, charset, collation, autocommit, init_sql = conn._surge_session
-        if self._reset_connection(conn) != 0:  # results left unread: out of sync
-            return False
+        if conn._surge_streaming or self._reset_connection(conn) != 0:
+            return False  # rows left unread (never read at return), or out of sync
         if database:
             conn.select_db(database)
         conn.query(f"SET NAMES {charset} COLLATE {collation}, autocommit={int(autocommit)}")
@@ -723,6 +754,9 @@ class MySQLClient(Driver):
             return int(reset(pointer(conn._get_native_connection(), name)))
 
         return reset_connection
+
+    def protocol_idle(self, conn: Any) -> bool:
+        return not getattr(conn, "_surge_streaming", False)
 
     def socket_fd(self, conn: Any) -> int | None:
         try:

@@ -223,3 +223,40 @@ def test_found_rows_as_with_sqlalchemy_s_own_pool(mariadb_server: DBServer) -> N
             assert conn.execute(text("UPDATE sa_found SET v = 1")).rowcount == 1
     finally:
         engine.dispose()
+
+
+def test_connect_listeners_and_isolation_hold_in_every_session(db: tuple[DBServer, Any]) -> None:
+    """What the application's "connect" listener sets (SQLAlchemy's documented
+    recipe for a search_path) and the engine's isolation_level hold in every
+    checkout, though the pool resets each session; what a user set does not."""
+    from sqlalchemy import event
+
+    server, _ = db
+    mariadb = server.kind == "mariadb"
+    engine = create_engine(server.url, pool_options={"max_size": 1}, isolation_level="SERIALIZABLE")
+    setting = "@app" if mariadb else "current_setting('application_name')"
+    isolation = "@@tx_isolation" if mariadb else "current_setting('transaction_isolation')"
+
+    @event.listens_for(engine, "connect")
+    def set_up(dbapi_connection: Any, record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("SET @app = 'listener'" if mariadb else "SET application_name = 'listener'")
+        cursor.close()
+
+    try:
+        for _ in range(3):
+            with engine.connect() as conn:
+                row = conn.exec_driver_sql(f"SELECT {setting}, {isolation}").one()
+                assert tuple(row) == ("listener", "SERIALIZABLE" if mariadb else "serializable")
+                conn.exec_driver_sql(
+                    "SET @app = 'user'" if mariadb else "SET application_name = 'user'"
+                )
+                conn.exec_driver_sql(
+                    "SET @other = 1" if mariadb else "SET search_path = pg_catalog"
+                )
+            with engine.connect() as conn:
+                probe = "SELECT @other" if mariadb else "SELECT current_setting('search_path')"
+                assert conn.exec_driver_sql(probe).scalar() in (None, '"$user", public')
+        assert engine.pool.db.stats()["created"] == 1
+    finally:
+        engine.dispose()

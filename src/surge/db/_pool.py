@@ -40,6 +40,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from surge.db._drivers import DatabaseURL, Driver, driver_for
+from surge.db._session import next_session
 from surge.errors import UsageError
 from surge.pool import Pool
 
@@ -74,6 +75,7 @@ class SessionResets:
             return True
         if outcome is True:
             self.n_resets += 1
+            next_session(conn)
             return True
         self._sever(conn)
         return False

@@ -113,6 +113,17 @@ def _copy(value: Any) -> Any:
     return dict(value) if type(value) is dict else list(value)
 
 
+def session_of(conn: Any) -> int:
+    """Which session of ``conn`` this is: moved on by every reset sent (glue that
+    set a session up compares it with what it saw)."""
+    return int(getattr(conn, "_surge_session_no", 0))
+
+
+def next_session(conn: Any) -> None:
+    with contextlib.suppress(AttributeError):  # a class without __dict__ (sqlite3)
+        conn._surge_session_no = session_of(conn) + 1
+
+
 # -- severing: a connection that must never be used again, whatever touches it ---------
 
 _dead = threading.local()

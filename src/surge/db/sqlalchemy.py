@@ -34,6 +34,7 @@ connection of the old server is closed at once.
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -44,6 +45,7 @@ from sqlalchemy.pool.base import ConnectionPoolEntry, PoolProxiedConnection, _Co
 
 from surge.db._drivers import DatabaseURL
 from surge.db._pool import DBPool
+from surge.db._session import session_of
 
 #: SQLAlchemy's dialect and driver for each surge.db URL scheme.
 DIALECTS = {"mysql": "mysql+pymysql", "postgresql": "postgresql+psycopg", "sqlite": "sqlite"}
@@ -60,6 +62,12 @@ class SurgePool(Pool):
         kwargs.setdefault("reset_on_return", None)  # surge's release decides
         super().__init__(self._hand_over, **kwargs)
         db.on_close.append(self._forget)
+        #: The engine's own "connect" listeners (the dialect's set-up): a session
+        #: reset keeps what they set (surge.db's reset restores the character set
+        #: and the client's side).  Listeners added later are the application's,
+        #: run again on each checkout of a session reset since (see _do_get).
+        self.engine_connect_listeners: frozenset[Any] = frozenset()
+        os.register_at_fork(after_in_child=self._records.clear)
 
     def _hand_over(self) -> Any:
         """The creator: the connection surge just handed out, being given a record."""
@@ -85,12 +93,27 @@ class SurgePool(Pool):
                 finally:
                     self._handoff.conn = None
                 self._records[id(conn)] = record
+                # what the dialect set on the client's side of it stays
+                db.session_ready(conn)
+                record.info["surge_session"] = session_of(conn)
             elif record._is_hard_or_soft_invalidated():  # type: ignore[attr-defined]
                 # invalidated by the application (soft): replace, never reconnect in place
                 self._records.pop(id(conn), None)
                 db.discard(conn)
                 continue
+            elif record.info.get("surge_session") != session_of(conn):
+                self._reconnect_events(conn, record)
             return record
+
+    def _reconnect_events(self, conn: Any, record: ConnectionPoolEntry) -> None:
+        """The session was reset since the application's "connect" listeners ran on
+        it: run them again (a ``SET search_path`` in one, SQLAlchemy's documented
+        recipe, would otherwise be gone).  Costs their round trips per checkout;
+        ``pool_options={"init_sql": [...]}`` sets a session up with none."""
+        for listener in self.dispatch.connect:
+            if listener not in self.engine_connect_listeners:
+                listener(conn, record)
+        record.info["surge_session"] = session_of(conn)
 
     def _do_return_conn(self, record: ConnectionPoolEntry) -> None:
         conn = record.dbapi_connection
@@ -131,7 +154,9 @@ class SurgePool(Pool):
     def recreate(self) -> SurgePool:
         """``Engine.dispose()``: a fresh SQLAlchemy pool on the same surge pool (whose
         idle connections ``dispose`` just closed)."""
-        return SurgePool(self.db, _dispatch=self.dispatch, dialect=self._dialect)
+        pool = SurgePool(self.db, _dispatch=self.dispatch, dialect=self._dialect)
+        pool.engine_connect_listeners = self.engine_connect_listeners
+        return pool
 
     def dispose(self) -> None:
         self.db.clear()
@@ -150,6 +175,10 @@ def _rollback_if_open(db: DBPool) -> Any:
 
     return do_rollback
 
+
+#: The isolation levels SQLAlchemy's MySQL dialect sets with a statement (its
+#: "AUTOCOMMIT" is the driver's mode, surge.db's ``autocommit`` option).
+MYSQL_LEVELS = ("SERIALIZABLE", "READ UNCOMMITTED", "READ COMMITTED", "REPEATABLE READ")
 
 #: SQLAlchemy's pool arguments to create_engine, and the DBPool option each sets.
 POOL_ARGUMENTS = {
@@ -225,6 +254,15 @@ def create_engine(
         f"{DIALECTS[parsed.scheme]}://{rest}", pool=SurgePool(db), **engine_options
     )
     db.connector = _dialect_connector(engine, db, connect_args)
+    surge_pool: SurgePool = engine.pool  # type: ignore[assignment]
+    surge_pool.engine_connect_listeners = frozenset(surge_pool.dispatch.connect)
+    dialect = engine.dialect  # the engine's isolation_level (SQLAlchemy 2: a private name)
+    level = getattr(dialect, "_on_connect_isolation_level", None) or getattr(
+        dialect, "isolation_level", None
+    )
+    if parsed.scheme == "mysql" and level in MYSQL_LEVELS:
+        # SQLAlchemy sets it once per connection; the session reset would undo it
+        db.init_sql = (f"SET SESSION TRANSACTION ISOLATION LEVEL {level}", *db.init_sql)
     # The engine's own rollback (a Connection ending the transaction it began)
     # is skipped when the driver says no transaction is open: no ROLLBACK round
     # trip after an autocommit read.  Set on this engine's dialect object only.

@@ -55,7 +55,40 @@ def write(request):
     return HttpResponse("ok")
 
 
-urlpatterns = [path("read", read), path("write", write)]
+DIRTY = {
+    "mysql": ["SET time_zone = '+03:00'", "SET sql_mode = 'ANSI_QUOTES'", "SET @v = 5"],
+    "postgresql": [
+        "SET TIME ZONE 'Asia/Tokyo'",
+        "SET search_path = pg_catalog",
+        "SET statement_timeout = '1s'",
+        "SET ROLE NONE",
+        "SELECT set_config('app.tenant', '42', false)",
+    ],
+}
+PROBE = {
+    "mysql": "SELECT @@time_zone, @@sql_mode, @v, @@tx_isolation",
+    "postgresql": "SELECT current_setting('TimeZone'), current_setting('search_path'),"
+    " current_setting('statement_timeout'), current_user,"
+    " coalesce(nullif(current_setting('app.tenant', true), ''), 'unset')",
+}
+
+
+def dirty(request):
+    with connection.cursor() as cursor:
+        for sql in DIRTY[connection.vendor]:
+            cursor.execute(sql)
+    return HttpResponse("dirty")
+
+
+def probe(request):
+    with connection.cursor() as cursor:
+        cursor.execute(PROBE[connection.vendor])
+        return HttpResponse(repr(tuple(cursor.fetchone())))
+
+
+urlpatterns = [
+    path("read", read), path("write", write), path("dirty", dirty), path("probe", probe)
+]
 """
 
 # Reads "PATH N" lines; answers each with the statuses of N requests and the pool's stats.
@@ -74,9 +107,9 @@ def request(path):
     setup_testing_defaults(environ)
     status = []
     body = app(environ, lambda s, headers: status.append(int(s.split()[0])))
-    b"".join(body)
+    text = b"".join(body).decode()
     body.close()  # what a WSGI server does: request_finished closes the connection
-    return status[0]
+    return status[0] if path != "probe" else text
 
 
 def leak():  # what a worker thread that ends without closing its connection does
@@ -214,3 +247,15 @@ def test_connections_of_threads_that_ended_come_back(project: Project) -> None:
     assert result["stats"]["in_use"] <= 4
     assert result["stats"]["discarded"] >= 3
     assert project.get("read", 2)["statuses"] == [200, 200]
+
+
+def test_a_request_never_sees_the_last_requests_session(project: Project) -> None:
+    """One request changes its session (time zone, sql_mode / search_path, role,
+    statement_timeout, a tenant id); the next request, on the same pooled
+    connection, sees the session a fresh connection has - as with Django's stock
+    backends, which connect per request."""
+    fresh = project.get("probe", 1)["statuses"][0]
+    assert project.get("dirty", 1)["statuses"] == [200]
+    after = project.get("probe", 1)
+    assert after["statuses"][0] == fresh
+    assert after["stats"]["created"] == 1  # the same connection, reset

@@ -31,7 +31,11 @@ def settle(pool: Any) -> None:
 
     for entry in list(pool.pool._core.idle):
         conn = entry.resource
-        if entry.state == IDLE and pool.driver.reset_pending(conn):
+        if entry.state != IDLE:
+            continue
+        if getattr(conn, "_surge_unsent", None) is not None:
+            conn._surge_flush()  # what RESET_WRITER does FLUSH_AFTER after the return
+        if pool.driver.reset_pending(conn):
             with contextlib.suppress(Exception):  # dead: the next checkout finds it
                 pool.driver.finish_reset(conn)
 
@@ -42,6 +46,10 @@ async def asettle(pool: Any) -> None:
 
     for entry in list(pool.pool._core.idle):
         conn = entry.resource
-        if entry.state == IDLE and pool.driver.reset_pending(conn):
+        if entry.state != IDLE:
+            continue
+        if getattr(conn, "_surge_unsent", None) is not None:
+            conn._surge_flush()
+        if pool.driver.reset_pending(conn):
             with contextlib.suppress(Exception):  # dead: the next checkout finds it
                 await pool.driver.finish_reset(conn)

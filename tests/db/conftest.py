@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from tests.db._sql import settle
 
+from surge.db import DBPool
 from surge.testing import DBServer
 
 
@@ -35,11 +36,12 @@ class Counts:
 
 
 class MariaDBCounter:
-    """A session reset is three commands (COM_RESET_CONNECTION, an admin command as
-    COM_PING is; COM_INIT_DB; one SET), each counted in Questions; the tests'
-    users never change databases, so Com_change_db counts the resets."""
+    """A session reset is one to four commands (COM_RESET_CONNECTION, counted as
+    an admin command as COM_PING is; COM_INIT_DB; a SET; init statements), each
+    counted in Questions: the pools passed to ``mark`` and ``since`` say how many
+    they wrote, and those are taken out of the statements and the pings."""
 
-    NAMES = ("Questions", "Com_rollback", "Com_admin_commands", "Connections", "Com_change_db")
+    NAMES = ("Questions", "Com_rollback", "Com_admin_commands", "Connections")
 
     def __init__(self, server: DBServer) -> None:
         self.server = server
@@ -55,25 +57,41 @@ class MariaDBCounter:
         return {name: int(value) for name, value in cur.fetchall()}
 
     def mark(self, *pools: Any) -> None:
-        for pool in pools:
-            settle(pool)
+        settle_all(pools)
         self.admin = None  # a fresh admin login now, so that none falls in the window
+        self.written = written(pools)
         self.before = self._read()
 
     def since(self, *pools: Any) -> Counts:
-        for pool in pools:
-            settle(pool)
+        settle_all(pools)
         after = self._read()
         d = {n: after[n] - self.before[n] for n in self.NAMES}
-        resets = d["Com_change_db"]
+        resets, commands = (a - b for a, b in zip(written(pools), self.written, strict=True))
         return Counts(
             # the SHOW that read the counters counts itself
-            statements=d["Questions"] - 1 - 3 * resets,
+            statements=d["Questions"] - 1 - commands,
             rollbacks=d["Com_rollback"],
             pings=d["Com_admin_commands"] - resets,
             connects=d["Connections"],
             resets=resets,
         )
+
+
+def settle_all(pools: Any) -> None:
+    """``settle`` the sync pools (an asyncio pool's test awaits ``asettle`` itself)."""
+    for pool in pools:
+        if isinstance(pool, DBPool):
+            settle(pool)
+
+
+def written(pools: Any) -> tuple[int, int]:
+    """Resets the pools wrote, and the commands in them (pools of another kind:
+    none)."""
+    stats = [pool.stats() for pool in pools]
+    return (
+        sum(s.get("resets_written", 0) for s in stats),
+        sum(s.get("reset_commands", 0) for s in stats),
+    )
 
 
 class PostgreSQLCounter:
@@ -82,8 +100,7 @@ class PostgreSQLCounter:
         self.mark()
 
     def mark(self, *pools: Any) -> None:
-        for pool in pools:
-            settle(pool)
+        settle_all(pools)
         self.offset = os.path.getsize(self.path)
 
     def lines(self) -> list[str]:
@@ -92,8 +109,7 @@ class PostgreSQLCounter:
             return log.read().decode(errors="replace").splitlines()
 
     def since(self, *pools: Any) -> Counts:
-        for pool in pools:
-            settle(pool)
+        settle_all(pools)
         # "duration: 0.05 ms  statement: SELECT 1" (simple protocol), or parse, bind
         # and "execute _pg3_0: SELECT 1" (extended: psycopg prepares a statement run
         # 5 times); one statement run is a "statement" or an "execute" line.

@@ -43,12 +43,12 @@ async def test_a_busy_pool_costs_the_query_and_nothing_else(db: tuple[DBServer, 
     async with surge.db.async_pool(server.url, autocommit=True) as pool:
         await warm(pool)
         await asettle(pool)
-        counter.mark()
+        counter.mark(pool)
         for _ in range(30):
             async with pool.connection() as conn:
                 assert await select(conn) == [(1,)]
         await asettle(pool)
-        counts = counter.since()
+        counts = counter.since(pool)
     assert (counts.statements, counts.rollbacks, counts.pings, counts.connects) == (30, 0, 0, 0)
     assert counts.resets == 30  # written at return, read behind the next command
 
@@ -65,14 +65,14 @@ async def test_rollback_only_when_a_transaction_is_open(
             await select(conn, "CREATE TABLE async_rb (v int)")
             await conn.commit()
         await asettle(pool)
-        counter.mark()
+        counter.mark(pool)
         async with pool.connection() as conn:
             await select(conn, "INSERT INTO async_rb VALUES (1)")  # left open
         async with pool.connection() as conn:
             await select(conn, "INSERT INTO async_rb VALUES (2)")
             await conn.commit()
         await asettle(pool)
-        counts = counter.since()
+        counts = counter.since(pool)
         async with pool.connection() as conn:
             assert await select(conn, "SELECT v FROM async_rb") == [(2,)]
     if reset == "none":
@@ -92,12 +92,12 @@ async def test_only_a_connection_idle_past_the_threshold_is_pinged(
         await warm(pool)
         await asyncio.sleep(0.4)
         await asettle(pool)
-        counter.mark()
+        counter.mark(pool)
         for _ in range(2):
             async with pool.connection() as conn:
                 await select(conn)
         await asettle(pool)
-        counts = counter.since()
+        counts = counter.since(pool)
     assert (counts.pings, counts.statements) == (1, 2) and pool.stats()["pings"] == 1
 
 

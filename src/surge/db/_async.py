@@ -29,6 +29,7 @@ from surge.db._drivers import (
     mysql_transaction_open,
     pg_connect_params,
     readable,
+    set_up_again,
 )
 from surge.db._pool import (
     LIFETIME_SHARE,
@@ -41,7 +42,15 @@ from surge.db._pool import (
     needs_ping,
     start_session_reset,
 )
-from surge.db._session import MySQLReset, sever_fd
+from surge.db._session import (
+    COM_RESET_CONNECTION,
+    FLUSH_AFTER,
+    SESSION_PROBE,
+    MySQLReset,
+    may_change_database,
+    ok_packet_status,
+    sever_fd,
+)
 from surge.errors import UsageError
 from surge.pool import AsyncPool
 
@@ -99,18 +108,26 @@ class AsyncPsycopg(PsycopgState):
     async def run(self, conn: Any, sql: str) -> None:
         self.raise_for(conn, await self._exec(conn, sql.encode()))
 
+    async def prepare_session(self, conn: Any, init_sql: tuple[str, ...]) -> None:
+        """Nothing to learn: PostgreSQL's reset restores what the startup set."""
+
 
 def _aiomysql_connection_class(base: Any) -> Any:
     """aiomysql's ``Connection`` that knows when its transaction state is unsure:
     the asyncio twin of :func:`surge.db._drivers.pymysql_connection_class`."""
     MySQLError = importlib.import_module("pymysql.err").MySQLError
+    MysqlPacket = importlib.import_module("pymysql.protocol").MysqlPacket
 
     class Connection(base):  # type: ignore[misc]
         _surge_unsure = False
         _surge_used = True
         _surge_busy = False
-        _surge_pending: MySQLReset | None = None
         _surge_reset: MySQLReset | None = None
+        _surge_unsent: MySQLReset | None = None
+        _surge_pending: tuple[int, int] | None = None
+        _surge_db_changed = False
+        _surge_prefix: bytes | None = None
+        _surge_multi = False
         _next_seq_id: int
         _result: Any
         #: Past this many bytes buffered unsent, the server is not reading.
@@ -119,15 +136,34 @@ def _aiomysql_connection_class(base: Any) -> Any:
         async def _execute_command(self, command: int, sql: Any) -> None:
             self._surge_used = self._surge_busy = True
             self._surge_unsure = True
-            if self._surge_pending is not None:  # see the sync twin
+            use = may_change_database(command, sql, self._surge_multi)
+            if self._surge_unsent is not None or self._surge_pending is not None:
+                self._surge_take_reset()  # see the sync twin (one loop: no lock)
                 await super()._execute_command(command, sql)
                 next_seq = self._next_seq_id
                 await self._surge_read_reset()
                 self._next_seq_id = next_seq
-                self._surge_unsure = True
-                return
-            await super()._execute_command(command, sql)
+            else:
+                await super()._execute_command(command, sql)
             self._surge_unsure = True  # after draining unread results, see the sync twin
+            if use:
+                self._surge_db_changed = True
+
+        def _surge_take_reset(self) -> None:
+            reset = self._surge_unsent
+            if reset is not None:
+                data, n_ok, n_results = reset.compose(self._surge_db_changed)
+                self._surge_prefix = data
+                self._surge_pending = (n_ok, n_results)
+                self._surge_unsent = None
+                self._surge_db_changed = False
+
+        def _write_bytes(self, data: bytes) -> Any:
+            prefix = self._surge_prefix
+            if prefix is not None:
+                self._surge_prefix = None
+                data = prefix + data
+            return super()._write_bytes(data)
 
         async def _read_ok_packet(self) -> Any:
             try:
@@ -158,46 +194,59 @@ def _aiomysql_connection_class(base: Any) -> Any:
             await super().set_charset(charset)
             self._surge_busy = False
 
-        def _surge_send_reset(self) -> bool:
-            """As the sync twin's: the loop's transport takes the bytes at once."""
+        def _surge_mark_reset(self) -> bool:
+            """As the sync twin's; the loop writes a reset still due FLUSH_AFTER later."""
             reset, result, writer = self._surge_reset, self._result, self._writer
             if reset is None or self._surge_busy or writer is None:
                 return False
             if result is not None and (result.unbuffered_active or result.has_next):
                 return False
-            if self._surge_pending is not None:
-                return True
-            transport = writer.transport
-            if transport.is_closing() or transport.get_write_buffer_size() > self._SURGE_MAX_UNSENT:
-                return False
-            writer.write(reset.packets)
-            self._surge_pending = reset
+            self._surge_unsent = reset
             self._surge_used = self._surge_unsure = False
             self._result = None
             self.server_status = AUTOCOMMIT if reset.autocommit else 0
+            asyncio.get_running_loop().call_later(FLUSH_AFTER, self._surge_flush)
             return True
 
+        def _surge_flush(self) -> None:
+            writer = self._writer
+            if self._surge_unsent is None or writer is None:
+                return
+            transport = writer.transport
+            if transport.is_closing() or transport.get_write_buffer_size() > self._SURGE_MAX_UNSENT:
+                self._surge_gone = True  # the server is not reading: never used again
+                self.close()
+                return
+            data, n_ok, n_results = self._surge_unsent.compose(self._surge_db_changed)
+            writer.write(data)
+            self._surge_pending = (n_ok, n_results)
+            self._surge_unsent = None
+            self._surge_db_changed = False
+
         async def _surge_read_reset(self) -> None:
-            reset, self._surge_pending = self._surge_pending, None
-            assert reset is not None
+            pending, self._surge_pending = self._surge_pending, None
+            assert pending is not None
+            n_ok, n_results = pending
             err = importlib.import_module("pymysql.err")
-            ok_packet = importlib.import_module("pymysql.protocol").OKPacketWrapper
             try:
-                for _ in range(reset.n_ok):
-                    self._next_seq_id = 1
-                    packet = await self._read_packet()
-                    if not packet.is_ok_packet():
+                for _ in range(n_ok):
+                    header = await self._read_bytes(4)
+                    payload = await self._read_bytes(header[0] | header[1] << 8 | header[2] << 16)
+                    if payload[:1] != b"\x00":
+                        packet = MysqlPacket(payload, self._encoding)
+                        if packet.is_error_packet():
+                            packet.raise_for_error()
                         raise err.OperationalError(
                             2027, "the pooled session's reset was answered by a non-OK packet"
                         )
-                    self.server_status = ok_packet(packet).server_status
-                for _ in range(reset.n_results):
+                    self.server_status = ok_packet_status(payload)
+                for _ in range(n_results):
                     self._next_seq_id = 1
                     await super()._read_query_result()
                     self._result = None
             except BaseException as error:
                 self.close()
-                if isinstance(error, err.MySQLError):
+                if isinstance(error, err.MySQLError) and not mysql_is_disconnect(error):
                     raise err.OperationalError(
                         2014, f"resetting the pooled session failed: {error}"
                     ) from error
@@ -252,7 +301,7 @@ class AsyncMySQL(MySQLProtocolSession):
         await conn.ping(reconnect=False)  # COM_PING
 
     def is_disconnect(self, error: BaseException, conn: Any) -> bool:
-        return mysql_is_disconnect(error)
+        return mysql_is_disconnect(error) or getattr(conn, "_surge_gone", False)
 
     async def server_idle_timeout(self, conn: Any) -> float | None:
         cursor = await conn.cursor()
@@ -267,9 +316,35 @@ class AsyncMySQL(MySQLProtocolSession):
         conn.close()  # closes the socket; no COM_QUIT round trip
 
     async def finish_reset(self, conn: Any) -> None:
-        await conn._surge_read_reset()
+        if conn._surge_pending is not None:
+            await conn._surge_read_reset()
+
+    async def prepare_session(self, conn: Any, init_sql: tuple[str, ...]) -> None:
+        """As the sync twin's (surge.db._drivers.PyMySQL.prepare_session)."""
+        wanted = await self._probe(conn)
+        if getattr(conn, "_surge_after_reset", None) is None:
+            await conn._execute_command(COM_RESET_CONNECTION, b"")
+            await conn._read_ok_packet()
+            after = await self._probe(conn)
+            conn._surge_after_reset = after
+            set_up = set_up_again(conn, wanted, after, init_sql)
+            for sql in set_up:
+                await self.run(conn, sql)
+            self.count_set_up(set_up)
+        else:
+            self.written[1] += 1
+        conn._surge_wanted = wanted
+
+    async def _probe(self, conn: Any) -> tuple[Any, ...]:
+        cursor = await conn.cursor()
+        try:
+            await cursor.execute(SESSION_PROBE)
+            return tuple(await cursor.fetchone())
+        finally:
+            await cursor.close()
 
     def sever(self, conn: Any) -> None:
+        self.forget_reset(conn)
         writer = conn._writer
         sock = None if writer is None else writer.transport.get_extra_info("socket")
         sever_fd(None if sock is None else sock.fileno())
@@ -373,10 +448,13 @@ class AsyncDBPool(SessionResets):
 
     def stats(self) -> dict[str, Any]:
         stats = self.pool.stats()
+        written = getattr(self.driver, "written", None) or [self.n_resets, self.n_resets]
         stats.update(
             pings=self.n_pings,
             rollbacks=self.n_rollbacks,
             resets=self.n_resets,
+            resets_written=written[0],
+            reset_commands=written[1],
             severed=self.n_severed,
             server_gone=stats["generation"],
             max_lifetime=self.max_lifetime,
@@ -452,6 +530,7 @@ class AsyncDBPool(SessionResets):
                 await self._learn_lifetime(conn)
             for sql in self.init_sql:
                 await self.driver.run(conn, sql)
+            await self.driver.prepare_session(conn, self.init_sql)
             self.driver.session_ready(conn, self.autocommit, self.init_sql)
         except BaseException:
             with contextlib.suppress(Exception):

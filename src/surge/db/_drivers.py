@@ -16,14 +16,21 @@ import functools
 import importlib
 import select
 import ssl
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from surge.db._session import (
+    COM_RESET_CONNECTION,
+    RESET_WRITER,
+    SESSION_PROBE,
     ClientState,
     MySQLReset,
+    may_change_database,
     mysql_reset,
+    ok_packet_status,
     pg_finish_reset,
     pg_send_reset,
     send_without_waiting,
@@ -155,6 +162,10 @@ class Driver:
             cursor.execute(sql)
         finally:
             cursor.close()
+
+    def prepare_session(self, conn: Any, init_sql: tuple[str, ...]) -> None:
+        """Learn what the session reset must set again (I/O, once per connection
+        and again after glue's set-up); nothing for most drivers."""
 
     def session_ready(self, conn: Any, autocommit: bool, init_sql: tuple[str, ...]) -> None:
         """The session is as every checkout must find it: record what to put back."""
@@ -315,30 +326,70 @@ def pymysql_connection_class(base: Any, preferred_tls: ssl.SSLContext | None) ->
         _surge_used = True
         #: A command's answer is not read yet: the protocol state is unknown.
         _surge_busy = False
-        #: A reset written at return whose answers are not read yet.
-        _surge_pending: MySQLReset | None = None
+        #: This connection's reset (built when its session was ready).
         _surge_reset: MySQLReset | None = None
+        #: A reset due (the connection came back), not written yet: the next
+        #: command takes it along, or RESET_WRITER writes it.
+        _surge_unsent: MySQLReset | None = None
+        #: A reset written whose answers are not read yet: (OK packets, others).
+        _surge_pending: tuple[int, int] | None = None
+        #: The session may be in another database than the pool's.
+        _surge_db_changed = False
+        #: Held while the reset's bytes go out (by this thread or RESET_WRITER).
+        _surge_io: threading.Lock
+        #: Bytes that the next write puts in front of its own.
+        _surge_prefix: bytes | None = None
         # PyMySQL's own, as used here.
         _next_seq_id: int
         _result: Any
+        _current_timeout: Any
+        _read_timeout: Any
 
         def _execute_command(self, command: int, sql: Any) -> None:
             self._surge_used = self._surge_busy = True
-            if self._surge_pending is not None:
-                # The command goes out behind the reset; the reset's answers
-                # come first, then the command's own.
-                self._surge_unsure = True
+            self._surge_unsure = True
+            use = may_change_database(command, sql, self._surge_multi)
+            if self._surge_unsent is not None or self._surge_pending is not None:
+                with self._surge_io:
+                    self._surge_take_reset()
+                    # The command goes out behind the reset (in the same send if
+                    # it was not written yet); the reset's answers come first.
+                    super()._execute_command(command, sql)
+                    next_seq = self._next_seq_id
+                    self._surge_read_reset()
+                    self._next_seq_id = next_seq
+            else:
                 super()._execute_command(command, sql)
-                next_seq = self._next_seq_id
-                self._surge_read_reset()
-                self._next_seq_id = next_seq
-                self._surge_unsure = True
-                return
             # Set after the call too: the call first drains unread results
             # (next_result), whose OK packets would clear it.
             self._surge_unsure = True
-            super()._execute_command(command, sql)
-            self._surge_unsure = True
+            if use:
+                self._surge_db_changed = True
+
+        def _surge_take_reset(self) -> None:
+            """Under ``_surge_io``: put an unwritten reset in front of the next write."""
+            reset = self._surge_unsent
+            if reset is not None:
+                data, n_ok, n_results = reset.compose(self._surge_db_changed)
+                self._surge_prefix = data
+                self._surge_pending = (n_ok, n_results)
+                self._surge_unsent = None
+                self._surge_db_changed = False
+
+        def _write_bytes(self, data: bytes) -> None:
+            prefix = self._surge_prefix
+            if prefix is not None:
+                self._surge_prefix = None
+                data = prefix + data
+            super()._write_bytes(data)
+
+        def close(self) -> None:
+            lock = self.__dict__.get("_surge_io")
+            if lock is None:
+                super().close()
+                return
+            with lock:  # not in the middle of RESET_WRITER's write
+                super().close()
 
         def _read_ok_packet(self) -> Any:
             try:
@@ -371,45 +422,70 @@ def pymysql_connection_class(base: Any, preferred_tls: ssl.SSLContext | None) ->
             super().set_character_set(charset, collation)
             self._surge_busy = False  # answered, by a packet read outside the above
 
-        def _surge_send_reset(self) -> bool:
-            """Write the session reset (see surge.db._session); False if the
-            protocol state is unknown or the socket would not take it."""
+        def _surge_mark_reset(self) -> bool:
+            """At return: the session reset is due (see surge.db._session); False
+            if the protocol state is unknown."""
             reset, result = self._surge_reset, self._result
             if reset is None or self._surge_busy or self._sock is None:
                 return False
             if result is not None and (result.unbuffered_active or result.has_next):
                 return False  # results unread: never read them at return
-            if self._surge_pending is not None:
-                return True  # nothing went out since the last one
-            if not send_without_waiting(self._sock, reset.packets):
-                return False
-            self._surge_pending = reset
+            self._surge_unsent = reset
             self._surge_used = self._surge_unsure = False
             self._result = None
-            # As the SET's OK packet will say (get_autocommit() reads it).
+            # As the reset will leave it (get_autocommit() reads it).
             self.server_status = AUTOCOMMIT if reset.autocommit else 0
+            RESET_WRITER.due(self, time.monotonic())
             return True
 
-        def _surge_read_reset(self) -> None:
-            """Read the pending reset's answers; a failure closes the connection."""
-            reset, self._surge_pending = self._surge_pending, None
-            assert reset is not None
+        def _surge_flush(self) -> None:
+            """RESET_WRITER: write a reset still due, if nobody is using the socket."""
+            if self._surge_unsent is None or not self._surge_io.acquire(False):
+                return  # taken along by a command, or a command is going out now
             try:
-                for _ in range(reset.n_ok):
-                    self._next_seq_id = 1
-                    packet = self._read_packet()  # an error packet raises
-                    if not packet.is_ok_packet():
+                if self._surge_unsent is None or self._sock is None:
+                    return
+                data, n_ok, n_results = self._surge_unsent.compose(self._surge_db_changed)
+                if not send_without_waiting(self._sock, data):
+                    # the server is gone or not reading (part of a packet may be
+                    # out): never used again, and the checkout that finds it says so
+                    self._surge_gone = True
+                    self._force_close()
+                    return
+                self._surge_pending = (n_ok, n_results)  # before unsent: see the fast path
+                self._surge_unsent = None
+                self._surge_db_changed = False
+            finally:
+                self._surge_io.release()
+
+        def _surge_read_reset(self) -> None:
+            """Read the written reset's answers; a failure closes the connection."""
+            pending, self._surge_pending = self._surge_pending, None
+            assert pending is not None
+            n_ok, n_results = pending
+            try:
+                if self._current_timeout != self._read_timeout:
+                    self._sock.settimeout(self._read_timeout)
+                    self._current_timeout = self._read_timeout
+                read = self._read_bytes
+                for _ in range(n_ok):
+                    header = read(4)
+                    payload = read(header[0] | header[1] << 8 | header[2] << 16)
+                    if payload[:1] != b"\x00":  # an error packet raises; anything else is wrong
+                        packet = self._surge_packet(payload, self.encoding)
+                        if packet.is_error_packet():
+                            packet.raise_for_error()
                         raise self._surge_err.OperationalError(
                             2027, "the pooled session's reset was answered by a non-OK packet"
                         )
-                    self.server_status = self._surge_ok(packet).server_status
-                for _ in range(reset.n_results):
+                    self.server_status = ok_packet_status(payload)
+                for _ in range(n_results):
                     self._next_seq_id = 1
                     super()._read_query_result()
                     self._result = None
             except BaseException as error:
                 self._force_close()
-                if isinstance(error, self._surge_err.MySQLError):
+                if isinstance(error, self._surge_err.MySQLError) and not mysql_is_disconnect(error):
                     raise self._surge_err.OperationalError(
                         2014, f"resetting the pooled session failed: {error}"
                     ) from error
@@ -417,7 +493,9 @@ def pymysql_connection_class(base: Any, preferred_tls: ssl.SSLContext | None) ->
             self._surge_unsure = False
 
         _surge_err = importlib.import_module("pymysql.err")
-        _surge_ok = importlib.import_module("pymysql.protocol").OKPacketWrapper
+        _surge_packet = importlib.import_module("pymysql.protocol").MysqlPacket
+        #: Whether the client allows several statements in one text (USE may hide there).
+        _surge_multi = False
 
         if preferred_tls is not None:
 
@@ -447,16 +525,42 @@ MYSQL_CLIENT_ATTRIBUTES = (
 
 class MySQLProtocolSession:
     """The session reset of a connection of ``pymysql_connection_class`` (PyMySQL's)
-    or of its asyncio twin (aiomysql's): what the sync and async drivers share."""
+    or of its asyncio twin (aiomysql's): what the sync and async drivers share.
+    The I/O that sets a session up (``prepare_session``) is each driver's."""
 
     reset_answers: Literal["at return", "at checkout", "lazily"] = "lazily"
     client_attributes: tuple[str, ...] = MYSQL_CLIENT_ATTRIBUTES
 
+    @functools.cached_property
+    def written(self) -> list[int]:
+        """Resets written by this driver's (this pool's) connections, and the
+        commands they held (a reset is one to four)."""
+        return [0, 0]
+
     def session_ready(self, conn: Any, autocommit: bool, init_sql: tuple[str, ...]) -> None:
         conn._surge_client = ClientState(conn, self.client_attributes)
-        if hasattr(conn, "_surge_send_reset"):  # not a do_connect handler's own class
-            conn._surge_reset = pymysql_reset(conn, autocommit, init_sql)
-            conn._surge_used = False
+        wanted = getattr(conn, "_surge_wanted", None)
+        if wanted is None:  # not set up by prepare_session: a do_connect handler's class
+            return
+        init_command = getattr(conn, "init_command", None)
+        conn._surge_reset = mysql_reset(
+            database=getattr(conn, "db", None) or getattr(conn, "_db", None),
+            wanted=wanted,
+            after_reset=conn._surge_after_reset,
+            init_statements=((init_command,) if init_command else ()) + init_sql,
+            encoding=getattr(conn, "encoding", None) or conn._encoding,
+            written=self.written,
+        )
+        if "_surge_io" not in conn.__dict__:
+            conn._surge_io = threading.Lock()
+        conn._surge_multi = bool(conn.client_flag & MULTI_STATEMENTS)
+        conn._surge_used = conn._surge_db_changed = False
+
+    def count_set_up(self, set_up: list[str]) -> None:
+        """The set-up's reset counts as one written (its probes and statements as
+        its commands): the server counts them all, and so must the pool."""
+        self.written[0] += 1
+        self.written[1] += 3 + len(set_up)
 
     def restore_client(self, conn: Any) -> None:
         state = getattr(conn, "_surge_client", None)
@@ -467,12 +571,12 @@ class MySQLProtocolSession:
         return bool(getattr(conn, "_surge_used", True))
 
     def send_reset(self, conn: Any) -> bool:
-        if not hasattr(conn, "_surge_send_reset"):
+        if getattr(conn, "_surge_reset", None) is None:
             raise UsageError(
                 "surge.db cannot reset a connection of another class: a do_connect "
                 "handler that makes its own connections needs reset='none'"
             )
-        sent: bool = conn._surge_send_reset()
+        sent: bool = conn._surge_mark_reset()
         if sent:
             self.restore_client(conn)
         return sent
@@ -486,6 +590,27 @@ class MySQLProtocolSession:
             getattr(conn, "_surge_busy", False)
             or (result is not None and (result.unbuffered_active or result.has_next))
         )
+
+    def forget_reset(self, conn: Any) -> None:
+        """A severed connection writes and reads no reset any more."""
+        conn._surge_unsent = conn._surge_pending = conn._surge_prefix = None
+
+
+def set_up_again(
+    conn: Any, wanted: tuple[Any, ...], after: tuple[Any, ...], init_sql: tuple[str, ...]
+) -> list[str]:
+    """What sets a session up again after the set-up's reset: the SET of what the
+    reset does not restore, the driver's init_command, the pool's init_sql."""
+    encoding = getattr(conn, "encoding", None) or conn._encoding
+    set_up = mysql_reset(
+        database=None, wanted=wanted, after_reset=after, init_statements=(), encoding=encoding
+    ).statements()
+    init_command = getattr(conn, "init_command", None)
+    return [*set_up, *((init_command,) if init_command else ()), *init_sql]
+
+
+#: The client capability that lets one text carry several statements.
+MULTI_STATEMENTS = 1 << 16
 
 
 class PyMySQL(MySQLProtocolSession, Driver):
@@ -528,13 +653,44 @@ class PyMySQL(MySQLProtocolSession, Driver):
         conn.ping(reconnect=False)  # COM_PING: no statement, no transaction
 
     def is_disconnect(self, error: BaseException, conn: Any) -> bool:
-        return mysql_is_disconnect(error)
+        # _surge_gone: RESET_WRITER could not write to it (see _surge_flush)
+        return mysql_is_disconnect(error) or getattr(conn, "_surge_gone", False)
 
     def server_idle_timeout(self, conn: Any) -> float | None:
         return mysql_idle_timeout(conn)
 
     def finish_reset(self, conn: Any) -> None:
-        conn._surge_read_reset()
+        with conn._surge_io:
+            if conn._surge_pending is not None:
+                conn._surge_read_reset()
+
+    def prepare_session(self, conn: Any, init_sql: tuple[str, ...]) -> None:
+        """What the session is now (its character set, autocommit, sql_mode) and,
+        once per connection, what COM_RESET_CONNECTION leaves: one reset now, then
+        the session set up again.  Two to four round trips, at connect."""
+        if not hasattr(conn, "_surge_mark_reset"):
+            return
+        wanted = self._probe(conn)
+        if getattr(conn, "_surge_after_reset", None) is None:
+            conn._execute_command(COM_RESET_CONNECTION, b"")
+            conn._read_ok_packet()
+            after = self._probe(conn)
+            conn._surge_after_reset = after
+            set_up = set_up_again(conn, wanted, after, init_sql)
+            for sql in set_up:
+                self.run(conn, sql)
+            self.count_set_up(set_up)
+        else:
+            self.written[1] += 1  # the probe
+        conn._surge_wanted = wanted
+
+    def _probe(self, conn: Any) -> tuple[Any, ...]:
+        cursor = conn.cursor()
+        try:
+            cursor.execute(SESSION_PROBE)
+            return tuple(cursor.fetchone())
+        finally:
+            cursor.close()
 
     def socket_fd(self, conn: Any) -> int | None:
         sock = conn._sock
@@ -542,27 +698,11 @@ class PyMySQL(MySQLProtocolSession, Driver):
 
     def sever(self, conn: Any) -> None:
         super().sever(conn)
+        self.forget_reset(conn)
         result = conn._result
         if result is not None:  # a cursor's close must not read the rest
             result.unbuffered_active = result.has_next = False
         conn._force_close()  # closes the dead descriptor: the connection reads closed
-
-
-def pymysql_reset(conn: Any, autocommit: bool, init_sql: tuple[str, ...]) -> MySQLReset:
-    """The reset of a PyMySQL-protocol connection (PyMySQL's, aiomysql's) to the
-    session it has now: its database, character set, the pool's autocommit, the
-    driver's ``sql_mode`` and ``init_command``, then the pool's ``init_sql``."""
-    init_command = getattr(conn, "init_command", None)
-    encoding = getattr(conn, "encoding", None) or conn._encoding
-    return mysql_reset(
-        database=getattr(conn, "db", None) or getattr(conn, "_db", None),
-        charset=getattr(conn, "charset", None) or conn._charset,
-        collation=getattr(conn, "collation", None),
-        autocommit=autocommit,
-        sql_mode=getattr(conn, "sql_mode", None),
-        init_statements=((init_command,) if init_command else ()) + init_sql,
-        encoding=encoding,
-    )
 
 
 def mysql_is_disconnect(error: BaseException) -> bool:
@@ -727,6 +867,8 @@ class MySQLClient(Driver):
         if database:
             conn.select_db(database)
         conn.query(f"SET NAMES {charset} COLLATE {collation}, autocommit={int(autocommit)}")
+        self.written[0] += 1
+        self.written[1] += 2 + bool(database) + len(init_sql)
         for sql in init_sql:
             conn.query(sql)
             while True:  # whatever they answer, read it all
@@ -736,6 +878,11 @@ class MySQLClient(Driver):
         conn._surge_unsure = False
         self.restore_client(conn)
         return True
+
+    @functools.cached_property
+    def written(self) -> list[int]:
+        """Resets done, and the commands in them (as MySQLProtocolSession's)."""
+        return [0, 0]
 
     @functools.cached_property
     def _reset_connection(self) -> Any:

@@ -195,6 +195,7 @@ class DBPool(SessionResets):
         events, Django's connection setup) calls this after: the session as it is
         now is what every later checkout of ``conn`` finds (the client's side of
         it; statements glue runs belong in ``init_sql``)."""
+        self.driver.prepare_session(conn, self.init_sql)
         self.driver.session_ready(conn, self.autocommit, self.init_sql)
 
     def discard(self, conn: Any) -> None:
@@ -243,10 +244,13 @@ class DBPool(SessionResets):
         """The pool's counters plus ``generation``, ``pings``, ``rollbacks`` and
         ``server_gone`` (how many times a disconnect moved the generation on)."""
         stats = self.pool.stats()
+        written = getattr(self.driver, "written", None) or [self.n_resets, self.n_resets]
         stats.update(
             pings=self.n_pings,
             rollbacks=self.n_rollbacks,
             resets=self.n_resets,
+            resets_written=written[0],
+            reset_commands=written[1],
             severed=self.n_severed,
             server_gone=stats["generation"],
             max_lifetime=self.max_lifetime,
@@ -339,7 +343,7 @@ class DBPool(SessionResets):
                 self._learn_lifetime(conn)
             for sql in self.init_sql:
                 self.driver.run(conn, sql)
-            self.driver.session_ready(conn, self.autocommit, self.init_sql)
+            self.session_ready(conn)
         except BaseException:
             with contextlib.suppress(Exception):
                 conn.close()

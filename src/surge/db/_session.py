@@ -55,11 +55,14 @@ a polite close, reaches its parent's sessions.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import socket
 import struct
 import threading
+import time
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -175,47 +178,175 @@ def _quoted(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
+#: What a fresh session's reset must set again after COM_RESET_CONNECTION, and
+#: how each is read back: the character set and collation (the reset restores
+#: the handshake's), autocommit (the server's default), sql_mode (ditto).
+SESSION_PROBE = "SELECT @@character_set_client, @@collation_connection, @@autocommit, @@sql_mode"
+
+
 @dataclass(frozen=True)
 class MySQLReset:
-    """The bytes of one session reset, built once per connection when its session is
-    ready, and how its answers come back: ``n_ok`` plain OK packets (the reset,
-    ``COM_INIT_DB``, the ``SET``), then ``n_results`` answers that may be result
-    sets (``init_command`` and ``init_sql``, whatever they are)."""
+    """The bytes of one connection's session reset, built when its session is
+    ready: ``COM_RESET_CONNECTION``; ``COM_INIT_DB`` of its database, sent only
+    after the session may have changed databases (``USE``, ``COM_INIT_DB``: the
+    reset keeps the current one); one ``SET`` of whatever the reset does not
+    restore (None when nothing: see ``SESSION_PROBE``); then the driver's
+    ``init_command`` and the pool's ``init_sql``, whose answers may be anything.
+    Every answer but the last group is a plain OK packet."""
 
-    packets: bytes
-    n_ok: int
-    n_results: int
+    reset: bytes
+    init_db: bytes | None
+    set: bytes | None
+    init: bytes
+    n_init: int
     #: The autocommit mode the reset leaves the session in (the pool's).
     autocommit: bool
+    #: The pool's tally, shared by its connections: resets written, commands in them.
+    written: list[int]
+
+    def statements(self) -> list[str]:
+        """The SET, as a statement to run (none if the reset restores everything)."""
+        if self.set is None:
+            return []
+        return [self.set[5:].decode("utf-8")]
+
+    def compose(self, db_changed: bool) -> tuple[bytes, int, int]:
+        """The bytes to write, how many OK packets, how many other answers."""
+        parts = [self.reset]
+        if db_changed and self.init_db is not None:
+            parts.append(self.init_db)
+        if self.set is not None:
+            parts.append(self.set)
+        parts.append(self.init)
+        n_ok = len(parts) - 1
+        self.written[0] += 1
+        self.written[1] += n_ok + self.n_init
+        return b"".join(parts), n_ok, self.n_init
 
 
 def mysql_reset(
     *,
     database: str | bytes | None,
-    charset: str,
-    collation: str | None,
-    autocommit: bool,
-    sql_mode: str | None,
+    wanted: tuple[Any, ...],
+    after_reset: tuple[Any, ...],
     init_statements: Sequence[str],
     encoding: str,
+    written: list[int] | None = None,
 ) -> MySQLReset:
-    """The reset of a session whose fresh state is: ``database`` selected, this
-    character set and collation, the pool's autocommit mode, ``sql_mode`` (if the
-    driver set one at connect), then ``init_statements`` run in order."""
-    if not _NAME.fullmatch(charset) or (collation is not None and not _NAME.fullmatch(collation)):
-        raise UsageError(f"unexpected character set {charset!r} / collation {collation!r}")
-    packets = [_packet(COM_RESET_CONNECTION)]
-    if database:
-        name = database if isinstance(database, bytes) else database.encode(encoding)
-        packets.append(_packet(COM_INIT_DB, name))
-    names = f"NAMES {charset}" + (f" COLLATE {collation}" if collation else "")
-    assignments = [names, f"autocommit={int(autocommit)}"]
-    if sql_mode is not None:
-        assignments.append(f"sql_mode={_quoted(sql_mode)}")
-    packets.append(_packet(COM_QUERY, ("SET " + ", ".join(assignments)).encode(encoding)))
-    packets += [_packet(COM_QUERY, sql.encode(encoding)) for sql in init_statements]
-    n_results = len(init_statements)
-    return MySQLReset(b"".join(packets), len(packets) - n_results, n_results, autocommit)
+    """The reset of a session whose fresh state is ``wanted`` (``SESSION_PROBE``'s
+    values) - where COM_RESET_CONNECTION leaves ``after_reset`` - with
+    ``database`` selected and ``init_statements`` run in order."""
+    charset, collation, autocommit, sql_mode = wanted
+    assignments = []
+    if (charset, collation) != tuple(after_reset[:2]):
+        if not _NAME.fullmatch(str(charset)) or not _NAME.fullmatch(str(collation)):
+            raise UsageError(f"unexpected character set {charset!r} / collation {collation!r}")
+        assignments.append(f"NAMES {charset} COLLATE {collation}")
+    if int(autocommit) != int(after_reset[2]):
+        assignments.append(f"autocommit={int(autocommit)}")
+    if sql_mode != after_reset[3]:
+        assignments.append(f"sql_mode={_quoted(str(sql_mode))}")
+    name = database if isinstance(database, bytes | None) else database.encode(encoding)
+    statement = ("SET " + ", ".join(assignments)).encode(encoding) if assignments else None
+    return MySQLReset(
+        reset=_packet(COM_RESET_CONNECTION),
+        init_db=None if not name else _packet(COM_INIT_DB, name),
+        set=None if statement is None else _packet(COM_QUERY, statement),
+        init=b"".join(_packet(COM_QUERY, sql.encode(encoding)) for sql in init_statements),
+        n_init=len(init_statements),
+        autocommit=bool(int(autocommit)),
+        written=[0, 0] if written is None else written,
+    )
+
+
+#: A statement that may change the current database: ``USE`` first (after
+#: comments), or anywhere in a text with an executable comment (``/*! ... */``).
+_MAY_USE = re.compile(
+    r"^\s*(?:(?:/\*(?![!M]).*?\*/|--[^\n]*(?:\n|$)|#[^\n]*(?:\n|$))\s*)*use\b|/\*!|/\*M!",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
+def may_change_database(command: int, sql: Any, multi_statements: bool) -> bool:
+    """Whether a command may leave the session in another database, so that the
+    next reset must select the pool's again.  Over-approximates: a text with
+    several statements (a client that allows them) is searched whole."""
+    if command == COM_INIT_DB:
+        return True
+    if command != COM_QUERY:
+        return False
+    text = sql if isinstance(sql, str) else bytes(sql).decode("latin-1")
+    if multi_statements:
+        return re.search(r"\buse\b|/\*!|/\*M!", text, re.IGNORECASE) is not None
+    return _MAY_USE.match(text[:4096]) is not None  # USE comes first: no need to read on
+
+
+def ok_packet_status(payload: bytes) -> int:
+    """The server status of an OK packet's payload (after its two length-encoded
+    integers: affected rows, last insert id)."""
+    pos = 1
+    for _ in range(2):
+        first = payload[pos]
+        pos += 1 if first < 0xFB else {0xFC: 3, 0xFD: 4, 0xFE: 9}.get(first, 1)
+    return int(payload[pos] | payload[pos + 1] << 8)
+
+
+#: A reset due at return is written this long after it (seconds), unless the
+#: connection's next command takes it along first.  What a session holds (a
+#: lock, a transaction) outlives its checkout by about this much.
+FLUSH_AFTER = 0.002
+
+
+class ResetWriter:
+    """Writes the resets that connections' next commands did not take along.
+
+    A reset written at return costs the returning thread a system call - on this
+    machine's loopback a ``send`` costs 25-40 us, as much as the query - and one
+    more wake-up of the server.  Written in front of the next command instead, in
+    the same ``send``, it costs neither; but a connection may then idle in the
+    pool holding what its last user took (a lock, a snapshot).  So a reset is
+    left for the next command only ``FLUSH_AFTER``; then this one thread per
+    process writes it (without waiting for the answers, which the next checkout
+    or command reads).  A connection's ``_surge_flush()`` does the writing under
+    the connection's own lock."""
+
+    def __init__(self) -> None:
+        self._due: deque[tuple[float, Any]] = deque()
+        self._cond = threading.Condition(threading.Lock())
+        self._idle = False
+        self._pid: int | None = None
+
+    def due(self, conn: Any, now: float) -> None:
+        with self._cond:
+            if self._pid != os.getpid():  # first use, or a forked child: no thread yet
+                self._pid = os.getpid()
+                self._due.clear()
+                threading.Thread(target=self._run, name="surge.db resets", daemon=True).start()
+            self._due.append((now + FLUSH_AFTER, conn))
+            if self._idle:
+                self._idle = False
+                self._cond.notify()
+
+    def _run(self) -> None:
+        clock = time.monotonic
+        while True:
+            with self._cond:
+                while not self._due:
+                    self._idle = True
+                    self._cond.wait()
+                when, conn = self._due[0]
+                delay = when - clock()
+                if delay > 0:
+                    self._cond.wait(delay)
+                    continue
+                self._due.popleft()
+            try:
+                conn._surge_flush()
+            except Exception:  # a connection's failure is its own: never the thread's
+                logging.getLogger("surge.db").warning("writing a reset failed", exc_info=True)
+
+
+RESET_WRITER = ResetWriter()
 
 
 def send_without_waiting(sock: Any, data: bytes, timeout: float = 1.0) -> bool:

@@ -518,10 +518,8 @@ class RunState:
         self.own_warc = isinstance(opts.warc, str | os.PathLike)
         warc = opts.warc
         if isinstance(warc, str | os.PathLike):
-            try:
-                warc = WarcWriter(warc, max_size=opts.warc_max_size)
-            except OSError as e:
-                raise UsageError(f"{opts.warc}: cannot write: {e.strerror}") from None
+            # a file that cannot be written (or another run's) is a SinkError naming it
+            warc = WarcWriter(warc, max_size=opts.warc_max_size)
         self.warc = warc
         if self.files is not None or warc is not None:
             return_large_buffers()
@@ -572,6 +570,8 @@ async def fetch_one(
     host = _host(item.url) if pacer is not None else None
     while True:
         try:
+            if item.problem is not None:  # a line past the input bound: nothing to send
+                raise RequestError("invalid_url", item.problem)
             if pacer is not None and host is not None:
                 await pacer.wait(host)
             if state is None and item.request is None and opts.data is None:

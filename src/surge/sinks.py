@@ -14,8 +14,10 @@ holds for all of them:
   file and the error.  The sink then refuses further writes, so nothing lands
   after a gap.
 * **What was written before stays.**  A regular file the sink owns is cut back
-  to where the failed write began, so it still ends at a whole record (the
-  records, a WARC's exchange); stdout is the caller's and never cut.
+  to where the failed write began, or to the end of the last whole line it got
+  out, so it still ends at a whole record (the records, a WARC's exchange);
+  stdout redirected to a file is cut back the same way, only if the file still
+  ends with what the write got out (``>>`` may share it with other writers).
 * **One run owns each output** (records, WARC): an exclusive ``flock`` taken
   before anything is truncated; a second run is refused with one line naming
   the holder's pid (from ``/proc/locks`` where there is one).  The same file
@@ -216,13 +218,28 @@ class Sink:
 
     def _fail(self, message: str, keep: int, *, raise_it: bool = True) -> None:
         self._broken = message
-        if self._rollback is not None and self.regular and self.position != keep:
+        if self._rollback is not None and self.position != keep:
             with contextlib.suppress(OSError):
-                os.ftruncate(self.fd, keep)
-                os.lseek(self.fd, keep, os.SEEK_SET)
-                self.position = keep
+                if self.regular:
+                    os.ftruncate(self.fd, keep)
+                    os.lseek(self.fd, keep, os.SEEK_SET)
+                    self.position = keep
+                else:
+                    self._cut_shared(keep)
         if raise_it:
             raise SinkError(message) from None
+
+    def _cut_shared(self, keep: int) -> None:
+        """stdout redirected to a file (``> out.jsonl``): cut what this write
+        got out past ``keep`` - only if the file still ends with it, so that
+        nothing another writer of the file added is cut (``>>`` may share it)."""
+        end = os.lseek(self.fd, 0, os.SEEK_CUR)
+        if os.fstat(self.fd).st_size != end:
+            return
+        cut = end - (self.position - keep)
+        if cut >= 0:
+            os.ftruncate(self.fd, cut)
+            self.position = keep
 
     def _check_still_there(self) -> None:
         assert self.path is not None and self._identity is not None
@@ -439,7 +456,14 @@ def stdout_sink() -> Sink:
         return sink
     if not _open_for(1, write=True):
         raise SinkError("stdout: cannot write: it is closed (or not open for writing)")
-    return Sink(1, "stdout", path=None, regular=False, owned=False, rollback=None)
+    try:
+        redirected = stat.S_ISREG(os.fstat(1).st_mode)  # > out.jsonl
+    except OSError:  # pragma: no cover - checked open just above
+        redirected = False
+    # Never locked or emptied (the caller's); a file it is redirected to is cut
+    # back to its last whole line when a write fails, if it still ends there.
+    rollback = "line" if redirected else None
+    return Sink(1, "stdout", path=None, regular=False, owned=False, rollback=rollback)
 
 
 def _open(name: str, flags: int, *, at: str | None = None) -> int:

@@ -63,6 +63,7 @@ except ImportError:  # pragma: no cover - not POSIX: no locks
 __all__ = [
     "Sink",
     "guard_standard_streams",
+    "names_stdin",
     "open_output",
     "open_replacement",
     "read_capped",
@@ -362,6 +363,8 @@ def open_output(
     if path is None or os.fspath(path) == "-":
         return stdout_sink()
     name = os.fspath(path)
+    if 1 in _closed_at_start and name in _STD_NAMES[1]:
+        raise SinkError(f"{name}: cannot write: stdout is closed")
     # Read access for a regular file: --resume reads what it appends to through
     # the descriptor it locked.  A FIFO opened for reading and writing would be
     # its own reader, so anything else is opened for writing only.
@@ -561,6 +564,29 @@ def guard_standard_streams() -> None:
                 os.close(null)
 
 
+#: Paths that name a standard descriptor of the process itself.
+_STD_NAMES: Final = {
+    0: ("-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"),
+    1: ("-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"),
+}
+
+
+def names_stdin(path: str | os.PathLike[str]) -> bool:
+    """Whether reading ``path`` reads stdin's stream: ``-``, ``/dev/stdin``,
+    ``/dev/fd/0``, or another name of the pipe, FIFO or terminal open as
+    descriptor 0 (a regular file opened by name is read on its own)."""
+    name = os.fspath(path)
+    if name in _STD_NAMES[0]:
+        return True
+    if 0 in _closed_at_start:
+        return False  # /dev/null stands in for it: no other path is it
+    try:
+        stdin = os.fstat(0)
+        return not stat.S_ISREG(stdin.st_mode) and os.path.samestat(os.stat(name), stdin)
+    except OSError:
+        return False
+
+
 def stdin_closed() -> bool:
     """Whether stdin is missing: closed when the command started, or not open
     for reading."""
@@ -586,7 +612,7 @@ def read_capped(name: str, cap: int, what: str) -> bytes:
     """All of a small input (``"-"``: stdin), refusing one past ``cap`` bytes
     after reading at most ``cap + 1`` (``/dev/zero`` included).  ``what`` names
     it in errors (``-d @FILE``): each is a ``UsageError``."""
-    if name == "-":
+    if name == "-" or (name in _STD_NAMES[0] and stdin_closed()):
         if stdin_closed():
             raise UsageError(f"{what}: cannot read: stdin is closed")
         fd, owned = 0, False

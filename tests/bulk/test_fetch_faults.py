@@ -491,7 +491,7 @@ def test_data_from_a_file_is_bounded_and_stdin_is_read_once(tmp_path: Path) -> N
     done = surge("fetch", "-", "-d", "@-", stdin=b"http://127.0.0.1:9/\n")
     assert done.returncode == 2
     assert done.stderr == (
-        "surge fetch: error: -d @-: stdin is the input (INPUT is -); give the body from a file\n"
+        "surge fetch: error: -d @-: reads stdin, the input too; give the body from a file\n"
     )
 
 

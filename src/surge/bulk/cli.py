@@ -36,7 +36,13 @@ from typing import Any, ClassVar, NoReturn, TextIO
 import click
 
 from surge.bulk.engine import FetchOptions, run
-from surge.bulk.inputs import InputItem, count_lines, read_inputs
+from surge.bulk.inputs import (
+    InputItem,
+    PrefetchedInputs,
+    count_lines,
+    read_inputs,
+    reads_may_wait,
+)
 from surge.bulk.limits import fit_open_files, open_files_limit, raise_open_files_limit
 from surge.bulk.outputs import LineSet, RecordWriter, hold_output, open_writer
 from surge.bulk.summary import Summary
@@ -45,7 +51,7 @@ from surge.errors import LocalResourceError, UsageError
 from surge.http.client import parse_header
 from surge.http.headers import parse_user
 from surge.loops import loop_descriptors, new_event_loop, require_descriptors
-from surge.sinks import open_replacement, read_capped
+from surge.sinks import names_stdin, open_replacement, read_capped
 from surge.terminal import ProgressLine, die, tell
 from surge.trace.har import HarWriter
 from surge.trace.html import write_html
@@ -399,6 +405,9 @@ def fetch_command(
             recorder = _tracers(trace_path, trace_rows, har, opts, input_path)
         except (UsageError, LocalResourceError) as e:
             _die(str(e))
+        except KeyboardInterrupt:  # waiting for the first input (a pipe): nothing done yet
+            tell("surge fetch: stopped by SIGINT before the first input")
+            sys.exit(130)
         progress = Progress(input_path) if sys.stderr.isatty() and not no_progress else None
         summary = Summary()
         started = time.perf_counter()
@@ -406,6 +415,11 @@ def fetch_command(
         failure: UsageError | LocalResourceError | None = None
         broken: Exception | None = None  # the cluster could not complete the job
         pending = _skip_done(items, done, summary)
+        if dask_client is None and reads_may_wait(input_path):
+            # stdin, a pipe, a FIFO: read ahead by a thread, so that waiting for
+            # the next line holds neither the requests nor Ctrl-C
+            pending = PrefetchedInputs(pending)
+            resources.callback(pending.close)
         try:
             # A write that fails (a full disk) is one line and exit 2; the records
             # written before it stay, and --resume goes on after the last whole one.
@@ -708,15 +722,15 @@ def request_body(
     or ``@FILE``'s contents (``-d`` strips its carriage returns and newlines),
     several joined with ``&``; None without either.  A file is read up to
     :data:`MAX_DATA` bytes; ``@-`` reads stdin, which may not also be the input
-    (``input_path`` ``-``)."""
+    (``input_path`` ``-``, or another name of stdin's pipe)."""
     parts: list[bytes] = []
     for values, strip in ((data, True), (binary, False)):
         for value in values:
             if value.startswith("@"):
                 name = value[1:]
-                if name == "-" and input_path == "-":
+                if input_path is not None and names_stdin(name) and names_stdin(input_path):
                     raise UsageError(
-                        f"-d {value}: stdin is the input (INPUT is -); give the body from a file"
+                        f"-d {value}: reads stdin, the input too; give the body from a file"
                     )
                 content = read_capped(name, MAX_DATA, f"-d {value}")
                 if strip:

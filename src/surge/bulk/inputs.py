@@ -33,8 +33,11 @@ bare word or number, as ``rank,domain`` or ``1,google.com``, CSV; else text).  C
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
+import collections
+import contextlib
 import csv
 import io
 import json
@@ -42,6 +45,7 @@ import os
 import re
 import stat
 import sys
+import threading
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from itertools import chain, islice, repeat
@@ -288,6 +292,17 @@ def _source_lines(
         if os.fspath(source) == "-":
             if stdin_closed():
                 raise UsageError(f"{name}: cannot read: stdin is closed")
+            if _is_descriptor_0(sys.stdin):
+                # A stream of its own on a copy of descriptor 0, not sys.stdin's:
+                # a thread may be the one waiting in its read (PrefetchedInputs),
+                # and at exit Python aborts on a std stream's lock held by one.
+                try:
+                    own = open(os.dup(0), "rb")  # noqa: SIM115 - closed by the with below
+                except OSError as exc:
+                    raise UsageError(f"{name}: cannot read: {_reason(exc)}") from None
+                with own:
+                    yield from _binary_lines(own, name, max_line)
+                return
             # The bytes under sys.stdin, so that a bad byte is pinned to its line.
             stdin_bytes = getattr(sys.stdin, "buffer", None)
             if stdin_bytes is None:
@@ -295,11 +310,125 @@ def _source_lines(
             else:
                 yield from _binary_lines(stdin_bytes, name, max_line)
             return
+        if os.fspath(source) in ("/dev/stdin", "/dev/fd/0", "/proc/self/fd/0") and stdin_closed():
+            raise UsageError(f"{name}: cannot read: stdin is closed")
         yield from _file_lines(source, name, max_line)
     elif isinstance(source, io.RawIOBase | io.BufferedIOBase):
         yield from _binary_lines(cast(IO[bytes], source), name, max_line)
     else:
         yield from _text_stream_lines(cast(IO[str], source), name, max_line)
+
+
+def _is_descriptor_0(stream: object) -> bool:
+    try:
+        return stream is not None and stream.fileno() == 0  # type: ignore[attr-defined]
+    except (AttributeError, ValueError, OSError):  # io.UnsupportedOperation is both
+        return False
+
+
+def reads_may_wait(source: str | os.PathLike[str]) -> bool:
+    """Whether reading ``source`` may wait on a writer (stdin, a pipe, a FIFO, a
+    terminal), rather than on a disk: its inputs are then best read ahead in a
+    thread of their own (:class:`PrefetchedInputs`)."""
+    try:
+        info = os.fstat(0) if os.fspath(source) == "-" else os.stat(source)
+    except OSError:
+        return False  # the reader says why, at its first line
+    return not stat.S_ISREG(info.st_mode)
+
+
+class NotReady(Exception):
+    """:class:`PrefetchedInputs` has no input to give yet: await its ``ready()``."""
+
+
+class PrefetchedInputs(Iterator[InputItem]):
+    """Inputs read ahead, up to ``ahead`` of them, by a thread of their own.
+
+    For a source whose reads wait on a writer (:func:`reads_may_wait`: ``cat
+    urls | surge fetch -``, a slow generator, a FIFO): read on the event
+    loop's thread, the wait for the next line held every request in flight,
+    every flush of the records, and Ctrl-C and SIGTERM (the loop runs its
+    signal handlers between callbacks).  ``next()`` never waits: it gives an
+    input, ends, raises the source's error, or raises :class:`NotReady`; then
+    ``await ready()`` waits for the thread without holding the loop.
+    """
+
+    AHEAD: Final = 1024
+
+    def __init__(self, items: Iterator[InputItem], ahead: int = AHEAD) -> None:
+        self._items = items
+        self._queue: collections.deque[InputItem] = collections.deque()
+        self._room = threading.Semaphore(ahead)
+        self._lock = threading.Lock()
+        self._waiters: collections.deque[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = (
+            collections.deque()
+        )
+        self._ended = False
+        self._closed = False
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._read, name="surge-inputs", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            for item in self._items:
+                while not self._room.acquire(timeout=0.1):
+                    if self._closed:
+                        return
+                if self._closed:
+                    return
+                self._queue.append(item)
+                self._wake(everyone=False)
+        except BaseException as e:  # a bad line: the consumer raises it in its turn
+            self._error = e
+        finally:
+            self._ended = True
+            self._wake(everyone=True)
+
+    def _wake(self, *, everyone: bool) -> None:
+        with self._lock:
+            if everyone:
+                waiters, self._waiters = list(self._waiters), collections.deque()
+            else:
+                waiters = [self._waiters.popleft()] if self._waiters else []
+        for loop, future in waiters:
+            with contextlib.suppress(RuntimeError):  # its loop is closed: nobody waits
+                loop.call_soon_threadsafe(_resolve, future)
+
+    def __next__(self) -> InputItem:
+        try:
+            item = self._queue.popleft()
+        except IndexError:
+            if not self._ended:
+                raise NotReady from None
+            if self._queue:  # appended just before the end
+                return self.__next__()
+            error, self._error = self._error, None
+            if error is not None:
+                raise error from None
+            raise StopIteration from None
+        self._room.release()
+        return item
+
+    async def ready(self) -> None:
+        """Return once ``next()`` has something to say."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        with self._lock:
+            if self._queue or self._ended:
+                return
+            self._waiters.append((loop, future))
+        await future
+
+    def close(self) -> None:
+        """Stop reading ahead (a read under way is left to finish, or to exit)."""
+        self._closed = True
+        self._room.release()
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _bounded(read: Callable[[int], str], max_line: int, first_line: int = 1) -> Iterator[str]:

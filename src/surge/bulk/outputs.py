@@ -31,9 +31,11 @@ records, not the largest number: 10 million lines cost 1.25 MB, where a Python
 from __future__ import annotations
 
 import collections.abc
+import contextlib
 import csv
 import json
 import os
+import stat
 import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -472,6 +474,10 @@ def hold_output(
             raise UsageError("--resume needs an output file (-o FILE), not stdout")
         return HeldOutput(open_output(None), LineSet(), None, False)
     name = os.fspath(path)
+    if resume:
+        with contextlib.suppress(FileNotFoundError):
+            if not stat.S_ISREG(os.stat(name).st_mode):  # (opening a FIFO waits for a reader)
+                raise UsageError(f"{name}: --resume needs a regular file to read back")
     # a write that fails is cut back to its last whole line: records stay whole
     sink = open_output(path, append=True, rollback="line")
     try:

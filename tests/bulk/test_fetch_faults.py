@@ -22,6 +22,7 @@ import json
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -712,3 +713,134 @@ def test_the_apis_content_and_stream_honour_the_cap_on_a_bomb(bombs: str) -> Non
                 for piece in response.iter_bytes():
                     got += len(piece)
             assert got <= CAP
+
+
+# -- found by a hostile round after the fixes above -----------------------------------------
+
+
+def test_a_slow_stdin_holds_neither_the_records_nor_ctrl_c(tmp_path: Path) -> None:
+    """stdin sends one URL and then nothing: its record is written while the run
+    waits for the next line, and Ctrl-C stops the run (before: the wait held the
+    event loop, so the record was never flushed and only SIGKILL ended it)."""
+    out = tmp_path / "out.jsonl"
+    process = subprocess.Popen(
+        [*SURGE, "fetch", "-", "-o", str(out), "-q"],
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdin is not None
+    try:
+        process.stdin.write("http://127.0.0.1:9/\n")
+        process.stdin.flush()
+        deadline = time.monotonic() + 30
+        while not (out.exists() and out.read_bytes().endswith(b"\n")):
+            assert time.monotonic() < deadline, "the record was not written while stdin waited"
+            time.sleep(0.05)
+        assert whole_records(out.read_bytes()) == [1]
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.stdin.close()
+    assert process.returncode == 130, err
+    assert err == "surge fetch: stopped by SIGINT; the records written are kept (--resume)\n"
+
+
+def test_sighup_stops_a_run_with_what_is_done_written(sim: SimInfo, tmp_path: Path) -> None:
+    """The terminal going away is SIGTERM's case (before: the default action
+    killed the process, dropping the records not yet flushed)."""
+    source = tmp_path / "urls.txt"
+    source.write_text("".join(sim.url(f"h{i}--delay-100.sim") + "\n" for i in range(100)))
+    out = tmp_path / "out.jsonl"
+    args = ["fetch", str(source), "-o", str(out), "--resolve", RESOLVE, "-q", "-c", "5"]
+    process = subprocess.Popen([*SURGE, *args], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while (not out.exists() or out.stat().st_size < 1000) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGHUP)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 129, err
+    assert "stopped by SIGHUP" in err
+    assert 0 < len(whole_records(out.read_bytes())) < 100
+    assert surge(*args, "--resume").returncode == 0
+    assert sorted(whole_records(out.read_bytes())) == list(range(1, 101))
+
+
+def test_an_output_deleted_under_the_run_stops_it(sim: SimInfo, tmp_path: Path) -> None:
+    """Before: the run went on writing into the deleted file and exited 0."""
+    source = tmp_path / "urls.txt"
+    source.write_text("".join(sim.url(f"d{i}--delay-100.sim") + "\n" for i in range(100)))
+    out = tmp_path / "out.jsonl"
+    process = subprocess.Popen(
+        [*SURGE, "fetch", str(source), "-o", str(out), "--resolve", RESOLVE, "-q", "-c", "5"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 30
+    while (not out.exists() or out.stat().st_size < 1000) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    out.unlink()
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 2
+    assert err == (
+        f"surge fetch: error: {out}: deleted or replaced during the run (what was written to it"
+        " went with it)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        (["-o", "{tmp}/same", "--warc", "{tmp}/same"], "{tmp}/same: given for both -o and --warc"),
+        (["-o", "{tmp}/same", "--har", "{tmp}/same"], "{tmp}/same: given for both -o and --har"),
+        (["--trace", "{urls}"], "{urls}: is the input file; write the --trace file elsewhere"),
+        (["--har", "{urls}"], "{urls}: is the input file; write the --har file elsewhere"),
+        (
+            ["-o", "{tmp}/fifo", "--resume"],
+            "{tmp}/fifo: --resume needs a regular file to read back",
+        ),
+    ],
+)
+def test_outputs_that_would_destroy_each_other_or_wait_for_ever_are_refused(
+    tmp_path: Path, case: list[str], message: str
+) -> None:
+    """Before: two outputs on one file, or an output on the input, wrote over
+    each other with exit 0; --resume onto a FIFO waited for a writer for ever."""
+    urls = tmp_path / "urls.txt"
+    urls.write_text("http://127.0.0.1:9/\n")
+    os.mkfifo(tmp_path / "fifo")
+
+    def filled(text: str) -> str:
+        return text.replace("{tmp}", str(tmp_path)).replace("{urls}", str(urls))
+
+    done = surge("fetch", str(urls), "-q", *map(filled, case), timeout=30)
+    assert (done.returncode, done.stderr) == (2, f"surge fetch: error: {filled(message)}\n")
+    assert urls.read_text() == "http://127.0.0.1:9/\n"
+    assert not (tmp_path / "same").exists()
+
+
+def test_stdin_by_any_name_is_read_once_and_a_closed_stdout_by_name_is_refused(
+    tmp_path: Path,
+) -> None:
+    """-d @/dev/stdin would eat the URL list (0 records, exit 0); -o /dev/stdout
+    with stdout closed would write to the /dev/null standing in for it."""
+    done = surge("fetch", "-", "-d", "@/dev/stdin", stdin=b"http://127.0.0.1:9/\n")
+    assert done.returncode == 2
+    assert done.stderr.startswith("surge fetch: error: -d @/dev/stdin: reads stdin, the input too")
+    urls = tmp_path / "urls.txt"
+    urls.write_text("http://127.0.0.1:9/\n")
+    closed = subprocess.run(
+        [*SURGE, "fetch", str(urls), "-o", "/dev/stdout"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=60,
+        preexec_fn=_closed((1,)),
+    )
+    assert (closed.returncode, closed.stderr) == (
+        2,
+        "surge fetch: error: /dev/stdout: cannot write: stdout is closed\n",
+    )

@@ -352,3 +352,28 @@ def test_a_file_system_without_flock_is_written_unlocked(
     with open_output(tmp_path / "out") as sink:
         sink.write(b"ok\n")
     assert (tmp_path / "out").read_bytes() == b"ok\n"
+
+
+def test_parts_written_at_their_offsets_by_threads(tmp_path: Path) -> None:
+    """A ranged download's parts (s3's way): each at its offset, whole, from
+    several threads; a failure names the file."""
+    import threading
+
+    path = tmp_path / "object"
+    sink = open_replacement(path)
+    part = 1 << 20
+    parts = [bytes([n]) * part for n in range(8)]
+    threads = [
+        threading.Thread(target=sink.write_at, args=([p[:1000], p[1000:]], n * part))
+        for n, p in enumerate(parts)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    sink.commit()
+    assert path.read_bytes() == b"".join(parts)
+    full = open_output("/dev/full")
+    with pytest.raises(SinkError, match=r"/dev/full: cannot write: \[Errno 28\]"):
+        full.write_at([b"x"], 0)
+    full.close()

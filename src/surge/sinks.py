@@ -50,7 +50,7 @@ import os
 import select
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import IO, Final
 
 from surge.errors import LocalResourceError, SinkError, UsageError
@@ -178,7 +178,7 @@ class Sink:
                 except BlockingIOError:
                     # a descriptor someone set non-blocking (a shared terminal or
                     # pipe): wait until it takes more, as a blocking write would
-                    select.select([], [fd], [])
+                    _wait_for(fd, select.POLLOUT)
                     continue
                 if written <= 0:  # pragma: no cover - POSIX says never for a non-empty write
                     raise OSError(errno.EIO, "the write wrote nothing")
@@ -200,6 +200,29 @@ class Sink:
         if self._rollback != "line":
             return start
         return start + bytes(data[: self.position - start]).rfind(b"\n") + 1
+
+    def write_at(self, chunks: Sequence[bytes | memoryview], offset: int) -> None:
+        """Write ``chunks`` at ``offset`` of a regular file, whole (``pwritev``:
+        the file's offset does not move, so threads may write parts of one file
+        at once - ranged downloads), or raise :class:`SinkError` naming it.
+        Nothing is cut back: a part that failed is written again or the file
+        is discarded."""
+        if self._broken is not None:
+            raise SinkError(self._broken)
+        pending = [memoryview(chunk).cast("B") for chunk in chunks if len(chunk)]
+        try:
+            while pending:
+                written = os.pwritev(self.fd, pending, offset)
+                if written <= 0:  # pragma: no cover - POSIX says never for a non-empty write
+                    raise OSError(errno.EIO, "the write wrote nothing")
+                offset += written
+                while pending and written >= len(pending[0]):
+                    written -= len(pending.pop(0))
+                if written:
+                    pending[0] = pending[0][written:]
+        except OSError as exc:
+            self._broken = f"{self.name}: cannot write: {reason(exc)}"
+            raise SinkError(self._broken) from None
 
     def _write_stream(self, view: memoryview) -> None:
         stream = self._stream
@@ -469,6 +492,13 @@ def stdout_sink() -> Sink:
     return Sink(1, "stdout", path=None, regular=False, owned=False, rollback=rollback)
 
 
+def _wait_for(fd: int, event: int) -> None:
+    """Until ``fd`` is ready (poll, not select: a descriptor past 1,024 is fine)."""
+    poller = select.poll()
+    poller.register(fd, event)
+    poller.poll()
+
+
 def _open(name: str, flags: int, *, at: str | None = None) -> int:
     try:
         return os.open(at or name, flags, 0o666)
@@ -628,7 +658,7 @@ def read_capped(name: str, cap: int, what: str) -> bytes:
             try:
                 part = os.read(fd, min(1 << 20, cap + 1 - size))
             except BlockingIOError:
-                select.select([fd], [], [])
+                _wait_for(fd, select.POLLIN)
                 continue
             if not part:
                 return b"".join(parts)

@@ -353,7 +353,7 @@ def fetch_command(
                 # Below what the loop and the files take, at once: one line, exit 2.
                 raise_open_files_limit()
                 needed = _descriptors_needed(
-                    opts, input_path, (output, warc_path, har_path, trace_path)
+                    opts, input_path, (output, warc_path, har_path, trace_path), warc_path
                 )
                 require_descriptors(needed)
             # Every output is opened - locked, checked - before any of them
@@ -480,15 +480,14 @@ def fetch_command(
 
 
 def _descriptors_needed(
-    opts: FetchOptions, input_path: str, outputs: tuple[str | None, ...]
+    opts: FetchOptions, input_path: str, outputs: tuple[str | None, ...], warc: str | None
 ) -> int:
     """The descriptors a run cannot start without (beyond those open now): the
     loop's, one per file it writes or reads, and a request's (a socket, a
     second for Happy Eyeballs, its body file, the WARC's spool), plus one for
     what opens a file for a moment (a lazy import, /etc/hosts)."""
     files = sum(1 for path in outputs if path not in (None, "-")) + (input_path != "-")
-    warc = outputs[1] is not None
-    per_request = 2 + (opts.output_dir is not None) + warc
+    per_request = 2 + (opts.output_dir is not None) + (warc is not None)
     return loop_descriptors() + files + per_request + 1
 
 
@@ -775,11 +774,7 @@ class Progress(ProgressLine):
             threading.Thread(target=self._count_lines, args=(input_path,), daemon=True).start()
 
     def _count_lines(self, path: str) -> None:
-        count = 0
-        with open(path, "rb") as f:
-            while chunk := f.read(1 << 20):
-                count += chunk.count(b"\n")
-        self.total = count
+        self.total = count_lines(path)
 
     def update(self, summary: Summary, *, force: bool = False) -> None:
         elapsed = self.due(force)

@@ -16,7 +16,8 @@ import click
 
 from surge._version import __version__
 from surge.extras import EXTRAS, install_hint
-from surge.terminal import error_line
+from surge.sinks import guard_standard_streams
+from surge.terminal import error_line, tell
 
 #: name -> "module:attribute" of a click command.
 SUBCOMMANDS = {
@@ -58,6 +59,9 @@ class LazyGroup(click.Group):
     def main(  # type: ignore[override]
         self, args: Sequence[str] | None = None, standalone_mode: bool = True, **extra: Any
     ) -> Any:
+        # Before anything is opened: a closed stdin, stdout or stderr gets
+        # /dev/null, so no file of the run takes its number (surge.sinks).
+        guard_standard_streams()
         if not standalone_mode:
             return super().main(args, standalone_mode=False, **extra)
         try:
@@ -66,10 +70,10 @@ class LazyGroup(click.Group):
             error.show()  # `surge` alone: the help, as click prints it
             sys.exit(error.exit_code)
         except click.ClickException as error:
-            click.echo(one_line_usage_error(error), err=True)
+            tell(one_line_usage_error(error))
             sys.exit(error.exit_code)
         except click.Abort:
-            click.echo("Aborted!", err=True)
+            tell("Aborted!")
             sys.exit(1)
         sys.exit(result if isinstance(result, int) else 0)  # ctx.exit(n) returns n here
 
@@ -80,7 +84,7 @@ class LazyGroup(click.Group):
             line = missing_extra(error)
             if line is None:
                 raise
-            click.echo(line, err=True)
+            tell(line)
             ctx.exit(2)
 
     def list_commands(self, ctx: click.Context) -> list[str]:

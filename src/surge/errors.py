@@ -36,6 +36,13 @@ class UsageError(SurgeError, ValueError):
     on the command line; a ValueError to Python code."""
 
 
+class SinkError(UsageError):
+    """A file surge writes (or the stdout it writes to) failed: it could not be
+    opened, locked or written - a full disk, a size limit, a closed pipe or
+    descriptor.  The message names the file and the error; what was written
+    before the failure is kept (surge.sinks).  Exit status 2 on the command line."""
+
+
 class LocalResourceError(SurgeError):
     """This machine ran out of something a request needs (file descriptors, socket
     buffers): a fault of the client, never recorded as the remote host's.

@@ -12,16 +12,75 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import os
 import queue
+import resource
 import threading
 from collections.abc import AsyncGenerator, Callable, Generator
 from contextlib import aclosing
-from typing import TypeVar
+from typing import Final, TypeVar
+
+from surge.errors import LocalResourceError
 
 T = TypeVar("T")
 
 #: How often a producer facing a full queue checks whether the consumer left.
 _FULL_POLL_S = 0.002
+
+
+#: Descriptors an event loop holds once it runs: uvloop's epoll, io_uring,
+#: eventfd, two pipes and its signal socketpair (9, counted in /proc/self/fd
+#: with uvloop 0.21 on Linux 6); asyncio's epoll and self-pipe (3).
+UVLOOP_DESCRIPTORS: Final = 9
+ASYNCIO_DESCRIPTORS: Final = 3
+
+
+def loop_descriptors() -> int:
+    """The descriptors :func:`new_event_loop`'s loop takes."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:  # pragma: no cover - depends on the environment
+        return ASYNCIO_DESCRIPTORS
+    return UVLOOP_DESCRIPTORS
+
+
+def free_descriptors() -> int | None:
+    """How many more descriptors this process may open now (None: unlimited,
+    or too many to count): the soft open-files limit less those open below it."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY or soft > 1 << 16:
+        return None
+    try:
+        names = os.listdir("/proc/self/fd")  # its own descriptor is among them
+        used = sum(1 for name in names if name.isdigit() and int(name) < soft) - 1
+    except OSError as exc:
+        if exc.errno == errno.EMFILE:
+            return 0
+        used = 0  # no /proc: ask each number below the limit
+        for fd in range(soft):
+            try:
+                os.fstat(fd)
+            except OSError:
+                continue
+            used += 1
+    return max(0, soft - used)
+
+
+def require_descriptors(needed: int) -> None:
+    """Raise :class:`~surge.errors.LocalResourceError` (one line, exit 2 on the
+    command line) when fewer than ``needed`` descriptors can be opened: below
+    what the loop and the run's files need, a run cannot even start - libuv
+    aborts the process when its loop cannot get its own - and waiting for a
+    descriptor to come back (what a run does once going) would wait for ever."""
+    free = free_descriptors()
+    if free is not None and free < needed:
+        limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        plural = "" if free == 1 else "s"
+        raise LocalResourceError(
+            f"the open-files limit ({limit}) leaves {free} descriptor{plural} free, and this "
+            f"run needs at least {needed} (raise it with 'ulimit -n')"
+        )
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:

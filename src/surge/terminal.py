@@ -7,6 +7,7 @@ usage errors read the same: ``surge fetch: error: <file>:<line>: <problem>``.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import NoReturn, TextIO
@@ -22,9 +23,33 @@ def error_line(command: str, message: str) -> str:
     return f"{command}: error: {message}"
 
 
+def tell(line: str) -> None:
+    """One line to stderr.  A stderr that cannot be written (a full disk, a
+    closed pipe) is not an error of the run: the line is lost, and /dev/null
+    takes stderr's place, so that what Python flushes at exit does not fail
+    (it would turn the exit status into 120)."""
+    try:
+        click.echo(line, err=True)
+    except OSError:
+        _silence_stderr()
+
+
+def _silence_stderr() -> None:
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+    except OSError:  # pragma: no cover - no descriptor left even for that
+        return
+    try:
+        os.dup2(null, sys.stderr.fileno() if sys.stderr is not None else 2)
+    except (OSError, ValueError):  # pragma: no cover - a stderr without a descriptor
+        pass
+    finally:
+        os.close(null)
+
+
 def die(command: str, message: str) -> NoReturn:
     """Print the usage error's one line and exit with status 2."""
-    click.echo(error_line(command, message), err=True)
+    tell(error_line(command, message))
     sys.exit(2)
 
 

@@ -284,15 +284,28 @@ def test_done_lines_of_a_missing_output_is_empty(tmp_path: Path) -> None:
     assert len(done_lines(tmp_path / "out.jsonl", "jsonl")) == 0
 
 
+_RECORD = json.dumps(record(1), separators=(",", ":")) + "\n"
+_HEADER = ",".join(CSV_COLUMNS) + "\n"
+_ROW = ",".join(["x", "x", "1"] + [""] * (len(CSV_COLUMNS) - 3)) + "\n"
+_ROW_TWO = _ROW.replace(",1,", ",two,", 1)
+
+
 @pytest.mark.parametrize(
     ("fmt", "content", "message"),
     [
-        ("jsonl", '{"line": 1}\n{"line": 2\n{"line": 3}\n', "out:2: not a JSON record ("),
-        ("jsonl", '{"line": 1}\n{"url": "x"}\n', 'out:2: not a result record (no "line" number)'),
-        ("jsonl", '{"line": 1}\n\xff\n', "out:2: not a JSON record (not UTF-8)"),
-        ("csv", "url,status\nx,200\n", 'out:1: not a surge CSV output (no "line" column'),
-        ("csv", "url,line\nx,1\ny,two\n", "out:3: not a result record (no line number)"),
-        ("csv", 'url,line\n"x,1\n', "out:2: not valid CSV (unexpected end of data)"),
+        ("jsonl", _RECORD + '{"line": 2\n{"line": 3}\n', "out:2: not a JSON record ("),
+        ("jsonl", _RECORD + '{"url": "x"}\n', 'out:2: no "input" field'),
+        ("jsonl", _RECORD + "\xff\n", "out:2: not a JSON record (not UTF-8)"),
+        ("jsonl", _RECORD + "[1, 2]\n", "out:2: not a JSON object"),
+        ("jsonl", _RECORD.replace('"line":1', '"line":0'), "out:1: no line number"),
+        ("jsonl", _RECORD.replace('"line":1', '"line":1e3'), "out:1: no line number"),
+        ("jsonl", _RECORD.replace('"line":1', '"line":100000000000000000000000'), "out:1: line 1"),
+        ("jsonl", _RECORD + "[1, 2]", "out:2: the last line is neither a record nor the start"),
+        ("csv", "url,status\nx,200\n", "out:1: not surge's CSV header"),
+        ("csv", _HEADER + _ROW + _ROW_TWO, "out:3: no line number"),
+        ("csv", _HEADER + '"x,1\n', "out:2: not valid CSV (unexpected end of data)"),
+        ("csv", _HEADER + "x,1\n", "out:2: 2 columns, not the header's"),
+        ("csv", "url,inp\x00", "out:1: the only line is neither surge's CSV header"),
     ],
 )
 def test_done_lines_stops_on_a_line_that_is_not_a_record(
@@ -303,6 +316,7 @@ def test_done_lines_stops_on_a_line_that_is_not_a_record(
     with pytest.raises(UsageError) as caught:
         done_lines("out", fmt)
     assert str(caught.value).startswith(message)
+    assert str(caught.value).endswith("not surge's records, so not resumed (the file is unchanged)")
 
 
 def test_done_lines_refuses_stdout() -> None:
@@ -317,10 +331,23 @@ def test_lineset_is_a_small_bitmap() -> None:
     assert 2 not in lines and 0 not in lines and -1 not in lines and 10**9 not in lines
     assert "5" not in lines
     assert lines == {1, 5, 10_000_000} and list(lines) == [1, 5, 10_000_000]
-    # 10 million lines in ~1.25 MB (a bytearray grown by doubling: at most twice that).
-    assert len(lines._bits) <= 2 * (10_000_000 // 8 + 1)
     with pytest.raises(ValueError):
         lines.add(0)
+    # 10 million lines in ~1.25 MB: a bit a line once a chunk is dense.
+    dense = LineSet(range(1, 1_000_001))
+    assert len(dense) == 1_000_000 and list(dense)[-3:] == [999_998, 999_999, 1_000_000]
+    assert dense.nbytes() <= 1_000_000 // 8 + 8192
+
+
+def test_lineset_memory_follows_its_size_not_its_largest_member() -> None:
+    """Line numbers far apart (10**12, 10**23: an output that is not surge's) cost
+    a few hundred bytes each, not (largest) / 8 bytes: 125 GB for 10**12."""
+    sparse = LineSet([1, 10**12, 10**23, 2**63 + 5])
+    assert len(sparse) == 4 and 10**23 in sparse and 10**23 + 1 not in sparse
+    assert list(sparse) == [1, 10**12, 2**63 + 5, 10**23]
+    assert sparse.nbytes() < 4 * 1024
+    spread = LineSet(range(1, 10**9, 10**6))  # a thousand lines, a million apart
+    assert spread.nbytes() < 1000 * 512
 
 
 # --- the property: what is written is what --resume finds -----------------------

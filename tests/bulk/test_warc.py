@@ -6,8 +6,11 @@ from __future__ import annotations
 import base64
 import gzip
 import hashlib
+import pickle
 import re
+import subprocess
 import sys
+import textwrap
 import threading
 import zlib
 from datetime import UTC, datetime, timedelta, timezone
@@ -427,42 +430,52 @@ def gzip_members_bytes(path: Path) -> list[bytes]:
     return out
 
 
-class FullDisk:
-    """A file that takes part of one write, then reports a full disk (a real
-    full disk cannot be arranged in a test)."""
-
-    def __init__(self, file: Any) -> None:
-        self.file = file
-        self.calls = 0
-
-    def write(self, data: memoryview) -> int:
-        self.calls += 1
-        if self.calls == 1:
-            return int(self.file.write(data[:100]))
-        raise OSError(28, "No space left on device")
-
-    def truncate(self, size: int) -> int:
-        return int(self.file.truncate(size))
-
-    def seek(self, offset: int) -> int:
-        return int(self.file.seek(offset))
-
-    def close(self) -> None:
-        self.file.close()
-
-
 def test_a_failed_write_leaves_no_torn_exchange(tmp_path: Path) -> None:
+    """A write that fails part-way - a real size limit (RLIMIT_FSIZE: EFBIG, as
+    a full disk's ENOSPC), in a child process - is a SinkError naming the file:
+    the WARC is cut back to its last whole exchange, and the writer writes
+    nothing more (no exchange after a gap).  Appending goes on from there."""
     path = tmp_path / "out.warc.gz"
-    w = WarcWriter(path, buffer_size=0)
-    w.write_exchange(*EXCHANGES[1])
-    real = w._file
-    w._file = FullDisk(real)  # type: ignore[assignment]
-    with pytest.raises(OSError, match="No space"):
-        w.write_exchange(*EXCHANGES[2])
-    w._file = real
-    w.write_exchange(*EXCHANGES[3])
-    w.close()
+    exchanges = tmp_path / "exchanges.pickle"
+    exchanges.write_bytes(pickle.dumps([EXCHANGES[1], EXCHANGES[2]]))
+    script = textwrap.dedent(
+        f"""
+        import os, pickle, resource
+        from surge.bulk.warc import WarcWriter
+        from surge.errors import SinkError
+        with open({str(exchanges)!r}, "rb") as f:
+            first, second = pickle.load(f)
+        w = WarcWriter({str(path)!r}, buffer_size=0)
+        w.write_exchange(*first)
+        hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+        resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize({str(path)!r}) + 100, hard))
+        for exchange in (second, first):
+            try:
+                w.write_exchange(*exchange)
+            except SinkError as e:
+                print(e)
+        w.close()
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"{path}: cannot write: [Errno 27] File too large"] * 2
+    assert urls_in(path) == [EXCHANGES[1][0]]
+    with WarcWriter(path, append=True) as w:
+        w.write_exchange(*EXCHANGES[3])
     assert urls_in(path) == [EXCHANGES[1][0], EXCHANGES[3][0]]
+
+
+def test_a_second_writer_on_one_warc_is_refused_naming_the_first(tmp_path: Path) -> None:
+    path = tmp_path / "out.warc.gz"
+    with WarcWriter(path) as first:
+        first.write_exchange(*EXCHANGES[1])
+        for append in (False, True):
+            with pytest.raises(UsageError, match=r"given for two outputs of this run"):
+                WarcWriter(path, append=append)
+    assert urls_in(path) == [EXCHANGES[1][0]]
 
 
 def test_threads_never_interleave_exchanges(tmp_path: Path) -> None:

@@ -4,8 +4,14 @@ records (``--warc``), each body streamed to disk as it arrives.
 A run that keeps bodies reads each response as a stream (surge.http's
 ``client.stream``): the connection's read-ahead and the decoder's pieces bound
 what one request holds, never the body, so 100 requests in flight of 50 MB
-bodies take megabytes, not gigabytes.  ``--max-filesize`` still bounds each
-body on the wire: a longer one is ``body_too_large`` and nothing of it is kept.
+bodies take megabytes, not gigabytes.  ``--max-filesize`` bounds each body on
+the wire and decoded alike: past it the record says ``body_too_large``, no more
+than the cap reached the disk, and the partial file is removed.  (The WARC
+keeps what the wire carried: a body that decodes past the cap, but is under it
+on the wire, is still written there.)
+
+Every file goes through :mod:`surge.sinks`: a write that fails is one error
+naming the file (the run stops, exit 2), never a traceback.
 
 Files.  ``DIR/HOST/NAME``: HOST is the input URL's host as sent (IDNA for
 international names, lower-case), with ``_PORT`` when the port is not the
@@ -13,8 +19,9 @@ scheme's; NAME is the first 32 hex digits of the SHA-256 of the input URL.  So
 the same URL lands in the same file on every run (a re-run replaces it), no
 URL can name a path outside DIR (nothing of its path is used), and two inputs
 share a file only if they are the same URL.  A body is written to a hidden
-temporary file beside its final name and renamed when complete: an interrupted
-run or a failed request leaves no half body under a final name.  The file
+temporary file beside its final name and renamed when complete
+(:func:`surge.sinks.open_replacement`): an interrupted run or a failed request
+leaves no half body under a final name.  The file
 holds the body decoded from its Content-Encoding (what a browser would save);
 the record says where (``body_path``) and what (``body_sha256`` of the file).
 
@@ -28,10 +35,8 @@ exchanged.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import hashlib
-import itertools
 import os
 import re
 import sys
@@ -40,10 +45,11 @@ from pathlib import Path
 from time import perf_counter, time
 from typing import IO, TYPE_CHECKING, Any
 
-from surge.errors import RequestError, UsageError
+from surge.errors import LocalResourceError, RequestError, SinkError, UsageError
 from surge.http.connection import body_too_large
 from surge.http.decoding import Decoder
 from surge.http.url import parse_url
+from surge.sinks import LOCAL_SHORTAGE, Sink, open_replacement, reason
 
 if TYPE_CHECKING:
     from surge.bulk.warc import WarcWriter
@@ -51,7 +57,6 @@ if TYPE_CHECKING:
     from surge.http.response import Response
 
 _UNSAFE = re.compile(r"[^a-z0-9._-]")
-_TEMP_NUMBERS = itertools.count()
 
 
 #: glibc's mallopt parameter for the size from which malloc maps memory of its own.
@@ -131,30 +136,45 @@ class _Spool:
 
     def write(self, chunk: bytes) -> None:
         file = self.file
-        if file is None:
-            self.size += len(chunk)
-            if self.size <= SPOOL_IN_MEMORY:
-                self.chunks.append(chunk)
-                return
-            folder = self.warc.path.parent
-            # closed by close()
-            file = self.file = tempfile.TemporaryFile(dir=folder, prefix=".surge-warc-")  # noqa: SIM115
-            file.writelines(self.chunks)
-            self.chunks = []
-        file.write(chunk)
+        try:
+            if file is None:
+                self.size += len(chunk)
+                if self.size <= SPOOL_IN_MEMORY:
+                    self.chunks.append(chunk)
+                    return
+                folder = self.warc.path.parent
+                # closed by close()
+                file = self.file = tempfile.TemporaryFile(dir=folder, prefix=".surge-warc-")  # noqa: SIM115
+                file.writelines(self.chunks)
+                self.chunks = []
+            file.write(chunk)
+        except OSError as e:
+            raise _spool_error(self.warc, e) from None
 
     def pieces(self) -> list[bytes]:
         """The body, as pieces in order: read back whole at the write (one body
         at a time, as writes do not overlap), not every body in flight."""
         if self.file is None:
             return self.chunks
-        self.file.seek(0)
-        return [self.file.read()]
+        try:
+            self.file.seek(0)
+            return [self.file.read()]
+        except OSError as e:
+            raise _spool_error(self.warc, e) from None
 
     def close(self) -> None:
         self.chunks = []
         if self.file is not None:
             self.file.close()
+
+
+def _spool_error(warc: WarcWriter, error: OSError) -> UsageError | LocalResourceError:
+    """A failure of the WARC's spool file (beside the WARC): out of descriptors
+    is waited out by the engine, anything else stops the run naming the folder."""
+    where = f"{warc.path.parent}/.surge-warc-*"
+    if error.errno in LOCAL_SHORTAGE:
+        return LocalResourceError(f"{where}: cannot open: {reason(error)}")
+    return SinkError(f"{where}: cannot write: {reason(error)}")
 
 
 def _write_exchange(
@@ -166,37 +186,35 @@ def _write_exchange(
     head, _, sent_body = (response.request_head or b"").partition(b"\r\n\r\n")
     # when the request was sent, in POSIX seconds (timings are perf_counter's)
     date = None if sent is None else time() - (perf_counter() - sent)
-    try:
-        warc.write_exchange(response.final_url, ip, head, sent_body, response.head, body, date)
-    except OSError as e:
-        raise UsageError(f"{warc.path}: writing the WARC failed: {e.strerror}") from None
+    # a failed write is the sink's SinkError, naming the WARC
+    warc.write_exchange(response.final_url, ip, head, sent_body, response.head, body, date)
 
 
 class _Saved:
-    """A body being written to its file: temporary until complete."""
+    """A body being written to its file: a replacement (surge.sinks), temporary
+    until complete.  Each body has a temporary file of its own, not one per URL:
+    the same URL twice in flight writes two (the later rename wins), never one
+    file twice."""
 
     def __init__(self, final: Path) -> None:
         self.final = final
-        final.parent.mkdir(parents=True, exist_ok=True)
-        # Unique per body, not per URL: the same URL twice in flight writes two
-        # temporary files (the later rename wins), never one file twice.
-        self.temp = final.with_name(f".{final.name}.{os.getpid()}.{next(_TEMP_NUMBERS)}.part")
-        self.file: IO[bytes] = open(self.temp, "wb")  # noqa: SIM115 - closed by finish/drop
+        try:
+            final.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise SinkError(f"{final.parent}: cannot create the directory: {reason(e)}") from None
+        self.sink: Sink = open_replacement(final)
         self.hash = hashlib.sha256()
 
     def write(self, data: bytes) -> None:
-        self.file.write(data)
+        self.sink.write(data)
         self.hash.update(data)
 
     def finish(self) -> str:
-        self.file.close()
-        os.replace(self.temp, self.final)
+        self.sink.commit()
         return self.hash.hexdigest()
 
     def drop(self) -> None:
-        self.file.close()
-        with contextlib.suppress(OSError):
-            self.temp.unlink()
+        self.sink.discard()
 
 
 async def fetch_kept(
@@ -222,16 +240,15 @@ async def fetch_kept(
 
     async with client.stream(method, url, headers=headers, body=body, _on_hop=on_hop) as response:
         saved = None
+        raw = None
+        too_large: RequestError | None = None  # the decoded body passed the cap
         try:
             if files is not None and method != "HEAD":
-                path = files.path_for(url)
-                try:
-                    saved = _Saved(path)
-                except OSError as e:
-                    raise UsageError(f"{path}: cannot write: {e.strerror}") from None
+                saved = _Saved(files.path_for(url))
             encoding = response.header("content-encoding") if saved is not None else None
             decoder = (
-                Decoder.for_codings(encoding.encode("latin-1"), None, response.status)
+                # the decoded body under the cap too: a bomb is not written out
+                Decoder.for_codings(encoding.encode("latin-1"), cap, response.status)
                 if encoding and client.decompress
                 else None
             )
@@ -247,8 +264,17 @@ async def fetch_kept(
                     if decoder is None:
                         saved.write(chunk)
                     else:
-                        for piece in decoder.feed(chunk):
-                            saved.write(piece)
+                        try:
+                            for piece in decoder.feed(chunk):
+                                saved.write(piece)
+                        except RequestError as e:
+                            if e.error_class != "body_too_large" or raw is None:
+                                raise
+                            # The file is dropped (no more than the cap reached it);
+                            # the WARC still gets the wire's bytes, read to the end.
+                            too_large = e
+                            saved.drop()
+                            saved = None
             if saved is not None and decoder is not None:
                 for piece in decoder.finish():
                     saved.write(piece)
@@ -269,15 +295,18 @@ async def fetch_kept(
     if saved is not None:
         try:
             extras["body_sha256"] = saved.finish()
-        except OSError as e:
+        except BaseException:
             saved.drop()
-            raise UsageError(f"{saved.final}: cannot write: {e.strerror}") from None
+            if raw is not None:
+                raw.close()
+            raise
         extras["body_path"] = str(saved.final)
     if warc is not None and raw is not None:
         try:
             _write_exchange(warc, response, raw.pieces(), response.timings.sent)
-        except OSError as e:  # reading the spooled body back
-            raise UsageError(f"{warc.path}: writing the WARC failed: {e.strerror}") from None
         finally:
             raw.close()
+    if too_large is not None:
+        response.annotate(too_large)
+        raise too_large
     return response, extras

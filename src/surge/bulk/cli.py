@@ -25,6 +25,7 @@ import contextlib
 import itertools
 import os
 import signal
+import stat
 import sys
 import threading
 import time
@@ -35,16 +36,23 @@ from typing import Any, ClassVar, NoReturn, TextIO
 import click
 
 from surge.bulk.engine import FetchOptions, run
-from surge.bulk.inputs import InputItem, read_inputs
-from surge.bulk.limits import fit_open_files, open_files_limit
-from surge.bulk.outputs import LineSet, RecordWriter, done_lines, open_writer
+from surge.bulk.inputs import (
+    InputItem,
+    PrefetchedInputs,
+    count_lines,
+    read_inputs,
+    reads_may_wait,
+)
+from surge.bulk.limits import fit_open_files, open_files_limit, raise_open_files_limit
+from surge.bulk.outputs import LineSet, RecordWriter, hold_output, open_writer
 from surge.bulk.summary import Summary
 from surge.bulk.warc import WarcWriter
 from surge.errors import LocalResourceError, UsageError
 from surge.http.client import parse_header
 from surge.http.headers import parse_user
-from surge.loops import new_event_loop
-from surge.terminal import ProgressLine, die
+from surge.loops import loop_descriptors, new_event_loop, require_descriptors
+from surge.sinks import names_stdin, open_replacement, read_capped
+from surge.terminal import ProgressLine, die, tell
 from surge.trace.har import HarWriter
 from surge.trace.html import write_html
 from surge.trace.recorder import DEFAULT_ROWS, TraceRecorder
@@ -186,6 +194,13 @@ class ByteSize(click.ParamType):  # type: ignore[type-arg]
     show_default=True,
     help="Body cap, bytes (K, M, G suffixes: 1024s).",
 )
+@click.option(
+    "--max-input-line",
+    type=ByteSize(),
+    default="64K",
+    show_default=True,
+    help="Longest input line (or CSV/JSONL record), bytes; a longer one is an invalid_url record.",
+)
 @click.option("--max-connecting", default=256, show_default=True, help="Handshakes in flight.")
 @click.option(
     "--cluster",
@@ -253,6 +268,7 @@ def fetch_command(
     column: str | None,
     input_format: str | None,
     max_filesize: int,
+    max_input_line: int,
     max_connecting: int,
     cluster: str | None,
     shard_size: int,
@@ -284,7 +300,7 @@ def fetch_command(
                 follow_redirects=follow or location_trusted,  # as curl: it implies -L
                 max_redirects=max_redirs,
                 method=method or "GET",
-                data=request_body(data, data_binary),
+                data=request_body(data, data_binary, input_path),
                 user_agent=user_agent,
                 include_headers=include_headers,
                 output_dir=output_dir,
@@ -318,6 +334,8 @@ def fetch_command(
                 raise UsageError(f"--shard-size must be at least 1, not {shard_size}")
             if trace_rows < 1:
                 raise UsageError(f"--trace-rows must be at least 1, not {trace_rows}")
+            if max_input_line < 1:
+                raise UsageError(f"--max-input-line must be at least 1, not {max_input_line}")
             if cluster is not None and (trace_path or har_path):
                 # The timings live in the workers' processes; shards return records.
                 raise UsageError("--trace and --har are not available with --cluster yet")
@@ -327,15 +345,47 @@ def fetch_command(
                 raise UsageError(
                     "--warc, --output-dir and --rate-per-host are not available with --cluster yet"
                 )
-            for path in (trace_path, har_path, warc_path):
-                _check_writable(path)
-            _check_not_the_input(output, input_path)
-            done = done_lines(output, fmt) if resume and output and os.path.exists(output) else None
-            items = read_inputs(
-                input_path, column=column, template=template, input_format=input_format
+            _check_outputs(
+                input_path,
+                {"-o": output, "--warc": warc_path, "--har": har_path, "--trace": trace_path},
             )
-            # The first input read before OUT is opened (and truncated): an input
-            # that cannot be opened or parsed leaves an existing OUT as it was.
+            if cluster is None:
+                # Below what the loop and the files take, at once: one line, exit 2.
+                raise_open_files_limit()
+                needed = _descriptors_needed(
+                    opts, input_path, (output, warc_path, har_path, trace_path), warc_path
+                )
+                require_descriptors(needed)
+            # Every output is opened - locked, checked - before any of them
+            # changes: one refused (another run's, not surge's records) leaves
+            # all of them as they were.  The trace page and the HAR are written
+            # beside their names and renamed at the end.
+            page = None
+            if trace_path is not None:
+                page = open_replacement(trace_path)
+                resources.callback(page.discard)
+            har = None
+            if har_path is not None:
+                har = HarWriter(har_path, method=opts.method)
+                resources.callback(har.discard)  # (after close: nothing)
+            held = hold_output(
+                output,
+                fmt,
+                resume=resume,
+                extras=opts.extras,
+                input_lines=count_lines(input_path) if resume else None,
+            )
+            resources.callback(held.close)  # undone if setup fails; the writer's after
+            done = held.done if resume else None
+            items = read_inputs(
+                input_path,
+                column=column,
+                template=template,
+                input_format=input_format,
+                max_line=max_input_line,
+            )
+            # The first input read before OUT changes: an input that cannot be
+            # opened or parsed leaves an existing OUT as it was.
             first = next(items, None)
             if first is not None:
                 items = itertools.chain((first,), items)
@@ -347,15 +397,17 @@ def fetch_command(
                 from surge.bulk.cluster import connect
 
                 dask_client = resources.enter_context(connect(cluster))
-            writer = open_writer(output, fmt, append=bool(resume), extras=opts.extras)
             if warc_path is not None:
                 opts.warc = resources.enter_context(
                     _warc_writer(warc_path, warc_max_size, bool(resume), input_path)
                 )
-            # Opened last, so that a usage error above leaves no empty trace files.
-            recorder, har = _tracers(trace_path, trace_rows, har_path, opts, input_path)
-        except UsageError as e:
+            writer = open_writer(output, fmt, extras=opts.extras, held=held)
+            recorder = _tracers(trace_path, trace_rows, har, opts, input_path)
+        except (UsageError, LocalResourceError) as e:
             _die(str(e))
+        except KeyboardInterrupt:  # waiting for the first input (a pipe): nothing done yet
+            tell("surge fetch: stopped by SIGINT before the first input")
+            sys.exit(130)
         progress = Progress(input_path) if sys.stderr.isatty() and not no_progress else None
         summary = Summary()
         started = time.perf_counter()
@@ -363,6 +415,11 @@ def fetch_command(
         failure: UsageError | LocalResourceError | None = None
         broken: Exception | None = None  # the cluster could not complete the job
         pending = _skip_done(items, done, summary)
+        if dask_client is None and reads_may_wait(input_path):
+            # stdin, a pipe, a FIFO: read ahead by a thread, so that waiting for
+            # the next line holds neither the requests nor Ctrl-C
+            pending = PrefetchedInputs(pending)
+            resources.callback(pending.close)
         try:
             # A write that fails (a full disk) is one line and exit 2; the records
             # written before it stay, and --resume goes on after the last whole one.
@@ -377,7 +434,7 @@ def fetch_command(
                         )
                         stopped_by = stop.signum
                 except (UsageError, LocalResourceError) as e:
-                    failure = e  # a bad input line, or out of descriptors for good
+                    failure = e  # a bad input line, a write that failed, out of descriptors
                 except Exception as e:
                     from surge.bulk.cluster import SchedulerLost, ShardFailed
 
@@ -390,31 +447,48 @@ def fetch_command(
             # a trace, and a HAR left without its closing brackets is not JSON.
             if har is not None:
                 har.close()
-            if recorder is not None and trace_path is not None:
-                write_html(recorder.data(), trace_path)
+            if isinstance(opts.warc, WarcWriter):
+                try:
+                    opts.warc.close()  # its last exchanges, or the failure to write them
+                except UsageError as e:
+                    failure = failure or e
+            if recorder is not None and page is not None:
+                try:
+                    write_html(recorder.data(), page)
+                except UsageError as e:
+                    failure = failure or e
         if progress is not None:
             progress.close()
         if not quiet:
-            click.echo(summary.render(time.perf_counter() - started), err=True)
+            tell(summary.render(time.perf_counter() - started))
             if trace_path is not None:
-                click.echo(f"  trace   {trace_path}", err=True)
+                tell(f"  trace   {trace_path}")
             if har_path is not None:
-                click.echo(f"  HAR     {har_path}", err=True)
+                tell(f"  HAR     {har_path}")
         if har is not None and har.error is not None:
-            failure = failure or UsageError(f"{har_path}: writing the HAR failed: {har.error}")
+            failure = failure or har.error
         if failure is not None:
             _die(str(failure))
         if broken is not None:
-            click.echo(f"surge fetch: {broken}; the records written are kept (--resume)", err=True)
+            tell(f"surge fetch: {broken}; the records written are kept (--resume)")
             sys.exit(1)
         if stopped_by is not None:
             name = signal.Signals(stopped_by).name
-            click.echo(
-                f"surge fetch: stopped by {name}; the records written are kept (--resume)",
-                err=True,
-            )
+            tell(f"surge fetch: stopped by {name}; the records written are kept (--resume)")
     if stopped_by is not None:  # after the cluster (if any) is closed
         sys.exit(128 + stopped_by)  # as a shell reports it: 130 for Ctrl-C, 143 for SIGTERM
+
+
+def _descriptors_needed(
+    opts: FetchOptions, input_path: str, outputs: tuple[str | None, ...], warc: str | None
+) -> int:
+    """The descriptors a run cannot start without (beyond those open now): the
+    loop's, one per file it writes or reads, and a request's (a socket, a
+    second for Happy Eyeballs, its body file, the WARC's spool), plus one for
+    what opens a file for a moment (a lazy import, /etc/hosts)."""
+    files = sum(1 for path in outputs if path not in (None, "-")) + (input_path != "-")
+    per_request = 2 + (opts.output_dir is not None) + (warc is not None)
+    return loop_descriptors() + files + per_request + 1
 
 
 class _WriteFailure:
@@ -433,50 +507,47 @@ def _keep_first(writer: RecordWriter) -> Iterator[_WriteFailure]:
         failure.error = e
 
 
-def _check_not_the_input(output: str | None, input_path: str) -> None:
-    """-o naming the input file would truncate it before it is read."""
-    if not output or output == "-" or input_path == "-":
-        return
-    with contextlib.suppress(OSError):  # either missing: not the same file
-        if os.path.samefile(output, input_path):
-            raise UsageError(f"{output}: is the input file; write the records elsewhere")
+def _check_outputs(input_path: str, outputs: dict[str, str | None]) -> None:
+    """No output may be the input file (it would be emptied before it is read),
+    nor two outputs one file (each would cut the other)."""
+    seen: list[tuple[str, str]] = []
+    for flag, path in outputs.items():
+        if not path or path == "-":
+            continue
+        if input_path != "-" and _same_file(path, input_path):
+            what = "records" if flag == "-o" else f"{flag} file"
+            raise UsageError(f"{path}: is the input file; write the {what} elsewhere")
+        for other_flag, other in seen:
+            if _same_file(path, other):
+                raise UsageError(f"{path}: given for both {other_flag} and {flag}")
+        seen.append((flag, path))
 
 
-def _check_writable(path: str | None) -> None:
-    """A file the run will write: a usage error now, not after an hour's run (and
-    without creating or truncating it yet)."""
-    if path is None:
-        return
-    target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    if target.is_dir():
-        raise UsageError(f"{path}: cannot write: is a directory")
-    if not folder.is_dir():
-        raise UsageError(f"{path}: cannot write: no such directory {str(folder)!r}")
-    if not os.access(target if target.exists() else folder, os.W_OK):
-        raise UsageError(f"{path}: cannot write: permission denied")
+def _same_file(one: str, other: str) -> bool:
+    """Whether two paths name one regular file (or, missing, one path): a device
+    such as /dev/null may take several outputs."""
+    try:
+        first, second = os.stat(one), os.stat(other)
+    except OSError:
+        return os.path.realpath(one) == os.path.realpath(other)
+    return os.path.samestat(first, second) and stat.S_ISREG(first.st_mode)
 
 
 def _tracers(
     trace_path: str | None,
     rows: int,
-    har_path: str | None,
+    har: HarWriter | None,
     opts: FetchOptions,
     input_path: str,
-) -> tuple[TraceRecorder | None, HarWriter | None]:
-    """The --trace recorder and the --har writer, hooked into ``opts``."""
-    recorder = har = None
+) -> TraceRecorder | None:
+    """The --trace recorder; it and the --har writer hooked into ``opts``."""
+    recorder = None
     if trace_path is not None:
         recorder = TraceRecorder(rows=rows, title=f"surge fetch {input_path}")
-    if har_path is not None:
-        try:
-            har = HarWriter(har_path, method=opts.method)
-        except OSError as e:
-            raise UsageError(f"{har_path}: cannot write: {e.strerror}") from None
     tracers: list[Tracer] = [t for t in (recorder, har) if t is not None]
     if tracers:
         opts.trace = tracers[0] if len(tracers) == 1 else Tee(*tracers)
-    return recorder, har
+    return recorder
 
 
 def _run(
@@ -525,7 +596,7 @@ def _run(
         task.cancel()
 
     handled = []
-    for signum in (signal.SIGINT, signal.SIGTERM):
+    for signum in _STOP_SIGNALS:
         try:
             loop.add_signal_handler(signum, stop, signum)
             handled.append(signum)
@@ -572,22 +643,21 @@ def _run_on_cluster(
             progress.update(summary)
         if shard.concurrency < opts.concurrency and not lowered:
             lowered = True
-            click.echo(
+            tell(
                 f"surge fetch: worker {shard.worker} runs {shard.concurrency} requests at a "
-                f"time, not {opts.concurrency}: its open-files limit is too low",
-                err=True,
+                f"time, not {opts.concurrency}: its open-files limit is too low"
             )
 
 
 class _Stop(threading.Event):
-    """Set by SIGINT or SIGTERM; ``signum`` says which came first."""
+    """Set by SIGINT, SIGTERM or SIGHUP; ``signum`` says which came first."""
 
     signum: int | None = None
 
 
 @contextlib.contextmanager
 def _stop_on_signals() -> Iterator[_Stop]:
-    """SIGINT and SIGTERM set the event instead of raising wherever the main thread is
+    """SIGINT, SIGTERM and SIGHUP set the event instead of raising wherever the main thread is
     (half-way through a write, say); a second one kills at once, as the first would have."""
     stop = _Stop()
 
@@ -607,7 +677,9 @@ def _stop_on_signals() -> Iterator[_Stop]:
             signal.signal(signum, handler)
 
 
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: Ctrl-C, kill, and the terminal going away: each stops the run between
+#: records, with what is done written (exit 128 + the signal's number).
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def _skip_done(
@@ -629,31 +701,37 @@ def fit_concurrency(wanted: int, quiet: bool = False) -> int:
     surge.bulk.limits)."""
     fitted = fit_open_files(wanted)
     if fitted < wanted and not quiet:
-        click.echo(
+        tell(
             f"surge fetch: the open-files limit is {open_files_limit()}; lowering concurrency "
-            f"from {wanted} to {fitted} (raise it with 'ulimit -n')",
-            err=True,
+            f"from {wanted} to {fitted} (raise it with 'ulimit -n')"
         )
     return fitted
 
 
-def request_body(data: tuple[str, ...], binary: tuple[str, ...]) -> bytes | None:
+#: The most ``-d @FILE``/``--data-binary @FILE`` reads: the body is held once
+#: and sent with every request, so it is bounded, and a device such as
+#: /dev/zero is refused after this much rather than read until memory runs out.
+MAX_DATA = 64 * 1024 * 1024
+
+
+def request_body(
+    data: tuple[str, ...], binary: tuple[str, ...], input_path: str | None = None
+) -> bytes | None:
     """The body of ``-d``/``--data-binary`` as curl makes it: each value as given,
     or ``@FILE``'s contents (``-d`` strips its carriage returns and newlines),
-    several joined with ``&``; None without either."""
+    several joined with ``&``; None without either.  A file is read up to
+    :data:`MAX_DATA` bytes; ``@-`` reads stdin, which may not also be the input
+    (``input_path`` ``-``, or another name of stdin's pipe)."""
     parts: list[bytes] = []
     for values, strip in ((data, True), (binary, False)):
         for value in values:
             if value.startswith("@"):
                 name = value[1:]
-                try:
-                    if name == "-":
-                        content = sys.stdin.buffer.read()
-                    else:
-                        with open(name, "rb") as file:
-                            content = file.read()
-                except OSError as e:
-                    raise UsageError(f"-d {value}: cannot read: {e.strerror}") from None
+                if input_path is not None and names_stdin(name) and names_stdin(input_path):
+                    raise UsageError(
+                        f"-d {value}: reads stdin, the input too; give the body from a file"
+                    )
+                content = read_capped(name, MAX_DATA, f"-d {value}")
                 if strip:
                     content = content.replace(b"\r", b"").replace(b"\n", b"")
                 parts.append(content)
@@ -668,10 +746,8 @@ def _warc_writer(
 ) -> Iterator[WarcWriter]:
     """The --warc writer (appending under --resume), closed with the run."""
     info = {"surge-arguments": " ".join(sys.argv) or f"surge fetch {input_path}"}
-    try:
-        writer = WarcWriter(path, max_size=max_size, append=append, info=info)
-    except OSError as e:
-        raise UsageError(f"{path}: cannot write: {e.strerror}") from None
+    # a file that cannot be written, another run's, or not a WARC: a UsageError
+    writer = WarcWriter(path, max_size=max_size, append=append, info=info)
     try:
         yield writer
     finally:
@@ -698,11 +774,7 @@ class Progress(ProgressLine):
             threading.Thread(target=self._count_lines, args=(input_path,), daemon=True).start()
 
     def _count_lines(self, path: str) -> None:
-        count = 0
-        with open(path, "rb") as f:
-            while chunk := f.read(1 << 20):
-                count += chunk.count(b"\n")
-        self.total = count
+        self.total = count_lines(path)
 
     def update(self, summary: Summary, *, force: bool = False) -> None:
         elapsed = self.due(force)

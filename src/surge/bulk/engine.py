@@ -32,6 +32,7 @@ from typing import Any
 
 from surge.bulk.bodies import BodyFiles, fetch_kept, return_large_buffers
 from surge.bulk.inputs import InputItem as Item
+from surge.bulk.inputs import NotReady, PrefetchedInputs
 from surge.bulk.limits import fit_open_files, open_files_limit
 from surge.bulk.pacing import HostPacer
 from surge.bulk.warc import WarcWriter
@@ -430,15 +431,20 @@ async def run(
     # The common case keeps nothing and paces nothing: no state to look at per input.
     state = None if made.files is None and made.warc is None and made.pacer is None else made
     source = iter(items)
+    # inputs read ahead by a thread (stdin, a pipe): awaited, never waited for
+    prefetched = source if isinstance(source, PrefetchedInputs) else None
     exhausted = False
     failure: list[BaseException] = []
 
-    def next_item() -> Item | None:
+    def next_item() -> Item | bool | None:
+        """The next input, None at the end, or False: none read yet (prefetched)."""
         nonlocal exhausted
         if exhausted:
             return None
         try:
             return next(source)
+        except NotReady:
+            return False
         except StopIteration:
             exhausted = True
             return None
@@ -449,6 +455,11 @@ async def run(
 
     async def worker() -> None:
         while (item := next_item()) is not None:
+            if item is False:
+                assert prefetched is not None
+                await prefetched.ready()
+                continue
+            assert isinstance(item, Item)
             record = await fetch_one(client, item, opts, state)
             # put() is a coroutine around put_nowait(): called only when it must wait
             if results.full():
@@ -518,10 +529,8 @@ class RunState:
         self.own_warc = isinstance(opts.warc, str | os.PathLike)
         warc = opts.warc
         if isinstance(warc, str | os.PathLike):
-            try:
-                warc = WarcWriter(warc, max_size=opts.warc_max_size)
-            except OSError as e:
-                raise UsageError(f"{opts.warc}: cannot write: {e.strerror}") from None
+            # a file that cannot be written (or another run's) is a SinkError naming it
+            warc = WarcWriter(warc, max_size=opts.warc_max_size)
         self.warc = warc
         if self.files is not None or warc is not None:
             return_large_buffers()
@@ -572,6 +581,8 @@ async def fetch_one(
     host = _host(item.url) if pacer is not None else None
     while True:
         try:
+            if item.problem is not None:  # a line past the input bound: nothing to send
+                raise RequestError("invalid_url", item.problem)
             if pacer is not None and host is not None:
                 await pacer.wait(host)
             if state is None and item.request is None and opts.data is None:

@@ -20,17 +20,23 @@ def fit_open_files(wanted: int) -> int:
     :data:`FD_HEADROOM` (at least 1): lowering the concurrency beats failing every
     request past the limit with EMFILE, as every client tested did at 5,000.
     """
+    soft = raise_open_files_limit(wanted + FD_HEADROOM)
+    if soft == resource.RLIM_INFINITY or wanted + FD_HEADROOM <= soft:
+        return wanted
+    return max(1, soft - FD_HEADROOM)
+
+
+def raise_open_files_limit(wanted: int = 0) -> int:
+    """Raise the soft open-files limit to the hard one (to at least ``wanted``
+    when the hard one is unlimited); return the soft limit now."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
         soft = hard
-    elif hard == resource.RLIM_INFINITY and soft != resource.RLIM_INFINITY:
-        target = max(soft, wanted + FD_HEADROOM)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        soft = target
-    if soft == resource.RLIM_INFINITY or wanted + FD_HEADROOM <= soft:
-        return wanted
-    return max(1, soft - FD_HEADROOM)
+    elif hard == resource.RLIM_INFINITY and soft != resource.RLIM_INFINITY and soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        soft = wanted
+    return soft
 
 
 def open_files_limit() -> int | None:

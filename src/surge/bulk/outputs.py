@@ -6,34 +6,44 @@ of :data:`FIELDS`, in that order, ``timings`` holding the keys of
 object per line) or CSV (the same columns, ``timings`` flattened, nulls as empty
 cells).
 
+The file or stdout is a :class:`surge.sinks.Sink`: locked for the run, written
+whole or not at all, one line naming it when a write fails (see surge.sinks).
 Two properties make an interrupted run resumable:
 
 - Only whole lines reach the file.  Records collect in memory and go out as one
   write of complete lines, at most every :data:`FLUSH_INTERVAL` seconds or
-  :data:`FLUSH_RECORDS` records, and on close.  A crash in the middle of that
-  write can still leave half a line, which :func:`truncate_partial_last_line`
-  cuts before appending.
+  :data:`FLUSH_RECORDS` records, and on close; a write that fails is cut back.
+  A crash in the middle of that write can still leave half a line, which
+  ``--resume`` cuts before appending.
 - Every record is one physical line, in CSV too (newlines inside values become
   spaces), so "the last line has no newline" is exactly "the last record is cut".
 
-:func:`done_lines` reads an existing output into a :class:`LineSet`, a bitmap of
-the input line numbers already recorded: 10 million lines cost 1.25 MB, where a
-Python ``set`` of ints would cost over 500 MB.
+``--resume`` (:func:`hold_output`) appends only to what is surge's own: every
+line a record (JSONL: an object with the contract's keys; CSV: this writer's
+header, then rows of its width), each with a line number of the input, and a
+last line that is a record or the start of one.  Anything else is refused with
+one line naming the file and line, before a byte of it changes.  The line
+numbers done go into a :class:`LineSet`, whose memory follows the number of
+records, not the largest number: 10 million lines cost 1.25 MB, where a Python
+``set`` of ints would cost over 500 MB.
 """
 
 from __future__ import annotations
 
 import collections.abc
+import contextlib
 import csv
 import json
 import os
+import stat
 import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from typing import IO, Any, Final
+from typing import Any, Final
 
 from surge.errors import ERROR_CLASSES, UsageError
 from surge.http.timings import RECORD_PHASES
+from surge.sinks import Sink, open_output, read_lines, reason
 
 #: The keys of a result record, in the order they are written.
 FIELDS: Final = (
@@ -95,7 +105,7 @@ class RecordWriter:
     """
 
     def __init__(
-        self, sink: _Sink, fmt: str, *, header: bool, extras: tuple[str, ...] = ()
+        self, sink: Sink | list[str], fmt: str, *, header: bool, extras: tuple[str, ...] = ()
     ) -> None:
         self._sink = sink
         self.fmt = fmt  # "jsonl" or "csv"
@@ -230,7 +240,10 @@ class RecordWriter:
         if self._pending:
             data = "".join(self._pending)
             self._pending.clear()
-            self._sink.write(data)
+            if isinstance(self._sink, list):
+                self._sink.append(data)  # encode_records: kept as text
+            else:
+                self._sink.write(data.encode("utf-8", "surrogateescape"))
 
     def close(self) -> None:
         """Flush, and close the file (never stdout).  Closing twice is harmless."""
@@ -240,7 +253,8 @@ class RecordWriter:
             self.flush()
         finally:
             self._closed = True
-            self._sink.close()
+            if not isinstance(self._sink, list):
+                self._sink.close()
 
     def __enter__(self) -> RecordWriter:
         return self
@@ -261,11 +275,11 @@ def encode_records(
     """
     if fmt not in OUTPUT_FORMATS:
         raise UsageError(f"unknown output format {fmt!r} (one of: {', '.join(OUTPUT_FORMATS)})")
-    sink = _TextSink()
-    with RecordWriter(sink, fmt, header=False, extras=extras) as writer:
+    parts: list[str] = []
+    with RecordWriter(parts, fmt, header=False, extras=extras) as writer:
         for record in records:
             writer.write(record)
-    return "".join(sink.parts)
+    return "".join(parts)
 
 
 def open_writer(
@@ -274,42 +288,71 @@ def open_writer(
     *,
     append: bool = False,
     extras: tuple[str, ...] = (),
+    held: HeldOutput | None = None,
 ) -> RecordWriter:
     """A :class:`RecordWriter` for ``path`` (``None`` or ``"-"``: stdout) in ``fmt``.
 
-    ``fmt`` is ``"jsonl"`` or ``"csv"``.  Without ``append`` an existing file is
-    replaced.  With it, records go after the existing ones: a CSV header is written
-    only if the file is empty, and a partial last line left by an interrupted run
-    is cut first (:func:`truncate_partial_last_line`), so that no record is glued
-    to half of another.
+    ``fmt`` is ``"jsonl"`` or ``"csv"``.  The file is locked for the run (a
+    second run on it is refused, naming its pid).  Without ``append`` an
+    existing file is replaced.  With it, records go after the existing ones,
+    which must be surge's own (see :func:`hold_output`): a partial last line
+    left by an interrupted run is cut first (or given its newline, if it is a
+    whole record), so that no record is glued to half of another, and a CSV
+    header is written only if the file is empty.  ``held``: the output as
+    :func:`hold_output` returned it (``path`` and ``append`` are then its).
     """
+    _check_format(fmt)
+    if held is None:
+        held = hold_output(path, fmt, resume=append, extras=extras)
+    try:
+        held.finish()
+    except BaseException:
+        held.close()
+        raise
+    sink = held.sink
+    empty = not sink.regular or sink.position == 0
+    return RecordWriter(sink, fmt, header=fmt == "csv" and empty, extras=extras)
+
+
+def _check_format(fmt: str) -> None:
     if fmt not in OUTPUT_FORMATS:
         raise UsageError(f"unknown output format {fmt!r} (one of: {', '.join(OUTPUT_FORMATS)})")
-    if path is None or os.fspath(path) == "-":
-        return RecordWriter(_StdoutSink(), fmt, header=fmt == "csv", extras=extras)
-    name = os.fspath(path)
-    try:
-        if append:
-            truncate_partial_last_line(path)
-        # Unbuffered: the writer does its own buffering, in whole lines.
-        file = open(path, "ab" if append else "wb", buffering=0)  # noqa: SIM115 - owned by the sink
-        empty = os.fstat(file.fileno()).st_size == 0
-    except OSError as exc:
-        raise UsageError(f"{name}: cannot write: {_reason(exc)}") from None
-    return RecordWriter(_FileSink(file, name), fmt, header=fmt == "csv" and empty, extras=extras)
+
+
+#: Keys every JSONL record of surge has carried since its first release: a line
+#: without them is not surge's, and --resume does not append to its file.
+RECORD_KEYS: Final = (*FIELDS[: FIELDS.index("attempts") + 1], "final_url", "timings")
+#: How every JSONL record starts (the contract fixes the key order).
+RECORD_START: Final = b'{"url":'
+#: The largest line number a record may carry when the input's length is unknown
+#: (JSON's exact integers): more is not a line surge numbered.
+MAX_LINE: Final = 2**53
+#: A line of an output longer than this is not a record (those with -i's headers
+#: are the longest, tens of KiB); it is never held whole.
+MAX_RECORD_BYTES: Final = 64 * 1024 * 1024
 
 
 class LineSet(collections.abc.Set[int]):
-    """A set of input line numbers (>= 1) stored as a bitmap: one bit per line.
+    """A set of input line numbers (>= 1) whose memory follows its size, not its
+    largest member.
 
-    Membership and :meth:`add` are O(1); memory is (largest line) / 8 bytes.
-    It compares equal to any set with the same members.
+    Lines are grouped in chunks of 65,536: a chunk keeps its lines in a small
+    ``set`` up to 256 of them, then as a bitmap of 8 KiB (one bit a line).  So a
+    dense set (a resumed run's lines) costs a bit a line - 10 million lines,
+    1.25 MB - and a sparse one (numbers far apart) a few hundred bytes a line,
+    never (largest line) / 8 bytes: a record numbered 10**12 costs the same as
+    one numbered 1.  Membership and :meth:`add` are O(1).  It compares equal
+    to any set with the same members.
     """
 
-    __slots__ = ("_bits", "_count")
+    __slots__ = ("_chunks", "_count")
+
+    _SHIFT: Final = 16
+    _LOW: Final = (1 << 16) - 1
+    _SET_MAX: Final = 256
 
     def __init__(self, lines: Iterable[int] = ()) -> None:
-        self._bits = bytearray()
+        self._chunks: dict[int, set[int] | bytearray] = {}
         self._count = 0
         for line in lines:
             self.add(line)
@@ -318,67 +361,216 @@ class LineSet(collections.abc.Set[int]):
         """Add ``line``; adding it again changes nothing."""
         if line < 1:
             raise ValueError(f"line numbers start at 1, not {line}")
-        index = line >> 3
-        bits = self._bits
-        if index >= len(bits):
-            # Doubling keeps a million appends linear, as list.append does.
-            bits.extend(bytes(max(index + 1 - len(bits), len(bits))))
-        mask = 1 << (line & 7)
-        if not bits[index] & mask:
-            bits[index] |= mask
+        key = line >> self._SHIFT
+        chunk = self._chunks.get(key)
+        if chunk is None:
+            self._chunks[key] = {line}
             self._count += 1
+        elif isinstance(chunk, set):
+            if line not in chunk:
+                chunk.add(line)
+                self._count += 1
+                if len(chunk) > self._SET_MAX:
+                    bits = bytearray((self._LOW + 1) >> 3)
+                    for member in chunk:
+                        low = member & self._LOW
+                        bits[low >> 3] |= 1 << (low & 7)
+                    self._chunks[key] = bits
+        else:
+            low = line & self._LOW
+            mask = 1 << (low & 7)
+            if not chunk[low >> 3] & mask:
+                chunk[low >> 3] |= mask
+                self._count += 1
 
     def __contains__(self, line: object) -> bool:
         if not isinstance(line, int) or line < 1:
             return False
-        index = line >> 3
-        return index < len(self._bits) and bool(self._bits[index] & (1 << (line & 7)))
+        chunk = self._chunks.get(line >> self._SHIFT)
+        if chunk is None:
+            return False
+        if isinstance(chunk, set):
+            return line in chunk
+        low = line & self._LOW
+        return bool(chunk[low >> 3] & (1 << (low & 7)))
 
     def __len__(self) -> int:
         return self._count
 
     def __iter__(self) -> Iterator[int]:
-        for index, byte in enumerate(self._bits):
-            if byte:
-                for bit in range(8):
-                    if byte >> bit & 1:
-                        yield index << 3 | bit
+        for key in sorted(self._chunks):
+            chunk = self._chunks[key]
+            if isinstance(chunk, set):
+                yield from sorted(chunk)
+                continue
+            base = key << self._SHIFT
+            for index, byte in enumerate(chunk):
+                if byte:
+                    for bit in range(8):
+                        if byte >> bit & 1:
+                            yield base | index << 3 | bit
+
+    def nbytes(self) -> int:
+        """Roughly the memory the members take (the chunks' bitmaps and sets)."""
+        return sum(
+            len(chunk) if isinstance(chunk, bytearray) else sys.getsizeof(chunk) + 32 * len(chunk)
+            for chunk in self._chunks.values()
+        )
 
     def __repr__(self) -> str:
         return f"<LineSet of {self._count} lines>"
 
 
-def done_lines(path: str | os.PathLike[str], fmt: str) -> LineSet:
-    """The input line numbers already recorded in the output file ``path``.
+class HeldOutput:
+    """An output locked for a run and checked, not yet changed
+    (:func:`hold_output`).  :meth:`finish` readies it for the records: empties
+    it, or, resumed, cuts a torn last line (or gives a whole last record its
+    newline).  :meth:`close` before that leaves it exactly as it was - and
+    removes it if holding it created it."""
 
-    A missing file has none.  A last line without its newline is an interrupted
-    write, not a record: it is left out (and cut by the next append).  Any other
-    line that is not a record is a :class:`UsageError` naming the file and line.
+    __slots__ = ("_cut", "_newline", "done", "sink")
+
+    def __init__(self, sink: Sink, done: LineSet, cut: int | None, newline: bool) -> None:
+        self.sink = sink
+        #: The input line numbers recorded already (resumed; else none).
+        self.done = done
+        self._cut = cut
+        self._newline = newline
+
+    def finish(self) -> None:
+        if self._cut is not None:
+            self.sink.truncate(self._cut)
+        elif self._newline:
+            self.sink.write(b"\n")
+        self._cut, self._newline = None, False
+        self.sink.created = False  # the run's now: kept whatever happens next
+
+    def close(self) -> None:
+        self.sink.abandon()
+
+
+def hold_output(
+    path: str | os.PathLike[str] | None,
+    fmt: str,
+    *,
+    resume: bool = False,
+    extras: tuple[str, ...] = (),
+    input_lines: int | None = None,
+) -> HeldOutput:
+    """Lock the output ``path`` (``None`` or ``"-"``: stdout) for a run, and
+    with ``resume`` read the input lines it has recorded; nothing in it changes
+    until :meth:`HeldOutput.finish`.
+
+    Resumed, it must hold surge's records in ``fmt`` with these ``extras`` (a
+    CSV's columns), or nothing; ``input_lines``, when the input's length is
+    known, bounds the line numbers.  Anything else - another format, garbage,
+    a last line that is neither a record nor the start of one, a line number
+    past the input - is a :class:`UsageError` naming the file and line, and the
+    file is left byte for byte as it was.
     """
-    if fmt not in OUTPUT_FORMATS:
-        raise UsageError(f"unknown output format {fmt!r} (one of: {', '.join(OUTPUT_FORMATS)})")
+    _check_format(fmt)
+    if path is None or os.fspath(path) == "-":
+        if resume:
+            raise UsageError("--resume needs an output file (-o FILE), not stdout")
+        return HeldOutput(open_output(None), LineSet(), None, False)
+    name = os.fspath(path)
+    if resume:
+        with contextlib.suppress(FileNotFoundError):
+            if not stat.S_ISREG(os.stat(name).st_mode):  # (opening a FIFO waits for a reader)
+                raise UsageError(f"{name}: --resume needs a regular file to read back")
+    # a write that fails is cut back to its last whole line: records stay whole
+    sink = open_output(path, append=True, rollback="line")
+    try:
+        if not resume:
+            return HeldOutput(sink, LineSet(), 0 if sink.regular else None, False)
+        if not sink.regular:
+            raise UsageError(f"{name}: --resume needs a regular file to read back, not this one")
+        done, cut, newline = _scan(
+            sink.read_lines(MAX_RECORD_BYTES), name, fmt, extras, input_lines
+        )
+    except BaseException:
+        sink.abandon()
+        raise
+    return HeldOutput(sink, done, cut, newline)
+
+
+def done_lines(
+    path: str | os.PathLike[str],
+    fmt: str,
+    *,
+    extras: tuple[str, ...] | None = None,
+    input_lines: int | None = None,
+) -> LineSet:
+    """The input line numbers already recorded in the output file ``path``
+    (read only, not locked; a missing file has none).
+
+    The file is checked as :func:`hold_output` checks it (``extras`` None: a
+    CSV may have any of the optional columns); a last line without its newline
+    is an interrupted write, left out unless it is a whole record.
+    """
+    _check_format(fmt)
     name = os.fspath(path)
     if name == "-":
         raise UsageError("--resume needs an output file (-o FILE), not stdout")
     try:
-        file = open(path, "rb")  # noqa: SIM115 - closed by the with below
+        fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return LineSet()
     except OSError as exc:
-        raise UsageError(f"{name}: cannot read: {_reason(exc)}") from None
+        raise UsageError(f"{name}: cannot read: {reason(exc)}") from None
     try:
-        with file:
-            lines = (raw for raw in file if raw.endswith(b"\n"))
-            if fmt == "jsonl":
-                return _jsonl_done(lines, name)
-            return _csv_done(lines, name)
-    except OSError as exc:
-        raise UsageError(f"{name}: cannot read: {_reason(exc)}") from None
+        return _scan(read_lines(fd, MAX_RECORD_BYTES, name), name, fmt, extras, input_lines)[0]
+    finally:
+        os.close(fd)
 
 
-def _jsonl_done(lines: Iterator[bytes], name: str) -> LineSet:
+_Lines = Iterator[tuple[bytes, bool, int]]
+
+
+def _refused(name: str, lineno: int, problem: str) -> UsageError:
+    return UsageError(
+        f"{name}:{lineno}: {problem}: not surge's records, so not resumed (the file is unchanged)"
+    )
+
+
+def _scan(
+    lines: _Lines, name: str, fmt: str, extras: tuple[str, ...] | None, input_lines: int | None
+) -> tuple[LineSet, int | None, bool]:
+    """(the lines done, where to cut a torn last line, whether a whole last
+    record lacks only its newline) of an output's ``lines``; refuses what is
+    not surge's."""
+    top = MAX_LINE if input_lines is None else input_lines
+
+    def line_of(value: object, lineno: int) -> int:
+        if type(value) is not int or value < 1:
+            raise _refused(name, lineno, "no line number")
+        if value > top:
+            past = f"past the input's {top:,} lines" if input_lines is not None else "not a line"
+            raise _refused(name, lineno, f"line {value} is {past}")
+        return value
+
+    if fmt == "jsonl":
+        return _jsonl_scan(lines, name, line_of)
+    return _csv_scan(lines, name, extras, line_of)
+
+
+def _jsonl_scan(
+    lines: _Lines, name: str, line_of: collections.abc.Callable[[object, int], int]
+) -> tuple[LineSet, int | None, bool]:
     done = LineSet()
-    for lineno, raw in enumerate(lines, 1):
+    for lineno, (raw, whole, offset) in enumerate(lines, 1):
+        if len(raw) > MAX_RECORD_BYTES + 1:
+            raise _refused(name, lineno, f"a line of more than {MAX_RECORD_BYTES:,} bytes")
+        if not whole:
+            # The last line lacks its newline: a write cut short - or a whole
+            # record whose newline did not make it, which is kept.
+            record = _json_object(raw)
+            if record is not None and all(key in record for key in RECORD_KEYS):
+                done.add(line_of(record["line"], lineno))
+                return done, None, True
+            if raw.startswith(RECORD_START) or RECORD_START.startswith(raw):
+                return done, offset, False
+            raise _refused(name, lineno, "the last line is neither a record nor the start of one")
         if raw.isspace():
             continue
         try:
@@ -387,53 +579,109 @@ def _jsonl_done(lines: Iterator[bytes], name: str) -> LineSet:
             record = _decode_json(raw.decode("utf-8"))
         except ValueError as exc:  # JSONDecodeError, and UnicodeDecodeError for bad bytes
             detail = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
-            raise UsageError(f"{name}:{lineno}: not a JSON record ({detail})") from None
-        line = record.get("line") if isinstance(record, dict) else None
-        if type(line) is not int or line < 1:
-            raise UsageError(f'{name}:{lineno}: not a result record (no "line" number)')
-        done.add(line)
-    return done
+            raise _refused(name, lineno, f"not a JSON record ({detail})") from None
+        except RecursionError:
+            raise _refused(name, lineno, "not a JSON record (nested too deeply)") from None
+        if not isinstance(record, dict):
+            raise _refused(name, lineno, "not a JSON object")
+        missing = [key for key in RECORD_KEYS if key not in record]
+        if missing:
+            raise _refused(name, lineno, f'no "{missing[0]}" field')
+        done.add(line_of(record["line"], lineno))
+    return done, None, False
 
 
-def _csv_done(lines: Iterator[bytes], name: str) -> LineSet:
-    done = LineSet()
-    lineno = 0
-
-    def decoded() -> Iterator[str]:
-        nonlocal lineno
-        for lineno, raw in enumerate(lines, 1):
-            try:
-                yield raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise UsageError(f"{name}:{lineno}: not UTF-8 text") from None
-
-    reader = csv.reader(decoded(), strict=True)
+def _json_object(raw: bytes) -> dict[str, Any] | None:
     try:
-        header = next(reader, None)
-        if header is None:
-            return done
-        if "line" not in header:
-            raise UsageError(f'{name}:1: not a surge CSV output (no "line" column in the header)')
-        column = header.index("line")
+        value = _decode_json(raw.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _csv_scan(
+    lines: _Lines,
+    name: str,
+    extras: tuple[str, ...] | None,
+    line_of: collections.abc.Callable[[object, int], int],
+) -> tuple[LineSet, int | None, bool]:
+    done = LineSet()
+    first = next(lines, None)
+    if first is None:
+        return done, None, False
+    raw, whole, _ = first
+    text = _text(raw, name, 1, partial=not whole)
+    if not whole:
+        ours = ",".join(CSV_COLUMNS + (extras or ()))
+        if ours.startswith(text):
+            return done, 0, False  # a header cut short: the file starts again
+        raise _refused(name, 1, "the only line is neither surge's CSV header nor part of it")
+    header = next(csv.reader([text]), [])
+    width = len(header)
+    fields = tuple(header[len(CSV_COLUMNS) :])
+    if tuple(header[: len(CSV_COLUMNS)]) != CSV_COLUMNS or any(
+        f not in EXTRA_FIELDS for f in fields
+    ):
+        raise _refused(name, 1, "not surge's CSV header")
+    if extras is not None and fields != extras:
+        raise UsageError(
+            f"{name}: written with the record fields {list(fields)}, not {list(extras)}: "
+            "resume with the first run's options (-i, --output-dir)"
+        )
+    column = header.index("line")
+    where = [1]
+    tail: list[tuple[bytes, int]] = []
+
+    def texts() -> Iterator[str]:
+        for lineno, (raw, whole, offset) in enumerate(lines, 2):
+            if not whole:
+                tail.append((raw, offset))
+                return
+            where[0] = lineno
+            if len(raw) > MAX_RECORD_BYTES + 1:
+                raise _refused(name, lineno, f"a line of more than {MAX_RECORD_BYTES:,} bytes")
+            yield _text(raw, name, lineno)
+
+    reader = csv.reader(texts(), strict=True)
+    try:
         for row in reader:
             if not row:
                 continue
+            if len(row) != width:
+                raise _refused(name, where[0], f"{len(row)} columns, not the header's {width}")
             try:
                 line = int(row[column])
-            except (IndexError, ValueError):
+            except ValueError:
                 line = 0
-            if line < 1:
-                raise UsageError(f"{name}:{lineno}: not a result record (no line number)")
-            done.add(line)
+            done.add(line_of(line, where[0]))
     except csv.Error as exc:
-        raise UsageError(f"{name}:{lineno}: not valid CSV ({exc})") from None
-    return done
+        raise _refused(name, where[0], f"not valid CSV ({exc})") from None
+    if tail:
+        raw, offset = tail[0]
+        lineno = where[0] + 1
+        cut_row = next(csv.reader([_text(raw, name, lineno, partial=True)]), [])
+        if "\0" in raw.decode("utf-8", "replace") or len(cut_row) > width:
+            raise _refused(name, lineno, "the last line is neither a record nor the start of one")
+        return done, offset, False
+    return done, None, False
+
+
+def _text(raw: bytes, name: str, lineno: int, *, partial: bool = False) -> str:
+    """A line's text; a cut last line may end inside a character."""
+    for cut in range(4 if partial else 1):
+        try:
+            return raw[: len(raw) - cut].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+    raise _refused(name, lineno, "not UTF-8 text")
 
 
 def truncate_partial_last_line(path: str | os.PathLike[str]) -> int:
     """Cut a last line that lacks its newline; return the number of bytes cut.
 
-    A missing or empty file, or one ending in a newline, is left alone.
+    A missing or empty file, or one ending in a newline, is left alone.  (The
+    writer's ``--resume`` checks the line is surge's before cutting it:
+    :func:`hold_output`.)
     """
     try:
         file = open(path, "r+b")  # noqa: SIM115 - closed by the with below
@@ -496,13 +744,6 @@ def _key_mismatch(record: Mapping[str, Any], extras: tuple[str, ...] = ()) -> st
     return f"record keys differ from the contract: missing {missing}, unexpected {extra}"
 
 
-def _reason(exc: OSError) -> str:
-    # "[Errno 13] Permission denied", without str(exc)'s repeated file name.
-    if exc.errno is not None and exc.strerror:
-        return f"[Errno {exc.errno}] {exc.strerror}"
-    return str(exc)
-
-
 class _Collector:
     """A file-like ``write`` that appends to a list (for csv.writer)."""
 
@@ -510,60 +751,3 @@ class _Collector:
 
     def __init__(self, lines: list[str]) -> None:
         self.write = lines.append
-
-
-class _Sink:
-    """Where flushed text goes: a file or stdout."""
-
-    def write(self, data: str) -> None:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-
-class _FileSink(_Sink):
-    def __init__(self, file: IO[bytes], name: str) -> None:
-        self._file = file
-        self._name = name
-
-    def write(self, data: str) -> None:
-        view = memoryview(data.encode("utf-8", "surrogateescape"))
-        try:
-            # An unbuffered write may be partial (a signal, a full pipe): loop.
-            while view:
-                written = self._file.write(view)
-                view = view[written or 0 :]
-        except OSError as exc:
-            raise UsageError(f"{self._name}: cannot write: {_reason(exc)}") from None
-
-    def close(self) -> None:
-        self._file.close()
-
-
-class _TextSink(_Sink):
-    """Keeps what is written, in memory (for :func:`encode_records`)."""
-
-    def __init__(self) -> None:
-        self.parts: list[str] = []
-
-    def write(self, data: str) -> None:
-        self.parts.append(data)
-
-    def close(self) -> None:
-        pass
-
-
-class _StdoutSink(_Sink):
-    def write(self, data: str) -> None:
-        stdout = sys.stdout
-        buffer = getattr(stdout, "buffer", None)
-        if buffer is not None:
-            buffer.write(data.encode("utf-8", "surrogateescape"))
-            buffer.flush()
-        else:
-            stdout.write(data)
-            stdout.flush()
-
-    def close(self) -> None:
-        pass  # stdout belongs to the process, not to the writer

@@ -32,7 +32,10 @@ Crash safety and resume.  The records of an exchange are assembled in memory
 and reach the file in one ``write`` call together with the other whole
 exchanges buffered before them (up to ``buffer_size`` bytes, or
 :data:`FLUSH_INTERVAL` seconds): a write never splits an exchange from the
-others, and two writers' exchanges never interleave.  A crash can still cut the
+others, and two writers' exchanges never interleave.  The file is a
+:mod:`surge.sinks` sink: locked for the run (a second run on it is refused),
+and a write that fails (a full disk) is one error naming the file, with the
+file cut back to its last whole exchange.  A crash can still cut the
 last write.  ``append=True`` therefore first runs :func:`recover`, which
 inflates the file member by member (about a second per GB of records) and cuts
 it after the last complete exchange: a member the file ends inside, bytes that
@@ -70,7 +73,6 @@ dates and members.  benchmarks/warc.py measures all of it.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import struct
@@ -85,6 +87,7 @@ from urllib.parse import quote
 
 from surge._version import __version__
 from surge.errors import UsageError
+from surge.sinks import Sink, open_output
 
 __all__ = [
     "BUFFER_SIZE",
@@ -419,7 +422,7 @@ class WarcWriter:
         self._closed = False
         self._date_second = -1
         self._date_prefix = b""
-        self._file: IO[bytes] | None = None
+        self._sink: Sink | None = None
         self._size = 0  # the current file's size, buffered bytes included
         self._exchanges = False  # whether the current file holds an exchange
         self._warcinfo_id = b""  # the ID of this writer's warcinfo in the current file
@@ -427,8 +430,17 @@ class WarcWriter:
         if append and (existing := rotated_paths(self._base)):
             self._index = len(existing) - 1
             current = existing[-1]
-            recover(current)
-            self._open(current, append=True)
+            self._open(current, append=True)  # locked before anything is cut
+            try:
+                if self._file_sink.regular and self._file_sink.position > 0:
+                    recover(current)
+                    self._size = self._file_sink.seek_end()
+                    self._exchanges = self._size > 0
+                    if self._size == 0:  # it held a torn exchange only
+                        self._add(self._warcinfo())
+            except BaseException:
+                self._file_sink.close()
+                raise
         else:
             self._index = 0
             self._open(self._base, append=False)
@@ -517,9 +529,9 @@ class WarcWriter:
             try:
                 self._flush()
             finally:
-                if self._file is not None:
-                    self._file.close()
-                    self._file = None
+                if self._sink is not None:
+                    sink, self._sink = self._sink, None
+                    sink.close()
 
     def __enter__(self) -> WarcWriter:
         return self
@@ -718,12 +730,17 @@ class WarcWriter:
 
     # -- files ---------------------------------------------------------------------------
 
+    @property
+    def _file_sink(self) -> Sink:
+        assert self._sink is not None
+        return self._sink
+
     def _open(self, path: Path, *, append: bool) -> None:
-        # unbuffered: the writer's own buffer holds whole exchanges, and each of its
-        # flushes is one write system call
-        self._file = open(path, "ab" if append else "wb", buffering=0)  # noqa: SIM115
+        # A sink (surge.sinks): locked for the run, each flush one whole write or
+        # an error naming the file, cut back to the last whole exchange if it fails.
+        self._sink = open_output(path, append=append)
         self.paths.append(path)
-        self._size = self._file.seek(0, os.SEEK_END)
+        self._size = self._sink.position
         self._exchanges = self._size > 0
         self._warcinfo_id = _record_id()
         self._warcinfo_written = False
@@ -734,9 +751,8 @@ class WarcWriter:
 
     def _rotate(self) -> int:
         self._flush()
-        assert self._file is not None
-        self._file.close()
-        self._file = None
+        sink, self._sink = self._file_sink, None
+        sink.close()
         self._index += 1
         self._open(rotated_path(self._base, self._index), append=False)
         return self._size
@@ -752,20 +768,13 @@ class WarcWriter:
         if not self._pending:
             return
         data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
-        file = self._file
-        assert file is not None
         on_disk = self._size - self._pending_bytes
         self._pending.clear()
         self._pending_bytes = 0
-        view = memoryview(data)
         try:
-            while view:  # a raw write may be partial (a signal)
-                view = view[file.write(view) or 0 :]
+            # whole, or a SinkError with the file cut back to its last exchange
+            self._file_sink.write(data)
         except BaseException:
-            # a full disk: leave no torn exchange for the next write to follow
-            with contextlib.suppress(OSError):
-                file.truncate(on_disk)
-                file.seek(on_disk)  # (a file opened without O_APPEND writes at its offset)
             self._size = on_disk
             raise
 

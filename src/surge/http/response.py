@@ -313,13 +313,15 @@ class Response:
 
     async def aiter_bytes(self) -> AsyncIterator[bytes]:
         """The body decoded from its Content-Encoding, in pieces as they come
-        (each at most 256 KiB however far a compressed chunk inflates)."""
+        (each at most 256 KiB however far a compressed chunk inflates).  What a
+        coding decodes to is held to the client's body cap, as a body read
+        whole is: a bomb is ``body_too_large``, not gigabytes handed on."""
         stream = self._stream
         if stream is None:
             if self.body:
                 yield self.body
             return
-        decoder = stream.decoder(None)
+        decoder = stream.decoder(stream.cap)
         async for chunk in self.aiter_raw():
             if decoder is None:
                 yield chunk

@@ -4,8 +4,9 @@ The connection stays the response's until its body has been read to the end,
 then goes back to the pool; closed early, the connection is closed (the rest of
 the body would have to be read to reuse it, and may be large).  Memory is
 bounded by the connection's read-ahead (``STREAM_HIGH_WATER``) and by the
-decoder's piece size, not by the body: the client's body cap applies only to a
-body read whole (``read()``).
+decoder's piece size, not by the body: the client's body cap applies to a
+body read whole (``read()``) and to what a Content-Encoding decodes to
+(``aiter_bytes``), not to the wire's bytes of a stream.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class BodyStream:
         self.pool = pool
         self.timings = timings
         self.decompress = decompress
-        self.cap = cap  # for a body read whole
+        self.cap = cap  # for a body read whole, and a decoded one
         self.closed = False
         self.consumed = False
         #: The synchronous client's way to run a coroutine on its loop (None: async).

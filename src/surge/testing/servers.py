@@ -163,6 +163,27 @@ def _free_port() -> int:
         return port
 
 
+free_port = _free_port
+
+
+def wait_listening(
+    port: int, process: subprocess.Popen[bytes], what: str, *, timeout: float = 10.0
+) -> None:
+    """Wait until something accepts connections on 127.0.0.1:``port``; raise
+    :class:`ServerStartError` if ``process`` exits first or ``timeout`` passes
+    (with what it wrote to a stderr pipe, if it has one)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socketlib.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                error = process.stderr.read().decode() if process.stderr else ""
+                raise ServerStartError(f"{what} did not start: {error[-2000:]}") from None
+            time.sleep(0.05)
+
+
 def _setting_args(
     settings: Mapping[str, SettingValue], style: Literal["mariadb", "pg"]
 ) -> list[str]:

@@ -6,7 +6,8 @@ command line: a second request to a host reuses the connection and shows no DNS,
 TCP or TLS (``--no-reuse`` opens a new connection for each).  ``--json`` prints
 one object per request per line, with curl's ``-w`` timers beside surge's phases
 (see :mod:`surge.http.timings` for the mapping).  Exit status: 0 when every
-request got a response, 1 when any failed, 2 for a usage error.
+request got a response, 1 when any failed, 2 for a usage error (stdout closed
+or failing included: its output is a :mod:`surge.sinks` sink).
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from typing import Any
 
 import click
 
-from surge.errors import RequestError, UsageError
+from surge.errors import LocalResourceError, RequestError, UsageError
 from surge.http.client import AsyncClient, parse_header
 from surge.http.response import Response
 from surge.http.timings import RECORD_PHASES, Timings
-from surge.loops import new_event_loop
+from surge.loops import loop_descriptors, new_event_loop, require_descriptors
+from surge.sinks import stdout_sink
 from surge.terminal import die
 
 
@@ -75,21 +77,32 @@ def trace_command(
         # Checks the flags now; and --no-reuse's clients share one TLS context, as
         # one client's connections do: a new connection each time, not a new CA load.
         options["ssl_context"] = AsyncClient(**options).ssl_context
-    except UsageError as e:
+        # stdout through a sink (surge.sinks): closed, full or a pipe closed
+        # early, it is one line and exit 2, never a traceback
+        out = stdout_sink()
+        # the loop, a socket (two for Happy Eyeballs) and one for a moment
+        require_descriptors(loop_descriptors() + 3)
+    except (UsageError, LocalResourceError) as e:
         die("surge trace", str(e))
-    color = sys.stdout.isatty() and not as_json
+    color = sys.stdout is not None and sys.stdout.isatty() and not as_json
     loop = new_event_loop()
     try:
         results = loop.run_until_complete(_requests(urls, count, no_reuse, method, options))
     finally:
         loop.close()
-    for n, (url, outcome, end) in enumerate(results):
-        if as_json:
-            click.echo(json.dumps(as_record(url, outcome, end)))
-        else:
-            if n:
-                click.echo()
-            click.echo(render(url, outcome, end, color=color, headers=not no_headers))
+    try:
+        for n, (url, outcome, end) in enumerate(results):
+            if as_json:
+                text = json.dumps(as_record(url, outcome, end)) + "\n"
+            else:
+                text = (
+                    ("\n" if n else "")
+                    + render(url, outcome, end, color=color, headers=not no_headers)
+                    + "\n"
+                )
+            out.write(text.encode("utf-8", "surrogateescape"))
+    except UsageError as e:
+        die("surge trace", str(e))
     if any(isinstance(outcome, RequestError) for _, outcome, _ in results):
         sys.exit(1)
 

@@ -24,10 +24,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from typing import IO, Any
+from typing import Any
 
 from surge._version import __version__
+from surge.errors import SinkError
 from surge.http.timings import Timings
+from surge.sinks import Sink, open_replacement
 from surge.trace.phases import (
     CONNECT,
     DNS,
@@ -43,12 +45,19 @@ from surge.trace.phases import (
     present,
 )
 
+#: Entries are written in batches of about this many bytes.
+BUFFER_SIZE = 256 * 1024
+
 
 class HarWriter:
     """``add`` each request; ``close`` finishes the JSON document.
 
-    A write that fails (a full disk) does not stop the run: the writer keeps the
-    error in :attr:`error`, writes nothing more, and the caller reports it."""
+    The file is a replacement (:func:`surge.sinks.open_replacement`): written
+    beside its name and renamed into place by ``close``, so a HAR is whole or
+    absent, never cut.  A write that fails (a full disk) does not stop the run:
+    the writer keeps the ``SinkError`` (naming the file) in :attr:`error`,
+    writes nothing more, leaves any earlier file of that name as it was, and the
+    caller reports it.  Opening raises ``SinkError``."""
 
     def __init__(self, path: str, *, method: str = "GET") -> None:
         self.path = path
@@ -56,8 +65,10 @@ class HarWriter:
         self.clock0 = time.perf_counter()
         self.wall0 = time.time()
         self.entries = 0
-        self.error: OSError | None = None
-        self._file: IO[str] | None = open(path, "w", encoding="utf-8")  # noqa: SIM115
+        self.error: SinkError | None = None
+        self._sink: Sink | None = open_replacement(path)
+        self._pending: list[str] = []
+        self._pending_size = 0
         creator = {"name": "surge", "version": __version__}
         head = {"version": "1.2", "creator": creator, "pages": []}
         # The document up to the entries array, which the adds then fill.
@@ -65,11 +76,22 @@ class HarWriter:
         self._clock = _Clock(self.wall0 - self.clock0)
 
     def _write(self, text: str) -> None:
-        if self._file is None or self.error is not None:
+        if self._sink is None or self.error is not None:
             return
+        self._pending.append(text)
+        self._pending_size += len(text)
+        if self._pending_size >= BUFFER_SIZE:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._sink is None or self.error is not None or not self._pending:
+            return
+        data = "".join(self._pending).encode("utf-8", "surrogateescape")
+        self._pending.clear()
+        self._pending_size = 0
         try:
-            self._file.write(text)
-        except OSError as e:
+            self._sink.write(data)
+        except SinkError as e:
             self.error = e
 
     def add(
@@ -80,7 +102,7 @@ class HarWriter:
         timings: Timings | None,
         retried: bool = False,
     ) -> None:
-        if self._file is None:
+        if self._sink is None:
             raise ValueError(f"{self.path}: the HAR file is closed")
         url = str(record.get("final_url") or record["url"])
         chain = hops(start, end, timings, url=url, retried=retried)
@@ -96,13 +118,25 @@ class HarWriter:
         """HAR has no place for it (the page shows it)."""
 
     def close(self) -> None:
-        if self._file is not None:
-            self._write("\n]}}\n")
-            try:
-                self._file.close()
-            except OSError as e:
-                self.error = self.error or e
-            self._file = None
+        if self._sink is None:
+            return
+        self._write("\n]}}\n")
+        self._flush()
+        sink, self._sink = self._sink, None
+        if self.error is not None:
+            sink.discard()
+            return
+        try:
+            sink.commit()
+        except SinkError as e:
+            self.error = e
+
+    def discard(self) -> None:
+        """Stop without writing the file (a run that could not start): any file
+        of that name stays as it was.  After :meth:`close`: nothing."""
+        if self._sink is not None:
+            sink, self._sink = self._sink, None
+            sink.discard()
 
     def __enter__(self) -> HarWriter:
         return self

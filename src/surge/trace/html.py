@@ -7,6 +7,8 @@ import json
 from importlib.resources import files
 from typing import Any
 
+from surge.sinks import Sink, open_replacement
+
 _PLACEHOLDER = "/*SURGE_TRACE_DATA*/"
 
 
@@ -20,6 +22,14 @@ def render(data: dict[str, Any]) -> str:
     return page.replace(_PLACEHOLDER, payload, 1)
 
 
-def write_html(data: dict[str, Any], path: str) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(render(data))
+def write_html(data: dict[str, Any], path: str | Sink) -> None:
+    """Write the page to ``path`` (or to a sink :func:`surge.sinks.open_replacement`
+    opened for it): whole, or not at all - a write that fails is a
+    ``SinkError`` naming the file, and any page there before stays."""
+    sink = open_replacement(path) if isinstance(path, str) else path
+    try:
+        sink.write(render(data).encode("utf-8"))
+        sink.commit()
+    except BaseException:
+        sink.discard()
+        raise

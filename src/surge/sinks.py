@@ -1,0 +1,673 @@
+"""Every file surge writes, and the inputs it reads whole: one contract, one place.
+
+``surge fetch`` writes records (``-o`` or stdout), a WARC, a HAR, a trace page
+and saved bodies; ``surge trace`` writes stdout; ``surge s3`` writes listings
+and downloaded objects.  Each goes through a :class:`Sink`, so one set of rules
+holds for all of them:
+
+* **A write is whole, or it is an error.**  A short write is continued (a
+  signal, a full pipe, Linux's 2 GiB cap per call), a non-blocking descriptor
+  that says EAGAIN is waited for; any other failure - ENOSPC, EFBIG (a size
+  limit: Python ignores SIGXFSZ, so the write fails instead of the process
+  dying), EIO, EPIPE, EBADF - is a :class:`~surge.errors.SinkError` (a
+  ``UsageError``: one line and exit status 2 on the command line) naming the
+  file and the error.  The sink then refuses further writes, so nothing lands
+  after a gap.
+* **What was written before stays.**  A regular file the sink owns is cut back
+  to where the failed write began, or to the end of the last whole line it got
+  out, so it still ends at a whole record (the records, a WARC's exchange);
+  stdout redirected to a file is cut back the same way, only if the file still
+  ends with what the write got out (``>>`` may share it with other writers).
+* **One run owns each output** (records, WARC): an exclusive ``flock`` taken
+  before anything is truncated; a second run is refused with one line naming
+  the holder's pid (from ``/proc/locks`` where there is one).  The same file
+  given for two outputs of one run is refused the same way.
+* **A file written whole is replaced whole** (a saved body, a HAR, the trace
+  page: :func:`open_replacement`): written to a hidden temporary file beside it
+  and renamed over it when complete, so a failure leaves the old file (or none)
+  and no half file.  A symlink's target is replaced, not the link; a device or
+  a FIFO (``/dev/null``, ``/dev/full``, a pipe) is written in place.
+* **An output deleted or replaced during the run stops it** (one line), rather
+  than go on writing into a file nobody can reach.
+* **A closed stdin or stdout is a usage error.**  :func:`guard_standard_streams`
+  (run first by the ``surge`` command) puts ``/dev/null`` on a closed 0, 1 or 2,
+  so that no file the run opens takes that number and receives what was meant
+  for the stream, and remembers which were closed.
+* **An input read whole is capped** (:func:`read_capped`: ``-d @FILE``), never
+  slurped: ``/dev/zero`` is an error after ``cap`` bytes, not after the memory.
+
+Costs: a ``stat`` of the path per write of a regular output (to notice it
+deleted), about a microsecond against the write's own system call; writers
+batch their writes (records every 0.5 s, WARC exchanges by 256 KiB).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import itertools
+import os
+import select
+import stat
+import sys
+from collections.abc import Iterator, Sequence
+from typing import IO, Final
+
+from surge.errors import LocalResourceError, SinkError, UsageError
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: no locks
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = [
+    "Sink",
+    "guard_standard_streams",
+    "names_stdin",
+    "open_output",
+    "open_replacement",
+    "read_capped",
+    "read_lines",
+    "reason",
+    "stdin_closed",
+    "stdout_sink",
+]
+
+#: The most one write system call is asked for (Linux writes at most 0x7ffff000
+#: bytes a call; the loop continues a short write either way).
+_WRITE_MAX: Final = 1 << 30
+#: errno values that mean this process is out of descriptors, not that the file is
+#: bad: opening one is a LocalResourceError, which the engine waits out.
+LOCAL_SHORTAGE: Final = frozenset({errno.EMFILE, errno.ENFILE})
+_TEMP_NUMBERS = itertools.count()
+#: Standard descriptors (0, 1, 2) that were closed when the command started.
+_closed_at_start: set[int] = set()
+
+
+def reason(exc: OSError) -> str:
+    """``[Errno 28] No space left on device``: without str(exc)'s repeated file name."""
+    if exc.errno is not None and exc.strerror:
+        return f"[Errno {exc.errno}] {exc.strerror}"
+    return str(exc)
+
+
+class Sink:
+    """One output: a file, or stdout.  Make one with :func:`open_output`,
+    :func:`open_replacement` or :func:`stdout_sink`.
+
+    ``write`` takes bytes and writes all of them or raises ``SinkError``;
+    ``close`` ends it (a replacement is renamed into place only by ``commit``;
+    ``discard`` removes it).  Not thread-safe: each writer serialises its own
+    writes (they do already, to keep records whole)."""
+
+    __slots__ = (
+        "_broken",
+        "_closed",
+        "_identity",
+        "_owned",
+        "_rollback",
+        "_stream",
+        "_temp",
+        "created",
+        "fd",
+        "name",
+        "path",
+        "position",
+        "regular",
+    )
+
+    def __init__(
+        self,
+        fd: int,
+        name: str,
+        *,
+        path: str | None,
+        regular: bool,
+        owned: bool,
+        rollback: str | None,
+        position: int = 0,
+        temp: str | None = None,
+        identity: tuple[int, int] | None = None,
+    ) -> None:
+        self.fd = fd
+        #: The file as the user named it ("stdout" for stdout).
+        self.name = name
+        #: Its path (None: stdout); for a replacement, the file it will replace.
+        self.path = path
+        #: A regular file: locked, cut back after a failed write, watched.
+        self.regular = regular
+        #: Bytes written so far (a regular file: the offset the next write goes to).
+        self.position = position
+        self._owned = owned  # closed by close() (stdout is not)
+        self._rollback = rollback  # None, "write" or "line" (see open_output)
+        self._temp = temp
+        self._identity = identity  # (st_dev, st_ino) the path must still name
+        #: A Python stream written instead of ``fd`` (a sys.stdout replaced by
+        #: the program: Jupyter's, a test's).
+        self._stream: IO[str] | None = None
+        self._broken: str | None = None
+        self._closed = False
+        #: The open created the file: :meth:`abandon` removes it again.
+        self.created = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        """Write all of ``data``, or raise :class:`SinkError` (after cutting a
+        regular file back to where this write began)."""
+        if self._broken is not None:
+            raise SinkError(self._broken)
+        if self._closed:
+            raise ValueError(f"{self.name}: write to a closed sink")
+        whole = view = memoryview(data).cast("B")
+        if not view:
+            return
+        if self._identity is not None:
+            self._check_still_there()
+        start = self.position
+        fd = self.fd
+        if self._stream is not None:
+            self._write_stream(view)
+            return
+        try:
+            while view:
+                try:
+                    written = os.write(fd, view[:_WRITE_MAX])
+                except BlockingIOError:
+                    # a descriptor someone set non-blocking (a shared terminal or
+                    # pipe): wait until it takes more, as a blocking write would
+                    _wait_for(fd, select.POLLOUT)
+                    continue
+                if written <= 0:  # pragma: no cover - POSIX says never for a non-empty write
+                    raise OSError(errno.EIO, "the write wrote nothing")
+                view = view[written:]
+                self.position += written
+        except OSError as exc:
+            self._fail(f"{self.name}: cannot write: {reason(exc)}", self._keep(whole, start))
+        except BaseException:
+            # interrupted mid-write (KeyboardInterrupt from a signal handler): the
+            # file must not keep half of what this write was given
+            self._fail(
+                f"{self.name}: a write was interrupted", self._keep(whole, start), raise_it=False
+            )
+            raise
+
+    def _keep(self, data: memoryview, start: int) -> int:
+        """Where a failed write is cut back to: its start, or ("line") the end
+        of the last whole line it got out."""
+        if self._rollback != "line":
+            return start
+        return start + bytes(data[: self.position - start]).rfind(b"\n") + 1
+
+    def write_at(self, chunks: Sequence[bytes | memoryview], offset: int) -> None:
+        """Write ``chunks`` at ``offset`` of a regular file, whole (``pwritev``:
+        the file's offset does not move, so threads may write parts of one file
+        at once - ranged downloads), or raise :class:`SinkError` naming it.
+        Nothing is cut back: a part that failed is written again or the file
+        is discarded."""
+        if self._broken is not None:
+            raise SinkError(self._broken)
+        pending = [memoryview(chunk).cast("B") for chunk in chunks if len(chunk)]
+        try:
+            while pending:
+                written = os.pwritev(self.fd, pending, offset)
+                if written <= 0:  # pragma: no cover - POSIX says never for a non-empty write
+                    raise OSError(errno.EIO, "the write wrote nothing")
+                offset += written
+                while pending and written >= len(pending[0]):
+                    written -= len(pending.pop(0))
+                if written:
+                    pending[0] = pending[0][written:]
+        except OSError as exc:
+            self._broken = f"{self.name}: cannot write: {reason(exc)}"
+            raise SinkError(self._broken) from None
+
+    def _write_stream(self, view: memoryview) -> None:
+        stream = self._stream
+        assert stream is not None
+        try:
+            buffer = getattr(stream, "buffer", None)
+            if buffer is not None:
+                buffer.write(view)
+                buffer.flush()
+            else:
+                stream.write(bytes(view).decode("utf-8", "surrogateescape"))
+                stream.flush()
+        except (OSError, ValueError) as exc:  # ValueError: the stream was closed
+            detail = reason(exc) if isinstance(exc, OSError) else str(exc)
+            self._fail(f"{self.name}: cannot write: {detail}", self.position)
+        self.position += len(view)
+
+    def _fail(self, message: str, keep: int, *, raise_it: bool = True) -> None:
+        self._broken = message
+        if self._rollback is not None and self.position != keep:
+            with contextlib.suppress(OSError):
+                if self.regular:
+                    os.ftruncate(self.fd, keep)
+                    os.lseek(self.fd, keep, os.SEEK_SET)
+                    self.position = keep
+                else:
+                    self._cut_shared(keep)
+        if raise_it:
+            raise SinkError(message) from None
+
+    def _cut_shared(self, keep: int) -> None:
+        """stdout redirected to a file (``> out.jsonl``): cut what this write
+        got out past ``keep`` - only if the file still ends with it, so that
+        nothing another writer of the file added is cut (``>>`` may share it)."""
+        end = os.lseek(self.fd, 0, os.SEEK_CUR)
+        if os.fstat(self.fd).st_size != end:
+            return
+        cut = end - (self.position - keep)
+        if cut >= 0:
+            os.ftruncate(self.fd, cut)
+            self.position = keep
+
+    def _check_still_there(self) -> None:
+        assert self.path is not None and self._identity is not None
+        try:
+            now = os.stat(self.path)
+            same = (now.st_dev, now.st_ino) == self._identity
+        except OSError:
+            same = False
+        if not same:
+            self._broken = (
+                f"{self.name}: deleted or replaced during the run (what was written to it went"
+                " with it)"
+            )
+            raise SinkError(self._broken)
+
+    def truncate(self, size: int) -> None:
+        """Cut a regular file to ``size`` bytes and write on from there."""
+        if not self.regular:
+            raise ValueError(f"{self.name}: only a regular file can be cut")
+        try:
+            os.ftruncate(self.fd, size)
+            self.position = os.lseek(self.fd, size, os.SEEK_SET)
+        except OSError as exc:
+            raise SinkError(f"{self.name}: cannot write: {reason(exc)}") from None
+
+    def seek_end(self) -> int:
+        """Write on from the file's end (after it was cut through another
+        descriptor); the new position."""
+        try:
+            self.position = os.lseek(self.fd, 0, os.SEEK_END)
+        except OSError as exc:
+            raise SinkError(f"{self.name}: cannot write: {reason(exc)}") from None
+        return self.position
+
+    def read_lines(self, limit: int) -> Iterator[tuple[bytes, bool, int]]:
+        """The file's lines from its start, without moving the write offset:
+        (line, whole, offset), ``whole`` False for a last line lacking its
+        newline.  A line longer than ``limit`` bytes (its newline not counted)
+        comes cut, but still longer than ``limit``: never held whole."""
+        if not self.regular:
+            raise ValueError(f"{self.name}: only a regular file is read back")
+        return read_lines(self.fd, limit, self.name)
+
+    def close(self) -> None:
+        """Close the file (never stdout's descriptor); again: nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owned:
+            try:
+                os.close(self.fd)
+            except OSError as exc:  # NFS reports a failed write here
+                if self._broken is None:
+                    self._broken = f"{self.name}: cannot write: {reason(exc)}"
+                    raise SinkError(self._broken) from None
+
+    def commit(self) -> None:
+        """Close; a replacement is then renamed over the file it replaces."""
+        self.close()
+        temp, self._temp = self._temp, None
+        if temp is None:
+            return
+        assert self.path is not None
+        try:
+            os.replace(temp, self.path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise SinkError(f"{self.name}: cannot write: {reason(exc)}") from None
+
+    def discard(self) -> None:
+        """Close without complaint; a replacement's temporary file is removed,
+        so the file it would have replaced stays as it was."""
+        with contextlib.suppress(SinkError):
+            self.close()
+        temp, self._temp = self._temp, None
+        if temp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+
+    def abandon(self) -> None:
+        """Close, leaving things as they were before the sink was opened: a file
+        its open created (and nothing was written to) is removed again."""
+        self.discard()
+        if self.created and self.path is not None:
+            with contextlib.suppress(OSError):
+                if (now := os.stat(self.path)).st_size == 0 and (
+                    now.st_dev,
+                    now.st_ino,
+                ) == self._identity:
+                    os.unlink(self.path)
+
+    def __enter__(self) -> Sink:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Sink {self.name!r} fd={self.fd}>"
+
+
+def open_output(
+    path: str | os.PathLike[str] | None,
+    *,
+    append: bool = False,
+    lock: bool = True,
+    rollback: str | None = "write",
+) -> Sink:
+    """The sink of an output file (``None`` or ``"-"``: :func:`stdout_sink`).
+
+    A regular file is locked (``lock``: ``flock``, exclusive; a file another
+    run holds is a ``SinkError`` naming its pid), then emptied - or, with
+    ``append``, written on from its end.  Nothing is truncated before the lock
+    is held.  A device or FIFO is written as it is (a FIFO's open waits for a
+    reader, as the shell's ``>`` does).  A failed write cuts a regular file back
+    (``rollback``): to where the write began ("write": a WARC's exchanges), to
+    the end of the last whole line it got out ("line": records), or not (None).
+    """
+    if path is None or os.fspath(path) == "-":
+        return stdout_sink()
+    name = os.fspath(path)
+    if 1 in _closed_at_start and name in _STD_NAMES[1]:
+        raise SinkError(f"{name}: cannot write: stdout is closed")
+    # Read access for a regular file: --resume reads what it appends to through
+    # the descriptor it locked.  A FIFO opened for reading and writing would be
+    # its own reader, so anything else is opened for writing only.
+    try:
+        existing: os.stat_result | None = os.stat(name)
+    except OSError:
+        existing = None  # missing (created below), or the open says why not
+    mode = os.O_RDWR if existing is None or stat.S_ISREG(existing.st_mode) else os.O_WRONLY
+    created = False
+    if existing is None:
+        try:  # exclusively, to know whether this open made the file
+            fd = _open(name, mode | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC)
+            created = True
+        except SinkError:
+            fd = _open(name, mode | os.O_CREAT | os.O_CLOEXEC)
+    else:
+        fd = _open(name, mode | os.O_CREAT | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            if stat.S_ISDIR(info.st_mode):  # pragma: no cover - O_WRONLY fails with EISDIR first
+                raise SinkError(f"{name}: cannot write: [Errno {errno.EISDIR}] Is a directory")
+            return Sink(fd, name, path=name, regular=False, owned=True, rollback=None)
+        if lock:
+            _lock(fd, name, info)
+        if append:
+            position = os.lseek(fd, 0, os.SEEK_END)
+        else:
+            os.ftruncate(fd, 0)
+            position = 0
+        sink = Sink(
+            fd,
+            name,
+            path=name,
+            regular=True,
+            owned=True,
+            rollback=rollback,
+            position=position,
+            identity=(info.st_dev, info.st_ino),
+        )
+        sink.created = created
+        return sink
+    except OSError as exc:
+        os.close(fd)
+        raise SinkError(f"{name}: cannot write: {reason(exc)}") from None
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def open_replacement(path: str | os.PathLike[str]) -> Sink:
+    """The sink of a file written whole (a saved body, a HAR, the trace page):
+    a temporary file beside it, renamed over it by :meth:`Sink.commit`, removed
+    by :meth:`Sink.discard`.  An existing file's permission bits are kept.  A
+    device or FIFO is written in place (renaming over ``/dev/full`` would
+    replace the device)."""
+    name = os.fspath(path)
+    try:
+        existing: os.stat_result | None = os.stat(name)
+    except FileNotFoundError:
+        existing = None
+    except OSError as exc:  # ENOTDIR, ELOOP, EACCES on a directory above it
+        raise SinkError(f"{name}: cannot write: {reason(exc)}") from None
+    if existing is not None and not stat.S_ISREG(existing.st_mode):
+        if stat.S_ISDIR(existing.st_mode):
+            raise SinkError(f"{name}: cannot write: [Errno {errno.EISDIR}] Is a directory")
+        return open_output(name, lock=False, rollback=None)
+    target = os.path.realpath(name)  # a symlink's target is replaced, not the link
+    folder, base = os.path.split(target)
+    temp = os.path.join(folder, f".{base}.{os.getpid()}.{next(_TEMP_NUMBERS)}.part")
+    fd = _open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, at=temp)
+    if existing is not None:
+        with contextlib.suppress(OSError):
+            os.fchmod(fd, stat.S_IMODE(existing.st_mode))
+    return Sink(fd, name, path=target, regular=True, owned=True, rollback=None, temp=temp)
+
+
+def stdout_sink() -> Sink:
+    """The sink of stdout: never closed, locked or cut (it is the caller's).
+
+    Written with ``os.write`` on descriptor 1 when ``sys.stdout`` is that
+    descriptor (the command line: no buffer of Python's to flush, or fail to
+    flush, at exit); through ``sys.stdout`` when a program replaced it."""
+    stream = sys.stdout
+    try:
+        fd = stream.fileno() if stream is not None else 1
+    except (AttributeError, ValueError, OSError):  # io.UnsupportedOperation is both
+        fd = -1
+    if fd != 1 and stream is not None:
+        sink = Sink(-1, "stdout", path=None, regular=False, owned=False, rollback=None)
+        sink._stream = stream
+        return sink
+    if not _open_for(1, write=True):
+        raise SinkError("stdout: cannot write: it is closed (or not open for writing)")
+    try:
+        redirected = stat.S_ISREG(os.fstat(1).st_mode)  # > out.jsonl
+    except OSError:  # pragma: no cover - checked open just above
+        redirected = False
+    # Never locked or emptied (the caller's); a file it is redirected to is cut
+    # back to its last whole line when a write fails, if it still ends there.
+    rollback = "line" if redirected else None
+    return Sink(1, "stdout", path=None, regular=False, owned=False, rollback=rollback)
+
+
+def _wait_for(fd: int, event: int) -> None:
+    """Until ``fd`` is ready (poll, not select: a descriptor past 1,024 is fine)."""
+    poller = select.poll()
+    poller.register(fd, event)
+    poller.poll()
+
+
+def _open(name: str, flags: int, *, at: str | None = None) -> int:
+    try:
+        return os.open(at or name, flags, 0o666)
+    except OSError as exc:
+        if exc.errno in LOCAL_SHORTAGE:
+            raise LocalResourceError(f"{name}: cannot open: {reason(exc)}") from None
+        raise SinkError(f"{name}: cannot write: {reason(exc)}") from None
+
+
+def _lock(fd: int, name: str, info: os.stat_result) -> None:
+    if fcntl is None:  # pragma: no cover - not POSIX
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        pid = lock_holder(info)
+        if pid == os.getpid():
+            raise SinkError(f"{name}: given for two outputs of this run") from None
+        holder = f" (pid {pid})" if pid is not None else ""
+        raise SinkError(
+            f"{name}: in use by another run{holder}; wait for it, or write elsewhere"
+        ) from None
+    except OSError as exc:
+        if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+        # a file system without flock (some network mounts): unlocked, as before
+
+
+def lock_holder(info: os.stat_result) -> int | None:
+    """The pid holding a ``flock`` on the file of ``info`` (Linux's /proc/locks),
+    or None if it cannot be told (another system, another pid namespace)."""
+    key = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as table:
+            for row in table:
+                fields = row.split()
+                # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5678 0 EOF"; a waiter has "->"
+                if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == key:
+                    return int(fields[4]) if fields[4].isdigit() else None
+    except OSError:
+        return None
+    return None
+
+
+def read_lines(fd: int, limit: int, name: str) -> Iterator[tuple[bytes, bool, int]]:
+    """The lines of the file open at ``fd``, from its start, read with ``pread``
+    (the descriptor's offset does not move): see :meth:`Sink.read_lines`.
+    A read error is a ``SinkError`` naming ``name``."""
+    offset = 0  # of the next block
+    line_start = 0
+    pending = bytearray()  # the current line, up to limit + 2 bytes
+    try:
+        while block := os.pread(fd, 1 << 20, offset):
+            at = 0
+            while True:
+                end = block.find(b"\n", at)
+                stop = len(block) if end < 0 else end + 1
+                room = limit + 2 - len(pending)
+                if room > 0:
+                    pending += block[at : min(stop, at + room)]
+                if end < 0:
+                    break
+                yield bytes(pending), True, line_start
+                pending.clear()
+                at = end + 1
+                line_start = offset + at
+            offset += len(block)
+    except OSError as exc:
+        raise SinkError(f"{name}: cannot read: {reason(exc)}") from None
+    if pending:
+        yield bytes(pending), False, line_start
+
+
+# -- standard streams ------------------------------------------------------------------
+
+
+def guard_standard_streams() -> None:
+    """Put ``/dev/null`` on each of descriptors 0, 1 and 2 that is closed, and
+    remember which were: a closed stdin or stdout is then a usage error when
+    the run needs it (:func:`stdin_closed`, :func:`stdout_sink`), and no file
+    the run opens gets descriptor 1 and the records meant for stdout."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            _closed_at_start.add(fd)
+            try:
+                null = os.open(os.devnull, os.O_RDWR)
+            except OSError:  # pragma: no cover - no /dev/null: nothing to guard with
+                continue
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+
+
+#: Paths that name a standard descriptor of the process itself.
+_STD_NAMES: Final = {
+    0: ("-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"),
+    1: ("-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"),
+}
+
+
+def names_stdin(path: str | os.PathLike[str]) -> bool:
+    """Whether reading ``path`` reads stdin's stream: ``-``, ``/dev/stdin``,
+    ``/dev/fd/0``, or another name of the pipe, FIFO or terminal open as
+    descriptor 0 (a regular file opened by name is read on its own)."""
+    name = os.fspath(path)
+    if name in _STD_NAMES[0]:
+        return True
+    if 0 in _closed_at_start:
+        return False  # /dev/null stands in for it: no other path is it
+    try:
+        stdin = os.fstat(0)
+        return not stat.S_ISREG(stdin.st_mode) and os.path.samestat(os.stat(name), stdin)
+    except OSError:
+        return False
+
+
+def stdin_closed() -> bool:
+    """Whether stdin is missing: closed when the command started, or not open
+    for reading."""
+    return 0 in _closed_at_start or sys.stdin is None or not _open_for(0, write=False)
+
+
+def _open_for(fd: int, *, write: bool) -> bool:
+    if fd in _closed_at_start:
+        return False
+    if fcntl is None:  # pragma: no cover - not POSIX
+        return True
+    try:
+        mode = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
+    except OSError:
+        return False
+    return mode == os.O_RDWR or mode == (os.O_WRONLY if write else os.O_RDONLY)
+
+
+# -- inputs read whole -----------------------------------------------------------------
+
+
+def read_capped(name: str, cap: int, what: str) -> bytes:
+    """All of a small input (``"-"``: stdin), refusing one past ``cap`` bytes
+    after reading at most ``cap + 1`` (``/dev/zero`` included).  ``what`` names
+    it in errors (``-d @FILE``): each is a ``UsageError``."""
+    if name == "-" or (name in _STD_NAMES[0] and stdin_closed()):
+        if stdin_closed():
+            raise UsageError(f"{what}: cannot read: stdin is closed")
+        fd, owned = 0, False
+    else:
+        try:
+            fd, owned = os.open(name, os.O_RDONLY | os.O_CLOEXEC), True
+        except OSError as exc:
+            raise UsageError(f"{what}: cannot read: {reason(exc)}") from None
+    parts: list[bytes] = []
+    size = 0
+    try:
+        while True:
+            try:
+                part = os.read(fd, min(1 << 20, cap + 1 - size))
+            except BlockingIOError:
+                _wait_for(fd, select.POLLIN)
+                continue
+            if not part:
+                return b"".join(parts)
+            size += len(part)
+            if size > cap:
+                raise UsageError(f"{what}: larger than the {cap:,}-byte cap")
+            parts.append(part)
+    except OSError as exc:
+        raise UsageError(f"{what}: cannot read: {reason(exc)}") from None
+    finally:
+        if owned:
+            os.close(fd)

@@ -365,6 +365,20 @@ class Resolver:
             raise RequestError("dns_error", f"{host}: no addresses")
         return tuple(addresses)
 
+    def forget_loop(self) -> None:
+        """Drop, without closing, what this resolver holds on an event loop (the
+        c-ares channel, the lookup threads, lookups in flight): in a forked
+        child they are the parent's (their descriptors are registered with the
+        parent's loop), so they are kept referenced and never touched again.
+        Overrides and cached answers stay."""
+        from surge.http.portal import _ABANDONED
+
+        _ABANDONED.append((self._cares and self._cares._current, self._executor, self._inflight))
+        if self._cares is not None:
+            self._cares._current = None
+        self._executor = None
+        self._inflight = {}
+
     def close(self) -> None:
         """Release the threads or the c-ares channel; lookups in flight fail (call
         it from the event loop's thread, or once the loop has stopped)."""

@@ -10,7 +10,7 @@ body read whole (``read()``).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
@@ -58,7 +58,7 @@ class BodyStream:
         self.closed = False
         self.consumed = False
         #: The synchronous client's way to run a coroutine on its loop (None: async).
-        self.run: Callable[[Awaitable[Any]], Any] | None = None
+        self.run: Callable[[Any], Any] | None = None
 
     def decoder(self, cap: int | None) -> Decoder | None:
         wire = self.wire

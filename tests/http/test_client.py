@@ -192,32 +192,56 @@ async def test_a_body_delimited_by_close_is_read_to_the_end(tiny_server: ServerF
     assert response.status == 200 and response.body == b"x" * 3000
 
 
-@pytest.mark.parametrize(
-    "wire",
-    [
-        b"HTTP/1.1 200 OK\r\n\r\nhello",
-        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n\r\nhello",
-        b"HTTP/1.1 103 Early Hints\r\nContent-Length: 99\r\n\r\nHTTP/1.1 200 OK\r\n\r\nhello",
-        # chunked counts only as the final coding of the last Transfer-Encoding
-        # (RFC 9112 6.3, as llhttp reads it); anything else is read to the close
-        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, identity\r\n\r\nhello",
-        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
-        b"Transfer-Encoding: identity\r\n\r\nhello",
-        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: notchunked\r\n\r\nhello",
-    ],
-)
-async def test_a_body_that_ends_at_the_close_is_whole(
-    tiny_server: ServerFactory, wire: bytes
-) -> None:
+def answer_once(wire: bytes) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Any]:
+    """A server handler: ``wire`` in answer to the first request, then the close."""
+
     async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
         writer.write(wire)
         await writer.drain()
         writer.close()
 
-    async with tiny_server(respond) as port, AsyncClient(decompress=False) as client:
+    return respond
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [
+        b"HTTP/1.1 200 OK\r\n\r\nhello",
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n\r\nhello",
+        b"HTTP/1.1 103 Early Hints\r\nContent-Length: 99\r\n\r\nHTTP/1.1 200 OK\r\n\r\nhello",
+        # a transfer coding that changes nothing, framed by the close
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: identity\r\n\r\nhello",
+    ],
+)
+async def test_a_body_that_ends_at_the_close_is_whole(
+    tiny_server: ServerFactory, wire: bytes
+) -> None:
+    async with tiny_server(answer_once(wire)) as port, AsyncClient(decompress=False) as client:
         response = await client.get(f"http://127.0.0.1:{port}/")
     assert (response.status, response.body) == (200, b"hello")
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [
+        # RFC 9112 6.1: chunked, when there, is the last coding; a body coded
+        # after it, or with a coding surge cannot undo, cannot be read - handed
+        # over as it came it would be a wrong body with no error (curl refuses
+        # all three too: exit 56, 56 and 61)
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, identity\r\n\r\nhello",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+        b"Transfer-Encoding: identity\r\n\r\nhello",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: notchunked\r\n\r\nhello",
+    ],
+)
+async def test_a_transfer_coding_that_cannot_be_undone_is_a_protocol_error(
+    tiny_server: ServerFactory, wire: bytes
+) -> None:
+    async with tiny_server(answer_once(wire)) as port, AsyncClient(decompress=False) as client:
+        with pytest.raises(RequestError) as caught:
+            await client.get(f"http://127.0.0.1:{port}/")
+    assert (caught.value.error_class, caught.value.status) == ("protocol_error", 200)
 
 
 async def test_a_connection_reused_after_an_interim_response_reads_the_next_one_whole(

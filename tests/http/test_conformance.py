@@ -11,6 +11,7 @@ and docs/architecture.md "Where surge and curl differ").
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import gzip
 import json
@@ -19,6 +20,7 @@ import re
 import shutil
 import socket
 import subprocess
+import threading
 import time
 import zlib
 from collections.abc import Iterator
@@ -29,6 +31,7 @@ from typing import Any
 import pytest
 
 from surge import fetch_all
+from surge.http import Client
 
 brotli = pytest.importorskip("brotli")
 zstd = pytest.importorskip("backports.zstd")
@@ -232,6 +235,10 @@ def run_surge(n: Nginx, url: str, **options: Any) -> Outcome:
     (record,) = fetch_all(
         [url], resolve=n.resolve, cafile=n.cafile, keep_body=True, relax_gc=False, **options
     )
+    return outcome_of(record)
+
+
+def outcome_of(record: dict[str, Any]) -> Outcome:
     return Outcome(
         record["status"],
         record["error"],
@@ -252,13 +259,19 @@ def run_curl(n: Nginx, url: str, *args: str) -> Outcome:
     info = json.loads(done.stdout)
     text = body.read_bytes().decode("utf-8", "replace") if body.exists() else ""
     body.unlink(missing_ok=True)
+    return curl_outcome(info, text)
+
+
+def curl_outcome(info: dict[str, Any], body: str) -> Outcome:
+    """curl's ``-w '%{json}'`` and body as an :class:`Outcome` (its exit code as
+    surge's error class)."""
     code = int(info["exitcode"])
     return Outcome(
         int(info["http_code"]) or None,
         CURL_ERRORS.get(code, f"curl exit {code}") if code else None,
         int(info["num_redirects"]),
         info["url_effective"],
-        text,
+        body,
         int(info["size_download"]),
     )
 
@@ -527,3 +540,157 @@ def test_an_invalid_host(nginx: Nginx) -> None:
     assert surge.error == "invalid_url"
     # DIFFERENCE: curl 7.88 sends "1,a.test" to the resolver (exit 6, or 3 with
     # libidn2's check); surge refuses a host that is not a host name before DNS.
+
+
+# -- a hostile server: exact bytes on a raw socket ------------------------------------------------
+
+
+class RawServer:
+    """A server on 127.0.0.1 that answers ``GET /NAME`` with ``answers[NAME]``,
+    byte for byte, then closes the connection, or (``hold``) keeps it open
+    and silent: what nginx would never send, for surge and curl alike."""
+
+    def __init__(self, answers: dict[str, bytes], hold: frozenset[str] = frozenset()) -> None:
+        self.answers = answers
+        self.hold = hold
+        self.requests: list[bytes] = []
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._stop = False
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def url(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{name}"
+
+    def _accept(self) -> None:
+        while not self._stop:
+            try:
+                sock, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
+
+    def _serve(self, sock: socket.socket) -> None:
+        with sock:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                data = sock.recv(65536)
+                if not data:
+                    return
+                head += data
+            self.requests.append(head)
+            name = head.split(b" ", 2)[1].decode().lstrip("/").partition("?")[0]
+            sock.sendall(self.answers[name])
+            if name in self.hold:
+                sock.settimeout(20)
+                with contextlib.suppress(OSError):
+                    sock.recv(1)  # until the client gives up (or 20 s)
+
+    def close(self) -> None:
+        self._stop = True
+        self._listener.close()
+
+
+def chunked(body: bytes, size: int = 7) -> bytes:
+    pieces = [body[i : i + size] for i in range(0, len(body), size)]
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
+
+
+PLAIN = b"hello, hostile world\n" * 20
+BR_OVER_GZIP = brotli.compress(gzip.compress(PLAIN))  # Content-Encoding: gzip, then br
+HOSTILE = {
+    # RFC 9112 5.2: a user agent MUST accept obs-fold, as a space
+    "fold": b"HTTP/1.1 200 OK\r\nX-Folded: one\r\n two\r\n\tthree\r\nContent-Length: 2\r\n\r\nhi",
+    # a transfer coding besides chunked: undone, never handed over still encoded
+    "te-gzip": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
+    + chunked(gzip.compress(PLAIN), 50),
+    "te-gzip-lines": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n"
+    b"\r\n" + chunked(gzip.compress(PLAIN), 50),
+    "te-gzip-close": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nConnection: close\r\n\r\n"
+    + gzip.compress(PLAIN),
+    # a Content-Encoding list split over two lines: both undone, last first
+    "ce-lines": b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Encoding: br\r\n"
+    b"Content-Length: %d\r\n\r\n%s" % (len(BR_OVER_GZIP), BR_OVER_GZIP),
+    "status-099": b"HTTP/1.1 099 Weird\r\nContent-Length: 2\r\n\r\nhi",
+    # sizes no body can have: refused at once, not waited for until --max-time
+    "chunk-huge": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\nab",
+    "length-huge": b"HTTP/1.1 200 OK\r\nContent-Length: 18446744073709551615\r\n\r\nab",
+    "te-compress": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: compress, chunked\r\n\r\n"
+    + chunked(b"ab"),
+}
+
+
+@pytest.fixture(scope="module")
+def hostile() -> Iterator[RawServer]:
+    server = RawServer(HOSTILE, hold=frozenset({"chunk-huge", "length-huge"}))
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def raw_surge(url: str, **options: Any) -> Outcome:
+    options.setdefault("max_time", 10.0)
+    (record,) = fetch_all([url], keep_body=True, relax_gc=False, **options)
+    return outcome_of(record)
+
+
+def raw_curl(url: str, *args: str) -> Outcome:
+    done = subprocess.run(
+        ["curl", "-s", "--max-time", "10", "-o", "-", "-w", "\n%{json}", *args, url],
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    body, _, info_text = done.stdout.rpartition(b"\n")
+    return curl_outcome(json.loads(info_text), body.decode("utf-8", "replace"))
+
+
+@pytest.mark.parametrize("name", ["te-gzip", "te-gzip-lines", "te-gzip-close", "ce-lines"])
+def test_every_coding_of_a_body_is_undone(hostile: RawServer, name: str) -> None:
+    surge = raw_surge(hostile.url(name))
+    curl = raw_curl(hostile.url(name), "--compressed")
+    assert (surge.status, surge.error, surge.body) == (200, None, PLAIN.decode())
+    assert (curl.status, curl.error, curl.body) == (surge.status, surge.error, surge.body)
+
+
+def test_a_transfer_coding_is_undone_without_decompress_too(hostile: RawServer) -> None:
+    """Transfer-Encoding is the message's, not the content's: undone even when
+    the client leaves Content-Encoding as it came."""
+    with Client(decompress=False) as client:
+        assert client.get(hostile.url("te-gzip")).content == PLAIN
+        assert client.get(hostile.url("ce-lines")).content == BR_OVER_GZIP
+        with client.stream("GET", hostile.url("te-gzip")) as response:
+            assert b"".join(response.iter_raw()) == PLAIN
+
+
+def test_an_obs_fold_is_read_as_a_space(hostile: RawServer) -> None:
+    surge, curl = raw_surge(hostile.url("fold")), raw_curl(hostile.url("fold"))
+    assert (surge.status, surge.error, surge.body) == (curl.status, curl.error, curl.body)
+    assert surge.status == 200 and surge.body == "hi"
+    with Client() as client:
+        response = client.get(hostile.url("fold"))
+    assert response.headers["x-folded"] == "one two three"
+    assert response.head.count(b"\r\n") == 2  # unfolded: the status line and two fields
+
+
+@pytest.mark.parametrize("name", ["status-099", "chunk-huge", "length-huge", "te-compress"])
+def test_what_no_response_can_be_is_refused_at_once(hostile: RawServer, name: str) -> None:
+    """protocol_error, not a record of status 99 nor a read_timeout after the
+    server's silence (the server holds the sized ones open for 20 s)."""
+    surge = raw_surge(hostile.url(name), max_time=15)
+    curl = raw_curl(hostile.url(name))
+    status = None if name == "status-099" else 200  # a head that was read keeps its status
+    assert (surge.status, surge.error) == (status, "protocol_error")
+    if name == "length-huge":
+        # DIFFERENCE: curl 7.88 takes a Content-Length past its 2^63 - 1 as no
+        # length and reads until the close (here: until --max-time).  surge
+        # refuses it at once, as RFC 9110 8.6 allows (a recipient must not be
+        # misled by an overflow) and as curl itself does with such a chunk size.
+        assert curl.error == "read_timeout"
+    else:
+        # curl refuses them too; a chunk size it cannot hold is its exit 56 (a
+        # receive error: connection_reset here): surge calls framing it cannot
+        # read protocol_error, whatever part of the framing it is.
+        assert curl.error is not None and curl.error != "read_timeout"

@@ -42,7 +42,6 @@ from typing import IO, TYPE_CHECKING, Any
 
 from surge.errors import RequestError, UsageError
 from surge.http.connection import body_too_large
-from surge.http.decoding import Decoder
 from surge.http.url import parse_url
 
 if TYPE_CHECKING:
@@ -229,12 +228,7 @@ async def fetch_kept(
                     saved = _Saved(path)
                 except OSError as e:
                     raise UsageError(f"{path}: cannot write: {e.strerror}") from None
-            encoding = response.header("content-encoding") if saved is not None else None
-            decoder = (
-                Decoder.for_codings(encoding.encode("latin-1"), None, response.status)
-                if encoding and client.decompress
-                else None
-            )
+            decoder = response.content_decoder() if saved is not None else None
             raw = _Spool(warc) if warc is not None else None
             size = 0
             async for chunk in response.aiter_raw():

@@ -611,12 +611,15 @@ class AsyncClient:
         chunks = wire.body
         wire_bytes = wire.body_bytes
         payload = None
-        if wire.content_encoding is not None and self.decompress and wire.body:
-            try:
+        try:
+            if wire.transfer_coding is not None and chunks:  # hop-by-hop: always undone
+                unframed = decode(chunks, wire.transfer_coding, self._body_cap, wire.status)
+                chunks = [unframed] if unframed is not None else chunks  # known: checked
+            if wire.content_encoding is not None and self.decompress and chunks:
                 payload = decode(chunks, wire.content_encoding, self._body_cap, wire.status)
-            except RequestError as e:
-                e.bytes = wire_bytes
-                raise
+        except RequestError as e:
+            e.bytes = wire_bytes
+            raise
         if payload is None:
             payload = b"".join(chunks) if len(chunks) != 1 else chunks[0]
         return Response(

@@ -67,17 +67,32 @@ class BodyStream:
         return Decoder.for_codings(wire.content_encoding, cap, wire.status)
 
     async def raw(self) -> AsyncIterator[bytes]:
-        """The body's bytes as they came off the wire (dechunked, not decoded)."""
+        """The body's bytes as they came off the wire, its transfer codings
+        undone (dechunked; a ``Transfer-Encoding: gzip`` inflated), its content
+        codings not."""
         if self.consumed:
             raise StreamConsumed("the body of a streamed response is read once")
         self.consumed = True
+        wire = self.wire
+        unframe = (
+            Decoder.for_codings(wire.transfer_coding, None, wire.status)
+            if wire.transfer_coding is not None
+            else None
+        )
         try:
             while True:
-                chunks = await self.wire.next_chunks()
+                chunks = await wire.next_chunks()
                 if not chunks:
                     break
                 for chunk in chunks:
-                    yield chunk
+                    if unframe is None:
+                        yield chunk
+                    else:
+                        for piece in unframe.feed(chunk):
+                            yield piece
+            if unframe is not None:
+                for piece in unframe.finish():
+                    yield piece
         finally:
             await self.aclose()
 

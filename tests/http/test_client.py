@@ -494,3 +494,25 @@ async def test_a_head_that_never_ends_is_cut_off_at_the_bound(
     # The client hung up: the server's writes failed before all 50x were out
     # (what it counts includes the loopback's socket buffers, some MB).
     assert sent[0] < 50 * MAX_HEAD_BYTES - 16 * 1024
+
+
+async def test_an_ipv6_zone_connects_on_asyncios_loop_and_is_not_sent() -> None:
+    """RFC 6874's http://[::1%25lo]:PORT/: asyncio's connect asks getaddrinfo,
+    which (glibc) takes a zone's name for link-local addresses only, so the
+    resolver gives the zone as its index; Host carries the address alone."""
+    heads: list[bytes] = []
+
+    async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        heads.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(respond, "::1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server, AsyncClient() as client:
+        response = await client.get(f"http://[::1%25lo]:{port}/")
+        with pytest.raises(RequestError, match="no network interface 'nope0'"):
+            await client.get(f"http://[::1%25nope0]:{port}/")
+    assert response.status == 200 and response.url == f"http://[::1%25lo]:{port}/"
+    assert f"\r\nHost: [::1]:{port}\r\n".encode() in heads[0]

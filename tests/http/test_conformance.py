@@ -171,6 +171,7 @@ http {{
         root {root};
         location = /echo {{ {ECHO} }}
         location = /to {{ return 302 $arg_u; }}
+        location = /form {{ return 200 "type=$content_type length=$content_length\\n"; }}
         location = /utf8 {{ return 302 "/files/ü.txt"; }}
         location = /loop {{ return 302 /loop; }}
         location /files/ {{ gzip on; gzip_types text/plain; gzip_min_length 0; }}
@@ -540,6 +541,64 @@ def test_an_invalid_host(nginx: Nginx) -> None:
     assert surge.error == "invalid_url"
     # DIFFERENCE: curl 7.88 sends "1,a.test" to the resolver (exit 6, or 3 with
     # libidn2's check); surge refuses a host that is not a host name before DNS.
+
+
+def test_an_ipv6_zone(nginx: Nginx) -> None:
+    """RFC 6874: the zone (%25 in a URL) picks the interface, and is not sent."""
+    url = f"http://[::1%25lo]:{nginx.plain}/echo"
+    surge, curl = both(nginx, url)
+    same(surge, curl)
+    assert surge.status == 200 and surge.body.startswith(f"host=[::1]:{nginx.plain} ")
+    assert surge.final_url == url
+
+
+@pytest.mark.parametrize("host", ["127.1", "0x7f.1", "2130706433", "0177.0.0.1", "0x7f.0.0.0x1"])
+def test_numeric_host_shorthands_are_ipv4(nginx: Nginx, host: str) -> None:
+    surge, curl = both(nginx, f"http://{host}:{nginx.plain}/echo")
+    same(surge, curl)
+    assert surge.body.startswith(f"host=127.0.0.1:{nginx.plain} ")
+    assert surge.final_url == f"http://127.0.0.1:{nginx.plain}/echo"
+
+
+@pytest.mark.parametrize(
+    ("path", "sent"),
+    [
+        ("/files/../echo", "/echo"),
+        ("/a/./b/../../echo", "/echo"),
+        ("/../echo", "/echo"),
+        ("/files/%2e%2e/../echo", "/files/echo"),  # escaped dots are not dot segments
+    ],
+)
+def test_dot_segments_are_removed(nginx: Nginx, path: str, sent: str) -> None:
+    url = f"http://a.test:{nginx.plain}{path}"
+    surge, curl = both(nginx, url)
+    same(surge, curl)
+    assert surge.final_url == f"http://a.test:{nginx.plain}{sent}"
+    location = f"http://a.test:{nginx.plain}/to?u=http://b.test:{nginx.plain}{path}"
+    surge, curl = both(nginx, location, ("-L",), follow_redirects=True)  # an absolute Location
+    same(surge, curl)
+    assert surge.final_url == f"http://b.test:{nginx.plain}{sent}"
+
+
+@pytest.mark.parametrize("slashes", ["/", "///"])
+def test_one_or_three_slashes_after_the_scheme(nginx: Nginx, slashes: str) -> None:
+    url = f"http:{slashes}a.test:{nginx.plain}/echo"
+    surge, curl = both(nginx, url)
+    same(surge, curl)
+    assert surge.status == 200 and surge.final_url == f"http://a.test:{nginx.plain}/echo"
+
+
+def test_data_is_a_form_as_curls(nginx: Nginx) -> None:
+    """curl's -d sends Content-Type: application/x-www-form-urlencoded; so does
+    surge's data (an -H Content-Type wins in both)."""
+    url = f"http://a.test:{nginx.plain}/form"
+    surge, curl = both(nginx, url, ("-d", "a=1&b=2"), data="a=1&b=2")
+    same(surge, curl)
+    assert surge.body == "type=application/x-www-form-urlencoded length=7\n"
+    own = ("-H", "Content-Type: text/plain", "-d", "x")
+    surge, curl = both(nginx, url, own, data="x", headers={"Content-Type": "text/plain"})
+    same(surge, curl)
+    assert surge.body == "type=text/plain length=1\n"
 
 
 # -- a hostile server: exact bytes on a raw socket ------------------------------------------------

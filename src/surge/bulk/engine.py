@@ -94,8 +94,10 @@ class FetchOptions:
         any other token; a JSONL input line's own ``method`` wins for its line.
     data
         A request body sent with every input [-d, --data-binary]: bytes, or text
-        sent as UTF-8; with ``method`` "GET" it makes the method POST, as curl's
-        -d does.  A JSONL line's own ``body``/``body_base64`` wins for its line.
+        sent as UTF-8; with ``method`` "GET" it makes the method POST, and it
+        is sent as ``application/x-www-form-urlencoded`` unless ``headers``
+        name a Content-Type, as curl's -d does.  A JSONL line's own
+        ``body``/``body_base64`` wins for its line.
     user_agent
         The User-Agent sent [-A]; None: ``surge/VERSION``.
     headers
@@ -274,6 +276,14 @@ class FetchOptions:
         ):
             pairs.insert(0, ("User-Agent", self.user_agent))
         return pairs
+
+    @property
+    def data_headers(self) -> tuple[tuple[str, str], ...]:
+        """What a request carrying ``data`` adds: curl's -d Content-Type, unless
+        ``headers`` name one."""
+        items = self.headers.keys() if isinstance(self.headers, Mapping) else self.headers
+        named = any((n if isinstance(n, str) else n[0]).lower() == "content-type" for n in items)
+        return () if named else (("Content-Type", "application/x-www-form-urlencoded"),)
 
     def client(self) -> AsyncClient:
         return AsyncClient(
@@ -548,6 +558,10 @@ def _request(client: AsyncClient, item: Item, opts: FetchOptions, state: RunStat
             body = line.body
             if line.method is None and method == "GET":
                 method = "POST"  # as -d: a body without a method is a POST
+    if body is not None and (line is None or line.body is None):  # -d's body: its type
+        own = headers or ()
+        if not any(name.lower() == "content-type" for name, _ in own):
+            headers = (*opts.data_headers, *own)
     if state is not None and state.keeps_bodies:
         return fetch_kept(
             client, item.url, method, headers, body, opts.body_cap, state.files, state.warc

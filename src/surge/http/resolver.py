@@ -181,6 +181,20 @@ class Override:
         return cls(host, port, tuple(addresses))
 
 
+def _zone_index(address: str) -> str:
+    """An IPv6 address with its zone as an interface index (``::1%1``), which
+    getaddrinfo takes for any address; glibc takes a zone's name (``%lo``) for
+    a link-local address only, and asyncio's connect asks getaddrinfo."""
+    ip, _, zone = address.partition("%")
+    if zone.isdigit():
+        return address
+    try:
+        return f"{ip}%{socket.if_nametoindex(zone)}"
+    except OSError:
+        detail = f"no network interface {zone!r} (the zone of {ip})"
+        raise RequestError("dns_error", detail) from None
+
+
 class Resolver:
     """Resolves host names to addresses, asynchronously and with a cache."""
 
@@ -271,9 +285,11 @@ class Resolver:
                 return found
         if ":" in host or host[-1:].isdigit():
             try:
-                return (str(ipaddress.ip_address(host)),)
+                address = str(ipaddress.ip_address(host))
             except ValueError:
                 pass
+            else:
+                return (address,) if "%" not in address else (_zone_index(address),)
         if host == "localhost" or host.endswith(".localhost"):
             return ("127.0.0.1", "::1")
         if host == "invalid" or host.endswith(".invalid"):

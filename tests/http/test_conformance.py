@@ -20,6 +20,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 import zlib
@@ -37,7 +38,40 @@ brotli = pytest.importorskip("brotli")
 zstd = pytest.importorskip("backports.zstd")
 trustme = pytest.importorskip("trustme")
 
-NAMES = ("a.test", "b.test", "c.test", "old.test", "xn--fa-hia.test", "localhost")
+NAMES = (
+    "a.test",
+    "b.test",
+    "c.test",
+    "old.test",
+    "xn--fa-hia.test",
+    "localhost",
+    # for cookies: neighbours under public suffixes, and under a name that is not one
+    "a.co.uk",
+    "b.co.uk",
+    "a.github.io",
+    "b.github.io",
+    "www.b.test",
+    "c.b.test",
+    "x.a.test",
+)
+#: Set-Cookie values, each answered (with a redirect to ?u=) at /cookie/NAME.
+COOKIES = {
+    "co-uk": "id=1; Path=/; Domain=co.uk",
+    "github-io": "id=1; Path=/; Domain=github.io",
+    "b-test": "id=1; Path=/; Domain=b.test",
+    "host-only": "id=1; Path=/",
+    "secure": "id=1; Path=/; Secure",
+    "host-prefix": "__Host-id=1; Secure; Path=/",
+    "host-prefix-domain": "__Host-id=1; Secure; Path=/; Domain=a.test",
+    "host-prefix-path": "__Host-id=1; Secure; Path=/x",
+    "secure-prefix": "__Secure-id=1; Path=/; Secure",
+    "secure-prefix-plain": "__Secure-id=1; Path=/",
+    "secure-prefix-case": "__SECURE-id=1; Path=/",
+}
+COOKIE_LOCATIONS = "\n".join(
+    f'location = /cookie/{name} {{ add_header Set-Cookie "{value}"; return 302 $arg_u; }}'
+    for name, value in COOKIES.items()
+)
 #: curl's exit codes, as surge's error classes.
 CURL_ERRORS = {
     6: "dns_error",
@@ -87,6 +121,9 @@ class Nginx:
     cafile: str
     root: Path
     resolve: list[str] = field(default_factory=list)
+    mtls: int = 0  # https, a.test, asking for a client certificate
+    client_cert: str = ""  # a certificate and its key, in one PEM file
+    client_key: str = ""  # the key alone (client_cert then names the certificate)
 
 
 def _write_site(root: Path) -> None:
@@ -128,7 +165,11 @@ def nginx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nginx]:
     }
     for name, cert in certs.items():
         cert.private_key_and_cert_chain_pem.write_to_path(str(base / f"{name}.pem"))
-    plain, single, tls = _free_port(), _free_port(), _free_port()
+    client = ca.issue_cert("client.test")
+    client.private_key_and_cert_chain_pem.write_to_path(str(base / "client.pem"))
+    client.cert_chain_pems[0].write_to_path(str(base / "client-cert.pem"))
+    client.private_key_pem.write_to_path(str(base / "client-key.pem"))
+    plain, single, tls, mtls = _free_port(), _free_port(), _free_port(), _free_port()
     redirects = "\n".join(
         f"location = /code/{code} {{ return {code} /echo; }}" for code in (301, 302, 303, 307, 308)
     )
@@ -143,6 +184,7 @@ def nginx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nginx]:
             ssl_certificate {base / f"{name}.pem"};
             ssl_certificate_key {base / f"{name}.pem"};
             location = /echo {{ {ECHO} }}
+            {COOKIE_LOCATIONS}
         }}"""
         for name in certs
     )
@@ -171,6 +213,7 @@ http {{
         root {root};
         location = /echo {{ {ECHO} }}
         location = /to {{ return 302 $arg_u; }}
+        {COOKIE_LOCATIONS}
         location = /form {{ return 200 "type=$content_type length=$content_length\\n"; }}
         location = /utf8 {{ return 302 "/files/ü.txt"; }}
         location = /loop {{ return 302 /loop; }}
@@ -190,6 +233,14 @@ http {{
         location = /echo {{ {ECHO} }}
     }}
     {tls_servers}
+    server {{
+        listen 127.0.0.1:{mtls} ssl;
+        ssl_certificate {base / "a.test.pem"};
+        ssl_certificate_key {base / "a.test.pem"};
+        ssl_client_certificate {cafile};
+        ssl_verify_client on;
+        location = /whoami {{ return 200 "client=$ssl_client_s_dn\\n"; }}
+    }}
 }}
 """
     )
@@ -209,8 +260,19 @@ http {{
                     error = process.stderr.read().decode() if process.stderr else ""
                     pytest.fail(f"nginx did not start: {error}", pytrace=False)
                 time.sleep(0.05)
-        resolve = [f"{name}:{port}:127.0.0.1" for name in NAMES for port in (plain, single, tls)]
-        yield Nginx(plain, single, tls, str(cafile), root, resolve)
+        ports = (plain, single, tls, mtls)
+        resolve = [f"{name}:{port}:127.0.0.1" for name in NAMES for port in ports]
+        yield Nginx(
+            plain,
+            single,
+            tls,
+            str(cafile),
+            root,
+            resolve,
+            mtls,
+            str(base / "client.pem"),
+            str(base / "client-key.pem"),
+        )
     finally:
         process.terminate()
         process.wait(timeout=10)
@@ -753,3 +815,103 @@ def test_what_no_response_can_be_is_refused_at_once(hostile: RawServer, name: st
         # receive error: connection_reset here): surge calls framing it cannot
         # read protocol_error, whatever part of the framing it is.
         assert curl.error is not None and curl.error != "read_timeout"
+
+
+# -- cookies -----------------------------------------------------------------------------------
+
+
+def surge_with_cookies(n: Nginx, url: str) -> Outcome:
+    """A client that keeps cookies (fetch_all's keep none: each input is its own)."""
+    with Client(resolve=n.resolve, cafile=n.cafile, follow_redirects=True, max_time=10) as c:
+        response = c.get(url)
+    return Outcome(response.status, None, response.redirects, response.url, response.text, 0)
+
+
+@pytest.mark.parametrize(
+    ("start", "name", "then", "sent"),
+    [
+        # a Domain that is a public suffix: refused (the Public Suffix List)
+        ("http://a.co.uk:{plain}", "co-uk", "http://b.co.uk:{plain}/echo", False),
+        ("http://a.github.io:{plain}", "github-io", "http://b.github.io:{plain}/echo", False),
+        ("http://www.b.test:{plain}", "b-test", "http://c.b.test:{plain}/echo", True),
+        # no Domain: the host that set it, and not the hosts under it
+        ("http://a.test:{plain}", "host-only", "http://a.test:{plain}/echo", True),
+        ("http://a.test:{plain}", "host-only", "http://x.a.test:{plain}/echo", False),
+        # Secure, from http: refused; from https: kept
+        ("http://a.test:{plain}", "secure", "https://a.test:{tls}/echo", False),
+        ("https://a.test:{tls}", "secure", "https://a.test:{tls}/echo", True),
+        # the prefixes' rules (RFC 6265bis 4.1.3)
+        ("https://a.test:{tls}", "host-prefix", "https://a.test:{tls}/echo", True),
+        ("https://a.test:{tls}", "host-prefix-domain", "https://a.test:{tls}/echo", False),
+        ("https://a.test:{tls}", "host-prefix-path", "https://a.test:{tls}/x/echo", False),
+        ("https://a.test:{tls}", "secure-prefix", "https://a.test:{tls}/echo", True),
+        ("https://a.test:{tls}", "secure-prefix-plain", "https://a.test:{tls}/echo", False),
+        ("http://a.test:{plain}", "secure-prefix", "https://a.test:{tls}/echo", False),
+    ],
+)
+def test_which_cookies_are_kept_and_sent(
+    nginx: Nginx, start: str, name: str, then: str, sent: bool
+) -> None:
+    ports = {"plain": nginx.plain, "tls": nginx.tls}
+    url = f"{start.format(**ports)}/cookie/{name}?u={then.format(**ports)}"
+    surge = surge_with_cookies(nginx, url)
+    curl = run_curl(nginx, url, "-L", "-b", os.devnull)
+    assert surge.status == curl.status and surge.redirects == curl.redirects == 1
+    if surge.status == 200:
+        assert surge.body == curl.body
+        assert ("cookie= " not in surge.body) == sent, surge.body
+
+
+def test_a_prefix_is_matched_without_regard_to_case(nginx: Nginx) -> None:
+    """RFC 6265bis 4.1.3: __SECURE-id from http is refused too (curl agrees)."""
+    url = f"http://a.test:{nginx.plain}/cookie/secure-prefix-case?u=/echo"
+    surge = surge_with_cookies(nginx, url)
+    assert "cookie= " in surge.body
+    assert surge.body == run_curl(nginx, url, "-L", "-b", os.devnull).body
+
+
+# -- a client certificate ------------------------------------------------------------------------
+
+#: The surge command, as this interpreter runs it.
+SURGE = (sys.executable, "-m", "surge.cli")
+
+
+def test_a_client_certificate(nginx: Nginx) -> None:
+    """curl's --cert/--key: the CLI's flags, the API's cert= (httpx's name)."""
+    url = f"https://a.test:{nginx.mtls}/whoami"
+    cert_only = str(Path(nginx.client_key).with_name("client-cert.pem"))
+    for args, cert in (
+        (("--cert", nginx.client_cert), nginx.client_cert),  # one PEM, certificate and key
+        (("--cert", cert_only, "--key", nginx.client_key), (cert_only, nginx.client_key)),
+    ):
+        surge, curl = both(nginx, url, args, cert=cert)
+        same(surge, curl)
+        assert surge.status == 200 and surge.body.startswith("client=OU=Testing cert")
+        done = subprocess.run(
+            [*SURGE, "fetch", "-", "--cacert", nginx.cafile, "--resolve=*:*:127.0.0.1", *args],
+            input=url,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        assert json.loads(done.stdout)["status"] == 200
+    surge, curl = both(nginx, url)  # none: nginx answers 400
+    same(surge, curl)
+    assert surge.status == 400
+
+
+def test_a_bad_client_certificate_is_a_usage_error(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [*SURGE, "fetch", "-", "--cert", str(tmp_path / "missing.pem")],
+        input="https://a.test/",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2 and "missing.pem" in done.stderr
+    key_only = subprocess.run(
+        [*SURGE, "fetch", "-", "--key", "k.pem"], input="", capture_output=True, text=True
+    )
+    assert key_only.returncode == 2 and "--key needs --cert" in key_only.stderr

@@ -123,6 +123,10 @@ class FetchOptions:
         CA certificates (PEM) to trust instead of the system's [--cacert].
     insecure
         Do not verify TLS certificates [-k].
+    cert
+        The client certificate shown to servers that ask for one [--cert,
+        --key]: a PEM file with the certificate and its key, or (certificate
+        file, key file).
     proxy
         The proxy every request goes through [--proxy]: ``http://``, ``https://``,
         ``socks5://`` (names resolved here) or ``socks5h://`` (by the proxy), with
@@ -189,6 +193,7 @@ class FetchOptions:
     ip_version: int | None = None
     cafile: str | None = None
     insecure: bool = False
+    cert: str | tuple[str, str] | None = None
     proxy: str | None = None
     noproxy: str | None = None
     proxy_cafile: str | None = None
@@ -298,6 +303,7 @@ class FetchOptions:
             location_trusted=self.location_trusted,
             cafile=self.cafile,
             insecure=self.insecure,
+            cert=self.cert,
             # The environment's proxy variables too, as curl reads them: a job
             # run where a proxy is the way out works without flags.
             proxy=self.proxy,
@@ -371,6 +377,7 @@ async def fetch(
     ip_version: int | None = None,
     cafile: str | None = None,
     insecure: bool = False,
+    cert: str | tuple[str, str] | None = None,
     proxy: str | None = None,
     noproxy: str | None = None,
     proxy_cafile: str | None = None,
@@ -768,6 +775,7 @@ def fetch_all(
     ip_version: int | None = None,
     cafile: str | None = None,
     insecure: bool = False,
+    cert: str | tuple[str, str] | None = None,
     proxy: str | None = None,
     noproxy: str | None = None,
     proxy_cafile: str | None = None,

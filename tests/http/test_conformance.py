@@ -739,12 +739,33 @@ HOSTILE = {
     "length-huge": b"HTTP/1.1 200 OK\r\nContent-Length: 18446744073709551615\r\n\r\nab",
     "te-compress": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: compress, chunked\r\n\r\n"
     + chunked(b"ab"),
+    # the same classes, other shapes
+    "fold-1xx": b"HTTP/1.1 103 Early\r\nLink: </a>;\r\n rel=preload\r\n\r\n"
+    b"HTTP/1.1 200 OK\r\nX-Folded: one\r\n two\r\nContent-Length: 2\r\n\r\nhi",
+    "ce-folded": b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip,\r\n br\r\n"
+    b"Content-Length: %d\r\n\r\n%s" % (len(BR_OVER_GZIP), BR_OVER_GZIP),
+    "ce-empty-line": b"HTTP/1.1 200 OK\r\nContent-Encoding:\r\nContent-Encoding: gzip, br\r\n"
+    b"Content-Length: %d\r\n\r\n%s" % (len(BR_OVER_GZIP), BR_OVER_GZIP),
+    "status-000": b"HTTP/1.1 000 Zero\r\nContent-Length: 2\r\n\r\nhi",
+    "chunk-ext": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b"ffffffffffffffff;name=value\r\nab",
+    "chunk-zeros": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b"0000ffffffffffffffff\r\nab",
+    "chunk-2e63": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n8000000000000000\r\nab",
+    "chunk-later": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n"
+    b"ffffffffffffffff\r\ncd",
+    "length-zeros": b"HTTP/1.1 200 OK\r\nContent-Length: 000000018446744073709551615\r\n\r\nab",
+    # kept as curl keeps them
+    "gzip-cut": b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s"
+    % (len(gzip.compress(PLAIN)) - 8, gzip.compress(PLAIN)[:-8]),
+    "bare-lf": b"HTTP/1.1 200 OK\nContent-Length: 2\n\nhi",
 }
 
 
 @pytest.fixture(scope="module")
 def hostile() -> Iterator[RawServer]:
-    server = RawServer(HOSTILE, hold=frozenset({"chunk-huge", "length-huge"}))
+    held = frozenset(name for name in HOSTILE if name.startswith(("chunk-", "length-")))
+    server = RawServer(HOSTILE, hold=held)
     try:
         yield server
     finally:
@@ -768,11 +789,19 @@ def raw_curl(url: str, *args: str) -> Outcome:
     return curl_outcome(json.loads(info_text), body.decode("utf-8", "replace"))
 
 
-@pytest.mark.parametrize("name", ["te-gzip", "te-gzip-lines", "te-gzip-close", "ce-lines"])
+@pytest.mark.parametrize(
+    "name", ["te-gzip", "te-gzip-lines", "te-gzip-close", "ce-lines", "ce-folded", "ce-empty-line"]
+)
 def test_every_coding_of_a_body_is_undone(hostile: RawServer, name: str) -> None:
     surge = raw_surge(hostile.url(name))
     curl = raw_curl(hostile.url(name), "--compressed")
     assert (surge.status, surge.error, surge.body) == (200, None, PLAIN.decode())
+    if name == "ce-folded":
+        # DIFFERENCE: curl 7.88 reads a folded Content-Encoding's first line
+        # only ("gzip,"), so it fails to undo br; RFC 9112 5.2 makes the fold a
+        # space inside the one value, "gzip, br", which surge undoes.
+        assert curl.error == "protocol_error"
+        return
     assert (curl.status, curl.error, curl.body) == (surge.status, surge.error, surge.body)
 
 
@@ -786,25 +815,56 @@ def test_a_transfer_coding_is_undone_without_decompress_too(hostile: RawServer) 
             assert b"".join(response.iter_raw()) == PLAIN
 
 
-def test_an_obs_fold_is_read_as_a_space(hostile: RawServer) -> None:
-    surge, curl = raw_surge(hostile.url("fold")), raw_curl(hostile.url("fold"))
+@pytest.mark.parametrize("name", ["fold", "fold-1xx"])
+def test_an_obs_fold_is_read_as_a_space(hostile: RawServer, name: str) -> None:
+    surge, curl = raw_surge(hostile.url(name)), raw_curl(hostile.url(name))
     assert (surge.status, surge.error, surge.body) == (curl.status, curl.error, curl.body)
     assert surge.status == 200 and surge.body == "hi"
     with Client() as client:
-        response = client.get(hostile.url("fold"))
-    assert response.headers["x-folded"] == "one two three"
+        response = client.get(hostile.url(name))
+    assert response.headers["x-folded"].startswith("one two")
     assert response.head.count(b"\r\n") == 2  # unfolded: the status line and two fields
 
 
-@pytest.mark.parametrize("name", ["status-099", "chunk-huge", "length-huge", "te-compress"])
+def test_what_surge_keeps_as_curl_does_or_refuses_as_rfc_9112_allows(hostile: RawServer) -> None:
+    """Kept on purpose.  A compressed body cut short (its framing whole) is
+    handed over as far as it decodes, as curl 7.88 (and httpx) do.  A head whose
+    lines end in a bare LF: RFC 9112 2.2 lets a recipient take it or not; curl
+    takes it, llhttp refuses it and so does surge (protocol_error)."""
+    surge, curl = (
+        raw_surge(hostile.url("gzip-cut")),
+        raw_curl(hostile.url("gzip-cut"), "--compressed"),
+    )
+    assert (surge.status, surge.error, surge.body) == (curl.status, curl.error, curl.body)
+    assert surge.error is None and PLAIN.decode().startswith(surge.body)
+    surge, curl = raw_surge(hostile.url("bare-lf")), raw_curl(hostile.url("bare-lf"))
+    # DIFFERENCE (RFC 9112 2.2 allows both): curl reads a bare-LF head, surge refuses it.
+    assert (surge.error, curl.status, curl.body) == ("protocol_error", 200, "hi")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "status-099",
+        "status-000",
+        "chunk-huge",
+        "chunk-ext",
+        "chunk-zeros",
+        "chunk-2e63",
+        "chunk-later",
+        "length-huge",
+        "length-zeros",
+        "te-compress",
+    ],
+)
 def test_what_no_response_can_be_is_refused_at_once(hostile: RawServer, name: str) -> None:
     """protocol_error, not a record of status 99 nor a read_timeout after the
     server's silence (the server holds the sized ones open for 20 s)."""
     surge = raw_surge(hostile.url(name), max_time=15)
     curl = raw_curl(hostile.url(name))
-    status = None if name == "status-099" else 200  # a head that was read keeps its status
+    status = None if name.startswith("status") else 200  # a head read keeps its status
     assert (surge.status, surge.error) == (status, "protocol_error")
-    if name == "length-huge":
+    if name.startswith("length"):
         # DIFFERENCE: curl 7.88 takes a Content-Length past its 2^63 - 1 as no
         # length and reads until the close (here: until --max-time).  surge
         # refuses it at once, as RFC 9110 8.6 allows (a recipient must not be

@@ -250,3 +250,74 @@ def test_a_forked_child_gets_a_fresh_client_and_the_parent_keeps_its_own() -> No
     assert code == "0" and created == "1"  # the parent's one connection, reused
     # the child asked on a connection of its own; the parent's went on untouched
     assert answers == "[('/parent-1', 1), ('/child', 2), ('/parent-2', 1)]"
+
+
+@pytest.mark.parametrize("error", [SystemExit, KeyboardInterrupt])
+def test_a_callback_that_raises_systemexit_leaves_the_client_working(
+    server: GateServer, error: type[BaseException]
+) -> None:
+    """asyncio raises a task's SystemExit/KeyboardInterrupt out of the loop too:
+    the caller gets it, and the loop goes on for everyone else."""
+
+    def auth(request: object) -> object:
+        raise error()
+
+    with Client(max_time=10) as client, ThreadPoolExecutor(2) as pool:
+        with pytest.raises(error):
+            client.get(server.url("/x"), auth=auth)
+        assert pool.submit(client.get, server.url("/after")).result(timeout=10).status == 200
+    assert server.paths_answered() == ["/after"]
+
+
+def test_unclosed_clients_let_go_of_their_threads(server: GateServer) -> None:
+    import gc
+
+    before = threading.active_count()
+    for _ in range(20):
+        Client().get(server.url("/dropped"))
+    gc.collect()
+    assert server.wait_until(lambda s: s.open == 0)  # their connections closed, too
+    assert threading.active_count() <= before + 1
+
+
+def test_a_stream_whose_client_closed_fails_at_once(server: GateServer) -> None:
+    client = Client(max_time=10)
+    with client.stream("GET", server.url("/s")) as response:
+        closer = threading.Thread(target=client.close)
+        closer.start()
+        closer.join(10)
+        with pytest.raises(PortalClosed):
+            response.read()
+
+
+def test_a_fork_while_another_thread_holds_the_clients_start_lock() -> None:
+    """The thread that held it does not exist in the child: the child must
+    not wait for it for ever."""
+    out = run_script(
+        """
+        import os, threading
+        from gate_server import GateServer
+        from surge.http import Client
+
+        with GateServer() as server, Client(max_time=30) as client:
+            held, go = threading.Event(), threading.Event()
+
+            def hold():
+                with client._starting:  # as a first call or a close() does
+                    held.set()
+                    go.wait()
+
+            holder = threading.Thread(target=hold)
+            holder.start()
+            held.wait()
+            pid = os.fork()
+            if pid == 0:
+                ok = client.get(server.url("/child")).status == 200
+                os._exit(0 if ok else 1)
+            go.set()
+            holder.join()
+            print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+            print(client.get(server.url("/parent")).status)
+        """
+    )
+    assert out.split() == ["0", "200"]

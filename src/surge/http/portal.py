@@ -265,7 +265,16 @@ def _run_loop(
     asyncio.set_event_loop(loop)
     started.set()
     try:
-        loop.run_forever()
+        while True:
+            try:
+                loop.run_forever()
+                break  # stopped: the portal's close
+            except BaseException:
+                # A call's coroutine that raised SystemExit or KeyboardInterrupt
+                # (a request's callback did) has that exception as its result,
+                # which its caller gets; asyncio also raises it out of
+                # run_forever, which would end the loop of every other caller.
+                continue
     finally:
         try:
             loop.run_until_complete(loop.shutdown_asyncgens())

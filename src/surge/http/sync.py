@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import os
 import threading
 import weakref
 from collections.abc import Iterator
@@ -48,6 +49,7 @@ class Client:
         self._starting = threading.RLock()  # reentrant: a signal handler may start it
         self._finalizer: weakref.finalize[Any, Any] | None = None
         self._closed = False
+        _CLIENTS.add(self)
 
     @property
     def async_client(self) -> AsyncClient:
@@ -181,6 +183,21 @@ class Client:
             resolver.forget_loop()
         self._client = AsyncClient(**options)
         self._portal = None
+
+
+#: Every client alive, for the fork hook.
+_CLIENTS: weakref.WeakSet[Client] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A thread of the parent may have held a client's start lock at the fork:
+    in the child, where that thread does not exist, it would never be let go."""
+    for client in list(_CLIENTS):
+        client._starting = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def request(method: str, url: str, **kwargs: Any) -> Response:

@@ -54,7 +54,8 @@ Sections:
 ``threads``: one client shared by threads (issue #33), ``surge.http.Client``,
     ``requests.Session`` and ``httpx.Client``, and with ``--baseline SRC`` the
     Client of another checkout of surge (its ``src`` first on PYTHONPATH: the
-    code before #33, measured in the same run).  Two measurements per child:
+    code before #33, measured in the same run; ``sync`` and ``oneshot`` then
+    get a baseline row too).  Two measurements per child:
     *throughput*, ``--threads`` (8) threads each sending ``--thread-requests``
     (500) keep-alive GETs to ``status-200.sim`` (after 20 each, unmeasured), the
     wall time and CPU of the lot and whether every response came back to its
@@ -124,6 +125,7 @@ class Peer:
 
 PEERS = (
     Peer("surge_client", "surge.http.Client", "sync", "surge"),
+    Peer("surge_client_baseline", "surge.http.Client (baseline)", "sync", "surge", baseline=True),
     Peer("requests_session", "requests.Session", "sync", "requests", reference=True),
     Peer("httpx_client", "httpx.Client", "sync", "httpx"),
     Peer("surge_async", "surge AsyncClient, asyncio", "async", "surge"),
@@ -142,6 +144,7 @@ PEERS = (
     ),
     Peer("aiohttp_16", "aiohttp ClientSession, 16 in flight", "async16", "aiohttp", inflight=16),
     Peer("surge_get", "surge.get()", "oneshot", "surge"),
+    Peer("surge_get_baseline", "surge.get() (baseline)", "oneshot", "surge", baseline=True),
     Peer("requests_get", "requests.get()", "oneshot", "requests", reference=True),
     Peer("httpx_get", "httpx.get()", "oneshot", "httpx"),
     Peer("surge_threads", "surge.http.Client", "threads", "surge"),

@@ -142,6 +142,11 @@ class Portal:
     def closed(self) -> bool:
         return self._closing
 
+    @property
+    def forked(self) -> bool:
+        """Made in the parent of this forked process (and so closed here)."""
+        return self._forked
+
     def call(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run ``coroutine`` on the portal's loop and wait for it: its result,
         or its exception raised here."""

@@ -55,8 +55,10 @@ class Client:
     def async_client(self) -> AsyncClient:
         """The asynchronous client underneath (its ``stats()``, its options).  Its
         coroutines run on this client's loop (``client.portal.call(...)``)."""
-        if self._portal is not None and self._portal.closed and not self._closed:
-            self._fresh_after_fork()
+        if self._portal is not None and self._portal.forked:
+            with self._starting:
+                if self._portal is not None and self._portal.forked:
+                    self._fresh_after_fork()
         return self._client
 
     @property
@@ -117,7 +119,12 @@ class Client:
                 response.close()
 
     def stats(self) -> dict[str, Any]:
-        return self.async_client.stats()
+        """As :meth:`AsyncClient.stats`, read on the client's loop (its pool
+        changes there)."""
+        portal = self._portal
+        if portal is None or portal.closed:
+            return self.async_client.stats()
+        return portal.call(_stats(self._client))
 
     def close(self) -> None:
         """Close the pooled connections and stop the client's loop, from any
@@ -156,9 +163,9 @@ class Client:
             portal = self._portal
             if portal is not None and not portal.closed:
                 return portal
-            if self._closed:
+            if self._closed or (portal is not None and not portal.forked):
                 raise PortalClosed("the client is closed")
-            if portal is not None:  # closed but not by us: made before a fork
+            if portal is not None:  # made in the parent of this forked process
                 self._fresh_after_fork()
             portal = Portal()
             # An unclosed client that is dropped closes its connections and loop
@@ -183,6 +190,10 @@ class Client:
             resolver.forget_loop()
         self._client = AsyncClient(**options)
         self._portal = None
+
+
+async def _stats(client: AsyncClient) -> dict[str, Any]:
+    return client.stats()
 
 
 #: Every client alive, for the fork hook.

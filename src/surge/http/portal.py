@@ -97,7 +97,8 @@ class PortalForked(PortalClosed):
 
 
 class _Call(Generic[T]):
-    """One coroutine handed to the loop, and how its caller learns the outcome."""
+    """One coroutine handed to the loop, and how its caller learns the outcome:
+    the call is its task's done callback (no closure per call)."""
 
     __slots__ = ("coroutine", "done", "error", "task", "value")
 
@@ -108,6 +109,19 @@ class _Call(Generic[T]):
         self.task: asyncio.Task[T] | None = None
         self.value: T | None = None
         self.error: BaseException | None = None
+
+    def __call__(self, task: asyncio.Task[T]) -> None:
+        """The task ended (on the loop): its outcome, then the caller wakes."""
+        self.task = None
+        if task.cancelled():
+            self.error = PortalClosed("the client was closed while the call ran")
+        else:
+            error = task.exception()
+            if error is None:
+                self.value = task.result()
+            else:
+                self.error = error
+        self.done.release()
 
 
 class Portal:
@@ -120,7 +134,6 @@ class Portal:
         loop_factory: Callable[[], asyncio.AbstractEventLoop] = new_event_loop,
     ) -> None:
         self._loop = loop_factory()
-        self._calls: set[_Call[Any]] = set()  # in flight; touched on the loop only
         self._closing = False
         self._forked = False
         self._lock = threading.RLock()  # close()'s state; reentrant: a signal handler
@@ -196,28 +209,15 @@ class Portal:
             call.done.release()
             return
         task = call.task = self._loop.create_task(call.coroutine)
-        self._calls.add(call)
-        task.add_done_callback(lambda task, call=call: self._end(call, task))  # type: ignore[misc]
-
-    def _end(self, call: _Call[Any], task: asyncio.Task[Any]) -> None:
-        self._calls.discard(call)
-        call.task = None
-        if task.cancelled():
-            call.error = PortalClosed("the client was closed while the call ran")
-        else:
-            error = task.exception()
-            if error is None:
-                call.value = task.result()
-            else:
-                call.error = error
-        call.done.release()
+        task.add_done_callback(call)
 
     def _cancel(self, call: _Call[Any]) -> None:
         if call.task is not None:
             call.task.cancel()
 
     async def _shutdown(self, final: Callable[[], Awaitable[Any]] | None) -> None:
-        tasks = [call.task for call in self._calls if call.task is not None]
+        # Every other task on this loop is a call's (or a request's own).
+        tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
         for task in tasks:
             task.cancel()
         if tasks:

@@ -755,6 +755,12 @@ HOSTILE = {
     "chunk-later": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n"
     b"ffffffffffffffff\r\ncd",
     "length-zeros": b"HTTP/1.1 200 OK\r\nContent-Length: 000000018446744073709551615\r\n\r\nab",
+    # RFC 9110 5.5: a NUL in a field value is rejected (curl too: exit 8)
+    "nul-value": b"HTTP/1.1 200 OK\r\nX-A: a\x00b\r\nContent-Length: 2\r\n\r\nhi",
+    # a framing field folded: one reading of the length, or none
+    "te-folded": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip,\r\n chunked\r\n\r\n"
+    + chunked(gzip.compress(PLAIN)),
+    "length-folded": b"HTTP/1.1 200 OK\r\nContent-Length:\r\n 2\r\n\r\nhi",
     # kept as curl keeps them
     "gzip-cut": b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s"
     % (len(gzip.compress(PLAIN)) - 8, gzip.compress(PLAIN)[:-8]),
@@ -842,9 +848,22 @@ def test_what_surge_keeps_as_curl_does_or_refuses_as_rfc_9112_allows(hostile: Ra
     assert (surge.error, curl.status, curl.body) == ("protocol_error", 200, "hi")
 
 
+@pytest.mark.parametrize("name", ["te-folded", "length-folded"])
+def test_a_folded_framing_field_is_refused(hostile: RawServer, name: str) -> None:
+    """DIFFERENCE: RFC 9112 5.2 makes an obs-fold a space, but llhttp reads a
+    folded Transfer-Encoding its own way ("gzip,\r\n chunked" is not chunked to
+    it), and a body's length must have one reading (RFC 9112 11.2), so surge
+    refuses a folded Transfer-Encoding or Content-Length.  curl 7.88 misreads
+    them (a folded Transfer-Encoding's body comes with its chunk framing, a
+    folded Content-Length is its exit 8), so no reference reads them right."""
+    surge = raw_surge(hostile.url(name), max_time=5)
+    assert (surge.status, surge.error) == (200, "protocol_error")
+
+
 @pytest.mark.parametrize(
     "name",
     [
+        "nul-value",
         "status-099",
         "status-000",
         "chunk-huge",
@@ -862,7 +881,8 @@ def test_what_no_response_can_be_is_refused_at_once(hostile: RawServer, name: st
     server's silence (the server holds the sized ones open for 20 s)."""
     surge = raw_surge(hostile.url(name), max_time=15)
     curl = raw_curl(hostile.url(name))
-    status = None if name.startswith("status") else 200  # a head read keeps its status
+    # a head that was read keeps its status
+    status = None if name.startswith("status") else 200
     assert (surge.status, surge.error) == (status, "protocol_error")
     if name.startswith("length"):
         # DIFFERENCE: curl 7.88 takes a Content-Length past its 2^63 - 1 as no

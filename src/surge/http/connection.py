@@ -660,10 +660,24 @@ class HTTPConnection(asyncio.Protocol):
             raw = raw[start:]
             self._interim = 0
         head = raw[: raw.find(b"\r\n\r\n")]
+        if head.find(b"\x00") >= 0:
+            # RFC 9110 5.5: a NUL in a field value is rejected (or replaced); llhttp's
+            # lenient values (for obs-fold, _new_parser) let it through.  Other
+            # controls may stay (the RFC allows it, as curl keeps them); a CR or
+            # LF alone llhttp still refuses.
+            self._fail(RequestError("protocol_error", "a NUL in the response head"))
+            return
         if head.find(b"\r\n ") >= 0 or head.find(b"\r\n\t") >= 0:
             # RFC 9112 5.2: a user agent replaces each obs-fold with a space
             # before it reads the value (llhttp joined them, leniently; surge
-            # reads the raw head, so it is unfolded here, once).
+            # reads the raw head, so it is unfolded here, once) - except in a
+            # framing field, which llhttp reads its own way ("gzip,\r\n chunked"
+            # is not chunked to it): one response, one reading of its length.
+            folded = _folded_framing(head)
+            if folded is not None:
+                why = f"a folded {folded} (its framing is ambiguous)"
+                self._fail(RequestError("protocol_error", why, status=status))
+                return
             head = _FOLD.sub(b" ", head)
         response.head = head
         if response.is_head or status in _NO_BODY_STATUSES:
@@ -973,6 +987,19 @@ def _content_length(head: bytes) -> int:
     # 64-bit bound anyway.
     value = value.lstrip(b"0") or b"0"
     return int(value) if value.isdigit() and len(value) <= 20 else -1
+
+
+def _folded_framing(head: bytes) -> str | None:
+    """The name of a Transfer-Encoding or Content-Length field continued on an
+    indented line (an obs-fold), or None."""
+    name = b""
+    for line in head.split(b"\r\n")[1:]:
+        if line[:1] in (b" ", b"\t"):
+            if name in (b"transfer-encoding", b"content-length"):
+                return name.decode()
+        else:
+            name = line.partition(b":")[0].strip().lower()
+    return None
 
 
 def header_values(head: bytes, lower: bytes, marker: bytes) -> bytes:

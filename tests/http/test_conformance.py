@@ -7,6 +7,11 @@ class (curl's exit code, mapped) and the body.  nginx's ``/echo`` answers with
 the request's Host and credential headers, so what each client *sent* is compared
 too.  Where surge differs from curl on purpose the case says so (``DIFFERENCES``,
 and docs/architecture.md "Where surge and curl differ").
+
+What nginx would never send comes from :class:`RawServer`, a hostile server
+that answers with exact bytes (obs-fold, transfer codings, split codings,
+impossible statuses and sizes, NULs), again with curl beside surge; cookies
+run through a client that keeps them, against curl's cookie engine (libpsl).
 """
 
 from __future__ import annotations

@@ -51,6 +51,21 @@ Sections:
     client, a new connection and its close on every call (``--oneshot-requests``,
     200, after a warm-up of 20).  No target; a secondary row.
 
+``threads``: one client shared by threads (issue #33), ``surge.http.Client``,
+    ``requests.Session`` and ``httpx.Client``, and with ``--baseline SRC`` the
+    Client of another checkout of surge (its ``src`` first on PYTHONPATH: the
+    code before #33, measured in the same run; ``sync`` and ``oneshot`` then
+    get a baseline row too).  Two measurements per child:
+    *throughput*, ``--threads`` (8) threads each sending ``--thread-requests``
+    (500) keep-alive GETs to ``status-200.sim`` (after 20 each, unmeasured), the
+    wall time and CPU of the lot and whether every response came back to its
+    own thread (each thread checks its responses' URLs); *latency*, eight
+    threads each sending one GET to ``delay-1000.sim`` (1 s) and, 0.2 s later,
+    a ninth thread one GET to ``delay-10.sim`` (10 ms; a connection to it
+    warmed first), the wall time of that one request.  Targets (#33): the
+    10 ms request <= 50 ms; throughput no slower than the baseline's; and (the
+    ``sync`` section) CPU per GET from one thread <= 0.25x requests.Session.
+
 What is excluded: interpreter start-up and imports, building the client (except
 in ``oneshot``), the warm-up, the server's CPU.  The machine is a shared 2-core
 microVM where system calls cost several microseconds; absolute numbers are
@@ -76,7 +91,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results" / "api.json"
-SECTIONS = ("sync", "async", "async16", "oneshot")
+SECTIONS = ("sync", "async", "async16", "oneshot", "threads")
 #: The simulated host every request goes to: 200, a 1 KiB plain body, no delay.
 HOST = "status-200.sim"
 #: A request slower than this fails the run (seconds).
@@ -96,6 +111,7 @@ class Peer:
         loop: str = "asyncio",
         inflight: int = 1,
         reference: bool = False,
+        baseline: bool = False,
     ) -> None:
         self.name = name
         self.label = label
@@ -104,10 +120,12 @@ class Peer:
         self.loop = loop
         self.inflight = inflight
         self.reference = reference  # the section's denominator
+        self.baseline = baseline  # surge from --baseline SRC
 
 
 PEERS = (
     Peer("surge_client", "surge.http.Client", "sync", "surge"),
+    Peer("surge_client_baseline", "surge.http.Client (baseline)", "sync", "surge", baseline=True),
     Peer("requests_session", "requests.Session", "sync", "requests", reference=True),
     Peer("httpx_client", "httpx.Client", "sync", "httpx"),
     Peer("surge_async", "surge AsyncClient, asyncio", "async", "surge"),
@@ -126,9 +144,25 @@ PEERS = (
     ),
     Peer("aiohttp_16", "aiohttp ClientSession, 16 in flight", "async16", "aiohttp", inflight=16),
     Peer("surge_get", "surge.get()", "oneshot", "surge"),
+    Peer("surge_get_baseline", "surge.get() (baseline)", "oneshot", "surge", baseline=True),
     Peer("requests_get", "requests.get()", "oneshot", "requests", reference=True),
     Peer("httpx_get", "httpx.get()", "oneshot", "httpx"),
+    Peer("surge_threads", "surge.http.Client", "threads", "surge"),
+    Peer(
+        "surge_threads_baseline",
+        "surge.http.Client (baseline)",
+        "threads",
+        "surge",
+        baseline=True,
+        reference=True,
+    ),
+    Peer("requests_threads", "requests.Session", "threads", "requests"),
+    Peer("httpx_threads", "httpx.Client", "threads", "httpx"),
 )
+#: The threads section's latency probe: eight of these in flight...
+SLOW_HOST = "delay-1000.sim"
+#: ... while one of these is timed.
+FAST_HOST = "delay-10.sim"
 
 
 # -- the child: one peer, one process ------------------------------------------------------
@@ -232,6 +266,99 @@ def _child_sync(spec: dict[str, Any], w: _Window) -> None:
     w.stop(outcomes, warm)
 
 
+def _sync_client(library: str) -> tuple[Callable[[str], tuple[int, str]], Callable[[], None]]:
+    """One client of ``library`` to share between threads: get(url) -> (status,
+    the URL that answered), and its close."""
+    if library == "surge":
+        from surge.http import Client
+
+        client = Client(resolve=["*.sim:*:127.0.0.1"], trust_env=False, max_time=30)
+
+        def get(url: str) -> tuple[int, str]:
+            response = client.get(url)
+            return response.status, str(response.url)
+
+        return get, client.close
+    _sim_to_loopback()
+    if library == "requests":
+        import requests
+
+        session = requests.Session()
+        session.trust_env = False
+
+        def rget(url: str) -> tuple[int, str]:
+            response = session.get(url, timeout=REQUEST_TIMEOUT_S)
+            return response.status_code, response.url
+
+        return rget, session.close
+    import httpx
+
+    hclient = httpx.Client(trust_env=False, timeout=REQUEST_TIMEOUT_S)
+
+    def hget(url: str) -> tuple[int, str]:
+        response = hclient.get(url)
+        return response.status_code, str(response.url)
+
+    return hget, hclient.close
+
+
+def _child_threads(spec: dict[str, Any]) -> dict[str, Any]:
+    """Throughput of ``threads`` x ``requests`` GETs, then the 10 ms request's
+    wall time while eight 1 s requests are in flight (see the module's notes)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    get, close = _sync_client(spec["library"])
+    threads, count = spec["threads"], spec["requests"]
+    base = spec["url"]  # http://status-200.sim:PORT/
+
+    def url_for(host: str, path: str = "/") -> str:
+        return base.replace(HOST, host).rstrip("/") + path
+
+    def work(n: int, many: int) -> tuple[int, int]:
+        ok = matched = 0
+        for i in range(many):
+            url = url_for(HOST, f"/t{n}/{i}")
+            status, answered = get(url)
+            ok += status == 200
+            matched += answered == url
+        return ok, matched
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(work, range(threads), [20] * threads))  # warm: a connection each
+        before = _usage()
+        started = time.perf_counter()
+        results = list(pool.map(work, range(threads), [count] * threads))
+        wall = time.perf_counter() - started
+        after = _usage()
+    get(url_for(FAST_HOST))  # a pooled connection to the fast host, as to the slow ones
+    slow = [threading.Thread(target=get, args=(url_for(SLOW_HOST),)) for _ in range(8)]
+    for thread in slow:
+        thread.start()
+    time.sleep(0.2)  # the eight are sent by now (1 s each: none has come back)
+    fast: list[float] = []
+
+    def timed() -> None:
+        t = time.perf_counter()
+        get(url_for(FAST_HOST))
+        fast.append(time.perf_counter() - t)
+
+    probe = threading.Thread(target=timed)
+    probe.start()
+    probe.join()
+    for thread in slow:
+        thread.join()
+    close()
+    return {
+        "wall_s": wall,
+        "cpu_s": after[0] + after[1] - before[0] - before[1],
+        "requests": threads * count,
+        "ok": sum(ok for ok, _ in results),
+        "matched": sum(m for _, m in results),
+        "fast_ms": fast[0] * 1000 if fast else None,
+    }
+
+
 async def _drive(get: Callable[[], Awaitable[int]], n: int, inflight: int) -> Counter[Any]:
     """``n`` requests, ``inflight`` at a time (1: each awaited in turn, no tasks)."""
     outcomes: Counter[Any] = Counter()
@@ -330,6 +457,10 @@ def child(spec_path: str) -> int:
     """Measure the peer of SPEC.json; print one line of JSON."""
     with open(spec_path) as f:
         spec = json.load(f)
+    if spec["section"] == "threads":
+        print(json.dumps(_child_threads(spec)), flush=True)
+        sys.stderr.flush()
+        os._exit(0)
     w = _Window()
     if spec["section"] in ("sync", "oneshot"):
         _child_sync(spec, w)
@@ -351,9 +482,25 @@ def child(spec_path: str) -> int:
 # -- the parent: rounds of children ---------------------------------------------------------
 
 
-def run_peer(peer: Peer, url: str, requests: int, warmup: int, limit_s: float) -> dict[str, Any]:
+def run_peer(
+    peer: Peer,
+    url: str,
+    requests: int,
+    warmup: int,
+    limit_s: float,
+    threads: int = 8,
+    baseline: str | None = None,
+) -> dict[str, Any]:
     """One child run of ``peer``: its JSON (plus cpu/request), or {"error": ...}."""
     from _common import run_child
+
+    env = None
+    if peer.baseline:  # the other checkout's surge, ahead of this one
+        assert baseline is not None
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (os.path.join(baseline, "src"), env.get("PYTHONPATH", "")) if p
+        )
 
     with tempfile.TemporaryDirectory(prefix=f"surge-api-{peer.name}-") as directory:
         spec_path = os.path.join(directory, "spec.json")
@@ -367,6 +514,7 @@ def run_peer(peer: Peer, url: str, requests: int, warmup: int, limit_s: float) -
             "url": url,
             "requests": requests,
             "warmup": warmup,
+            "threads": threads,
         }
         Path(spec_path).write_text(json.dumps(spec))
         with open(out_path, "wb") as out:
@@ -374,6 +522,7 @@ def run_peer(peer: Peer, url: str, requests: int, warmup: int, limit_s: float) -
                 [sys.executable, str(Path(__file__).resolve()), "--child", spec_path],
                 limit_s,
                 stdout=out.fileno(),
+                env=env,
             )
         text = Path(out_path).read_text().strip()
     if run.killed:
@@ -382,6 +531,8 @@ def run_peer(peer: Peer, url: str, requests: int, warmup: int, limit_s: float) -
         result: dict[str, Any] = json.loads(text.splitlines()[-1])
     except (IndexError, json.JSONDecodeError):
         return {"error": f"exit status {run.status}, no result"}
+    if peer.section == "threads":
+        return result
     result["cpu_per_request_s"] = result["cpu_s"] / requests
     result["ok"] = int(result["outcomes"].get("200", 0))
     if result["ok"] != requests:
@@ -440,6 +591,94 @@ def summarise(peers: Sequence[Peer], runs: dict[str, list[dict[str, Any]]]) -> d
                 entry["median_cpu_per_request_s"] / out[base]["median_cpu_per_request_s"]
             )
     return out
+
+
+def summarise_threads(peers: Sequence[Peer], runs: dict[str, list[dict[str, Any]]]) -> Any:
+    """Per threads peer: medians of wall time, CPU and the fast request's time,
+    and whether every response came back whole to its own thread."""
+    out: dict[str, Any] = {}
+    for peer in peers:
+        got = [r for r in runs[peer.name] if "wall_s" in r]
+        entry: dict[str, Any] = {"label": peer.label, "section": "threads", "runs": runs[peer.name]}
+        if got:
+            entry["median_wall_s"] = statistics.median(r["wall_s"] for r in got)
+            entry["wall_s_by_round"] = [r["wall_s"] for r in got]
+            entry["median_cpu_per_request_s"] = statistics.median(
+                r["cpu_s"] / r["requests"] for r in got
+            )
+            fast = [r["fast_ms"] for r in got if r.get("fast_ms") is not None]
+            entry["fast_ms_by_round"] = fast
+            entry["median_fast_ms"] = statistics.median(fast) if fast else None
+            entry["max_fast_ms"] = max(fast) if fast else None
+            entry["all_matched"] = all(r["ok"] == r["matched"] == r["requests"] for r in got)
+        out[peer.name] = entry
+    return out
+
+
+def threads_table(title: str, peers: Sequence[Peer], results: dict[str, Any]) -> Any:
+    from _common import Table
+
+    table = Table(
+        title,
+        [
+            "peer",
+            "8 threads wall s",
+            "rounds (s)",
+            "cpu/req ms",
+            "all matched",
+            "10 ms request, ms",
+            "rounds (ms)",
+        ],
+    )
+    for peer in peers:
+        r = results.get(peer.name)
+        if not r or "median_wall_s" not in r:
+            errors = "; ".join(str(x.get("error")) for x in (r or {}).get("runs", []))
+            table.add(peer.label, "-", "", "", "", "", errors)
+            continue
+        fast = r["median_fast_ms"]
+        table.add(
+            peer.label,
+            f"{r['median_wall_s']:.3f}",
+            " ".join(f"{x:.2f}" for x in r["wall_s_by_round"]),
+            _ms(r["median_cpu_per_request_s"]),
+            "yes" if r["all_matched"] else "NO",
+            "-" if fast is None else f"{fast:.1f}",
+            " ".join(f"{x:.0f}" for x in r["fast_ms_by_round"]),
+        )
+    return table
+
+
+def check_thread_targets(results: dict[str, Any], quick: bool) -> list[Any]:
+    from _common import Target
+
+    ours = results.get("surge_threads")
+    base = results.get("surge_threads_baseline")
+    if not ours or "median_wall_s" not in ours:
+        return [Target("threads: surge.http.Client shared by threads", "run", "not run", None)]
+    worst = ours["max_fast_ms"]
+    targets = [
+        Target(
+            "threads: a 10 ms request while eight 1 s requests are in flight",
+            "<= 50 ms, every round",
+            f"{ours['median_fast_ms']:.1f} ms median, {worst:.1f} ms worst",
+            None if quick else worst <= 50 and ours["all_matched"],
+        )
+    ]
+    if base and "median_wall_s" in base:
+        targets.append(
+            Target(
+                "threads: 8 threads x GETs on one client, wall time",
+                "no slower than the baseline (before #33), same run",
+                f"{ours['median_wall_s']:.3f} s against {base['median_wall_s']:.3f} s",
+                None if quick else ours["median_wall_s"] <= base["median_wall_s"],
+            )
+        )
+    else:
+        targets.append(
+            Target("threads: wall time against the baseline", "--baseline SRC", "not run", None)
+        )
+    return targets
 
 
 def _ms(x: float) -> str:
@@ -542,6 +781,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--limit", type=float, default=120.0, help="seconds before a child is killed"
     )
+    parser.add_argument("--threads", type=int, default=8, help="threads: threads sharing a client")
+    parser.add_argument(
+        "--thread-requests", type=int, help="threads: GETs per thread (500; quick: 50)"
+    )
+    parser.add_argument(
+        "--baseline",
+        metavar="SRC",
+        help="threads: a checkout of surge (its src/ is imported) measured as the baseline",
+    )
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="JSON path")
     args = parser.parse_args(argv)
     args.only = parse_sections(parser, args.only, SECTIONS)
@@ -549,6 +797,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args.requests = args.requests or (200 if args.quick else 2_000)
     args.warmup = args.warmup or (20 if args.quick else 200)
     args.oneshot_requests = args.oneshot_requests or (20 if args.quick else 200)
+    args.thread_requests = args.thread_requests or (50 if args.quick else 500)
     return args
 
 
@@ -557,6 +806,7 @@ TITLES = {
     "async": "async, keep-alive, one request at a time (each awaited in turn)",
     "async16": "async, keep-alive, 16 in flight, asyncio",
     "oneshot": "one-shot get(): a new client and connection per call",
+    "threads": "one client shared by threads",
 }
 
 
@@ -583,7 +833,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     announce("surge API benchmark (one request at a time)", info, args.quick)
     started = time.perf_counter()
-    peers = [p for p in PEERS if p.section in args.only]
+    peers = [
+        p for p in PEERS if p.section in args.only and (not p.baseline or args.baseline is not None)
+    ]
     runs: dict[str, list[dict[str, Any]]] = {p.name: [] for p in peers}
     with sim_on_own_cpu(seed=0) as (sim, cpus):
         url = sim.url(HOST)
@@ -592,16 +844,32 @@ def main(argv: Sequence[str] | None = None) -> int:
             for peer in peers[shift:] + peers[:shift]:  # rotated: no peer always goes first
                 oneshot = peer.section == "oneshot"
                 n = args.oneshot_requests if oneshot else args.requests
+                if peer.section == "threads":
+                    n = args.thread_requests
                 warm = max(1, args.warmup // 10) if oneshot else args.warmup
                 progress(f"round {round_no + 1} of {args.rounds}: {peer.name}")
-                result = run_peer(peer, url, n, warm, args.limit)
+                result = run_peer(peer, url, n, warm, args.limit, args.threads, args.baseline)
                 result["round"] = round_no + 1
                 runs[peer.name].append(result)
-    results = summarise(peers, runs)
+    thread_peers = [p for p in peers if p.section == "threads"]
+    results = summarise([p for p in peers if p.section != "threads"], runs)
+    results.update(summarise_threads(thread_peers, runs))
     by_section: dict[str, Any] = {}
     for section in SECTIONS:
         chosen = [p for p in peers if p.section == section]
         if not chosen:
+            continue
+        if section == "threads":
+            table = threads_table(
+                f"{TITLES[section]}: {args.threads} threads x {args.thread_requests:,} GETs to "
+                f"{HOST}; then {FAST_HOST} while 8 x {SLOW_HOST} are in flight; "
+                f"median of {args.rounds} rounds",
+                chosen,
+                results,
+            )
+            table.note("target (#33): the 10 ms request <= 50 ms; wall no slower than baseline")
+            by_section[section] = table.render()
+            table.print()
             continue
         reference = next(p for p in chosen if p.reference)
         n = args.oneshot_requests if section == "oneshot" else args.requests
@@ -632,6 +900,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         + "\n"
     )
     targets = check_targets(results, args.quick)
+    if thread_peers:
+        targets += check_thread_targets(results, args.quick)
     print_targets(targets, args.quick)
     command = "python benchmarks/api.py" + "".join(f" {a}" for a in argv)
     path = write_json(

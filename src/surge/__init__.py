@@ -12,7 +12,8 @@
 ``surge.fetch`` (async iterator), ``surge.fetch_all`` (plain iterator),
 ``surge.fetch_on_cluster`` (a plain iterator over a Dask cluster's shards) and
 the one-request functions ``surge.get``, ``post``, ``put``, ``patch``,
-``delete``, ``head`` and ``request`` (surge.http.sync) are loaded on first use,
+``delete``, ``head`` and ``request``, and the clients ``surge.Client`` and
+``surge.AsyncClient`` (surge.http) are loaded on first use,
 so ``import surge`` stays cheap; so are the subpackages (``surge.http``,
 ``surge.trace``, ...), as attributes of ``surge``.
 """
@@ -26,9 +27,12 @@ from surge._version import __version__
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, __getattr__ loads them
     from surge.bulk.cluster import fetch_on_cluster
     from surge.bulk.engine import FetchOptions, fetch, fetch_all
-    from surge.http.sync import delete, get, head, patch, post, put, request
+    from surge.http.client import AsyncClient
+    from surge.http.sync import Client, delete, get, head, patch, post, put, request
 
 __all__ = [
+    "AsyncClient",
+    "Client",
     "FetchOptions",
     "__version__",
     "delete",
@@ -61,10 +65,14 @@ def __getattr__(name: str) -> Any:
         from surge.bulk import engine
 
         return getattr(engine, name)
-    if name in _ONE_REQUEST:
+    if name in _ONE_REQUEST or name == "Client":
         from surge.http import sync
 
         return getattr(sync, name)
+    if name == "AsyncClient":
+        from surge.http import client
+
+        return client.AsyncClient
     if name == "fetch_on_cluster":
         from surge.bulk import cluster
 

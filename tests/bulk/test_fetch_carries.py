@@ -77,10 +77,12 @@ def test_requests_with_bodies_from_flags_and_jsonl_lines(httpbin: str, tmp_path:
     assert done.returncode == 0, done.stderr
     got = records(out)
     echo = {n: json.loads(Path(got[n]["body_path"]).read_text()) for n in got}
-    assert echo[1]["method"] == "POST" and echo[1]["data"] == "a=1b=2"  # curl's -d @file
+    # curl's -d @file: the lines joined, sent as a form
+    assert echo[1]["method"] == "POST" and echo[1]["form"] == {"a": "1b=2"}
+    assert echo[1]["headers"]["Content-Type"] == "application/x-www-form-urlencoded"
     assert echo[1]["headers"]["User-Agent"] == "crawler/9"
     assert echo[2]["method"] == "PUT" and echo[2]["headers"]["X-Line"] == "2"
-    assert echo[2]["data"] == "a=1b=2"  # the run's body, the line's method
+    assert echo[2]["form"] == {"a": "1b=2"}  # the run's body, the line's method
     assert echo[3]["method"] == "POST" and echo[3]["data"] == "from the line"
     assert echo[4]["data"] == "data:application/octet-stream;base64,AP8="
     assert echo[5]["headers"]["X-A"] == "1" and echo[5]["headers"]["X-B"] == "2"

@@ -192,32 +192,56 @@ async def test_a_body_delimited_by_close_is_read_to_the_end(tiny_server: ServerF
     assert response.status == 200 and response.body == b"x" * 3000
 
 
-@pytest.mark.parametrize(
-    "wire",
-    [
-        b"HTTP/1.1 200 OK\r\n\r\nhello",
-        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n\r\nhello",
-        b"HTTP/1.1 103 Early Hints\r\nContent-Length: 99\r\n\r\nHTTP/1.1 200 OK\r\n\r\nhello",
-        # chunked counts only as the final coding of the last Transfer-Encoding
-        # (RFC 9112 6.3, as llhttp reads it); anything else is read to the close
-        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, identity\r\n\r\nhello",
-        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
-        b"Transfer-Encoding: identity\r\n\r\nhello",
-        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: notchunked\r\n\r\nhello",
-    ],
-)
-async def test_a_body_that_ends_at_the_close_is_whole(
-    tiny_server: ServerFactory, wire: bytes
-) -> None:
+def answer_once(wire: bytes) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Any]:
+    """A server handler: ``wire`` in answer to the first request, then the close."""
+
     async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
         writer.write(wire)
         await writer.drain()
         writer.close()
 
-    async with tiny_server(respond) as port, AsyncClient(decompress=False) as client:
+    return respond
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [
+        b"HTTP/1.1 200 OK\r\n\r\nhello",
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n\r\nhello",
+        b"HTTP/1.1 103 Early Hints\r\nContent-Length: 99\r\n\r\nHTTP/1.1 200 OK\r\n\r\nhello",
+        # a transfer coding that changes nothing, framed by the close
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: identity\r\n\r\nhello",
+    ],
+)
+async def test_a_body_that_ends_at_the_close_is_whole(
+    tiny_server: ServerFactory, wire: bytes
+) -> None:
+    async with tiny_server(answer_once(wire)) as port, AsyncClient(decompress=False) as client:
         response = await client.get(f"http://127.0.0.1:{port}/")
     assert (response.status, response.body) == (200, b"hello")
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [
+        # RFC 9112 6.1: chunked, when there, is the last coding; a body coded
+        # after it, or with a coding surge cannot undo, cannot be read - handed
+        # over as it came it would be a wrong body with no error (curl refuses
+        # all three too: exit 56, 56 and 61)
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, identity\r\n\r\nhello",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+        b"Transfer-Encoding: identity\r\n\r\nhello",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: notchunked\r\n\r\nhello",
+    ],
+)
+async def test_a_transfer_coding_that_cannot_be_undone_is_a_protocol_error(
+    tiny_server: ServerFactory, wire: bytes
+) -> None:
+    async with tiny_server(answer_once(wire)) as port, AsyncClient(decompress=False) as client:
+        with pytest.raises(RequestError) as caught:
+            await client.get(f"http://127.0.0.1:{port}/")
+    assert (caught.value.error_class, caught.value.status) == ("protocol_error", 200)
 
 
 async def test_a_connection_reused_after_an_interim_response_reads_the_next_one_whole(
@@ -470,3 +494,25 @@ async def test_a_head_that_never_ends_is_cut_off_at_the_bound(
     # The client hung up: the server's writes failed before all 50x were out
     # (what it counts includes the loopback's socket buffers, some MB).
     assert sent[0] < 50 * MAX_HEAD_BYTES - 16 * 1024
+
+
+async def test_an_ipv6_zone_connects_on_asyncios_loop_and_is_not_sent() -> None:
+    """RFC 6874's http://[::1%25lo]:PORT/: asyncio's connect asks getaddrinfo,
+    which (glibc) takes a zone's name for link-local addresses only, so the
+    resolver gives the zone as its index; Host carries the address alone."""
+    heads: list[bytes] = []
+
+    async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        heads.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(respond, "::1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server, AsyncClient() as client:
+        response = await client.get(f"http://[::1%25lo]:{port}/")
+        with pytest.raises(RequestError, match="no network interface 'nope0'"):
+            await client.get(f"http://[::1%25nope0]:{port}/")
+    assert response.status == 200 and response.url == f"http://[::1%25lo]:{port}/"
+    assert f"\r\nHost: [::1]:{port}\r\n".encode() in heads[0]

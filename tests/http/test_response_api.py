@@ -268,3 +268,18 @@ def test_url_is_the_one_that_answered_and_history_the_hops(httpbin: str) -> None
     assert moved.history[2].url == f"{httpbin}/relative-redirect/1"
     assert direct.history == [] and direct.url == f"{httpbin}/get"
     assert [hop.status_code for hop in streamed.history] == [302, 302]
+
+
+async def test_the_clients_at_the_top_level_with_httpxs_names(httpbin: str) -> None:
+    """surge.Client and surge.AsyncClient, as the README shows them; the sync
+    client's .cookies; AsyncClient.aclose() (httpx's name for close)."""
+    assert surge.Client is Client and surge.AsyncClient is surge.http.AsyncClient
+    assert {"Client", "AsyncClient"} <= set(dir(surge))
+    with surge.Client() as client:
+        client.get(f"{httpbin}/cookies/set/a/1")
+        assert [cookie.name for cookie in client.cookies] == ["a"]
+    client_async = surge.AsyncClient()
+    assert (await client_async.get(f"{httpbin}/get")).status == 200
+    assert client_async.stats()["open"] == 1
+    await client_async.aclose()
+    assert client_async.stats()["open"] == 0

@@ -43,6 +43,8 @@ def parsed(parse: object, text: str) -> URL | str:
 @example("http://010.0.0.1/")
 @example("http://1.2.3.4.5/")
 @example("http://0.0.0.0/")
+@example("http://0.0.a.0")  # numeric last label, a letter before: a name
+@example("http://0x7f.1/a/../b")
 def test_fast_path_agrees_with_the_general_path(text: str) -> None:
     parse_url.cache_clear()
     assert parsed(parse_url, text) == parsed(_parse_general, text)
@@ -67,3 +69,36 @@ def test_a_dotted_quad_takes_the_fast_path() -> None:
     assert _dotted_quad("127.0.0.1") and _dotted_quad("0.0.0.0") and _dotted_quad("255.1.1.1")
     for host in ("010.0.0.1", "256.1.1.1", "1.2.3", "1.2.3.4.5", "1..2.3", "1.2.3."):
         assert not _dotted_quad(host), host
+
+
+_numbers = st.sampled_from(
+    ["0", "1", "127", "255", "256", "0x7f", "0x", "0X1F", "010", "08", "4294967295", "a", "0xg"]
+)
+_segments = st.sampled_from(["a", ".", "..", "", "%2e", "b.c", ".x"])
+_shorthands = st.builds(
+    lambda scheme, host, path, query: f"{scheme}{host}{path}{query}",
+    st.sampled_from(["http://", "https://", "http:/", "http:///"]),
+    st.lists(_numbers, min_size=1, max_size=5).map(".".join),
+    st.lists(_segments, max_size=6).map(lambda p: "/" + "/".join(p)),
+    st.sampled_from(["", "?x=/../", "?"]),
+)
+
+
+@given(_shorthands)
+@example("http://127.1/a/../b")
+@example("http:/0x7f.1/./")
+def test_shorthands_parse_alike_on_both_paths_and_their_url_parses_to_itself(text: str) -> None:
+    """Numeric hosts, dot segments and one or three slashes (as curl reads them):
+    the fast path agrees with the general one, and the URL written for a record
+    (final_url) is a request for the same host, port, target and Host."""
+    parse_url.cache_clear()
+    url = parsed(parse_url, text)
+    assert url == parsed(_parse_general, text)
+    if url != "invalid_url":
+        again = parse_url(url.url)
+        assert (again.host, again.port, again.target, again.host_header) == (
+            url.host,
+            url.port,
+            url.target,
+            url.host_header,
+        )

@@ -136,6 +136,15 @@ def test_failures_say_their_class_and_exit_1(sim: SimInfo) -> None:
     assert hang["curl"]["time_starttransfer"] == 0  # as curl: never started
 
 
+def test_a_request_that_fails_before_connecting_used_no_connection() -> None:
+    """A lookup that fails opened no connection and reused none."""
+    done = surge("trace", "http://nowhere.invalid/", "not a url")
+    assert done.returncode == 1
+    assert "(no connection)" in done.stdout and "reused connection" not in done.stdout
+    lines = surge("trace", "--json", "http://nowhere.invalid/").stdout.splitlines()
+    assert json.loads(lines[0])["new_connection"] is None
+
+
 def test_usage_errors_exit_2(sim: SimInfo) -> None:
     assert surge("trace").returncode == 2
     done = surge("trace", "--cacert", "/nonexistent/ca.pem", sim.url("a.sim", tls=True))

@@ -47,7 +47,6 @@ from typing import IO, TYPE_CHECKING, Any
 
 from surge.errors import LocalResourceError, RequestError, SinkError, UsageError
 from surge.http.connection import body_too_large
-from surge.http.decoding import Decoder
 from surge.http.url import parse_url
 from surge.sinks import LOCAL_SHORTAGE, Sink, open_replacement, reason
 
@@ -245,13 +244,9 @@ async def fetch_kept(
         try:
             if files is not None and method != "HEAD":
                 saved = _Saved(files.path_for(url))
-            encoding = response.header("content-encoding") if saved is not None else None
-            decoder = (
-                # the decoded body under the cap too: a bomb is not written out
-                Decoder.for_codings(encoding.encode("latin-1"), cap, response.status)
-                if encoding and client.decompress
-                else None
-            )
+            # every Content-Encoding line undone, the decoded body under the cap
+            # too: a bomb is not written out
+            decoder = response.content_decoder(cap) if saved is not None else None
             raw = _Spool(warc) if warc is not None else None
             size = 0
             async for chunk in response.aiter_raw():

@@ -2,8 +2,8 @@
 
 Flags take curl's names where curl has one (``-o``, ``-L``, ``--max-redirs``,
 ``-X``, ``-H``, ``--resolve``, ``--dns-servers``, ``-4``/``-6``, ``--cacert``,
-``-k``, ``-x/--proxy``, ``--noproxy``, ``--proxy-cacert``, ``--proxy-insecure``,
-``--connect-timeout``, ``--max-time``,
+``-k``, ``-E/--cert``, ``--key``, ``-x/--proxy``, ``--noproxy``, ``--proxy-cacert``,
+``--proxy-insecure``, ``--connect-timeout``, ``--max-time``,
 ``--retry``-like ``--retries``).
 Records go to stdout or ``-o``; progress and the summary go to stderr, progress
 only on a terminal.
@@ -162,6 +162,13 @@ class ByteSize(click.ParamType):  # type: ignore[type-arg]
 @click.option("--cacert", type=click.Path(dir_okay=False), help="CA certificates (PEM) to trust.")
 @click.option("-k", "--insecure", is_flag=True, help="Do not verify TLS certificates.")
 @click.option(
+    "-E",
+    "--cert",
+    type=click.Path(dir_okay=False),
+    help="Client certificate (PEM; with its key unless --key).",
+)
+@click.option("--key", type=click.Path(dir_okay=False), help="The --cert's private key (PEM).")
+@click.option(
     "-x",
     "--proxy",
     metavar="[SCHEME://][USER:PASSWORD@]HOST[:PORT]",
@@ -260,6 +267,8 @@ def fetch_command(
     ipv6: bool,
     cacert: str | None,
     insecure: bool,
+    cert: str | None,
+    key: str | None,
     proxy: str | None,
     noproxy: str | None,
     proxy_cacert: str | None,
@@ -315,6 +324,7 @@ def fetch_command(
                 ip_version=_ip_version(ipv4, ipv6),
                 cafile=cacert,
                 insecure=insecure,
+                cert=_client_cert(cert, key),
                 proxy=proxy,
                 noproxy=noproxy,
                 proxy_cafile=proxy_cacert,
@@ -323,8 +333,8 @@ def fetch_command(
                 max_connecting=max_connecting,
             )
             client = opts.client()  # validates --resolve and the headers now, not mid-run
-            if cacert is not None:
-                client.ssl_context  # noqa: B018 - loads --cacert now: a bad file is exit 2
+            if cacert is not None or cert is not None:
+                client.ssl_context  # noqa: B018 - loads --cacert, --cert now: exit 2
             if proxy_cacert is not None:
                 client.proxy_ssl_context  # noqa: B018 - and --proxy-cacert
             fmt = fmt or ("csv" if output and output.lower().endswith(".csv") else "jsonl")
@@ -752,6 +762,12 @@ def _warc_writer(
         yield writer
     finally:
         writer.close()
+
+
+def _client_cert(cert: str | None, key: str | None) -> str | tuple[str, str] | None:
+    if key is not None and cert is None:
+        raise UsageError("--key needs --cert (the certificate it is the key of)")
+    return cert if key is None or cert is None else (cert, key)
 
 
 def _ip_version(ipv4: bool, ipv6: bool) -> int | None:

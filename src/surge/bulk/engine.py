@@ -95,8 +95,10 @@ class FetchOptions:
         any other token; a JSONL input line's own ``method`` wins for its line.
     data
         A request body sent with every input [-d, --data-binary]: bytes, or text
-        sent as UTF-8; with ``method`` "GET" it makes the method POST, as curl's
-        -d does.  A JSONL line's own ``body``/``body_base64`` wins for its line.
+        sent as UTF-8; with ``method`` "GET" it makes the method POST, and it
+        is sent as ``application/x-www-form-urlencoded`` unless ``headers``
+        name a Content-Type, as curl's -d does.  A JSONL line's own
+        ``body``/``body_base64`` wins for its line.
     user_agent
         The User-Agent sent [-A]; None: ``surge/VERSION``.
     headers
@@ -122,6 +124,10 @@ class FetchOptions:
         CA certificates (PEM) to trust instead of the system's [--cacert].
     insecure
         Do not verify TLS certificates [-k].
+    cert
+        The client certificate shown to servers that ask for one [--cert,
+        --key]: a PEM file with the certificate and its key, or (certificate
+        file, key file).
     proxy
         The proxy every request goes through [--proxy]: ``http://``, ``https://``,
         ``socks5://`` (names resolved here) or ``socks5h://`` (by the proxy), with
@@ -188,6 +194,7 @@ class FetchOptions:
     ip_version: int | None = None
     cafile: str | None = None
     insecure: bool = False
+    cert: str | tuple[str, str] | None = None
     proxy: str | None = None
     noproxy: str | None = None
     proxy_cafile: str | None = None
@@ -276,6 +283,14 @@ class FetchOptions:
             pairs.insert(0, ("User-Agent", self.user_agent))
         return pairs
 
+    @property
+    def data_headers(self) -> tuple[tuple[str, str], ...]:
+        """What a request carrying ``data`` adds: curl's -d Content-Type, unless
+        ``headers`` name one."""
+        items = self.headers.keys() if isinstance(self.headers, Mapping) else self.headers
+        named = any((n if isinstance(n, str) else n[0]).lower() == "content-type" for n in items)
+        return () if named else (("Content-Type", "application/x-www-form-urlencoded"),)
+
     def client(self) -> AsyncClient:
         return AsyncClient(
             max_connections=self.concurrency,
@@ -289,6 +304,7 @@ class FetchOptions:
             location_trusted=self.location_trusted,
             cafile=self.cafile,
             insecure=self.insecure,
+            cert=self.cert,
             # The environment's proxy variables too, as curl reads them: a job
             # run where a proxy is the way out works without flags.
             proxy=self.proxy,
@@ -362,6 +378,7 @@ async def fetch(
     ip_version: int | None = None,
     cafile: str | None = None,
     insecure: bool = False,
+    cert: str | tuple[str, str] | None = None,
     proxy: str | None = None,
     noproxy: str | None = None,
     proxy_cafile: str | None = None,
@@ -557,6 +574,10 @@ def _request(client: AsyncClient, item: Item, opts: FetchOptions, state: RunStat
             body = line.body
             if line.method is None and method == "GET":
                 method = "POST"  # as -d: a body without a method is a POST
+    if body is not None and (line is None or line.body is None):  # -d's body: its type
+        own = headers or ()
+        if not any(name.lower() == "content-type" for name, _ in own):
+            headers = (*opts.data_headers, *own)
     if state is not None and state.keeps_bodies:
         return fetch_kept(
             client, item.url, method, headers, body, opts.body_cap, state.files, state.warc
@@ -765,6 +786,7 @@ def fetch_all(
     ip_version: int | None = None,
     cafile: str | None = None,
     insecure: bool = False,
+    cert: str | tuple[str, str] | None = None,
     proxy: str | None = None,
     noproxy: str | None = None,
     proxy_cafile: str | None = None,

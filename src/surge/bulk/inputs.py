@@ -82,7 +82,9 @@ HEADER_NAMES: Final = frozenset(
 # would glue itself to the first host ("\ufeffgoogle.com").
 _BOM: Final = b"\xef\xbb\xbf"
 
-_has_scheme = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://").match
+#: A URL's scheme: any with "://", and http(s) with one or three slashes too, which
+#: curl takes (http:/host), as surge.http's parse_url does.
+_has_scheme = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://|(?i:https?:/)").match
 _path_start = re.compile(r"[/?#]").search
 
 
@@ -175,7 +177,7 @@ def default_url(value: str) -> str:
     curl also supplies the missing ``/`` path: ``example.com?q=1`` becomes
     ``http://example.com/?q=1``.
     """
-    if "://" in value and _has_scheme(value):  # the substring test first: cheaper
+    if ":/" in value and _has_scheme(value):  # the substring test first: cheaper
         return value
     if value.startswith("//"):  # scheme-relative: only the scheme is missing
         value = value[2:]
@@ -196,7 +198,7 @@ def _url_maker(template: str | None) -> Callable[[str], str]:
     prefix, suffix = template.split("{}")
 
     def apply(value: str) -> str:
-        if "://" in value and _has_scheme(value):
+        if ":/" in value and _has_scheme(value):
             return value
         # A template without a scheme ("www.{}") still needs one: curl's default.
         return default_url(prefix + value + suffix)

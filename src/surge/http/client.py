@@ -59,14 +59,29 @@ _DEBUG = logging.DEBUG
 _REDIRECTS = redirect_policy.STATUSES
 
 
-def make_ssl_context(cafile: str | None = None, *, insecure: bool = False) -> ssl.SSLContext:
+#: A client certificate: a PEM file with the certificate and its key, or the
+#: two files as (certificate, key) - httpx's ``cert``, curl's --cert/--key.
+ClientCert = str | tuple[str, str]
+
+
+def make_ssl_context(
+    cafile: str | None = None, *, insecure: bool = False, cert: ClientCert | None = None
+) -> ssl.SSLContext:
     """One context per configuration, built once: building one loads the CA store,
     which costs milliseconds (OpenSSL 3 made it several times slower, cpython
-    #95031), so a context per request or per connection is a classic slowdown."""
+    #95031), so a context per request or per connection is a classic slowdown.
+    ``cert``: the certificate this client shows a server that asks for one."""
     try:
         context = ssl.create_default_context(cafile=cafile)
     except (OSError, ssl.SSLError) as e:  # the CA file named by --cacert: a usage error
         raise UsageError(f"{cafile}: cannot load CA certificates: {e}") from None
+    if cert is not None:
+        certfile, keyfile = (cert, None) if isinstance(cert, str) else cert
+        try:
+            context.load_cert_chain(certfile, keyfile)
+        except (OSError, ssl.SSLError) as e:
+            files = certfile if keyfile is None else f"{certfile}, {keyfile}"
+            raise UsageError(f"{files}: cannot load the client certificate: {e}") from None
     if insecure:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
@@ -130,6 +145,10 @@ class AsyncClient:
     resolving".  With several addresses, connections are raced as RFC 8305's
     Happy Eyeballs (connection.py).
 
+    ``cert`` (httpx's name; curl's ``--cert``/``--key``): the certificate this
+    client shows a server that asks for one - a PEM file holding it and its
+    key, or (certificate file, key file).
+
     ``proxy`` (curl's ``--proxy``: ``http://``, ``https://``, ``socks5://`` or
     ``socks5h://``, credentials as ``user:password@``) carries every request;
     ``noproxy`` (curl's ``--noproxy``) names the hosts that go direct; with
@@ -157,6 +176,7 @@ class AsyncClient:
         cookies: CookiesInput | bool = None,
         cafile: str | None = None,
         insecure: bool = False,
+        cert: ClientCert | None = None,
         resolve: Iterable[str | Override] = (),
         resolver: Resolver | None = None,
         dns_servers: str | Iterable[str] | None = None,
@@ -203,6 +223,7 @@ class AsyncClient:
         self._ssl_context = ssl_context
         self._cafile = cafile
         self._insecure = insecure
+        self._cert = cert
         #: TLS to an https:// proxy: its own trust only if asked (curl's --proxy-cacert).
         self._proxy_cafile = proxy_cafile
         self._proxy_insecure = proxy_insecure
@@ -255,7 +276,9 @@ class AsyncClient:
     @property
     def ssl_context(self) -> ssl.SSLContext:
         if self._ssl_context is None:
-            self._ssl_context = make_ssl_context(self._cafile, insecure=self._insecure)
+            self._ssl_context = make_ssl_context(
+                self._cafile, insecure=self._insecure, cert=self._cert
+            )
         return self._ssl_context
 
     @property
@@ -611,12 +634,15 @@ class AsyncClient:
         chunks = wire.body
         wire_bytes = wire.body_bytes
         payload = None
-        if wire.content_encoding is not None and self.decompress and wire.body:
-            try:
+        try:
+            if wire.transfer_coding is not None and chunks:  # hop-by-hop: always undone
+                unframed = decode(chunks, wire.transfer_coding, self._body_cap, wire.status)
+                chunks = [unframed] if unframed is not None else chunks  # known: checked
+            if wire.content_encoding is not None and self.decompress and chunks:
                 payload = decode(chunks, wire.content_encoding, self._body_cap, wire.status)
-            except RequestError as e:
-                e.bytes = wire_bytes
-                raise
+        except RequestError as e:
+            e.bytes = wire_bytes
+            raise
         if payload is None:
             payload = b"".join(chunks) if len(chunks) != 1 else chunks[0]
         return Response(
@@ -635,6 +661,10 @@ class AsyncClient:
     async def close(self) -> None:
         await self._pool.close()
         self.resolver.close()
+
+    async def aclose(self) -> None:
+        """httpx's name for :meth:`close`."""
+        await self.close()
 
     async def __aenter__(self) -> AsyncClient:
         return self

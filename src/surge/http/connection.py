@@ -40,6 +40,7 @@ import asyncio
 import asyncio.sslproto
 import inspect
 import json
+import re
 import ssl
 import time
 from collections.abc import Callable, Sequence
@@ -50,6 +51,7 @@ import httptools
 
 from surge.errors import LocalResourceError, RequestError
 from surge.http.deadlines import Deadlines, Expirable
+from surge.http.decoding import CODINGS
 from surge.http.timings import Timings
 
 _NO_BODY_STATUSES = frozenset({204, 304})
@@ -66,6 +68,24 @@ DETAIL_ATTEMPTS = 8
 #: limit on a response's headers: a server that never ends its head is cut off
 #: here, not when ``max_time`` runs out with everything it sent held in memory.
 MAX_HEAD_BYTES = 300 * 1024
+
+#: The bytes of a read kept in case a chunk-size line goes on in the next one.
+_CHUNK_LINE_KEPT = 64
+#: A chunk size's hexadecimal digits.
+_HEX_PREFIX = re.compile(rb"[0-9A-Fa-f]+")
+#: An obs-fold (RFC 9112 5.2): a header line continued on an indented line.
+_FOLD = re.compile(rb"\r\n[ \t]+")
+
+#: The largest body length a head may declare, in a Content-Length or a chunk
+#: size: curl's (a signed 64-bit curl_off_t).  llhttp takes up to 2^64 - 1 and
+#: would then wait for bytes that can never come, until ``max_time``.
+MAX_DECLARED_SIZE = 2**63 - 1
+
+#: Transfer codings undone besides chunked: RFC 9112 7's gzip and deflate (and
+#: x-gzip), and whatever else decoding.py undoes for Content-Encoding.  Any
+#: other ("compress") is a ``protocol_error``: its body cannot be read, and
+#: handing it over still encoded would be a wrong body with no error.
+TRANSFER_CODINGS = frozenset(name.encode() for name in CODINGS) | {b"identity"}
 
 #: A streamed body's read-ahead: past this many unread bytes the connection stops
 #: reading from the socket until the reader catches up (TCP's window then holds
@@ -114,6 +134,7 @@ class WireResponse:
         "limit",
         "resume",
         "status",
+        "transfer_coding",
         "waiter",
     )
 
@@ -139,7 +160,11 @@ class WireResponse:
         self.body_bytes = 0  # on the wire, before any decoding
         self.first_byte: float | None = None
         self.keep_alive = False
+        #: Every Content-Encoding line's codings, joined ("gzip, br"), lower-cased.
         self.content_encoding: bytes | None = None
+        #: The Transfer-Encoding codings other than the final chunked ("gzip"):
+        #: undone whether or not the client decompresses (RFC 9112 7).
+        self.transfer_coding: bytes | None = None
 
     async def next_chunks(self) -> list[bytes]:
         """Streamed: the body chunks received since the last call, waiting for
@@ -259,6 +284,15 @@ class HTTPConnection(asyncio.Protocol):
         #: Body bytes still to come of a response framed by Content-Length,
         #: once its head is read (0: the parser has every read).
         self._body_left = 0
+        #: A chunked body's chunk-size checks (see _check_chunk_size): the body
+        #: is chunked; a chunk header came in the read being fed; a chunk's data
+        #: is being read, and how much body there was before it; the last bytes
+        #: of the last read.
+        self._chunked = False
+        self._chunk_header_seen = False
+        self._chunk_open = False
+        self._chunk_mark = 0
+        self._chunk_tail = b""
         #: Where it connected (address, port), and for TLS (version, cipher, ALPN).
         self.address: tuple[str, int] | None = None
         self.tls: tuple[str | None, str | None, str | None] | None = None
@@ -390,7 +424,7 @@ class HTTPConnection(asyncio.Protocol):
             response.discard = True
         self._slot = self._deadlines.add(self, deadline)
         if self._parser is None:
-            self._parser = httptools.HttpResponseParser(self)
+            self._parser = _new_parser(self)
         # ``_head_parts`` and ``_interim`` are emptied by the head that completed
         # the last exchange (a connection whose exchange failed is never reused).
         self.transport.write(data)
@@ -484,6 +518,12 @@ class HTTPConnection(asyncio.Protocol):
         except httptools.HttpParserError as e:
             self._fail(RequestError("protocol_error", f"not a valid HTTP response: {e}"))
         else:
+            if self._chunked:
+                if self._chunk_header_seen:  # set by on_chunk_header
+                    self._chunk_header_seen = False
+                    if self._chunk_open and self.response is response:
+                        self._check_chunk_size(data)
+                self._chunk_tail = data[-_CHUNK_LINE_KEPT:]  # a size line may be split
             if head_done:
                 return
             if not response.head_done:
@@ -557,7 +597,40 @@ class HTTPConnection(asyncio.Protocol):
                 RequestError("connection_reset", f"{detail}: {_describe(exc)}" if exc else detail)
             )
 
+    def _check_chunk_size(self, data: bytes) -> None:
+        """The read just fed ends inside a chunk whose size line it holds: fail
+        the response if that size is past ``MAX_DECLARED_SIZE`` (httptools does
+        not tell the size; llhttp would wait for 2^64 - 1 bytes).  The line is
+        found from the end: the chunk's bytes read so far are the read's last
+        ones, the size line (and its extensions) ends just before them - so a
+        read costs the line's length, not its own."""
+        response = self.response
+        assert response is not None
+        end = len(data) - (response.body_bytes - self._chunk_mark)  # after the line's LF
+        start = data.rfind(b"\n", 0, max(end - 1, 0)) + 1
+        line = data[start:end]
+        if start == 0:  # the line began in the read before
+            line = self._chunk_tail + line
+            line = line[line.rfind(b"\n", 0, max(len(line) - 1, 0)) + 1 :]
+        size = _HEX_PREFIX.match(line.lstrip(b" \t0"))
+        digits = size.group() if size is not None else b""
+        if len(digits) >= 16 and int(digits, 16) > MAX_DECLARED_SIZE:
+            self._fail(
+                RequestError(
+                    "protocol_error", f"a chunk size of 0x{digits[:32].decode()} is too large"
+                )
+            )
+
     # -- httptools callbacks --------------------------------------------------------------
+
+    def on_chunk_header(self) -> None:
+        response = self.response
+        if response is not None:
+            self._chunk_header_seen = self._chunk_open = True
+            self._chunk_mark = response.body_bytes
+
+    def on_chunk_complete(self) -> None:
+        self._chunk_open = False
 
     def on_headers_complete(self) -> None:
         parser = self._parser
@@ -567,6 +640,11 @@ class HTTPConnection(asyncio.Protocol):
         status = parser.get_status_code()
         if 100 <= status < 200:
             self._interim += 1
+            return
+        if status < 100:
+            # RFC 9110 15: a status's first digit is its class, 1 to 5; llhttp
+            # takes any three digits (curl refuses this too; 600-999 it keeps).
+            self._fail(RequestError("protocol_error", f"status {status:03d} is not an HTTP status"))
             return
         response.status = status
         response.head_done = True
@@ -581,21 +659,50 @@ class HTTPConnection(asyncio.Protocol):
                 start = raw.index(b"\r\n\r\n", start) + 4
             raw = raw[start:]
             self._interim = 0
-        head = response.head = raw[: raw.find(b"\r\n\r\n")]
+        head = raw[: raw.find(b"\r\n\r\n")]
+        if head.find(b"\x00") >= 0:
+            # RFC 9110 5.5: a NUL in a field value is rejected (or replaced); llhttp's
+            # lenient values (for obs-fold, _new_parser) let it through.  Other
+            # controls may stay (the RFC allows it, as curl keeps them); a CR or
+            # LF alone llhttp still refuses.
+            self._fail(RequestError("protocol_error", "a NUL in the response head"))
+            return
+        if head.find(b"\r\n ") >= 0 or head.find(b"\r\n\t") >= 0:
+            # RFC 9112 5.2: a user agent replaces each obs-fold with a space
+            # before it reads the value (llhttp joined them, leniently; surge
+            # reads the raw head, so it is unfolded here, once) - except in a
+            # framing field, which llhttp reads its own way ("gzip,\r\n chunked"
+            # is not chunked to it): one response, one reading of its length.
+            folded = _folded_framing(head)
+            if folded is not None:
+                why = f"a folded {folded} (its framing is ambiguous)"
+                self._fail(RequestError("protocol_error", why, status=status))
+                return
+            head = _FOLD.sub(b" ", head)
+        response.head = head
         if response.is_head or status in _NO_BODY_STATUSES:
             self._parser = None  # llhttp would wait for a body: start afresh next time
             self.on_message_complete()
             return
-        ready = response.head_ready
-        if ready is not None:
-            ready.set_result(None)
         # find(), not ``in``: on 3.11 ``marker in head`` first tries the marker as
         # an integer and builds and drops a TypeError (~1,800 instructions each).
         # How the body ends (length, chunks or the close) is llhttp's business
         # until the connection is lost mid-body: _settle_on_loss looks then.
         lower = head.lower()
         if lower.find(b"\ncontent-encoding:") >= 0:
-            response.content_encoding = header_value(head, lower, b"\ncontent-encoding:").lower()
+            response.content_encoding = header_values(head, lower, b"\ncontent-encoding:").lower()
+        error = None
+        if lower.find(b"\ntransfer-encoding:") >= 0:
+            codings, self._chunked, error = transfer_codings(head, lower)
+            response.transfer_coding = codings
+        else:
+            error = _declared_length_error(head, lower)
+        if error is not None:
+            self._fail(RequestError("protocol_error", error, status=status))
+            return
+        ready = response.head_ready
+        if ready is not None:
+            ready.set_result(None)
 
     def on_body(self, body: bytes) -> None:
         response = self.response
@@ -641,6 +748,9 @@ class HTTPConnection(asyncio.Protocol):
             self._slot = None
         self.response = None
         self._body_left = 0
+        if self._chunked:
+            self._chunked = self._chunk_open = False
+            self._chunk_tail = b""
         self.requests += 1
         done = response.done
         if not done.done():
@@ -679,6 +789,9 @@ class HTTPConnection(asyncio.Protocol):
         self.response = None
         self._parser = None
         self._body_left = 0
+        if self._chunked:
+            self._chunked = self._chunk_open = False
+            self._chunk_tail = b""
         if response is not None:
             response.keep_alive = False
             # Marked retrieved (``exception()``): a waiter still gets the error,
@@ -701,6 +814,17 @@ class HTTPConnection(asyncio.Protocol):
         transport = self.transport
         if transport is not None and not self.closed:
             transport.resume_reading()
+
+
+def _new_parser(protocol: HTTPConnection) -> Any:
+    """llhttp for one response, lenient about header values: that leniency is
+    what takes an obs-fold (RFC 9112 5.2: a user agent MUST accept it), which
+    llhttp otherwise refuses ("Unexpected whitespace after header value"); it
+    also lets through characters llhttp's strict value check refuses, which
+    surge then reads as latin-1, as curl does."""
+    parser = httptools.HttpResponseParser(protocol)
+    parser.set_dangerous_leniencies(lenient_headers=True)
+    return parser
 
 
 def interleave(addresses: Sequence[str]) -> list[str]:
@@ -863,6 +987,70 @@ def _content_length(head: bytes) -> int:
     # 64-bit bound anyway.
     value = value.lstrip(b"0") or b"0"
     return int(value) if value.isdigit() and len(value) <= 20 else -1
+
+
+def _folded_framing(head: bytes) -> str | None:
+    """The name of a Transfer-Encoding or Content-Length field continued on an
+    indented line (an obs-fold), or None."""
+    name = b""
+    for line in head.split(b"\r\n")[1:]:
+        if line[:1] in (b" ", b"\t"):
+            if name in (b"transfer-encoding", b"content-length"):
+                return name.decode()
+        else:
+            name = line.partition(b":")[0].strip().lower()
+    return None
+
+
+def header_values(head: bytes, lower: bytes, marker: bytes) -> bytes:
+    """The values of every header whose lower-cased ``\\nname:`` is ``marker``,
+    joined with ", " in order, as one line of a list-valued field
+    (RFC 9110 5.3): ``Content-Encoding: gzip`` then ``Content-Encoding: br``
+    is "gzip, br"."""
+    at = lower.find(marker)
+    values = []
+    while at >= 0:
+        at += len(marker)
+        end = head.find(b"\r\n", at)
+        values.append(head[at : end if end >= 0 else len(head)].strip())
+        at = lower.find(marker, at)
+    return b", ".join(v for v in values if v)
+
+
+def transfer_codings(head: bytes, lower: bytes) -> tuple[bytes | None, bool, str | None]:
+    """A response's Transfer-Encoding, every line of it: (the codings to undo
+    besides chunked, or None; whether chunked frames the body; an error, or
+    None).  chunked must be the last coding if it is there (RFC 9112 6.1); a
+    coding surge cannot undo is an error, not a body handed over still encoded."""
+    codings = header_values(head, lower, b"\ntransfer-encoding:").lower()
+    names = [c.strip() for c in codings.split(b",")]
+    names = [name for name in names if name]
+    chunked = bool(names) and names[-1] == b"chunked"
+    if chunked:
+        names.pop()
+    if b"chunked" in names:
+        return None, False, "chunked is not the last transfer coding (RFC 9112 6.1)"
+    unknown = [name for name in names if name not in TRANSFER_CODINGS]
+    if unknown:
+        name = unknown[0][:40].decode("latin-1")
+        return None, chunked, f"transfer coding {name!r} is not supported"
+    names = [name for name in names if name != b"identity"]
+    return (b", ".join(names) if names else None), chunked, None
+
+
+def _declared_length_error(head: bytes, lower: bytes) -> str | None:
+    """Why a Content-Length cannot be waited for (past ``MAX_DECLARED_SIZE``),
+    or None.  Only a long value is read: two searches per response."""
+    at = lower.find(b"\ncontent-length:")
+    if at < 0:
+        return None
+    end = lower.find(b"\r\n", at + 16)
+    if (end if end >= 0 else len(lower)) - at < 16 + 19:  # 18 digits and less: fine
+        return None
+    value = header_value(head, lower, b"\ncontent-length:").lstrip(b"0")
+    if value.isdigit() and (len(value) > 19 or int(value) > MAX_DECLARED_SIZE):
+        return f"a Content-Length of {value[:40].decode()} is too large"
+    return None
 
 
 def header_value(head: bytes, lower: bytes, marker: bytes) -> bytes:

@@ -1,9 +1,26 @@
 """Cookies a client keeps: what servers set, sent back where they belong.
 
 The rules are the standard library's ``http.cookiejar`` (domain and path
-matching, ``Secure``, expiry, the public-suffix-free checks of RFC 6265's
-predecessor), as requests and httpx use them; surge adds two bounds the jar
-lacks, so that a client that meets many hosts stays fast and small:
+matching, ``Secure``, expiry), as requests and httpx use them, with what that
+policy lacks and curl (and browsers) do, in :class:`Policy`:
+
+* a ``Domain`` that is a public suffix (``co.uk``, ``github.io``) is refused,
+  so one site cannot set cookies for its neighbours - unless it is the very
+  host that set it, whose cookie is then for that host only (RFC 6265 5.3
+  step 5).  The list is Mozilla's Public Suffix List from the
+  ``publicsuffixlist`` package (updated from the list with each release, no
+  dependencies, ~0.5 MB), loaded on the first cookie that names a Domain
+  (~50 ms); a name under no known suffix counts as one (a TLD of its own);
+* a ``Secure`` cookie is kept only from a secure origin (https, or the
+  loopback host) - RFC 6265bis 5.7, curl since 7.79;
+* a cookie without a Domain goes back to its own host only, not to the
+  hosts under it (the default policy's Netscape rules would send it there);
+* the name prefixes of RFC 6265bis 4.1.3: ``__Secure-`` needs ``Secure`` and
+  a secure origin; ``__Host-`` those, no ``Domain`` and ``Path=/`` (matched
+  without regard to case, as 6265bis asks).
+
+Surge adds two bounds the jar lacks, so that a client that meets many hosts
+stays fast and small:
 
 * a lookup looks only at the domains a host can match (the host and its
   parents), not at every domain in the jar as ``CookieJar`` does - its cost is
@@ -18,10 +35,12 @@ one search of each response head.
 
 from __future__ import annotations
 
+import functools
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping
-from http.cookiejar import Cookie, CookieJar
+from http.cookiejar import Cookie, CookieJar, DefaultCookiePolicy
 from typing import Any
 
 from surge.http.connection import parse_head
@@ -32,8 +51,66 @@ MAX_COOKIES = 3000
 CookiesInput = CookieJar | Mapping[str, str] | None
 
 
+@functools.cache
+def _public_suffixes() -> Any:
+    from publicsuffixlist import PublicSuffixList
+
+    return PublicSuffixList()
+
+
+def is_public_suffix(domain: str) -> bool:
+    """Whether cookies may not be set for ``domain`` as a whole (``co.uk``)."""
+    return bool(_public_suffixes().is_public(domain.lower()))
+
+
+#: Hosts whose plain http counts as a secure origin (browsers' "potentially
+#: trustworthy", curl's exception for Secure cookies).
+_LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+class Policy(DefaultCookiePolicy):
+    """``http.cookiejar``'s default policy, and the public suffix, ``Secure`` and
+    prefix rules (see the module's notes); a cookie set without a Domain goes
+    back to its own host only (RFC 6265 5.3 step 6, curl), not also to the
+    hosts under it as the default policy's Netscape rules would send it."""
+
+    def __init__(self) -> None:
+        super().__init__(strict_ns_domain=DefaultCookiePolicy.DomainStrictNonDomain)
+
+    def set_ok(self, cookie: Cookie, request: Any) -> bool:
+        if not super().set_ok(cookie, request):
+            return False
+        host = urllib.parse.urlsplit(request.get_full_url()).hostname or ""
+        secure_origin = request.type == "https" or host in _LOOPBACK
+        if cookie.secure and not secure_origin:
+            return False
+        name = cookie.name.lower()
+        if name.startswith("__secure-") and not (cookie.secure and secure_origin):
+            return False
+        if name.startswith("__host-") and not (
+            cookie.secure
+            and secure_origin
+            and not cookie.domain_specified
+            and cookie.path_specified
+            and cookie.path == "/"
+        ):
+            return False
+        if cookie.domain_specified:
+            domain = cookie.domain.lstrip(".").lower()
+            if is_public_suffix(domain):
+                if domain != host:
+                    return False
+                # RFC 6265 5.3 step 5: the suffix's own host keeps it, for itself only.
+                cookie.domain, cookie.domain_specified = domain, False
+                cookie.domain_initial_dot = False
+        return True
+
+
 class Jar(CookieJar):
     """A ``CookieJar`` whose lookups cost the host's labels, not the jar's size."""
+
+    def __init__(self) -> None:
+        super().__init__(Policy())
 
     def _cookies_for_request(self, request: Any) -> list[Cookie]:
         host = request.host.rsplit(":", 1)[0].lower() if request.host else ""

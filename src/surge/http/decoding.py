@@ -216,3 +216,6 @@ if brotli is not None:
     _DECODERS["br"] = _brotli_stage
 if zstd is not None:
     _DECODERS["zstd"] = _zstd_stage
+
+#: The codings surge undoes (Content-Encoding, and Transfer-Encoding besides chunked).
+CODINGS = frozenset(_DECODERS)

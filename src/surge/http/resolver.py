@@ -181,6 +181,20 @@ class Override:
         return cls(host, port, tuple(addresses))
 
 
+def _zone_index(address: str) -> str:
+    """An IPv6 address with its zone as an interface index (``::1%1``), which
+    getaddrinfo takes for any address; glibc takes a zone's name (``%lo``) for
+    a link-local address only, and asyncio's connect asks getaddrinfo."""
+    ip, _, zone = address.partition("%")
+    if zone.isdigit():
+        return address
+    try:
+        return f"{ip}%{socket.if_nametoindex(zone)}"
+    except OSError:
+        detail = f"no network interface {zone!r} (the zone of {ip})"
+        raise RequestError("dns_error", detail) from None
+
+
 class Resolver:
     """Resolves host names to addresses, asynchronously and with a cache."""
 
@@ -271,9 +285,11 @@ class Resolver:
                 return found
         if ":" in host or host[-1:].isdigit():
             try:
-                return (str(ipaddress.ip_address(host)),)
+                address = str(ipaddress.ip_address(host))
             except ValueError:
                 pass
+            else:
+                return (address,) if "%" not in address else (_zone_index(address),)
         if host == "localhost" or host.endswith(".localhost"):
             return ("127.0.0.1", "::1")
         if host == "invalid" or host.endswith(".invalid"):
@@ -364,6 +380,20 @@ class Resolver:
         if not addresses:
             raise RequestError("dns_error", f"{host}: no addresses")
         return tuple(addresses)
+
+    def forget_loop(self) -> None:
+        """Drop, without closing, what this resolver holds on an event loop (the
+        c-ares channel, the lookup threads, lookups in flight): in a forked
+        child they are the parent's (their descriptors are registered with the
+        parent's loop), so they are kept referenced and never touched again.
+        Overrides and cached answers stay."""
+        from surge.http.portal import _ABANDONED
+
+        _ABANDONED.append((self._cares and self._cares._current, self._executor, self._inflight))
+        if self._cares is not None:
+            self._cares._current = None
+        self._executor = None
+        self._inflight = {}
 
     def close(self) -> None:
         """Release the threads or the c-ares channel; lookups in flight fail (call

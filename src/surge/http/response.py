@@ -21,6 +21,7 @@ from surge.http.timings import Timings, redirect_ms
 
 if TYPE_CHECKING:
     from surge.http.connection import HTTPConnection
+    from surge.http.decoding import Decoder
     from surge.http.stream import BodyStream
 
 _CHARSET = re.compile(r";\s*charset\s*=\s*\"?([^\s;\"]+)", re.IGNORECASE)
@@ -299,6 +300,14 @@ class Response:
         conn = self.connection
         if conn is not None and conn.address is not None:
             error.remote_ip, error.tls = conn.address[0], conn.tls_info()
+
+    def content_decoder(self, cap: int | None = None) -> Decoder | None:
+        """A streamed response's decoder for its Content-Encoding, every line of
+        it (None: nothing to undo, a coding surge leaves as it came, or a
+        client made with ``decompress=False``): for a body read with
+        ``aiter_raw()`` and decoded elsewhere.  ``cap``: decoded bytes at most."""
+        stream = self._stream
+        return stream.decoder(cap) if stream is not None else None
 
     async def aiter_raw(self) -> AsyncIterator[bytes]:
         """The body as it came off the wire (dechunked, not decoded), chunk by chunk."""

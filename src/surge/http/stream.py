@@ -11,7 +11,7 @@ body read whole (``read()``) and to what a Content-Encoding decodes to
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
@@ -59,7 +59,7 @@ class BodyStream:
         self.closed = False
         self.consumed = False
         #: The synchronous client's way to run a coroutine on its loop (None: async).
-        self.run: Callable[[Awaitable[Any]], Any] | None = None
+        self.run: Callable[[Any], Any] | None = None
 
     def decoder(self, cap: int | None) -> Decoder | None:
         wire = self.wire
@@ -68,17 +68,32 @@ class BodyStream:
         return Decoder.for_codings(wire.content_encoding, cap, wire.status)
 
     async def raw(self) -> AsyncIterator[bytes]:
-        """The body's bytes as they came off the wire (dechunked, not decoded)."""
+        """The body's bytes as they came off the wire, its transfer codings
+        undone (dechunked; a ``Transfer-Encoding: gzip`` inflated), its content
+        codings not."""
         if self.consumed:
             raise StreamConsumed("the body of a streamed response is read once")
         self.consumed = True
+        wire = self.wire
+        unframe = (
+            Decoder.for_codings(wire.transfer_coding, None, wire.status)
+            if wire.transfer_coding is not None
+            else None
+        )
         try:
             while True:
-                chunks = await self.wire.next_chunks()
+                chunks = await wire.next_chunks()
                 if not chunks:
                     break
                 for chunk in chunks:
-                    yield chunk
+                    if unframe is None:
+                        yield chunk
+                    else:
+                        for piece in unframe.feed(chunk):
+                            yield piece
+            if unframe is not None:
+                for piece in unframe.finish():
+                    yield piece
         finally:
             await self.aclose()
 

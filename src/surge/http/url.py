@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import re
+import socket
 from typing import NamedTuple
 from urllib.parse import unquote, urljoin, urlsplit
 
@@ -66,7 +67,15 @@ def parse_url(text: str) -> URL:
     m = _SIMPLE.fullmatch(text)
     if m is not None:
         scheme, host, port_text, path, query = m.groups()
-        if ".." not in host and (not host.replace(".", "").isdigit() or _dotted_quad(host)):
+        # Not here: a host that may be a number (127.1, 0x7f.1: its last label
+        # is one) unless in normal form, and a path with dot segments.
+        last = host[host.rfind(".") + 1 :]
+        numeric = last.isdigit() or last.startswith("0x")
+        if (
+            ".." not in host
+            and (not numeric or _dotted_quad(host))
+            and (path is None or "/." not in path)
+        ):
             default = 80 if scheme == "http" else 443
             port = int(port_text) if port_text else default
             # Longer hosts take the general path, which checks label lengths.
@@ -79,19 +88,24 @@ def parse_url(text: str) -> URL:
 
 
 def _dotted_quad(host: str) -> bool:
-    """Whether ``host`` (ASCII digits and dots) is an IPv4 address written as
+    """Whether ``host`` (ASCII letters, digits and dots) is an IPv4 address written as
     ``ipaddress`` writes it: four decimal parts of 0-255, no leading zeros.
     Such a host is its own normal form, and the fast path may keep it (an
     endpoint like MinIO's 127.0.0.1 took the general path for every request:
     ~70 us of ``ipaddress`` and ``urlsplit`` a URL)."""
     parts = host.split(".")
     return len(parts) == 4 and all(
-        0 < len(p) <= 3 and (p == "0" or p[0] != "0") and int(p) <= 255 for p in parts
+        0 < len(p) <= 3 and p.isdigit() and (p == "0" or p[0] != "0") and int(p) <= 255
+        for p in parts
     )
 
 
 def _parse_general(text: str) -> URL:
     text = text.strip()
+    given = text
+    slashes = _SCHEME_SLASHES.match(text)
+    if slashes is not None and len(slashes[2]) != 2:  # http:/h and http:///h, as curl
+        text = f"{slashes[1]}://{text[slashes.end() :]}"
     try:
         parts = urlsplit(text)
         port = parts.port
@@ -107,6 +121,7 @@ def _parse_general(text: str) -> URL:
     if not host:
         raise RequestError("invalid_url", f"no host in URL: {text[:200]!r}")
     host = _normalise_host(host, text)
+    zone = host.find("%")  # an IPv6 zone: where the connection goes, never in Host
     if port is None:
         port = _DEFAULT_PORTS[scheme]
     elif port == 0:
@@ -114,19 +129,28 @@ def _parse_general(text: str) -> URL:
     # An empty query ("http://a/?") is kept, as curl sends it: urlsplit reports
     # it as no query, so the "?" is looked for in the text (before a fragment).
     asked = parts.query or "?" in text.partition("#")[0]
-    target = _escape((parts.path or "/") + (f"?{parts.query}" if asked else ""))
-    shown = f"[{host}]" if ":" in host else host
-    if port != _DEFAULT_PORTS[scheme]:
-        shown = f"{shown}:{port}"
+    path = parts.path or "/"
+    dotted = "/." in path
+    if dotted:  # RFC 3986 5.2.4, as curl: /a/../b is /b
+        path = remove_dot_segments(path)
+    target = _escape(path + (f"?{parts.query}" if asked else ""))
+    shown = host if zone < 0 else host[:zone]  # Host: the address without its zone
+    shown = f"[{shown}]" if ":" in shown else shown
+    port_text = f":{port}" if port != _DEFAULT_PORTS[scheme] else ""
     auth = None
     userinfo, at, _ = parts.netloc.rpartition("@")
     if at:
         auth = userinfo_auth(userinfo)
-    if at or not text.isascii() or " " in text:
+    # Written anew, as curl's url_effective, when a shorthand was normalised:
+    # the slashes, dot segments, a numeric IPv4 host (IPv6 stays as written).
+    normalised = text is not given or dotted or (":" not in host and host != parts.hostname)
+    if at or not text.isascii() or " " in text or normalised:
         # Written anew, so that final_url is a valid URL that holds no password:
         # the IDNA host, the escaped target (as sent), and the fragment.
+        written = shown if zone < 0 else f"[{host[:zone]}%25{host[zone + 1 :]}]"
         fragment = _escape("#" + parts.fragment).decode("ascii") if parts.fragment else ""
-        text = f"{scheme}://{shown}{target.decode('ascii')}{fragment}"
+        text = f"{scheme}://{written}{port_text}{target.decode('ascii')}{fragment}"
+    shown += port_text
     return URL(text, scheme, host, port, target, shown.encode("ascii"), (scheme, host, port), auth)
 
 
@@ -136,6 +160,47 @@ def _parse_general(text: str) -> URL:
 _HOST_NAME = re.compile(r"[a-z0-9_-]{1,63}(?:\.[a-z0-9_-]{1,63})*\.?", re.ASCII)
 
 
+#: A scheme and the slashes after it: curl takes one to three (http:/h, http:///h).
+_SCHEME_SLASHES = re.compile(r"(https?):(/{1,3})(?=[^/])", re.ASCII | re.IGNORECASE)
+#: A host that may be an IPv4 address in a shorthand: 1 to 4 parts, each
+#: decimal, octal (a leading 0) or hexadecimal (0x).
+_NUMERIC_HOST = re.compile(r"(?:0x[0-9a-f]*|[0-9]+)(?:\.(?:0x[0-9a-f]*|[0-9]+)){0,3}", re.ASCII)
+
+
+def _ipv4_shorthand(host: str) -> str | None:
+    """``127.1``, ``0x7f.1``, ``2130706433``, ``0177.0.0.1`` as the address they
+    name (``127.0.0.1``), as curl and browsers read them (inet_aton's forms:
+    the last part fills the bytes left); None if ``host`` is not one (curl
+    then asks DNS for it, and so does surge: ``256.1`` is a name)."""
+    if not _NUMERIC_HOST.fullmatch(host):
+        return None
+    try:
+        return socket.inet_ntoa(socket.inet_aton(host))
+    except OSError:
+        return None
+
+
+def remove_dot_segments(path: str) -> str:
+    """RFC 3986 5.2.4: ``/a/./b/../c`` is ``/a/c``; a path's last ``.`` or ``..``
+    leaves its slash (``/a/b/..`` is ``/a/``)."""
+    output: list[str] = []
+    segments = path.split("/")
+    for n, segment in enumerate(segments):
+        last = n == len(segments) - 1
+        if segment == ".":
+            if last:
+                output.append("")
+        elif segment == "..":
+            if len(output) > 1:
+                output.pop()
+            if last:
+                output.append("")
+        else:
+            output.append(segment)
+    result = "/".join(output)
+    return result if result.startswith("/") else "/" + result
+
+
 def _normalise_host(host: str, text: str) -> str:
     """The host as a connection uses it: an address, or an ASCII (A-label) name.
 
@@ -143,11 +208,15 @@ def _normalise_host(host: str, text: str) -> str:
     package), as curl (libidn2) and browsers do: ``faß.de`` is ``xn--fa-hia.de``,
     not IDNA 2003's ``fass.de`` (a different host, which Python's "idna" codec
     would have asked for)."""
-    if ":" in host or host.replace(".", "").isdigit():  # looks like an address
+    if ":" in host:  # an IPv6 address, maybe with a zone (RFC 6874: %25 is its %)
         try:
-            return str(ipaddress.ip_address(host))
+            return str(ipaddress.ip_address(host.replace("%25", "%", 1)))
         except ValueError:
             pass
+    elif host[-1:].isdigit() or "0x" in host:
+        address = _ipv4_shorthand(host)
+        if address is not None:
+            return address
     if "%" in host:  # RFC 3986 allows escapes in a name (a Location's IDN host, escaped)
         host = unquote(host, errors="strict")
     encoded = host.lower()

@@ -221,7 +221,9 @@ def as_record(url: str, outcome: Outcome, end: float) -> dict[str, Any]:
             bytes=outcome.bytes,
             headers=[],
         )
-    record["new_connection"] = timings is not None and timings.connect_start is not None
+    # True: opened (or tried to open) one; False: reused one; None: it failed
+    # before either (a bad URL, a failed lookup).
+    record["new_connection"] = _new_connection(timings)
     conn = outcome.connection if isinstance(outcome, Response) else None
     address = conn.address if conn is not None else None
     record["remote"] = f"{address[0]}:{address[1]}" if address else None
@@ -232,6 +234,14 @@ def as_record(url: str, outcome: Outcome, end: float) -> dict[str, Any]:
     record["timings"] = timings.phases_ms() if timings is not None else None
     record["curl"] = curl_timers(timings, tls=tls, end=end) if timings is not None else None
     return record
+
+
+def _new_connection(timings: Timings | None) -> bool | None:
+    if timings is None:
+        return None
+    if timings.connect_start is not None:
+        return True
+    return False if timings.connected is not None else None
 
 
 def _reason(response: Response) -> str:
@@ -263,7 +273,9 @@ def render(
         return f"\x1b[{code}m{text}\x1b[0m" if color else text
 
     lines = []
-    how = "new connection" if record["new_connection"] else "reused connection"
+    how = {True: "new connection", False: "reused connection", None: "no connection"}[
+        record["new_connection"]
+    ]
     if record["remote"]:
         how += f" to {record['remote']}"
     if record["tls"]:

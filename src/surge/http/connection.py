@@ -267,6 +267,11 @@ class HTTPConnection(asyncio.Protocol):
         #: Set while the transport's write buffer is full (a streamed request body
         #: waits on it); resolved when it drains or the connection is lost.
         self._writable: asyncio.Future[None] | None = None
+        #: The exchange's read (idle) timeout, its whole deadline, and the loop
+        #: time the server was last heard from (a read) or took body bytes.
+        self._idle: float | None = None
+        self._deadline = 0.0
+        self._active = 0.0
 
     # -- opening -----------------------------------------------------------------------
 
@@ -367,10 +372,12 @@ class HTTPConnection(asyncio.Protocol):
         limit: float,
         stream: bool = False,
         discard: bool = False,
+        idle: float | None = None,
     ) -> WireResponse:
         """Write a request; its response's ``done`` resolves when the response is
         complete, or fails with ``read_timeout`` at ``deadline`` (event-loop time,
-        honoured to within the deadlines' resolution, 50 ms).  ``stream``: the
+        honoured to within the deadlines' resolution, 50 ms), or once the server
+        has been silent for ``idle`` seconds (see :meth:`expire`).  ``stream``: the
         body is read by the caller as it comes (see :class:`WireResponse`); the
         deadline still covers all of it, as curl's ``--max-time`` does.
         ``discard``: the body is counted and capped, never kept (a bulk run that
@@ -388,6 +395,12 @@ class HTTPConnection(asyncio.Protocol):
         )
         if discard:
             response.discard = True
+        self._idle = idle
+        self._deadline = deadline
+        if idle is not None:
+            now = self._active = loop.time()
+            if now + idle < deadline:
+                deadline = now + idle
         self._slot = self._deadlines.add(self, deadline)
         if self._parser is None:
             self._parser = httptools.HttpResponseParser(self)
@@ -427,6 +440,8 @@ class HTTPConnection(asyncio.Protocol):
             else:
                 transport.write(chunk)
             sent += len(chunk)
+            if self._writable is None:  # the peer takes what is sent: not silent
+                self._active = self.loop.time()
             if self._writable is not None:
                 await self._writable
         if chunked and self.transport is not None and not self.closed:
@@ -437,6 +452,7 @@ class HTTPConnection(asyncio.Protocol):
         self._writable = self.loop.create_future()
 
     def resume_writing(self) -> None:
+        self._active = self.loop.time()
         self._release_writer()
 
     def _release_writer(self) -> None:
@@ -462,6 +478,9 @@ class HTTPConnection(asyncio.Protocol):
         self.loop = asyncio.get_running_loop()
 
     def data_received(self, data: bytes) -> None:
+        # The read timeout's clock (uvloop's loop time is its cached uv_now: no
+        # system call).
+        self._active = self.loop.time()
         left = self._body_left
         if left:  # the rest of a body framed by Content-Length
             self._body_received(data, left)
@@ -657,8 +676,34 @@ class HTTPConnection(asyncio.Protocol):
     # -- internals ------------------------------------------------------------------------
 
     def expire(self) -> None:
-        """The read deadline passed (called by the deadline slot)."""
+        """The deadline slot came: the request's whole deadline passed, or maybe
+        its read (idle) timeout.  The idle clock is checked here rather than
+        re-armed on every read (a slot joined per read would cost more than the
+        read): if the server was heard from since, or the streamed body's reader
+        has paused the socket (its own back-pressure, not the server's silence),
+        the exchange waits in a later slot."""
         response = self.response
+        idle = self._idle
+        if idle is not None and response is not None:
+            now = self.loop.time()
+            if now < self._deadline:
+                due = now + idle if response.resume is not None else self._active + idle
+                if due > now:
+                    self._slot = self._deadlines.add(self, min(due, self._deadline))
+                    return
+                silent = (
+                    "the server took none of the request body"
+                    if self._writable is not None
+                    else "no data from the server"
+                )
+                self._fail(
+                    RequestError(
+                        "read_timeout",
+                        f"{silent} for {idle:g} s (the read timeout)",
+                        status=response.status if response.head_done else None,
+                    )
+                )
+                return
         head_done = response is not None and response.head_done
         where = "the body" if head_done else "the response"
         self._fail(

@@ -127,10 +127,12 @@ def test_a_trickle_keeps_a_request_alive_and_a_reader_s_pause_is_not_silence() -
         conn.sendall(b"x" * size)
 
     async def get(port: int) -> bytes:
-        async with AsyncClient(read_timeout=READ, max_time=60) as client:
-            async with client.stream("GET", f"http://127.0.0.1:{port}/") as response:
-                await asyncio.sleep(READ / 2 * 3 + 4 * READ)  # the reader dawdles
-                return await response.aread()
+        async with (
+            AsyncClient(read_timeout=READ, max_time=60) as client,
+            client.stream("GET", f"http://127.0.0.1:{port}/") as response,
+        ):
+            await asyncio.sleep(READ / 2 * 3 + 4 * READ)  # the reader dawdles
+            return await response.aread()
 
     with silent_after(trickle_then_all) as port:
         body = asyncio.run(get(port))

@@ -14,8 +14,9 @@ open - the peer sees a silent server, not a closed one:
 * ``stall_after(up=N)`` / ``stall_after(down=N)``: stall (as ``black_hole``,
   or as ``stall_in_flight`` with ``new=False``) once N bytes have crossed
   towards the server (an upload's body) or towards the client (a download's).
-* ``trickle(interval)``: the server's bytes go one at a time, ``interval``
-  seconds apart.
+* ``trickle(interval, after=N)``: past the first N bytes of each answer's
+  connection (its head, say), the server's bytes go one at a time,
+  ``interval`` seconds apart.
 
 The relay runs an event loop of its own in a thread; each connection's pumps
 poll its state every few milliseconds, which is all a test needs.
@@ -46,6 +47,7 @@ class StallingRelay:
         self._healed_from: int | None = None
         self._after: tuple[str, int, bool] | None = None
         self._trickle: float | None = None
+        self._trickle_after = 0
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="stalling-relay")
@@ -74,8 +76,9 @@ class StallingRelay:
         assert count is not None
         self._after = (direction, count, new)
 
-    def trickle(self, interval: float | None) -> None:
+    def trickle(self, interval: float | None, *, after: int = 0) -> None:
         self._trickle = interval
+        self._trickle_after = after
 
     @property
     def stalled(self) -> bool:
@@ -104,6 +107,7 @@ class StallingRelay:
     async def _pump(
         self, ident: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, direction: str
     ) -> None:
+        sent = 0
         try:
             while True:
                 while self._stalls(ident):
@@ -114,7 +118,10 @@ class StallingRelay:
                 while self._stalls(ident):
                     await asyncio.sleep(POLL)
                 if direction == "down" and self._trickle is not None:
-                    for i in range(len(data)):
+                    head = data[: max(0, self._trickle_after - sent)]
+                    writer.write(head)
+                    sent += len(head)
+                    for i in range(len(head), len(data)):
                         writer.write(data[i : i + 1])
                         await writer.drain()
                         self._count(direction, 1)
@@ -139,10 +146,11 @@ class StallingRelay:
         except (OSError, asyncio.CancelledError):
             writer.close()
             return
-        await asyncio.gather(
-            self._pump(ident, reader, upstream_writer, "up"),
-            self._pump(ident, upstream_reader, writer, "down"),
-        )
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(
+                self._pump(ident, reader, upstream_writer, "up"),
+                self._pump(ident, upstream_reader, writer, "down"),
+            )
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)

@@ -134,3 +134,39 @@ def test_a_corrupted_part_of_a_composite_object_is_bad_digest(
     assert code == 1, err
     assert "BadDigest: part 1 of 3: CRC32" in err
     assert not (tmp_path / "three-parts").exists()
+
+
+def test_a_read_back_in_a_thread_stops_when_its_run_is_interrupted(tmp_path: Path) -> None:
+    """Hashing gigabytes in a thread would hold the interpreter's exit (it
+    waits for its threads) long past Ctrl-C's bound: it stops at its next block."""
+    import asyncio
+    import threading
+    import time
+
+    from surge.s3.checksums import off_loop, part_digests
+
+    path = tmp_path / "sparse"
+    with open(path, "wb") as f:
+        f.truncate(64 * 1024 * MiB)  # 64 GiB of holes: minutes of SHA-256
+    ended: list[float] = []
+
+    def read_back(fd: int, stop: threading.Event) -> None:
+        try:
+            part_digests(fd, "sha256", [64 * 1024 * MiB], stop)
+        finally:
+            ended.append(time.monotonic())
+
+    async def interrupt(fd: int) -> float:
+        task = asyncio.ensure_future(off_loop(read_back, fd))
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return time.monotonic()
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        cancelled = asyncio.run(interrupt(fd))  # asyncio.run waits for the thread
+    finally:
+        os.close(fd)
+    assert ended and ended[0] - cancelled < 2

@@ -240,3 +240,25 @@ def test_a_second_sigint_ends_the_run_at_once(
     assert time.monotonic() - sent < 2
     assert "the incomplete multipart upload of" in err  # named, as it may be left
     abort_all(server, bucket)
+
+
+@pytest.mark.parametrize("where", ["head", "body"])
+def test_a_server_that_trickles_is_no_live_one(
+    server: Buckets, relay: StallingRelay, tmp_path: Path, where: str
+) -> None:
+    """A byte every few tenths of a second is never a read timeout's silence;
+    it would hold each try for its whole max_time (minutes).  A head that
+    trickles, or a body of known length slower than 1 KiB/s for a read
+    timeout's window, is a stalled server too - for a download, a listing."""
+    objects = {"obj": os.urandom(100_000)} | {f"listed/{i:03d}-{'x' * 60}": b"" for i in range(20)}
+    bucket = new_bucket(server, objects)  # a listing page of some KB
+    relay.trickle(0.2, after=0 if where == "head" else 1000)
+    for args in (
+        ["cp", f"s3://{bucket}/obj", str(tmp_path / "obj")],
+        ["ls", f"s3://{bucket}/", "--recursive"],
+    ):
+        flags = QUICK if args[0] == "cp" else QUICK[:4]  # ls has no --retries
+        code, _out, err = finish(surge(server, *args, "--endpoint-url", relay.url, *flags))
+        assert code == 1, err
+        assert "read_timeout" in err
+        assert ("head was still coming" if where == "head" else "bytes/s") in err, err

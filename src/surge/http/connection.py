@@ -75,6 +75,12 @@ MAX_HEAD_BYTES = 300 * 1024
 #: same throughput (benchmarks/fetch_extras.py).
 STREAM_HIGH_WATER = 64 * 1024
 
+#: With a read timeout, the slowest a body of known length may come, in bytes
+#: a second over a whole read-timeout window (curl's --speed-limit, with the
+#: read timeout its --speed-time): a byte every few seconds is never silence,
+#: and a link slower than this for that long is not told from a broken one.
+LOW_SPEED = 1024
+
 #: Whether a body framed by Content-Length is counted down here rather than fed
 #: to llhttp (see the module's notes).  A switch for benchmarks/http_body.py only.
 _FAST_BODY = True
@@ -272,6 +278,9 @@ class HTTPConnection(asyncio.Protocol):
         self._idle: float | None = None
         self._deadline = 0.0
         self._active = 0.0
+        #: Where the body's current rate window began (loop time, body bytes).
+        self._window_at = 0.0
+        self._window_bytes = 0
 
     # -- opening -----------------------------------------------------------------------
 
@@ -399,6 +408,8 @@ class HTTPConnection(asyncio.Protocol):
         self._deadline = deadline
         if idle is not None:
             now = self._active = loop.time()
+            self._window_at = now
+            self._window_bytes = 0
             if now + idle < deadline:
                 deadline = now + idle
         self._slot = self._deadlines.add(self, deadline)
@@ -589,6 +600,8 @@ class HTTPConnection(asyncio.Protocol):
             return
         response.status = status
         response.head_done = True
+        if self._idle is not None:  # the body's rate is judged from here
+            self._window_at = self.loop.time()
         response.keep_alive = parser.should_keep_alive()
         parts = self._head_parts
         raw = parts[0] if len(parts) == 1 else b"".join(parts)
@@ -687,6 +700,20 @@ class HTTPConnection(asyncio.Protocol):
         if idle is not None and response is not None:
             now = self.loop.time()
             if now < self._deadline:
+                first = response.first_byte
+                if not response.head_done and first is not None and perf_counter() - first > idle:
+                    # A head comes whole, at once; one that trickles in (a byte
+                    # every few seconds is never silence) is no server's.
+                    self._fail(
+                        RequestError(
+                            "read_timeout",
+                            f"the response head was still coming {idle:g} s after its first"
+                            " byte (the read timeout)",
+                        )
+                    )
+                    return
+                if response.head_done and response.resume is None and self._trickles(now, idle):
+                    return
                 due = now + idle if response.resume is not None else self._active + idle
                 if due > now:
                     self._slot = self._deadlines.add(self, min(due, self._deadline))
@@ -714,6 +741,32 @@ class HTTPConnection(asyncio.Protocol):
                 status=response.status if response is not None and head_done else None,
             )
         )
+
+    def _trickles(self, now: float, idle: float) -> bool:
+        """A body of a known length coming slower than :data:`LOW_SPEED` over
+        a whole read-timeout window: failed (True).  The server has every byte
+        of such a body; a byte every few seconds is never silence, and would
+        hold the request for its whole ``max_time``.  (A body of unknown length
+        may trickle on purpose: S3 keeps a CompleteMultipartUpload alive with a
+        space every few seconds, after its head.)"""
+        response = self.response
+        assert response is not None
+        took = now - self._window_at
+        if took < idle:
+            return False
+        came = response.body_bytes - self._window_bytes
+        if came < LOW_SPEED * took and _content_length(response.head) >= 0:
+            self._fail(
+                RequestError(
+                    "read_timeout",
+                    f"the body came at {came / took:,.0f} bytes/s for {took:.0f} s, under"
+                    f" {LOW_SPEED:,} bytes/s (the read timeout's floor)",
+                    status=response.status,
+                )
+            )
+            return True
+        self._window_at, self._window_bytes = now, response.body_bytes
+        return False
 
     def _fail(self, error: RequestError) -> None:
         slot = self._slot
@@ -746,6 +799,10 @@ class HTTPConnection(asyncio.Protocol):
         transport = self.transport
         if transport is not None and not self.closed:
             transport.resume_reading()
+            response = self.response
+            if response is not None:  # the reader's pause is no slowness of the server's
+                self._window_at = self.loop.time()
+                self._window_bytes = response.body_bytes
 
 
 def interleave(addresses: Sequence[str]) -> list[str]:

@@ -36,15 +36,18 @@ ranges (a whole-object MD5 or CRC cannot be assembled from out-of-order parts).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import os
 import re
+import threading
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
+T = TypeVar("T")
 _MD5_ETAG = re.compile(r'"?([0-9a-fA-F]{32})"?')
 #: A multipart upload's ETag: ``<hex>-<parts>``.
 _PARTS_ETAG = re.compile(r'"?[^"\-]+-([0-9]{1,5})"?')
@@ -271,12 +274,17 @@ class Digest:
 READ_BLOCK = 1024 * 1024
 
 
-def blocks(fd: int, offset: int, length: int) -> Iterator[bytes]:
+def blocks(
+    fd: int, offset: int, length: int, stop: threading.Event | None = None
+) -> Iterator[bytes]:
     """``length`` bytes of the file open at ``fd`` from ``offset``, a block at a
     time (``os.pread``: the descriptor's offset untouched); OSError if the file
-    ends first.  Blocking: in a thread for more than a little."""
+    ends first, or once ``stop`` is set.  Blocking: in a thread (:func:`off_loop`)
+    for more than a little."""
     end = offset + length
     while offset < end:
+        if stop is not None and stop.is_set():
+            raise OSError("stopped: the run was interrupted")
         block = os.pread(fd, min(READ_BLOCK, end - offset), offset)
         if not block:
             raise OSError(f"the file ended at {offset:,} of {end:,} bytes while it was read")
@@ -284,7 +292,22 @@ def blocks(fd: int, offset: int, length: int) -> Iterator[bytes]:
         offset += len(block)
 
 
-def part_digests(fd: int, algorithm: str, lengths: list[int]) -> list[bytes]:
+async def off_loop(work: Callable[..., T], *args: Any) -> T:
+    """``work(*args, stop=...)`` in a thread, awaited.  If the awaiting task is
+    cancelled (Ctrl-C), ``stop`` is set and the work ends at its next block:
+    a read of gigabytes would otherwise hold the interpreter's exit, which
+    waits for its threads."""
+    stop = threading.Event()
+    try:
+        return await asyncio.to_thread(work, *args, stop=stop)
+    except asyncio.CancelledError:
+        stop.set()
+        raise
+
+
+def part_digests(
+    fd: int, algorithm: str, lengths: list[int], stop: threading.Event | None = None
+) -> list[bytes]:
     """Each part's checksum (raw bytes) of the file open at ``fd``, its parts
     ``lengths`` long one after another from offset 0.  Blocking: a thread."""
     factory = ALGORITHMS[algorithm]
@@ -293,7 +316,7 @@ def part_digests(fd: int, algorithm: str, lengths: list[int]) -> list[bytes]:
     offset = 0
     for length in lengths:
         hasher = factory()
-        for block in blocks(fd, offset, length):
+        for block in blocks(fd, offset, length, stop):
             hasher.update(block)
         offset += length
         digests.append(hasher.digest())
@@ -310,13 +333,10 @@ def composite(algorithm: str, digests: list[bytes]) -> str:
     return base64.b64encode(hasher.digest()).decode("ascii")
 
 
-def file_mismatch(fd: int, expected: Expected) -> str | None:
+def file_mismatch(fd: int, expected: Expected, stop: threading.Event | None = None) -> str | None:
     """Hash the file open at ``fd`` (from offset 0) as :meth:`Digest.mismatch`.
     Blocking: run it in a thread."""
     digest = Digest(expected)
-    try:
-        for block in blocks(fd, 0, expected.size):
-            digest.update(block)
-    except OSError as e:
-        return str(e)
+    for block in blocks(fd, 0, expected.size, stop):
+        digest.update(block)
     return digest.mismatch()

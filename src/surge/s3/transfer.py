@@ -81,6 +81,7 @@ from surge.s3.checksums import (
     crc32_combine,
     crc32_header,
     file_mismatch,
+    off_loop,
     part_digests,
 )
 from surge.s3.config import Target, split_s3_url
@@ -877,7 +878,7 @@ class _Download:
                 # read back: an MD5 or a SHA cannot be built from parts that
                 # arrived out of order (the file is in the page cache still)
                 try:
-                    mismatch = await asyncio.to_thread(file_mismatch, big.fd, expected)
+                    mismatch = await off_loop(file_mismatch, big.fd, expected)
                 except OSError as e:
                     big.failure = ("LocalError", os_message(e))
             if big.failure is None:
@@ -942,7 +943,7 @@ class _Download:
             )
             return expected.md5 is not None
         lengths = [length for length, _ in layout]
-        digests = await asyncio.to_thread(part_digests, fd, algorithm, lengths)
+        digests = await off_loop(part_digests, fd, algorithm, lengths)
         said_per_part = 0
         for number, ((_, said), digest) in enumerate(zip(layout, digests, strict=True), 1):
             if said is None:

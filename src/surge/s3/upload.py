@@ -53,6 +53,7 @@ import logging
 import mimetypes
 import os
 import stat
+import threading
 from collections.abc import Awaitable, Iterator
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -64,7 +65,7 @@ from surge.http.client import AsyncClient
 from surge.http.response import Headers
 from surge.s3 import temps
 from surge.s3.api import ListOptions, list_pages
-from surge.s3.checksums import Expected, blocks, crc32, crc32_combine, crc32_header
+from surge.s3.checksums import Expected, blocks, crc32, crc32_combine, crc32_header, off_loop
 from surge.s3.config import Target, split_s3_url
 from surge.s3.objects import Objects
 from surge.s3.parse import S3Object
@@ -556,7 +557,7 @@ class _Upload:
             return None
         if length <= HASH_INLINE:
             return crc32_header(_crc32_of(fd, offset, length))
-        return crc32_header(await asyncio.to_thread(_crc32_of, fd, offset, length))
+        return crc32_header(await off_loop(_crc32_of, fd, offset, length))
 
     async def _check(
         self, headers: Headers, crc: str | None, fd: int, offset: int, length: int, what: str
@@ -582,7 +583,7 @@ class _Upload:
         etag_md5 = Expected.from_headers(length, headers).md5
         if etag_md5 is None:
             return None
-        md5 = await asyncio.to_thread(_md5_of, fd, offset, length)
+        md5 = await off_loop(_md5_of, fd, offset, length)
         if etag_md5 != md5.hex():
             raise S3Error(
                 "BadDigest",
@@ -647,10 +648,10 @@ class _Changed(Exception):
     pass
 
 
-def _crc32_of(fd: int, offset: int, length: int) -> int:
+def _crc32_of(fd: int, offset: int, length: int, stop: threading.Event | None = None) -> int:
     """The CRC-32 of ``length`` bytes of the file from ``offset`` (blocking)."""
     value = 0
-    for block in blocks(fd, offset, length):
+    for block in blocks(fd, offset, length, stop):
         value = crc32(block, value)
     return value
 
@@ -666,10 +667,10 @@ def _combined(crcs: list[str | None], part_size: int, size: int) -> str:
     return crc32_header(value)
 
 
-def _md5_of(fd: int, offset: int, length: int) -> bytes:
+def _md5_of(fd: int, offset: int, length: int, stop: threading.Event | None = None) -> bytes:
     """The MD5 of ``length`` bytes of the file from ``offset`` (blocking)."""
     md5 = hashlib.md5(usedforsecurity=False)
-    for block in blocks(fd, offset, length):
+    for block in blocks(fd, offset, length, stop):
         md5.update(block)
     return md5.digest()
 

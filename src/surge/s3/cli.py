@@ -68,7 +68,7 @@ def _timeouts_and_debug(command: Callable[..., None]) -> Callable[..., None]:
         "--read-timeout",
         "--cli-read-timeout",
         "read_timeout",
-        type=click.FloatRange(min=0, max=1e6),
+        type=click.FloatRange(min=0),
         metavar="SECONDS",
         help="Longest the server may stay silent once a request is sent; a request"
         " that times out is retried. 0: no limit.  [default: the profile's"
@@ -78,7 +78,7 @@ def _timeouts_and_debug(command: Callable[..., None]) -> Callable[..., None]:
         "--connect-timeout",
         "--cli-connect-timeout",
         "connect_timeout",
-        type=click.FloatRange(min=0, max=1e6),
+        type=click.FloatRange(min=0),
         metavar="SECONDS",
         help="Longest a connection may take to open. 0: no limit.  [default: the"
         " profile's cli_connect_timeout, else 60]",

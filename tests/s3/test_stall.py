@@ -253,10 +253,10 @@ def test_a_server_that_trickles_is_no_live_one(
     objects = {"obj": os.urandom(100_000)} | {f"listed/{i:03d}-{'x' * 60}": b"" for i in range(20)}
     bucket = new_bucket(server, objects)  # a listing page of some KB
     relay.trickle(0.2, after=0 if where == "head" else 1000)
-    for args in (
-        ["cp", f"s3://{bucket}/obj", str(tmp_path / "obj")],
-        ["ls", f"s3://{bucket}/", "--recursive"],
-    ):
+    runs = [["cp", f"s3://{bucket}/obj", str(tmp_path / "obj")]]
+    if where == "body":  # a listing's page, read whole: the same floor
+        runs.append(["ls", f"s3://{bucket}/", "--recursive"])
+    for args in runs:
         flags = QUICK if args[0] == "cp" else QUICK[:4]  # ls has no --retries
         code, _out, err = finish(surge(server, *args, "--endpoint-url", relay.url, *flags))
         assert code == 1, err

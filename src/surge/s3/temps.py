@@ -18,7 +18,10 @@ temporary file whose lock can be taken therefore has no live owner:
 
 The name is recognised by its shape; the lock, not the name, decides that a
 file is garbage, so two runs writing into one directory never take each
-other's files (PID files would be fooled by a PID used again).  Costs per
+other's files (PID files would be fooled by a PID used again).  On a file
+system without ``flock`` (some FUSE and NFS mounts) a download goes on with
+its temporary files unlocked, and nothing there is ever taken for garbage:
+the lock cannot be tried.  Costs per
 object: a ``flock`` and a ``stat`` beside the ``open`` (~2 us); per
 directory, one ``scandir`` the first time a run meets it.
 """
@@ -36,6 +39,11 @@ _NAME = re.compile(r"\.surge-[0-9a-f]{8}-", re.ASCII)
 #: Name bytes kept of the final name: 255 bytes is the usual limit of a file
 #: name, and the temporary one must fit too.
 _KEPT = 200
+
+
+#: What flock(2) says on a file system that has no such locks (some FUSE and
+#: NFS mounts): the download goes on, its temporary file unlocked.
+_NO_LOCKS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL})
 
 
 def is_temporary(name: str) -> bool:
@@ -59,6 +67,8 @@ def create(directory: str, name: str) -> tuple[str, int]:
             if _same(os.stat(temp), os.fstat(fd)):
                 return temp, fd
         except OSError as e:
+            if e.errno in _NO_LOCKS:
+                return temp, fd  # a file system without flock: unlocked, but written
             if e.errno not in (errno.EWOULDBLOCK, errno.ENOENT):
                 os.close(fd)
                 raise

@@ -247,3 +247,57 @@ def test_a_redirect_never_loops(
     code, _out, err = run(url, KEYS, "ls", "s3://moved/", "--region", HOME)
     assert code == 0, err
     assert all(region == HOME for _, _, region in scopes)
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "head", "wrong"),
+    [
+        (301, "PermanentRedirect", False, True),
+        (307, "TemporaryRedirect", False, True),
+        (400, "AuthorizationHeaderMalformed", False, True),
+        (400, "IllegalLocationConstraintException", False, True),
+        (400, None, True, True),  # a HEAD's bare 400
+        (400, "InvalidArgument", False, False),
+        (403, "AccessDenied", False, False),
+        (404, "NoSuchKey", True, False),
+    ],
+)
+def test_which_answers_say_the_region_is_wrong(
+    status: int, code: str | None, head: bool, wrong: bool
+) -> None:
+    from surge.s3.region import says_wrong_region
+
+    assert says_wrong_region(status, code, head=head) is wrong
+
+
+def test_a_region_is_a_host_label_or_nothing() -> None:
+    """The region becomes part of a host name on AWS: nothing else is taken."""
+    from surge.http.response import Headers
+    from surge.s3.region import region_in
+
+    def headers(value: str) -> Headers:
+        return Headers([("x-amz-bucket-region", value)])
+
+    assert region_in(headers("eu-west-1"), b"") == "eu-west-1"
+    assert region_in(headers("evil.example/x"), b"") is None
+    assert region_in(headers("a" * 64), b"") is None
+    assert region_in(Headers([]), b"<Region>ap-south-2</Region>") == "ap-south-2"
+    assert region_in(Headers([]), b"<Region>x.y</Region>") is None
+
+
+def test_on_aws_the_host_follows_the_region() -> None:
+    from surge.s3.config import make_target
+    from surge.s3.sigv4 import Credentials
+
+    keys = Credentials("AK", "SK")
+    moved = make_target("bkt", region="us-east-1", credentials=keys).in_region("eu-west-1")
+    assert (moved.host, moved.path, moved.region) == (
+        "bkt.s3.eu-west-1.amazonaws.com",
+        "/",
+        "eu-west-1",
+    )
+    assert moved.signer is not None and moved.signer.region == "eu-west-1"
+    dotted = make_target("b.k.t", region="us-east-1", credentials=keys).in_region("eu-west-1")
+    assert (dotted.host, dotted.path) == ("s3.eu-west-1.amazonaws.com", "/b.k.t")
+    local = make_target("bkt", endpoint_url="http://127.0.0.1:9", credentials=keys)
+    assert local.in_region("eu-west-1").host == "127.0.0.1:9"  # an endpoint stays

@@ -102,8 +102,9 @@ async def redirect(
 
 def region_note(target: Target, status: int | None, code: str | None, message: str) -> str:
     """``message``, naming the region the request was signed for when the
-    answer is about regions (or a bare 400/301, which may be): what is left
-    of a redirect that could not be followed."""
-    if code in REGION_CODES or status in REDIRECT_STATUSES or status == 400:
+    answer is about regions (or a bare 400 - a HEAD's, with no document to
+    say why - which may be): what is left of a redirect not followed."""
+    bare = status == 400 and code in (None, "BadRequest", "HTTP400")
+    if code in REGION_CODES or status in REDIRECT_STATUSES or bare:
         return f"{message} (signed for region {target.region})"
     return message

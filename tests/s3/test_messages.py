@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 from tests.s3._buckets import Buckets
 from tests.s3.test_cp import cli, new_bucket
 
@@ -92,3 +94,13 @@ def test_cp_help_says_what_an_upload_carries() -> None:
     assert "CRC32" in text
     for flag in ("--read-timeout", "--connect-timeout", "--no-follow-symlinks", "--debug"):
         assert flag in text
+
+
+@given(st.text())
+def test_an_escaped_key_has_no_control_character_and_others_are_untouched(key: str) -> None:
+    from surge.s3.cli import escape_key
+
+    shown = escape_key(key)
+    assert not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in shown)
+    if not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in key):
+        assert shown == key

@@ -14,6 +14,11 @@ sleep for what :meth:`RetryPolicy.delay` returns.
   that try is the last (curl does the same with ``--retry-max-time``).
 * ``time_left``: the request's own deadline.  A wait that would pass it is not
   started.
+
+The timeouts themselves are applied by the HTTP client, per try
+(``surge.http.Timeout``: connect, read - silence, or a trickle - and the
+whole ``max_time``); the ``connect_timeout`` and ``read_timeout`` they raise
+are retried here like any transient transport failure.
 """
 
 from __future__ import annotations

@@ -135,3 +135,29 @@ def test_a_configured_endpoint_is_addressed_path_style(
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9000")
     target = make_target("bkt", credentials=KEYS)
     assert (target.base_url, target.path) == ("http://127.0.0.1:9000", "/bkt")
+
+
+def test_timeouts_come_from_the_flag_then_the_profile_then_the_aws_cli_s_defaults(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from surge.s3.api import ListOptions
+    from surge.s3.config import resolve_timeouts
+
+    assert resolve_timeouts(None, None, None) == (60.0, 60.0)  # the AWS CLI's
+    config = tmp_path / "aws-config"
+    config.write_text(
+        "[default]\ncli_read_timeout = 7\ncli_connect_timeout = 0\n"
+        "[profile slow]\ncli_read_timeout = 120\n[profile bad]\ncli_read_timeout = soon\n"
+    )
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    assert resolve_timeouts(None, None, None) == (None, 7.0)  # 0: no limit, as the AWS CLI's
+    assert resolve_timeouts(3, 2.5, None) == (3.0, 2.5)  # the flags win
+    assert resolve_timeouts(None, None, "slow") == (60.0, 120.0)
+    with pytest.raises(UsageError, match=r"aws-config: \[profile bad\] cli_read_timeout = 'soon'"):
+        resolve_timeouts(None, None, "bad")
+    with pytest.raises(UsageError):
+        ListOptions(read_timeout=-1)
+    # every S3 client is made with them
+    client = ListOptions(read_timeout=4, connect_timeout=2).client(1, 60.0)
+    assert (client.read_timeout, client.connect_timeout) == (4, 2)
+    assert ListOptions().client(1, 60.0).read_timeout == 7.0

@@ -69,11 +69,11 @@ def fault_proxy(upstream: str, fault: Fault, rewrite: Rewrite = _forward) -> Ite
                 response = upstream_connection.getresponse()
                 data = response.read()
                 status = response.status
-                headers = [
-                    (k, v)
-                    for k, v in response.getheaders()
-                    if k.lower() not in ("transfer-encoding", "content-length", "connection")
-                ]
+                # a HEAD's Content-Length is the object's (or the part's): kept
+                dropped = ("transfer-encoding", "connection")
+                if self.command != "HEAD":
+                    dropped += ("content-length",)
+                headers = [(k, v) for k, v in response.getheaders() if k.lower() not in dropped]
                 headers, data = rewrite(self.command, self.path, headers, data)
                 upstream_connection.close()
             else:
@@ -81,7 +81,8 @@ def fault_proxy(upstream: str, fault: Fault, rewrite: Rewrite = _forward) -> Ite
             self.send_response(status)
             for name, value in headers:
                 self.send_header(name, value)
-            self.send_header("Content-Length", str(len(data)))
+            if self.command != "HEAD":
+                self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(data)

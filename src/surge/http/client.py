@@ -126,8 +126,11 @@ class AsyncClient:
     ``max_connections`` bounds the open connections in all (idle ones of other
     hosts are closed to make room), ``per_host`` per (scheme, host, port).
     ``connect_timeout`` covers DNS, TCP and TLS; ``max_time`` the whole request,
-    redirects included.  Both start when the request starts its own network work:
-    time spent waiting for a connection slot or a handshake slot never counts.
+    redirects included; ``read_timeout`` (None: none) is the longest the server
+    may stay silent - no byte of the response, or none of the request's body
+    taken - once the request is sent.  They start when the request starts its
+    own network work: time spent waiting for a connection slot or a handshake
+    slot never counts, nor does a streamed body left unread by its reader.
     ``max_connecting`` bounds handshakes in flight: thousands of simultaneous
     SYNs overflow listen backlogs and drop hosts.
 
@@ -192,14 +195,23 @@ class AsyncClient:
         trust_env: bool = True,
         proxy_cafile: str | None = None,
         proxy_insecure: bool = False,
+        read_timeout: float | None = None,
     ) -> None:
         if max_connections < 1:
             raise UsageError(f"max_connections must be at least 1, not {max_connections}")
         total, connect = split_timeout(timeout)  # httpx's name for both at once
         max_time = total or max_time
         connect_timeout = connect or connect_timeout
-        if connect_timeout <= 0 or max_time <= 0:
+        if isinstance(timeout, Timeout) and timeout.read is not None:
+            read_timeout = timeout.read
+        if (
+            connect_timeout <= 0
+            or max_time <= 0
+            or (read_timeout is not None and read_timeout <= 0)
+        ):
             raise UsageError("timeouts must be positive")
+        #: Seconds the server may stay silent once a request is sent (None: no limit).
+        self.read_timeout = read_timeout
         if max_redirects < 0:
             raise UsageError(f"max_redirects must be 0 or more, not {max_redirects}")
         self.connect_timeout = min(connect_timeout, max_time)
@@ -371,11 +383,14 @@ class AsyncClient:
                     body = encoded
         max_time = self._max_time
         connect_timeout = None
+        read_timeout = self.read_timeout
         if timeout is not None:
             total, connect_timeout = split_timeout(timeout)
             max_time = total or max_time
             if connect_timeout is not None:
                 connect_timeout = min(connect_timeout, max_time)
+            if isinstance(timeout, Timeout) and timeout.read is not None:
+                read_timeout = timeout.read
         try:
             target = parse_url(url)
         except RequestError as e:
@@ -481,7 +496,9 @@ class AsyncClient:
                 wire = None
                 try:
                     # Positional: keyword arguments cost a little on every request.
-                    wire = conn.send(head, method == "HEAD", deadline, max_time, _stream, _discard)
+                    wire = conn.send(
+                        head, method == "HEAD", deadline, max_time, _stream, _discard, read_timeout
+                    )
                     if upload is not None:
                         await _send_upload(conn, upload, wire)
                     timings.sent = perf_counter()

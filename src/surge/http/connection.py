@@ -95,6 +95,12 @@ TRANSFER_CODINGS = frozenset(name.encode() for name in CODINGS) | {b"identity"}
 #: same throughput (benchmarks/fetch_extras.py).
 STREAM_HIGH_WATER = 64 * 1024
 
+#: With a read timeout, the slowest a body of known length may come, in bytes
+#: a second over a whole read-timeout window (curl's --speed-limit, with the
+#: read timeout its --speed-time): a byte every few seconds is never silence,
+#: and a link slower than this for that long is not told from a broken one.
+LOW_SPEED = 1024
+
 #: Whether a body framed by Content-Length is counted down here rather than fed
 #: to llhttp (see the module's notes).  A switch for benchmarks/http_body.py only.
 _FAST_BODY = True
@@ -301,6 +307,14 @@ class HTTPConnection(asyncio.Protocol):
         #: Set while the transport's write buffer is full (a streamed request body
         #: waits on it); resolved when it drains or the connection is lost.
         self._writable: asyncio.Future[None] | None = None
+        #: The exchange's read (idle) timeout, its whole deadline, and the loop
+        #: time the server was last heard from (a read) or took body bytes.
+        self._idle: float | None = None
+        self._deadline = 0.0
+        self._active = 0.0
+        #: Where the body's current rate window began (loop time, body bytes).
+        self._window_at = 0.0
+        self._window_bytes = 0
 
     # -- opening -----------------------------------------------------------------------
 
@@ -401,10 +415,12 @@ class HTTPConnection(asyncio.Protocol):
         limit: float,
         stream: bool = False,
         discard: bool = False,
+        idle: float | None = None,
     ) -> WireResponse:
         """Write a request; its response's ``done`` resolves when the response is
         complete, or fails with ``read_timeout`` at ``deadline`` (event-loop time,
-        honoured to within the deadlines' resolution, 50 ms).  ``stream``: the
+        honoured to within the deadlines' resolution, 50 ms), or once the server
+        has been silent for ``idle`` seconds (see :meth:`expire`).  ``stream``: the
         body is read by the caller as it comes (see :class:`WireResponse`); the
         deadline still covers all of it, as curl's ``--max-time`` does.
         ``discard``: the body is counted and capped, never kept (a bulk run that
@@ -422,6 +438,14 @@ class HTTPConnection(asyncio.Protocol):
         )
         if discard:
             response.discard = True
+        self._idle = idle
+        self._deadline = deadline
+        if idle is not None:
+            now = self._active = loop.time()
+            self._window_at = now
+            self._window_bytes = 0
+            if now + idle < deadline:
+                deadline = now + idle
         self._slot = self._deadlines.add(self, deadline)
         if self._parser is None:
             self._parser = _new_parser(self)
@@ -461,6 +485,8 @@ class HTTPConnection(asyncio.Protocol):
             else:
                 transport.write(chunk)
             sent += len(chunk)
+            if self._writable is None:  # the peer takes what is sent: not silent
+                self._active = self.loop.time()
             if self._writable is not None:
                 await self._writable
         if chunked and self.transport is not None and not self.closed:
@@ -471,6 +497,7 @@ class HTTPConnection(asyncio.Protocol):
         self._writable = self.loop.create_future()
 
     def resume_writing(self) -> None:
+        self._active = self.loop.time()
         self._release_writer()
 
     def _release_writer(self) -> None:
@@ -496,6 +523,9 @@ class HTTPConnection(asyncio.Protocol):
         self.loop = asyncio.get_running_loop()
 
     def data_received(self, data: bytes) -> None:
+        # The read timeout's clock (uvloop's loop time is its cached uv_now: no
+        # system call).
+        self._active = self.loop.time()
         left = self._body_left
         if left:  # the rest of a body framed by Content-Length
             self._body_received(data, left)
@@ -648,6 +678,8 @@ class HTTPConnection(asyncio.Protocol):
             return
         response.status = status
         response.head_done = True
+        if self._idle is not None:  # the body's rate is judged from here
+            self._window_at = self.loop.time()
         response.keep_alive = parser.should_keep_alive()
         parts = self._head_parts
         raw = parts[0] if len(parts) == 1 else b"".join(parts)
@@ -767,8 +799,48 @@ class HTTPConnection(asyncio.Protocol):
     # -- internals ------------------------------------------------------------------------
 
     def expire(self) -> None:
-        """The read deadline passed (called by the deadline slot)."""
+        """The deadline slot came: the request's whole deadline passed, or maybe
+        its read (idle) timeout.  The idle clock is checked here rather than
+        re-armed on every read (a slot joined per read would cost more than the
+        read): if the server was heard from since, or the streamed body's reader
+        has paused the socket (its own back-pressure, not the server's silence),
+        the exchange waits in a later slot."""
         response = self.response
+        idle = self._idle
+        if idle is not None and response is not None:
+            now = self.loop.time()
+            if now < self._deadline:
+                first = response.first_byte
+                if not response.head_done and first is not None and perf_counter() - first > idle:
+                    # A head comes whole, at once; one that trickles in (a byte
+                    # every few seconds is never silence) is no server's.
+                    self._fail(
+                        RequestError(
+                            "read_timeout",
+                            f"the response head was still coming {idle:g} s after its first"
+                            " byte (the read timeout)",
+                        )
+                    )
+                    return
+                if response.head_done and response.resume is None and self._trickles(now, idle):
+                    return
+                due = now + idle if response.resume is not None else self._active + idle
+                if due > now:
+                    self._slot = self._deadlines.add(self, min(due, self._deadline))
+                    return
+                silent = (
+                    "the server took none of the request body"
+                    if self._writable is not None
+                    else "no data from the server"
+                )
+                self._fail(
+                    RequestError(
+                        "read_timeout",
+                        f"{silent} for {idle:g} s (the read timeout)",
+                        status=response.status if response.head_done else None,
+                    )
+                )
+                return
         head_done = response is not None and response.head_done
         where = "the body" if head_done else "the response"
         self._fail(
@@ -779,6 +851,32 @@ class HTTPConnection(asyncio.Protocol):
                 status=response.status if response is not None and head_done else None,
             )
         )
+
+    def _trickles(self, now: float, idle: float) -> bool:
+        """A body of a known length coming slower than :data:`LOW_SPEED` over
+        a whole read-timeout window: failed (True).  The server has every byte
+        of such a body; a byte every few seconds is never silence, and would
+        hold the request for its whole ``max_time``.  (A body of unknown length
+        may trickle on purpose: S3 keeps a CompleteMultipartUpload alive with a
+        space every few seconds, after its head.)"""
+        response = self.response
+        assert response is not None
+        took = now - self._window_at
+        if took < idle:
+            return False
+        came = response.body_bytes - self._window_bytes
+        if came < LOW_SPEED * took and _content_length(response.head) >= 0:
+            self._fail(
+                RequestError(
+                    "read_timeout",
+                    f"the body came at {came / took:,.0f} bytes/s for {took:.0f} s, under"
+                    f" {LOW_SPEED:,} bytes/s (the read timeout's floor)",
+                    status=response.status,
+                )
+            )
+            return True
+        self._window_at, self._window_bytes = now, response.body_bytes
+        return False
 
     def _fail(self, error: RequestError) -> None:
         slot = self._slot
@@ -814,6 +912,10 @@ class HTTPConnection(asyncio.Protocol):
         transport = self.transport
         if transport is not None and not self.closed:
             transport.resume_reading()
+            response = self.response
+            if response is not None:  # the reader's pause is no slowness of the server's
+                self._window_at = self.loop.time()
+                self._window_bytes = response.body_bytes
 
 
 def _new_parser(protocol: HTTPConnection) -> Any:

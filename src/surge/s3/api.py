@@ -31,7 +31,7 @@ from surge.gc_tuning import relaxed_gc
 from surge.http.client import AsyncClient, make_ssl_context
 from surge.http.proxy import parse_proxy
 from surge.loops import iterate_in_thread
-from surge.s3.config import Target, make_target, split_s3_url
+from surge.s3.config import Target, make_target, resolve_timeouts, split_s3_url
 from surge.s3.listing import CommonPrefix, Lister, ParallelListing, Stats, invalid
 from surge.s3.parse import Bucket, S3Object, S3Version, parse_buckets
 from surge.s3.sigv4 import Credentials
@@ -60,20 +60,39 @@ class EndpointOptions:
     #: An https:// proxy's certificate not verified (curl's --proxy-insecure);
     #: the origin's still is.
     proxy_insecure: bool = False
+    #: Seconds to open a connection (DNS, TCP, TLS), and that the server may
+    #: stay silent once a request is sent (no byte of its answer, or none of
+    #: an upload's body taken): the AWS CLI's --cli-connect-timeout and
+    #: --cli-read-timeout.  None: the profile's ``cli_connect_timeout`` /
+    #: ``cli_read_timeout``, else 60 s each; 0: no limit but the request's own.
+    connect_timeout: float | None = None
+    read_timeout: float | None = None
 
     def __post_init__(self) -> None:
         if self.proxy:
             parse_proxy(self.proxy)  # a usage error now, not at the first request
         if self.proxy_cafile is not None:
             make_ssl_context(self.proxy_cafile)  # and an unreadable CA file
+        # a bad value (or one in the config file) is a usage error now
+        resolve_timeouts(self.connect_timeout, self.read_timeout, self.profile)
 
-    def proxy_options(self) -> dict[str, Any]:
-        """The :class:`AsyncClient` keywords for the proxy: every S3 client's."""
-        return {
-            "proxy": self.proxy,
-            "proxy_cafile": self.proxy_cafile,
-            "proxy_insecure": self.proxy_insecure,
-        }
+    def client(self, max_connections: int, max_time: float, **extra: Any) -> AsyncClient:
+        """An :class:`AsyncClient` for S3 requests: the proxy, the timeouts
+        (connect and read, as :func:`surge.s3.config.resolve_timeouts` finds
+        them; each request's whole ``max_time``), no cookies (S3 authenticates
+        each request; the AWS CLI keeps none).  Every S3 client is made here."""
+        connect, read = resolve_timeouts(self.connect_timeout, self.read_timeout, self.profile)
+        return AsyncClient(
+            max_connections=max_connections,
+            max_time=max_time,
+            connect_timeout=connect or max_time,
+            read_timeout=read,
+            proxy=self.proxy,
+            proxy_cafile=self.proxy_cafile,
+            proxy_insecure=self.proxy_insecure,
+            cookies=False,
+            **extra,
+        )
 
     def target(self, bucket: str) -> Target:
         """Where and how to send a bucket's requests ("": the service's)."""
@@ -143,12 +162,8 @@ async def list_pages(
         # identity, not gzip: MinIO compresses listings when asked, and inflating
         # them cost 0.35 us an object of client CPU on loopback (a tenth of the
         # parse) - AWS does not compress them, and boto3 and obstore do not ask.
-        client = AsyncClient(
-            max_connections=opts.parallel + 4,
-            max_time=opts.max_time,
-            **opts.proxy_options(),
-            headers={"Accept-Encoding": "identity"},
-            cookies=False,  # S3 authenticates each request; the AWS CLI keeps none
+        client = opts.client(
+            opts.parallel + 4, opts.max_time, headers={"Accept-Encoding": "identity"}
         )
     lister = Lister(target, client, page_size=opts.page_size, retries=opts.retries)
     lister.stats = opts.stats
@@ -220,9 +235,7 @@ async def list_versions(
     bucket, prefix = _bucket_and_prefix(url, opts)
     own_client = client is None
     if client is None:
-        client = AsyncClient(
-            max_connections=2, max_time=opts.max_time, cookies=False, **opts.proxy_options()
-        )
+        client = opts.client(2, opts.max_time)
     lister = Lister(opts.target(bucket), client, page_size=opts.page_size, retries=opts.retries)
     lister.stats = opts.stats
     try:
@@ -257,9 +270,7 @@ async def list_buckets(
     target = opts.target("")
     own_client = client is None
     if client is None:
-        client = AsyncClient(
-            max_connections=1, max_time=opts.max_time, cookies=False, **opts.proxy_options()
-        )
+        client = opts.client(1, opts.max_time)
     lister = Lister(target, client, retries=opts.retries)
     lister.stats = opts.stats
     buckets: list[Bucket] = []

@@ -6,13 +6,28 @@ single-part ETag, and the ``x-amz-checksum-*`` the server keeps for it.
   of the bytes), unless the object is encrypted with SSE-KMS or SSE-C, whose
   ETags are not MD5s - the AWS CLI skips those too.  A multipart ETag
   (``<hex>-<parts>``) is the MD5 of the parts' MD5s: not checked.
-* ``x-amz-checksum-*`` (asked for with ``x-amz-checksum-mode: ENABLED``): the
-  full-object ones - CRC32 (zlib), SHA1 and SHA256 (hashlib) always; CRC32C and
-  CRC64NVME when a package that computes them is installed (``crc32c``, or
-  ``awscrt``, botocore's own optional accelerator), otherwise skipped and
-  counted as unverified.  A composite checksum (``<base64>-<parts>``, or
-  ``x-amz-checksum-type: COMPOSITE``) is a checksum of the parts' checksums:
-  not checked.
+* ``x-amz-checksum-*`` (asked for with ``x-amz-checksum-mode: ENABLED``):
+  CRC32 (zlib), SHA1 and SHA256 (hashlib) always; CRC32C and CRC64NVME when a
+  package that computes them is installed (``crc32c``, or ``awscrt``,
+  botocore's own optional accelerator), otherwise skipped and counted as
+  unverified.
+
+A checksum is of one of two kinds, and a check may fail only when surge
+knows which (:attr:`Expected.kind`):
+
+* ``full``: of the whole object's bytes - ``x-amz-checksum-type:
+  FULL_OBJECT``, or any checksum of an object uploaded in one piece (its ETag
+  has no ``-N``: one part, both kinds are the same).
+* ``composite``: the checksum of the parts' checksums, one after another -
+  ``x-amz-checksum-type: COMPOSITE``, or a value ending in ``-N``.  Checked
+  part by part: the server's part layout (a HEAD with ``partNumber`` gives
+  each part's length and, where the server keeps it, its checksum), each
+  part's checksum computed from the file, compared with the server's where it
+  gives one, and combined into the composite.
+* ``unknown``: a checksum with neither a type nor a suffix on a multipart
+  object (ETag ``<hex>-N``) - moto's HEAD answers so for a composite one.  It
+  passes if the bytes match it as either kind; if neither can be shown, the
+  object is checked by its size alone (``--debug`` says so), never failed.
 
 A :class:`Digest` is fed the bytes in order: as they arrive for an object read
 in one stream, or by reading the finished file back for one read in parallel
@@ -21,15 +36,21 @@ ranges (a whole-object MD5 or CRC cannot be assembled from out-of-order parts).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
+import os
 import re
+import threading
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
+T = TypeVar("T")
 _MD5_ETAG = re.compile(r'"?([0-9a-fA-F]{32})"?')
+#: A multipart upload's ETag: ``<hex>-<parts>``.
+_PARTS_ETAG = re.compile(r'"?[^"\-]+-([0-9]{1,5})"?')
 
 
 class _Hasher(Protocol):
@@ -144,45 +165,73 @@ def _factories() -> dict[str, Callable[[], _Hasher] | None]:
 ALGORITHMS: dict[str, Callable[[], _Hasher] | None] = _factories()
 
 
+#: Kinds of checksum (see the module's notes).
+FULL, COMPOSITE, UNKNOWN = "full", "composite", "unknown"
+
+
 @dataclass(frozen=True)
 class Expected:
     """What an object's response says its bytes are."""
 
     size: int
     md5: str | None = None  # hex, from a single-part ETag
-    checksum: tuple[str, str] | None = None  # (algorithm, base64 value)
+    #: (algorithm, base64 value without any ``-N``)
+    checksum: tuple[str, str] | None = None
     #: Why something could not be checked (an algorithm no package here computes).
     unchecked: str | None = None
+    #: The checksum's kind: FULL, COMPOSITE or UNKNOWN.
+    kind: str = FULL
+    #: Parts of a multipart object, as its ETag or checksum says (None: one, or not said).
+    parts: int | None = None
 
     @classmethod
     def from_headers(cls, size: int, headers: Mapping[str, str]) -> Expected:
         """``headers``: a case-insensitive mapping (the response's headers)."""
         md5 = None
-        match = _MD5_ETAG.fullmatch(headers.get("etag", "") or "")
+        etag = headers.get("etag", "") or ""
+        match = _MD5_ETAG.fullmatch(etag)
         encryption = (headers.get("x-amz-server-side-encryption") or "").lower()
         customer_key = headers.get("x-amz-server-side-encryption-customer-algorithm")
         if match and not encryption.startswith("aws:kms") and not customer_key:
             md5 = match.group(1).lower()
+        multipart = _PARTS_ETAG.fullmatch(etag)
+        parts = int(multipart.group(1)) if multipart else None
         checksum = None
         unchecked = None
-        composite = (headers.get("x-amz-checksum-type") or "").upper() == "COMPOSITE"
+        kind = FULL
+        said = (headers.get("x-amz-checksum-type") or "").upper()
         for algorithm, factory in ALGORITHMS.items():
             value = headers.get(f"x-amz-checksum-{algorithm}")
-            if not value or composite or "-" in value:
+            if not value:
                 continue
             if factory is None:
                 unchecked = f"no {algorithm} package installed"
                 continue
+            value, dash, count = value.partition("-")
+            if said == "COMPOSITE" or dash:
+                kind = COMPOSITE
+                if count.isdigit():
+                    parts = int(count)
+            elif said == "FULL_OBJECT" or parts is None:
+                kind = FULL
+            else:
+                kind = UNKNOWN  # a multipart object, and nothing says which kind
             checksum = (algorithm, value)
             break
         if checksum is not None:
             unchecked = None
-        return cls(size, md5, checksum, unchecked)
+        return cls(size, md5, checksum, unchecked, kind, parts)
 
     @property
     def verifiable(self) -> bool:
         """True if more than the length can be checked."""
         return self.md5 is not None or self.checksum is not None
+
+    @property
+    def whole(self) -> bool:
+        """Whether the checksum may be of the whole object's bytes (computed as
+        they come): a full-object one, or one of unknown kind."""
+        return self.checksum is not None and self.kind != COMPOSITE
 
 
 class Digest:
@@ -192,7 +241,8 @@ class Digest:
         self.expected = expected
         self.md5: Any = None
         self.checksum: _Hasher | None = None
-        if expected.checksum is not None:
+        if expected.whole:
+            assert expected.checksum is not None
             # One check, the server's checksum rather than the MD5 when it has
             # both: a CRC-32 costs a tenth of an MD5's CPU.
             factory = ALGORITHMS[expected.checksum[0]]
@@ -224,17 +274,69 @@ class Digest:
 READ_BLOCK = 1024 * 1024
 
 
-def file_mismatch(fd: int, expected: Expected) -> str | None:
+def blocks(
+    fd: int, offset: int, length: int, stop: threading.Event | None = None
+) -> Iterator[bytes]:
+    """``length`` bytes of the file open at ``fd`` from ``offset``, a block at a
+    time (``os.pread``: the descriptor's offset untouched); OSError if the file
+    ends first, or once ``stop`` is set.  Blocking: in a thread (:func:`off_loop`)
+    for more than a little."""
+    end = offset + length
+    while offset < end:
+        if stop is not None and stop.is_set():
+            raise OSError("stopped: the run was interrupted")
+        block = os.pread(fd, min(READ_BLOCK, end - offset), offset)
+        if not block:
+            raise OSError(f"the file ended at {offset:,} of {end:,} bytes while it was read")
+        yield block
+        offset += len(block)
+
+
+async def off_loop(work: Callable[..., T], *args: Any) -> T:
+    """``work(*args, stop=...)`` in a thread, awaited.  If the awaiting task is
+    cancelled (Ctrl-C), ``stop`` is set and the work ends at its next block:
+    a read of gigabytes would otherwise hold the interpreter's exit, which
+    waits for its threads."""
+    stop = threading.Event()
+    try:
+        return await asyncio.to_thread(work, *args, stop=stop)
+    except asyncio.CancelledError:
+        stop.set()
+        raise
+
+
+def part_digests(
+    fd: int, algorithm: str, lengths: list[int], stop: threading.Event | None = None
+) -> list[bytes]:
+    """Each part's checksum (raw bytes) of the file open at ``fd``, its parts
+    ``lengths`` long one after another from offset 0.  Blocking: a thread."""
+    factory = ALGORITHMS[algorithm]
+    assert factory is not None
+    digests = []
+    offset = 0
+    for length in lengths:
+        hasher = factory()
+        for block in blocks(fd, offset, length, stop):
+            hasher.update(block)
+        offset += length
+        digests.append(hasher.digest())
+    return digests
+
+
+def composite(algorithm: str, digests: list[bytes]) -> str:
+    """S3's composite checksum of parts with these checksums (raw bytes): the
+    checksum of their concatenation, base64, without the ``-N``."""
+    factory = ALGORITHMS[algorithm]
+    assert factory is not None
+    hasher = factory()
+    hasher.update(b"".join(digests))
+    return base64.b64encode(hasher.digest()).decode("ascii")
+
+
+def file_mismatch(fd: int, expected: Expected, stop: threading.Event | None = None) -> str | None:
     """Hash the file open at ``fd`` (from offset 0) as :meth:`Digest.mismatch`.
     Blocking: run it in a thread."""
-    import os
-
     digest = Digest(expected)
-    offset = 0
-    while offset < expected.size:
-        block = os.pread(fd, min(READ_BLOCK, expected.size - offset), offset)
-        if not block:
-            return f"the file ends at {offset} of {expected.size} bytes"
+    for block in blocks(fd, 0, expected.size, stop):
         digest.update(block)
-        offset += len(block)
     return digest.mismatch()

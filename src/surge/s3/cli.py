@@ -19,7 +19,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
+import re
+import shlex
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -49,6 +53,47 @@ def _proxy_tls(command: Callable[..., None]) -> Callable[..., None]:
         type=click.Path(dir_okay=False),
         help="CA certificates (PEM) to trust for an https:// proxy (default: as for S3).",
     )(command)
+
+
+def _timeouts_and_debug(command: Callable[..., None]) -> Callable[..., None]:
+    """The options every s3 command has: the connect and read timeouts (the
+    AWS CLI's --cli-connect-timeout and --cli-read-timeout, under those names
+    too) and --debug."""
+    command = click.option(
+        "--debug",
+        is_flag=True,
+        help="Say on stderr what is done and why (regions followed, checksums not checked).",
+    )(command)
+    command = click.option(
+        "--read-timeout",
+        "--cli-read-timeout",
+        "read_timeout",
+        type=click.FloatRange(min=0),
+        metavar="SECONDS",
+        help="Longest the server may stay silent once a request is sent; a request"
+        " that times out is retried. 0: no limit.  [default: the profile's"
+        " cli_read_timeout, else 60]",
+    )(command)
+    return click.option(
+        "--connect-timeout",
+        "--cli-connect-timeout",
+        "connect_timeout",
+        type=click.FloatRange(min=0),
+        metavar="SECONDS",
+        help="Longest a connection may take to open. 0: no limit.  [default: the"
+        " profile's cli_connect_timeout, else 60]",
+    )(command)
+
+
+def _debug(on: bool) -> None:
+    """--debug: surge.s3's log on stderr, one line a record."""
+    if not on:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("surge s3: debug: %(message)s"))
+    logger = logging.getLogger("surge.s3")
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
 
 
 @click.group("s3")
@@ -92,6 +137,7 @@ def s3_group() -> None:
 )
 @click.option("--summarize", is_flag=True, help="Object count and total size at the end.")
 @click.option("--no-progress", is_flag=True, help="No progress line, even on a terminal.")
+@_timeouts_and_debug
 def ls_command(
     url: str | None,
     recursive: bool,
@@ -109,6 +155,9 @@ def ls_command(
     all_versions: bool,
     summarize: bool,
     no_progress: bool,
+    connect_timeout: float | None,
+    read_timeout: float | None,
+    debug: bool,
 ) -> None:
     """List objects under s3://BUCKET[/PREFIX]; with no URL, list the buckets.
 
@@ -128,10 +177,13 @@ def ls_command(
             proxy=proxy,
             proxy_cafile=proxy_cacert,
             proxy_insecure=proxy_insecure,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
             notice=lambda message: click.echo(f"surge s3 ls: {message}", err=True),
         )
     except UsageError as e:
         _die(str(e))
+    _debug(debug)
     if url is None:
         if all_versions:
             _die("--all-versions needs s3://BUCKET[/PREFIX]")
@@ -181,6 +233,27 @@ def _exit_statuses() -> Iterator[None]:
         sys.exit(141)
     except (UsageError, S3Error) as e:
         _fail(e)
+
+
+#: Control characters: C0, DEL and C1.  A key may hold any of them; printed
+#: raw, a newline splits one object's line in two and an escape sequence
+#: talks to the terminal.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_NAMED = {"\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\v": "\\v", "\f": "\\f", "\r": "\\r"}
+
+
+def _escaped(found: re.Match[str]) -> str:
+    char = found.group()
+    return _NAMED.get(char) or "".join(f"\\{byte:03o}" for byte in char.encode())
+
+
+def escape_key(text: str) -> str:
+    """``text`` (a key, a URL, a path) with its control characters escaped as
+    ``ls -b`` (GNU ls's escape quoting) escapes them in file names: ``\\n``,
+    ``\\t``, ... and the others as octal bytes (``\\033``), so that a line per
+    object stays one line.  Nothing else changes - a key without control
+    characters prints exactly as the AWS CLI prints it."""
+    return text if _CONTROL.search(text) is None else _CONTROL.sub(_escaped, text)
 
 
 def _utc_stamp(when: datetime) -> str:
@@ -234,7 +307,7 @@ def _version_line(version: S3Version, as_json: bool, human: bool) -> str:
     if human and not version.delete_marker:
         size = human_size(version.size)
     latest = " (latest)" if version.is_latest else ""
-    return f"{stamp} {size:>10} {version.key} {version.version_id}{latest}\n"
+    return f"{stamp} {size:>10} {escape_key(version.key)} {version.version_id}{latest}\n"
 
 
 def _list_buckets(options: ListOptions, as_json: bool) -> None:
@@ -315,7 +388,10 @@ class TextWriter(Writer):
             self.bytes += entry.size
             size = human_size(entry.size) if self.human else entry.size
             lines.append(f"{stamp(entry.last_modified)} {size:>10} {entry.key[strip:]}\n")
-        self.out.write("".join(lines))
+        text = "".join(lines)
+        if _CONTROL.search(text, 0, len(text) - 1) is not None:  # rare: one scan a page
+            text = "".join(escape_key(line[:-1]) + "\n" for line in lines)
+        self.out.write(text)
 
 
 class JsonWriter(Writer):
@@ -483,6 +559,14 @@ def _transfer_options(command: Callable[..., None]) -> Callable[..., None]:
         ),
         click.option("-x", "--proxy", metavar="[SCHEME://][USER:PASSWORD@]HOST[:PORT]"),
         _proxy_tls,
+        _timeouts_and_debug,
+        click.option(
+            "--follow-symlinks/--no-follow-symlinks",
+            default=True,
+            show_default=True,
+            help="Uploads: follow symbolic links to files and directories (as the AWS"
+            " CLI), or leave every link out.",
+        ),
         click.option("--quiet", "-q", is_flag=True, help="Print nothing but usage errors."),
         click.option("--only-show-errors", is_flag=True, help="No line per object; errors only."),
         click.option(
@@ -507,9 +591,11 @@ def cp_command(ctx: click.Context, **flags: Any) -> None:
 
     A downloaded file appears under its name only once complete and verified
     (length, MD5 of single-part ETags, x-amz-checksum-*); an uploaded one is
-    sent with its Content-MD5, and files over the threshold go as multipart
-    uploads (aborted if they fail). Exit status: 0 all copied, 1 some object
-    failed (each named on stderr), 2 usage error."""
+    sent with its CRC32 (x-amz-checksum-crc32), which the server checks before
+    it stores it, and files over the threshold go as multipart uploads, their
+    parts' CRC32s and the whole file's too (aborted if they fail or are
+    interrupted). Exit status: 0 all copied, 1 some object failed (each named
+    on stderr), 2 usage error, 130 interrupted (143 SIGTERM, 129 SIGHUP)."""
     _transfer(ctx, "surge s3 cp", sync=False, delete=False, **flags)
 
 
@@ -565,6 +651,10 @@ def _transfer(
     proxy: str | None,
     proxy_cacert: str | None,
     proxy_insecure: bool,
+    connect_timeout: float | None,
+    read_timeout: float | None,
+    debug: bool,
+    follow_symlinks: bool,
     quiet: bool,
     only_show_errors: bool,
     json_summary: bool,
@@ -573,6 +663,7 @@ def _transfer(
     """cp and sync: the options built, the run, its lines and summary, the exit."""
     from surge.s3.transfer import (
         DownloadOptions,
+        Interrupted,
         Result,
         download_async,
         run_cleanly,
@@ -596,7 +687,10 @@ def _transfer(
             if errors:
                 if progress is not None:
                     progress.close()
-                click.echo(f"warning: skipping {result.source}: {result.skipped}", err=True)
+                click.echo(
+                    f"warning: skipping {escape_key(str(result.source))}: {result.skipped}",
+                    err=True,
+                )
         elif failure is not None:
             if not errors:
                 return
@@ -609,17 +703,20 @@ def _transfer(
                 )
             if progress is not None:
                 progress.close()
-            click.echo(line, err=True)
+            click.echo(escape_key(line), err=True)
         elif lines:
             prefix = "(dryrun) " if result.dryrun else ""
             if progress is not None:
                 progress.close()
             if result.deleted:
-                click.echo(f"{prefix}delete: {result.destination}")
+                click.echo(escape_key(f"{prefix}delete: {result.destination}"))
             else:
-                click.echo(f"{prefix}{verb}: {result.source} to {result.destination}")
+                click.echo(escape_key(f"{prefix}{verb}: {result.source} to {result.destination}"))
+
+    seen: dict[str, Any] = {}  # the run's summary, as progress shows it
 
     def on_progress(summary: Any) -> None:
+        seen["summary"] = summary
         if progress is None:
             return
         elapsed = progress.due()
@@ -654,21 +751,40 @@ def _transfer(
             "proxy": proxy,
             "proxy_cafile": proxy_cacert,
             "proxy_insecure": proxy_insecure,
+            "connect_timeout": connect_timeout,
+            "read_timeout": read_timeout,
             "on_result": on_result,
             "on_progress": on_progress,
         }
         if uploading:
-            work = upload_async(source, destination, options=UploadOptions(**common))
+            options = UploadOptions(follow_symlinks=follow_symlinks, **common)
+            work = upload_async(source, destination, options=options)
         else:
             work = download_async(source, destination, options=DownloadOptions(**common))
     except UsageError as e:
         die(command, str(e))
+    _debug(debug)
+
+    def stop_now(signum: int) -> None:
+        """A second signal, or a cleanup past its bound: exit at once, saying
+        what may be left (temporary files are removed by the next run)."""
+        if progress is not None:
+            progress.close()
+        click.echo(f"{command}: interrupted again: stopping now", err=True)
+        _left(command, seen.get("summary"))
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+        os._exit(Interrupted(signum).status)
+
     loop = new_event_loop()
     try:
-        summary = run_cleanly(loop, work)
-    except KeyboardInterrupt:
+        summary = run_cleanly(loop, work, signals=STOP_SIGNALS, again=stop_now)
+    except Interrupted as e:
+        if progress is not None:
+            progress.close()
         click.echo(f"{command}: interrupted", err=True)
-        sys.exit(130)
+        _left(command, seen.get("summary"))
+        sys.exit(e.status)
     except UsageError as e:
         die(command, str(e))
     except S3Error as e:
@@ -701,6 +817,24 @@ def _transfer(
             err=True,
         )
     sys.exit(1 if summary.failed else 0)
+
+
+#: The signals that stop a cp or sync cleanly (as Ctrl-C does): a terminal
+#: closed (SIGHUP) or a service stopped (SIGTERM) must not leave multipart
+#: uploads stored and billed either.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _left(command: str, summary: Any) -> None:
+    """One line for each multipart upload an interrupted run could not abort."""
+    for upload_id, url in sorted((summary.open_uploads if summary else {}).items()):
+        bucket, _, key = url[5:].partition("/")
+        click.echo(
+            f"{command}: the incomplete multipart upload of {escape_key(url)} is left"
+            f" (upload id {upload_id}): aws s3api abort-multipart-upload --bucket"
+            f" {shlex.quote(bucket)} --key {shlex.quote(key)} --upload-id {shlex.quote(upload_id)}",
+            err=True,
+        )
 
 
 def _bytes(count: float) -> str:

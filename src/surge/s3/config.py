@@ -24,7 +24,7 @@ import configparser
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from urllib.parse import quote
 
 from surge.errors import UsageError
@@ -45,6 +45,17 @@ class Target:
     path: str  # the bucket's path, URI-encoded ("/bucket" or "/")
     region: str
     signer: Signer | None  # None: anonymous (--no-sign-request)
+    #: AWS itself (no endpoint URL): the host names the region.
+    aws: bool = False
+
+    def in_region(self, region: str) -> Target:
+        """The same bucket signed for ``region`` - and, on AWS, sent to that
+        region's host - as botocore re-resolves a redirected request."""
+        signer = None if self.signer is None else Signer(self.signer.credentials, region)
+        if not self.aws:
+            return replace(self, region=region, signer=signer)
+        host, path = _aws_host(self.bucket, region)
+        return Target(self.bucket, f"https://{host}", host, path, region, signer, aws=True)
 
 
 def split_s3_url(url: str) -> tuple[str, str]:
@@ -125,14 +136,18 @@ def _config_file() -> configparser.RawConfigParser:
     configparser rather than through a botocore session: importing botocore
     and building a session cost ~0.15 s of CPU, two thirds of a 7,500-object
     listing's whole client CPU. Unreadable: as if absent, like botocore."""
-    env = os.environ
-    path = env.get("AWS_CONFIG_FILE") or os.path.join(os.path.expanduser("~"), ".aws", "config")
+    path = _config_path()
     config = configparser.RawConfigParser()
     try:
         config.read(path, encoding="utf-8")
     except (configparser.Error, OSError, UnicodeDecodeError):
         config = configparser.RawConfigParser()
     return config
+
+
+def _config_path() -> str:
+    env = os.environ
+    return env.get("AWS_CONFIG_FILE") or os.path.join(os.path.expanduser("~"), ".aws", "config")
 
 
 def _section(name: str) -> str:
@@ -159,6 +174,49 @@ def resolve_region(region: str | None, profile: str | None) -> str:
     if profile is not None and not config.has_section(section):
         _botocore_session(profile)  # a profile may live in the credentials file only
     return "us-east-1"
+
+
+#: The AWS CLI's defaults (``cli_connect_timeout``, ``cli_read_timeout``): 60 s each.
+DEFAULT_CONNECT_TIMEOUT = 60.0
+DEFAULT_READ_TIMEOUT = 60.0
+
+
+def resolve_timeouts(
+    connect: float | None, read: float | None, profile: str | None
+) -> tuple[float | None, float | None]:
+    """The connect and read (idle) timeouts, in seconds: each the flag, else
+    the profile's ``cli_connect_timeout`` / ``cli_read_timeout`` in the config
+    file (the AWS CLI's settings), else 60 s as the AWS CLI's.  0 means none,
+    as for the AWS CLI (the request's whole ``max_time`` still bounds it); None
+    in the answer says so.  A value that is no number of seconds is a
+    :class:`UsageError` naming the file and the setting."""
+    config: configparser.RawConfigParser | None = None
+    found: list[float | None] = []
+    for given, name, default in (
+        (connect, "cli_connect_timeout", DEFAULT_CONNECT_TIMEOUT),
+        (read, "cli_read_timeout", DEFAULT_READ_TIMEOUT),
+    ):
+        value = given
+        if value is None:
+            if config is None:
+                config = _config_file()
+            text = config.get(_section(_profile_name(profile)), name, fallback=None)
+            if text is not None and text.strip():
+                try:
+                    value = float(text.strip())
+                except ValueError:
+                    value = -1.0
+                if not 0 <= value < float("inf"):
+                    raise UsageError(
+                        f"{_config_path()}: [{_section(_profile_name(profile))}] {name} = "
+                        f"{text.strip()!r}: expected a number of seconds (0: no limit)"
+                    )
+        if value is None:
+            value = default
+        if not 0 <= value < float("inf"):
+            raise UsageError(f"a timeout must be 0 or more seconds (0: none), not {value!r}")
+        found.append(float(value) or None)
+    return found[0], found[1]
 
 
 def resolve_endpoint(endpoint_url: str | None, profile: str | None) -> str | None:
@@ -217,6 +275,32 @@ def _botocore_session(profile: str | None):  # type: ignore[no-untyped-def]
     return session
 
 
+#: The regions buckets were found in (by a redirect: surge.s3.region), per
+#: endpoint and bucket, for the rest of the process - as botocore's redirector
+#: keeps its cache for the client's life.  A few entries: one per bucket used.
+_regions: dict[tuple[str, str], str] = {}
+
+
+def _where(target: Target) -> tuple[str, str]:
+    return ("" if target.aws else target.base_url, target.bucket)
+
+
+def remember_region(target: Target, region: str) -> Target:
+    """``target`` redirected to ``region``, which later targets of the bucket
+    start from (:func:`followed`)."""
+    _regions[_where(target)] = region
+    return target.in_region(region)
+
+
+def followed(target: Target) -> Target:
+    """``target``, or the same bucket in the region a redirect found it in:
+    a dictionary lookup, cheap enough for every request."""
+    region = _regions.get(_where(target))
+    if region is None or region == target.region:
+        return target
+    return target.in_region(region)
+
+
 def make_target(
     bucket: str,
     *,
@@ -251,14 +335,17 @@ def make_target(
         base_path = parsed.target.decode("ascii").rstrip("/")
         path = f"{base_path}/{quote(bucket, safe='')}" if bucket else f"{base_path}/"
         base = f"{parsed.scheme}://{parsed.host_header.decode('ascii')}"
-        return Target(bucket, base, parsed.host_header.decode("ascii"), path, region, signer)
+        host = parsed.host_header.decode("ascii")
+        return followed(Target(bucket, base, host, path, region, signer))
+    host, path = _aws_host(bucket, region)
+    return followed(Target(bucket, f"https://{host}", host, path, region, signer, aws=True))
+
+
+def _aws_host(bucket: str, region: str) -> tuple[str, str]:
+    """AWS's host and the bucket's path: virtual-hosted, but for the service
+    itself and for names with dots (they break the TLS name)."""
     if not bucket:
-        host = f"s3.{region}.amazonaws.com"
-        path = "/"
-    elif "." in bucket:
-        host = f"s3.{region}.amazonaws.com"
-        path = f"/{bucket}"
-    else:
-        host = f"{bucket}.s3.{region}.amazonaws.com"
-        path = "/"
-    return Target(bucket, f"https://{host}", host, path, region, signer)
+        return f"s3.{region}.amazonaws.com", "/"
+    if "." in bucket:
+        return f"s3.{region}.amazonaws.com", f"/{bucket}"
+    return f"{bucket}.s3.{region}.amazonaws.com", "/"

@@ -47,7 +47,7 @@ from surge.errors import RequestError, S3Error
 from surge.http.client import AsyncClient
 from surge.retry import RetryPolicy, retry_after_seconds
 from surge.s3 import keyspace
-from surge.s3.config import Target
+from surge.s3.config import Target, followed
 from surge.s3.parse import (
     Page,
     S3Object,
@@ -60,6 +60,7 @@ from surge.s3.parse import (
     parse_versions,
     version_markers,
 )
+from surge.s3.region import redirect, region_note
 from surge.s3.sigv4 import canonical_query
 
 #: How deep prefix fan-out looks for more prefixes when a level has too few.
@@ -290,13 +291,15 @@ class Lister:
     async def get(self, params: dict[str, str], answer: str) -> bytes:
         """One signed GET of the target's path with ``params``: the body of a 200
         whose document is ``answer`` (its root element). Retried on 5xx,
-        SlowDown and transient transport errors as the retry policy says; any
-        other failure raises :class:`S3Error`."""
-        target = self.target
+        SlowDown and transient transport errors as the retry policy says; signed
+        again for the bucket's region if the answer says it is another
+        (:mod:`surge.s3.region`); any other failure raises :class:`S3Error`."""
         query = canonical_query(params)
-        url = f"{target.base_url}{target.path}?{query}"
         attempt = 0
+        redirected = False
         while True:
+            target = self.target = followed(self.target)
+            url = f"{target.base_url}{target.path}?{query}"
             headers: list[tuple[str, str]] = []
             if target.signer is not None:
                 now = datetime.now(UTC)
@@ -308,7 +311,8 @@ class Lister:
                 attempt += 1
                 if self.policy.error_worth_retrying(e.error_class) and await self._pause(attempt):
                     continue
-                raise S3Error(e.error_class, e.detail, status=e.status, bucket=target.bucket) from e
+                detail = e.detail if attempt < 2 else f"{e.detail}, after {attempt} tries"
+                raise S3Error(e.error_class, detail, status=e.status, bucket=target.bucket) from e
             if response.status == 200:
                 body = response.body
                 # An HTML login page or a JSON answer from something that is not
@@ -324,18 +328,24 @@ class Lister:
                     )
                 return body
             code, message = parse_error(response.body)
+            if not redirected:
+                moved = await redirect(
+                    self.client, target, response.status, code, response.headers, response.body
+                )
+                if moved is not None:
+                    self.target = moved
+                    redirected = True
+                    continue
             if response.status in _RETRY_STATUS or code in _RETRY_CODES:
                 attempt += 1
                 asked = retry_after_seconds(response.header("retry-after"))
                 if await self._pause(attempt, asked):
                     continue
-            if response.status == 301:
-                region = response.header("x-amz-bucket-region")
-                if region:
-                    message = f"the bucket is in region {region}: pass --region {region}"
             raise S3Error(
                 code or f"HTTP{response.status}",
-                message or f"HTTP status {response.status}",
+                region_note(
+                    target, response.status, code, message or f"HTTP status {response.status}"
+                ),
                 status=response.status,
                 bucket=target.bucket,
             )

@@ -24,9 +24,11 @@ from xml.sax.saxutils import escape, unescape
 from surge.errors import LocalResourceError, RequestError, S3Error, UsageError
 from surge.http.client import AsyncClient
 from surge.http.response import Headers, Response
+from surge.http.timeout import Timeout
 from surge.retry import RetryPolicy, retry_after_seconds
-from surge.s3.config import Target
+from surge.s3.config import Target, followed
 from surge.s3.parse import parse_error
+from surge.s3.region import redirect, region_note
 from surge.s3.sigv4 import EMPTY_SHA256, UNSIGNED_PAYLOAD, canonical_query
 
 #: Statuses and codes worth another try: as the listing's (botocore's list).
@@ -41,6 +43,8 @@ STATUS_CODES = {
     412: "PreconditionFailed",
     416: "InvalidRange",
 }
+#: Codes whose message is made to name the key (S3's own says only "Access Denied.").
+_NAMING_THE_KEY = frozenset({"AccessDenied", "AllAccessDisabled", "InvalidObjectState"})
 #: A body that ended short of its Content-Length without a transport error:
 #: retried like a reset connection.
 INCOMPLETE = "IncompleteBody"
@@ -67,8 +71,24 @@ class Sink(Protocol):
         :class:`S3Error` if it is not what it should be."""
 
 
+class _Tries:
+    """One request's tries so far, and whether it was redirected to the
+    bucket's region already (once at most, as botocore)."""
+
+    __slots__ = ("count", "redirected")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.redirected = False
+
+
 class Objects:
-    """Object requests for one bucket over a shared :class:`AsyncClient`."""
+    """Object requests for one bucket over a shared :class:`AsyncClient`.
+
+    Every request is retried as ``policy`` says, each try bounded by the
+    client's timeouts (connect, read, the whole ``max_time``); a request
+    signed for the wrong region is signed again for the bucket's
+    (:mod:`surge.s3.region`), and ``target`` then stays there."""
 
     def __init__(self, target: Target, client: AsyncClient, policy: RetryPolicy) -> None:
         self.target = target
@@ -104,34 +124,45 @@ class Objects:
             payload_hash=payload_hash,
         )
 
-    def _error(self, code: str, message: str, status: int | None) -> S3Error:
+    def _error(
+        self, code: str, message: str, status: int | None, key: str | None = None
+    ) -> S3Error:
+        message = region_note(self.target, status, code, message)
+        if key is not None and code in _NAMING_THE_KEY and repr(key) not in message:
+            message = f"{message} (key {key!r})"
         return S3Error(code, message, status=status, bucket=self.target.bucket)
 
-    async def head(self, key: str, *, checksums: bool = True) -> Headers:
-        """The object's headers (HeadObject); checksums asked for unless told not."""
-        path, url = self.url(key)
+    async def head(self, key: str, *, checksums: bool = True, part: int | None = None) -> Headers:
+        """The object's headers (HeadObject); checksums asked for unless told
+        not; ``part``: those of that part of a multipart object (its length,
+        Content-Range and checksum, where the server keeps them)."""
         amz = [("x-amz-checksum-mode", "ENABLED")] if checksums else []
-        attempt = 0
+        query = "" if part is None else canonical_query({"partNumber": str(part)})
+        tries = _Tries()
         while True:
+            self.target = followed(self.target)
+            path, url = self.url(key)
             self.requests += 1
             try:
                 response = await self.client.request(
-                    "HEAD", url, headers=self._signed("HEAD", path, amz=amz)
+                    "HEAD",
+                    f"{url}?{query}" if query else url,
+                    headers=self._signed("HEAD", path, query, amz=amz),
                 )
             except RequestError as e:
-                attempt += 1
-                if self.policy.error_worth_retrying(e.error_class) and await self._pause(attempt):
-                    continue
-                raise self._error(e.error_class, e.detail, e.status) from e
+                await self._after_request_error(e, tries, key)
+                continue
             status = response.status
-            if status == 200:
+            if status == 200 or (status == 206 and part is not None):  # a part: MinIO's 206
                 return response.headers
+            if await self._redirected(status, None, response.headers, b"", tries, head=True):
+                continue
             if status in RETRY_STATUSES:
-                attempt += 1
-                if await self._pause(attempt, retry_after_seconds(response.header("retry-after"))):
+                tries.count += 1
+                if await self._pause(tries, retry_after_seconds(response.header("retry-after"))):
                     continue
             code = STATUS_CODES.get(status, f"HTTP{status}")
-            raise self._error(code, _status_message(status, key), status)
+            raise self._error(code, _status_message(status, key), status, key)
 
     async def get(
         self,
@@ -144,15 +175,16 @@ class Objects:
         checksums: bool = False,
     ) -> None:
         """GET the object (bytes ``first``..``last`` inclusive, if given) into ``sink``."""
-        path, url = self.url(key)
         amz = [("x-amz-checksum-mode", "ENABLED")] if checksums else []
         plain: list[tuple[str, str]] = []
         if first is not None:
             plain.append(("Range", f"bytes={first}-{'' if last is None else last}"))
         if if_match is not None:
             plain.append(("If-Match", if_match))
-        attempt = 0
+        tries = _Tries()
         while True:
+            self.target = followed(self.target)
+            path, url = self.url(key)
             self.requests += 1
             headers = self._signed("GET", path, amz=amz) + plain
             error_body = b""
@@ -169,20 +201,18 @@ class Objects:
                         return
                     error_body = await response.aread()
             except RequestError as e:
-                attempt = await self._after_request_error(e, attempt)
+                await self._after_request_error(e, tries, key)
                 continue
             except LocalResourceError as e:  # out of descriptors: this machine's, a failure line
                 raise self._error("LocalError", str(e), None) from e
             except S3Error as e:
                 if e.code != INCOMPLETE:
                     raise
-                attempt += 1
-                if await self._pause(attempt):
+                tries.count += 1
+                if await self._pause(tries):
                     continue
                 raise
-            attempt = await self._after_error_answer(
-                key, status, error_body, response.header("retry-after"), attempt
-            )
+            await self._after_error_answer(key, response, error_body, tries)
 
     # -- uploads --------------------------------------------------------------------
 
@@ -281,10 +311,13 @@ class Objects:
         """DeleteObject (a sync's --delete)."""
         await self._call("DELETE", key)
 
-    async def abort_multipart(self, key: str, upload_id: str) -> None:
-        """AbortMultipartUpload (an upload already gone is aborted)."""
+    async def abort_multipart(
+        self, key: str, upload_id: str, *, within: float | None = None
+    ) -> None:
+        """AbortMultipartUpload (an upload already gone is aborted); ``within``:
+        seconds for all of it, retries included (an interrupted run's bound)."""
         try:
-            await self._call("DELETE", key, params={"uploadId": upload_id})
+            await self._call("DELETE", key, params={"uploadId": upload_id}, within=within)
         except S3Error as e:
             if e.code != "NoSuchUpload":
                 raise
@@ -299,27 +332,42 @@ class Objects:
         body: Callable[[], Any] | None = None,
         payload_hash: str | None = None,
         amz: Sequence[tuple[str, str]] = (),
+        within: float | None = None,
     ) -> Response:
         """One request of the object, retried as the policy says (5xx, SlowDown,
         transient transport errors): its 2xx response, body read (a document, or
         nothing), or :class:`S3Error`.  A body is not hashed into the signature
-        unless ``payload_hash`` says its hash (UNSIGNED-PAYLOAD)."""
-        path, url = self.url(key)
+        unless ``payload_hash`` says its hash (UNSIGNED-PAYLOAD).  ``within``:
+        seconds for every try and pause (else each try has the client's)."""
         query = canonical_query(params) if params else ""
-        if query:
-            url = f"{url}?{query}"
         if payload_hash is None:
             payload_hash = EMPTY_SHA256 if body is None else UNSIGNED_PAYLOAD
-        attempt = 0
+        tries = _Tries()
+        loop = asyncio.get_running_loop()
+        deadline = None if within is None else loop.time() + within
         while True:
+            self.target = followed(self.target)
+            path, url = self.url(key)
+            if query:
+                url = f"{url}?{query}"
             self.requests += 1
             headers = self._signed(method, path, query, amz, payload_hash) + list(plain)
+            timeout = None
+            if deadline is not None:
+                left = deadline - loop.time()
+                if left <= 0:
+                    raise self._error("read_timeout", f"no answer within {within:g} s", None, key)
+                timeout = Timeout(min(left, self.client.max_time))
             try:
                 response = await self.client.request(
-                    method, url, headers=headers, content=None if body is None else body()
+                    method,
+                    url,
+                    headers=headers,
+                    content=None if body is None else body(),
+                    timeout=timeout,
                 )
             except RequestError as e:
-                attempt = await self._after_request_error(e, attempt)
+                await self._after_request_error(e, tries, key, deadline)
                 continue
             except UsageError as e:  # the file changed size as it was sent
                 raise self._error("LocalError", str(e), None) from e
@@ -330,37 +378,80 @@ class Objects:
             # (S3 documents it) whitespace before it while it works.
             if 200 <= status < 300 and not _is_error_document(response.body):
                 return response
-            attempt = await self._after_error_answer(
-                key, status, response.body, response.header("retry-after"), attempt
-            )
+            await self._after_error_answer(key, response, response.body, tries, deadline)
 
-    async def _after_request_error(self, error: RequestError, attempt: int) -> int:
-        """A request that failed on the way (GET and every other call alike): the
-        next attempt's number once the policy's pause is over, or S3Error."""
-        attempt += 1
-        if self.policy.error_worth_retrying(error.error_class) and await self._pause(attempt):
-            return attempt
-        raise self._error(error.error_class, error.detail, error.status) from error
+    async def _after_request_error(
+        self, error: RequestError, tries: _Tries, key: str, deadline: float | None = None
+    ) -> None:
+        """A request that failed on the way (GET and every other call alike):
+        back once the policy's pause is over, or S3Error - whose message says
+        how many tries failed."""
+        tries.count += 1
+        if self.policy.error_worth_retrying(error.error_class) and await self._pause(
+            tries, None, deadline
+        ):
+            return
+        detail = error.detail
+        if tries.count > 1:
+            detail = f"{detail}, after {tries.count} tries"
+        raise self._error(error.error_class, detail, error.status, key) from error
 
     async def _after_error_answer(
-        self, key: str, status: int, body: bytes, retry_after: str | None, attempt: int
-    ) -> int:
-        """An answer that is no success: the next attempt's number once the pause
-        is over, if the status or S3's code is worth another try (Retry-After
-        honoured), else the S3Error it says."""
+        self,
+        key: str,
+        response: Response,
+        body: bytes,
+        tries: _Tries,
+        deadline: float | None = None,
+    ) -> None:
+        """An answer that is no success: back at once if it was signed for
+        another region than the bucket's (now signed for that one), or after
+        the pause if the status or S3's code is worth another try (Retry-After
+        honoured); else the S3Error it says."""
+        status = response.status
         code, message = parse_error(body)
+        if await self._redirected(status, code, response.headers, body, tries):
+            return
         if status in RETRY_STATUSES or code in RETRY_CODES:
-            attempt += 1
-            if await self._pause(attempt, retry_after_seconds(retry_after)):
-                return attempt
+            tries.count += 1
+            retry_after = retry_after_seconds(response.header("retry-after"))
+            if await self._pause(tries, retry_after, deadline):
+                return
         raise self._error(
             code or STATUS_CODES.get(status, f"HTTP{status}"),
             message or _status_message(status, key),
             status,
+            key,
         )
 
-    async def _pause(self, attempt: int, retry_after: float | None = None) -> bool:
-        wait = self.policy.delay(attempt, retry_after=retry_after)
+    async def _redirected(
+        self,
+        status: int,
+        code: str | None,
+        headers: Headers,
+        body: bytes,
+        tries: _Tries,
+        *,
+        head: bool = False,
+    ) -> bool:
+        """Whether the answer moved the bucket to another region (then the
+        request goes again, signed for it, without a pause)."""
+        if tries.redirected:
+            return False
+        moved = await redirect(self.client, self.target, status, code, headers, body, head=head)
+        if moved is None:
+            return False
+        self.target = moved
+        tries.redirected = True
+        return True
+
+    async def _pause(
+        self, tries: _Tries, retry_after: float | None = None, deadline: float | None = None
+    ) -> bool:
+        time_left = None
+        if deadline is not None:
+            time_left = deadline - asyncio.get_running_loop().time()
+        wait = self.policy.delay(tries.count, retry_after=retry_after, time_left=time_left)
         if wait is None:
             return False
         self.retries += 1
@@ -399,7 +490,7 @@ def _status_message(status: int, key: str) -> str:
     if status == 404:
         return f"no such key {key!r}"
     if status == 403:
-        return "access denied"
+        return f"access denied to key {key!r}"
     if status == 412:
         return "the object changed during the download (its ETag no longer matches)"
     return f"HTTP status {status}"

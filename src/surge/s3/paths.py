@@ -22,6 +22,7 @@ rather than written outside the destination. Empty and ``.`` segments
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Iterable, Iterator, Sequence
@@ -110,7 +111,11 @@ def stays_inside(destination: str, path: str) -> bool:
 
 
 def walk_files(
-    root: str, *, follow_links: bool = True, errors: list[tuple[str, str]] | None = None
+    root: str,
+    *,
+    follow_links: bool = True,
+    skip_links: bool = False,
+    errors: list[tuple[str, str]] | None = None,
 ) -> Iterator[tuple[str, str]]:
     """Every file under ``root``, as (path, relative path with ``/``), sorted by
     relative path, one directory read at a time.
@@ -118,10 +123,12 @@ def walk_files(
     Symbolic links to files are yielded as files.  Links to directories are
     walked when ``follow_links`` (as the AWS CLI does by default) - but never
     into a directory already on the path from ``root`` (a loop is an error) -
-    and skipped otherwise.  A directory that cannot be read, or a loop, is
-    appended to ``errors`` as (path, message) and the walk goes on; with
-    ``errors`` None it raises ``OSError``.  Never silently: a sync's
-    ``--delete`` must not take an unread directory for an empty one."""
+    and skipped otherwise.  ``skip_links``: no link at all, to a file or a
+    directory (the AWS CLI's ``--no-follow-symlinks``).  A directory that
+    cannot be read, or a loop, is appended to ``errors`` as (path, message)
+    and the walk goes on; with ``errors`` None it raises ``OSError``.  Never
+    silently: a sync's ``--delete`` must not take an unread directory for an
+    empty one."""
 
     def failed(path: str, message: str) -> None:
         if errors is None:
@@ -148,6 +155,8 @@ def walk_files(
         for entry in listing:
             try:
                 if entry.is_symlink():
+                    if skip_links:
+                        continue
                     if not entry.is_dir():  # to a file, or dangling: opened later
                         yield entry.path, relative + entry.name
                         continue
@@ -158,7 +167,10 @@ def walk_files(
                     continue
                 info = entry.stat()
             except OSError as e:
-                failed(entry.path, e.strerror or str(e))
+                if e.errno == errno.ELOOP:
+                    failed(entry.path, f"a symbolic link loop ({e.strerror})")
+                else:
+                    failed(entry.path, e.strerror or str(e))
                 continue
             ident = (info.st_dev, info.st_ino)
             if ident in ancestors:

@@ -42,10 +42,11 @@ the summary, the filters and the client's setup.
 from __future__ import annotations
 
 import asyncio
+import base64
 import ctypes
 import itertools
+import logging
 import os
-import secrets
 import signal
 import stat
 import sys
@@ -67,14 +68,21 @@ from surge.http.client import AsyncClient
 from surge.http.response import Headers, Response
 from surge.loops import new_event_loop
 from surge.retry import RetryPolicy
+from surge.s3 import temps
 from surge.s3.api import EndpointOptions, ListOptions, list_pages
 from surge.s3.checksums import (
+    COMPOSITE,
+    FULL,
+    UNKNOWN,
     Digest,
     Expected,
+    composite,
     crc32,
     crc32_combine,
     crc32_header,
     file_mismatch,
+    off_loop,
+    part_digests,
 )
 from surge.s3.config import Target, split_s3_url
 from surge.s3.objects import INCOMPLETE, Objects, check_range, stream_object
@@ -91,6 +99,7 @@ from surge.s3.paths import (
 )
 
 T = TypeVar("T")
+_log = logging.getLogger("surge.s3")
 MiB = 1024 * 1024
 DEFAULT_PART_SIZE = 8 * MiB  # the AWS CLI's multipart_chunksize and threshold
 #: s5cmd's default number of workers (--numworkers 256).
@@ -286,6 +295,9 @@ class Summary:
     received: int = 0  # bytes off the wire so far (progress; retried bytes included)
     sent: int = 0  # bytes of parts and objects uploaded so far (progress)
     dryrun: bool = False
+    #: Multipart uploads begun and neither completed nor aborted yet: upload
+    #: id -> s3:// URL.  What an interrupted run could not abort is left here.
+    open_uploads: dict[str, str] = field(default_factory=dict)
 
     @property
     def failed(self) -> int:
@@ -507,6 +519,9 @@ class _Download:
         self.inside: set[str] = set()
         self.writer = _Writer()
         self.stop = RunStop()
+        #: A sync with --delete: objects whose directory is a file here, tried
+        #: again once the deletions are done (None: no more waiting)
+        self.blocked: list[_Job] | None = [] if opts.delete else None
 
     def url(self, key: str) -> str:
         return f"s3://{self.plan.bucket}/{key}"
@@ -531,6 +546,7 @@ class _Download:
                 raise self.crash
             if self.seen is not None and os.path.isdir(self.plan.destination):
                 self._delete_extra()
+                await self._blocked_again()
         finally:
             self.stop.settle()
             for worker in workers:
@@ -567,6 +583,7 @@ class _Download:
             except UnsafeKey as e:
                 self._failed(key, None, "UnsafeKey", f"skipping: {e}")
                 return
+        self._clean(os.path.dirname(destination) or ".")
         try:
             head = await self.objects.head(key, checksums=self.opts.verify)
         except S3Error as e:
@@ -612,6 +629,7 @@ class _Download:
             if len(self.inside) >= 4096:  # bounded: a tree of many directories
                 self.inside.clear()
             self.inside.add(parent)
+            self._clean(parent)
         if self.seen is not None:  # what --delete keeps (excluded files are kept anyway)
             self.seen.add(os.path.relpath(path, self.plan.destination))
         if self.opts.sync and same_file(path, size, modified):
@@ -629,6 +647,12 @@ class _Download:
         # to is not the destination's to delete.
         for path, relative in walk_files(root, follow_links=False, errors=errors):
             if relative in self.seen:
+                continue
+            if temps.is_temporary(os.path.basename(path)):
+                # a download's, not a copy of any object: a live run's is its
+                # own, a dead run's is garbage
+                if not self.opts.dryrun:
+                    temps.remove_if_stale(path)
                 continue
             if self.plan.filters and not self.plan.filters.takes(self.plan.prefix + relative):
                 continue
@@ -690,16 +714,45 @@ class _Download:
             self.crash = e
             self.done.set()
 
+    async def _blocked_again(self) -> None:
+        """A sync with --delete: the objects whose directory was a file when
+        they came (``f`` a file, the object ``f/g``), now that --delete has
+        removed the files the source lacks - as the AWS CLI, which deletes
+        ``f`` and then downloads ``f/g``, ends in one run."""
+        if not self.blocked:
+            return
+        jobs, self.blocked = self.blocked, None  # a second block is a failure
+        self.listed = False
+        self.done.clear()
+        for job in jobs:
+            await self._enqueue(job)
+        self.listed = True
+        self._check_done()
+        await self.done.wait()
+        if self.crash is not None:
+            raise self.crash
+
     def _create(self, path: str) -> tuple[str, int]:
         directory, name = os.path.split(path)
         if directory:
-            os.makedirs(directory, exist_ok=True)
-        # 255 bytes is the usual limit of a name: the temporary one must fit too.
-        short = name.encode()[:200].decode("utf-8", "ignore")
-        temp = os.path.join(directory, f".surge-{secrets.token_hex(4)}-{short}")
-        fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+            try:
+                os.makedirs(directory, exist_ok=True)
+            except (FileExistsError, NotADirectoryError):
+                if self.blocked is None:
+                    raise
+                raise _Blocked from None
+        temp, fd = temps.create(directory, name)  # locked: this run's while it lives
         self.temps[temp] = fd
         return temp, fd
+
+    def _clean(self, directory: str) -> None:
+        """The first time the run meets a directory of the destination: the
+        temporary files of runs that are gone (killed) are removed."""
+        if self.opts.dryrun:
+            return
+        removed = temps.remove_stale(directory)
+        if removed:
+            _log.debug("removed %d temporary files of a run that is gone in %s", removed, directory)
 
     def _install(self, temp: str, fd: int, path: str, modified: float | None) -> None:
         del self.temps[temp]
@@ -722,14 +775,18 @@ class _Download:
             temp, fd = self._create(job.path)
             sink = _WholeFile(self.writer, fd, self.opts.verify, self.summary)
             await self.objects.get(job.key, sink, checksums=self.opts.verify)
+            verified = await self._verdict(job.key, sink.expected, fd, sink.mismatch)
             self._install(temp, fd, job.path, job.modified)
             temp = None
-            self._succeeded(job, sink.received, sink.expected)
+            self._succeeded(job, sink.received, sink.expected, verified)
         except S3Error as e:
             if not self.stop.ends_run(e):
                 self._failed(job.key, job.path, e.code, e.message)
         except OSError as e:
             self._failed(job.key, job.path, "LocalError", os_message(e))
+        except _Blocked:
+            assert self.blocked is not None
+            self.blocked.append(job)
         finally:
             try:
                 if temp is not None and temp in self.temps:
@@ -759,6 +816,12 @@ class _Download:
             self.pending -= 1
             self._check_done()
             return
+        except _Blocked:
+            assert self.blocked is not None
+            self.blocked.append(job)
+            self.pending -= 1
+            self._check_done()
+            return
         part_size = range_size_for(size, self.opts.part_size)
         starts = range(0, size, part_size)
         ranges = ((i, first, min(first + part_size, size) - 1) for i, first in enumerate(starts))
@@ -766,7 +829,8 @@ class _Download:
         big = _Big(
             job, temp, fd, size, etag, expected, len(starts), ranges, next(self.order), part_size
         )
-        if self.opts.verify and expected.checksum is not None and expected.checksum[0] == "crc32":
+        checksum = expected.checksum
+        if self.opts.verify and expected.whole and checksum is not None and checksum[0] == "crc32":
             big.crcs = [0] * len(starts)
         for _ in range(PARTS_IN_FLIGHT):
             self._queue_part(big)
@@ -804,21 +868,26 @@ class _Download:
 
     async def _finish_big(self, big: _Big) -> None:
         job = big.job
+        expected = big.expected
+        verified = False
         try:
+            mismatch = None
             if big.failure is None and big.crcs is not None:
                 mismatch = _crc32_mismatch(big)
-                if mismatch is not None:
-                    big.failure = ("BadDigest", mismatch)
-            elif big.failure is None and self.opts.verify and big.expected.verifiable:
+            elif big.failure is None and self.opts.verify and (expected.whole or expected.md5):
                 # read back: an MD5 or a SHA cannot be built from parts that
                 # arrived out of order (the file is in the page cache still)
                 try:
-                    mismatch = await asyncio.to_thread(file_mismatch, big.fd, big.expected)
+                    mismatch = await off_loop(file_mismatch, big.fd, expected)
                 except OSError as e:
-                    mismatch = None
                     big.failure = ("LocalError", os_message(e))
-                if mismatch is not None:
-                    big.failure = ("BadDigest", mismatch)
+            if big.failure is None:
+                try:
+                    verified = await self._verdict(job.key, expected, big.fd, mismatch)
+                except S3Error as e:
+                    big.failure = (e.code, e.message)
+                except OSError as e:
+                    big.failure = ("LocalError", os_message(e))
             if big.failure is not None:
                 del self.temps[big.temp]
                 _discard(big.temp, big.fd)
@@ -829,18 +898,141 @@ class _Download:
             except OSError as e:
                 self._failed(job.key, job.path, "LocalError", os_message(e))
                 return
-            self._succeeded(job, big.size, big.expected)
+            self._succeeded(job, big.size, expected, verified)
         finally:
             self.pending -= 1
             self._check_done()
 
+    # -- checksums ----------------------------------------------------------------------
+
+    async def _verdict(
+        self, key: str, expected: Expected | None, fd: int, mismatch: str | None
+    ) -> bool:
+        """Whether the object in ``fd`` was checked beyond its length; raises
+        S3Error BadDigest if its bytes are not what the server said - only
+        when the server said which kind of checksum it gave (checksums.py).
+        ``mismatch``: what the MD5 or the whole-object checksum, computed as
+        the bytes came, found (None: they matched, or were not computed)."""
+        if not self.opts.verify or expected is None or not expected.verifiable:
+            return False
+        if expected.checksum is None or expected.kind == FULL:
+            if mismatch is not None:
+                raise S3Error("BadDigest", mismatch, status=200, bucket=self.plan.bucket)
+            return True
+        if expected.kind == UNKNOWN and mismatch is None:
+            return True  # the whole object's: it matches so
+        return await self._by_parts(key, expected, fd)
+
+    async def _by_parts(self, key: str, expected: Expected, fd: int) -> bool:
+        """A composite checksum (or one of unknown kind that is not the whole
+        object's) checked part by part, by the server's own part layout."""
+        assert expected.checksum is not None
+        algorithm, value = expected.checksum
+        name = algorithm.upper()
+        layout = await self._layout(key, expected)
+        if layout is None:
+            _log.debug(
+                "s3://%s/%s: %s %s is %s, and the server gives no part layout: checked by"
+                " its size%s only",
+                self.plan.bucket,
+                key,
+                name,
+                value,
+                "composite" if expected.kind == COMPOSITE else "of no known kind",
+                " and ETag" if expected.md5 else "",
+            )
+            return expected.md5 is not None
+        lengths = [length for length, _ in layout]
+        digests = await off_loop(part_digests, fd, algorithm, lengths)
+        said_per_part = 0
+        for number, ((_, said), digest) in enumerate(zip(layout, digests, strict=True), 1):
+            if said is None:
+                continue
+            said_per_part += 1
+            got = base64.b64encode(digest).decode("ascii")
+            if got != said:
+                raise S3Error(
+                    "BadDigest",
+                    f"part {number} of {len(layout)}: {name} {got} is not the server's {said}",
+                    status=200,
+                    bucket=self.plan.bucket,
+                )
+        combined = composite(algorithm, digests)
+        if combined == value or said_per_part == len(layout):
+            return True
+        if expected.kind == COMPOSITE:
+            raise S3Error(
+                "BadDigest",
+                f"the composite {name} of its {len(layout)} parts is {combined}, not the"
+                f" server's {value}-{len(layout)}",
+                status=200,
+                bucket=self.plan.bucket,
+            )
+        _log.debug(
+            "s3://%s/%s: %s %s is neither the whole object's nor its %d parts' (%s), and the"
+            " server does not say which kind it is: checked by its size only",
+            self.plan.bucket,
+            key,
+            name,
+            value,
+            len(layout),
+            combined,
+        )
+        return False
+
+    async def _layout(self, key: str, expected: Expected) -> list[tuple[int, str | None]] | None:
+        """The object's parts as the server keeps them: (length, the part's
+        checksum if the server gives one), from a HEAD with ``partNumber`` per
+        part; None if the server gives no layout that adds up (it ignores
+        ``partNumber``, or refuses it)."""
+        assert expected.checksum is not None
+        algorithm, value = expected.checksum
+        header = f"x-amz-checksum-{algorithm}"
+        try:
+            first = await self.objects.head(key, part=1)
+            count = first.get("x-amz-mp-parts-count") or ""
+            if not count.isdigit() or not 1 <= int(count) <= MAX_PARTS:
+                return None
+            parts = int(count)
+            room = asyncio.Semaphore(PARTS_IN_FLIGHT)
+
+            async def head(number: int) -> Headers:
+                async with room:
+                    return await self.objects.head(key, part=number)
+
+            rest = await asyncio.gather(*(head(n) for n in range(2, parts + 1)))
+        except S3Error as e:
+            _log.debug("s3://%s/%s: no part layout: %s", self.plan.bucket, key, e)
+            return None
+        layout: list[tuple[int, str | None]] = []
+        offset = 0
+        for headers in [first, *rest]:
+            length = headers.get("content-length") or ""
+            if not length.isdigit() or headers.get("x-amz-mp-parts-count") != count:
+                return None
+            span = headers.get("content-range")
+            if (
+                span is not None
+                and span != f"bytes {offset}-{offset + int(length) - 1}/{expected.size}"
+            ):
+                return None
+            said = headers.get(header)
+            # a part's own checksum: not the object's (a server that echoes it)
+            if said is not None and ("-" in said or (parts > 1 and said == value)):
+                said = None
+            layout.append((int(length), said))
+            offset += int(length)
+        if offset != expected.size or (parts > 1 and layout[0][0] == expected.size):
+            return None
+        return layout
+
     # -- what happened ----------------------------------------------------------------
 
-    def _succeeded(self, job: _Job, size: int, expected: Expected | None) -> None:
+    def _succeeded(self, job: _Job, size: int, expected: Expected | None, verified: bool) -> None:
         summary = self.summary
         summary.objects += 1
         summary.bytes += size
-        if self.opts.verify and expected is not None and expected.verifiable:
+        if verified:
             summary.verified += 1
         else:
             summary.unverified += 1
@@ -1051,6 +1243,11 @@ class _Batches:
         self.offset = offset
 
 
+class _Blocked(Exception):
+    """A file stands where an object's directory must be (a sync's --delete
+    may remove it: the object waits until then)."""
+
+
 class _Refused:
     """A sink that takes no body: the object is there after all (it came
     between a HEAD and this GET): ``error`` stands."""
@@ -1078,6 +1275,8 @@ class _WholeFile:
         self.received = 0
         self.expected: Expected | None = None
         self.digest: Digest | None = None
+        #: What the MD5 or whole-object checksum found amiss (None: nothing)
+        self.mismatch: str | None = None
         self.batches = _Batches(writer, fd, 0)
 
     async def begin(self, response: Response) -> None:
@@ -1095,8 +1294,9 @@ class _WholeFile:
             await self.batches.restart(0)
             os.ftruncate(self.fd, 0)
         self.expected = Expected.from_headers(int(length), response.headers)
-        verifiable = self.verify and self.expected.verifiable
+        verifiable = self.verify and (self.expected.whole or self.expected.md5 is not None)
         self.digest = Digest(self.expected) if verifiable else None
+        self.mismatch = None
         self.received = 0
 
     def write(self, chunk: bytes) -> Awaitable[None] | None:
@@ -1116,9 +1316,7 @@ class _WholeFile:
                 bucket="",
             )
         if self.digest is not None:
-            mismatch = self.digest.mismatch()
-            if mismatch is not None:
-                raise S3Error("BadDigest", mismatch, status=200, bucket="")
+            self.mismatch = self.digest.mismatch()  # judged by _Download._verdict
         await self.batches.finish(inline=self.received <= WRITE_INLINE)
 
 
@@ -1328,39 +1526,89 @@ def run_sync(work: Callable[[], Coroutine[Any, Any, T]]) -> T:
     return run()
 
 
-def run_cleanly(loop: asyncio.AbstractEventLoop, work: Coroutine[Any, Any, T]) -> T:
-    """``loop.run_until_complete(work)``, where Ctrl-C (SIGINT) cancels the work
-    at its next await - so its cleanup runs (temporary files removed) - and
-    then raises KeyboardInterrupt.  Python's own handler would raise it
-    wherever the code happened to be, mid-bookkeeping."""
+#: Seconds an interrupted run has to stop: its requests cancelled, its
+#: temporary files removed, its multipart uploads aborted.  Past it the run is
+#: left where it stands (see :func:`run_cleanly`).
+CANCEL_GRACE = 5.0
+#: Of which the aborts of multipart uploads may take this many (requests and
+#: retries): a stalled server cannot hold an interrupted run.
+ABORT_WITHIN = 4.0
+
+
+class Interrupted(KeyboardInterrupt):
+    """A run stopped by a signal: ``signum`` says which (SIGINT: Ctrl-C).
+    ``status``: the shell's exit status for it, 128 + the signal's number."""
+
+    def __init__(self, signum: int = signal.SIGINT) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def status(self) -> int:
+        return 128 + self.signum
+
+
+def run_cleanly(
+    loop: asyncio.AbstractEventLoop,
+    work: Coroutine[Any, Any, T],
+    *,
+    signals: Sequence[int] = (signal.SIGINT,),
+    grace: float = CANCEL_GRACE,
+    again: Callable[[int], None] | None = None,
+) -> T:
+    """``loop.run_until_complete(work)``, where the first of ``signals``
+    (Ctrl-C's SIGINT; the command line adds SIGTERM and SIGHUP) cancels the
+    work at its next await - so its cleanup runs: temporary files removed,
+    multipart uploads aborted (within :data:`ABORT_WITHIN`) - and then raises
+    :class:`Interrupted`.  Python's own handler would raise wherever the code
+    happened to be, mid-bookkeeping.
+
+    A second signal, or a cleanup still running ``grace`` seconds after the
+    first, stops at once: ``again(signum)`` (the command line exits there),
+    else :class:`Interrupted` is raised out of the loop as it stands."""
     task = loop.create_task(work)
-    interrupted = False
+    received: list[int] = []
 
-    def interrupt() -> None:
-        nonlocal interrupted
-        interrupted = True
+    def stop_now(signum: int) -> None:
+        if again is not None:
+            again(signum)
+        raise Interrupted(signum)
+
+    def interrupt(signum: int) -> None:
+        if received:
+            stop_now(signum)
+        received.append(signum)
         task.cancel()
+        loop.call_later(grace, overdue)
 
-    handled = threading.current_thread() is threading.main_thread()
-    if handled:
-        try:
-            loop.add_signal_handler(signal.SIGINT, interrupt)
-        except (NotImplementedError, RuntimeError):  # pragma: no cover - no signals here
-            handled = False
+    def overdue() -> None:
+        if not task.done():
+            stop_now(received[0])
+
+    handled: list[int] = []
+    if threading.current_thread() is threading.main_thread():
+        for signum in signals:
+            try:
+                loop.add_signal_handler(signum, interrupt, signum)
+            except (NotImplementedError, RuntimeError, ValueError):  # pragma: no cover
+                continue
+            handled.append(signum)
     try:
         return loop.run_until_complete(task)
     except asyncio.CancelledError:
-        if interrupted:
-            raise KeyboardInterrupt from None
+        if received:
+            raise Interrupted(received[0]) from None
         raise
-    except KeyboardInterrupt:
-        task.cancel()
-        with suppress(BaseException):
-            loop.run_until_complete(task)
+    except KeyboardInterrupt as e:
+        if not task.done():
+            task.cancel()
+            if not isinstance(e, Interrupted):  # Python's own (no handler here): clean up
+                with suppress(BaseException):
+                    loop.run_until_complete(task)
         raise
     finally:
-        if handled:
-            loop.remove_signal_handler(signal.SIGINT)
+        for signum in handled:
+            loop.remove_signal_handler(signum)
 
 
 #: glibc's mallopt parameters (malloc.h).
@@ -1391,13 +1639,11 @@ def steady_heap(trim: int = 64 * MiB, mmap: int = 4 * MiB) -> bool:
 def transfer_client(opts: TransferOptions, connections: int) -> AsyncClient:
     # Raw bytes as stored: no Accept-Encoding, no decoding (an object stored
     # with Content-Encoding: gzip is written gzipped, as the AWS CLI writes it).
-    return AsyncClient(
-        max_connections=connections,
-        max_time=opts.max_time,
-        **opts.proxy_options(),
+    return opts.client(
+        connections,
+        opts.max_time,
         headers={"Accept-Encoding": "identity"},
         decompress=False,
-        cookies=False,
         body_cap=1024 * 1024,  # error documents only: bodies are streamed
     )
 

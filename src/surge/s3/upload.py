@@ -49,9 +49,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import logging
 import mimetypes
 import os
 import stat
+import threading
 from collections.abc import Awaitable, Iterator
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -61,13 +63,15 @@ from surge.errors import S3Error, UsageError
 from surge.http.arguments import FileRange
 from surge.http.client import AsyncClient
 from surge.http.response import Headers
+from surge.s3 import temps
 from surge.s3.api import ListOptions, list_pages
-from surge.s3.checksums import READ_BLOCK, Expected, crc32, crc32_combine, crc32_header
+from surge.s3.checksums import Expected, blocks, crc32, crc32_combine, crc32_header, off_loop
 from surge.s3.config import Target, split_s3_url
 from surge.s3.objects import Objects
 from surge.s3.parse import S3Object
 from surge.s3.paths import Filters, not_regular, walk_files
 from surge.s3.transfer import (
+    ABORT_WITHIN,
     DEFAULT_PART_SIZE,
     MAX_PARTS,
     DownloadOptions,
@@ -84,6 +88,7 @@ from surge.s3.transfer import (
     run_transfer,
 )
 
+_log = logging.getLogger("surge.s3")
 #: S3's limits: a part (but the last) is at least 5 MiB and at most 5 GiB.
 MIN_PART_SIZE = 5 * MiB
 MAX_PART_SIZE = 5 * 1024 * MiB
@@ -98,6 +103,9 @@ class UploadOptions(TransferOptions):
     #: The objects' Content-Type; None: guessed from the file's name (as the
     #: AWS CLI does), or none (S3 then says binary/octet-stream).
     content_type: str | None = None
+    #: Symbolic links to files and directories followed (the AWS CLI's
+    #: default); False: every link left out, as its --no-follow-symlinks.
+    follow_symlinks: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -197,7 +205,12 @@ class _Upload:
                 self.remote = await self._remote()
             for item in self._files():
                 if isinstance(item, Failure):
-                    self._failed(item.source, item.destination or "", item.code, item.message)
+                    self._failed(
+                        item.source,
+                        item.destination or self.url(self.plan.key),
+                        item.code,
+                        item.message,
+                    )
                     continue
                 if self.opts.dryrun:
                     self._dryrun(item)
@@ -237,20 +250,29 @@ class _Upload:
         name that is no S3 key (not UTF-8) is a failure.  (A file that is not
         a regular one is skipped as it is opened.)"""
         plan = self.plan
+        follow = self.opts.follow_symlinks
         if not plan.recursive:
             name = os.path.basename(plan.source)
             if plan.filters and not plan.filters.takes(name):
                 self.summary.excluded += 1
                 return
+            if not follow and os.path.islink(plan.source):
+                _log.debug("%s: a symbolic link, left out (--no-follow-symlinks)", plan.source)
+                return
             yield _File(plan.source, plan.key)
+            return
+        if not follow and os.path.islink(plan.source.rstrip(os.sep) or os.sep):
+            _log.debug("%s: a symbolic link, left out (--no-follow-symlinks)", plan.source)
             return
         errors = self.walk_errors
         reported = 0
-        for path, relative in walk_files(plan.source, errors=errors):
+        walk = walk_files(plan.source, skip_links=not follow, errors=errors)
+        for path, relative in walk:
             while reported < len(errors):  # as the walk meets them
-                where, message = errors[reported]
+                yield self._walk_failure(*errors[reported])
                 reported += 1
-                yield Failure(where, None, "LocalError", message)
+            if temps.is_temporary(relative.rpartition("/")[2]):
+                continue  # a download's temporary file (maybe a dead one's): no object
             key = plan.key + relative
             if self.seen is not None:
                 self.seen.add(key)
@@ -286,7 +308,15 @@ class _Upload:
                 continue
             yield _File(path, key)
         for where, message in errors[reported:]:
-            yield Failure(where, None, "LocalError", message)
+            yield self._walk_failure(where, message)
+
+    def _walk_failure(self, where: str, message: str) -> Failure:
+        """A file or directory the walk could not read, with the key it was for."""
+        relative = os.path.relpath(where, self.plan.source)
+        key = None
+        if relative != "." and not relative.startswith(".."):
+            key = self.url(self.plan.key + relative.replace(os.sep, "/"))
+        return Failure(where, key, "LocalError", message)
 
     async def _remote(self) -> dict[str, tuple[int, float]]:
         """The destination's objects under the prefix (a sync compares them)."""
@@ -416,6 +446,8 @@ class _Upload:
                 # the server may create it all the same: aborted once it has
                 await despite_cancel(self._abort_created(creating, key))
                 raise
+        self.summary.open_uploads[upload_id] = self.url(key)
+        self._progress()
         starts = range(0, size, part_size)
         etags: list[str] = [""] * len(starts)
         crcs: list[str | None] = [None] * len(starts)
@@ -479,31 +511,45 @@ class _Upload:
                         status=200,
                         bucket=self.plan.bucket,
                     )
+            self.summary.open_uploads.pop(upload_id, None)
             return etag
-        except BaseException:
+        except BaseException as e:
             # Not cut short by a second cancel (the run's own, or Ctrl-C's
-            # after a failure): the upload would be left stored.
-            await despite_cancel(self._give_up(parts, key, upload_id))
+            # after a failure): the upload would be left stored.  Interrupted,
+            # within a bound: a stalled server cannot hold the run.
+            within = ABORT_WITHIN if isinstance(e, asyncio.CancelledError) else None
+            await despite_cancel(self._give_up(parts, key, upload_id, within))
             raise
 
-    async def _give_up(self, parts: list[asyncio.Task[None]], key: str, upload_id: str) -> None:
+    async def _give_up(
+        self, parts: list[asyncio.Task[None]], key: str, upload_id: str, within: float | None
+    ) -> None:
         for task in parts:
             task.cancel()
         await asyncio.gather(*parts, return_exceptions=True)
-        await self._abort(key, upload_id)
+        await self._abort(key, upload_id, within)
 
     async def _abort_created(self, creating: asyncio.Future[str], key: str) -> None:
+        """An interrupted CreateMultipartUpload: waited for (within
+        :data:`ABORT_WITHIN`) and, if it made an upload, that one aborted."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ABORT_WITHIN
         try:
-            upload_id = await creating
+            async with asyncio.timeout_at(deadline):
+                upload_id = await creating
         except (Exception, asyncio.CancelledError):
-            return  # none was made
-        await self._abort(key, upload_id)
+            creating.cancel()
+            return  # none was made, or none that the server told of in time
+        self.summary.open_uploads[upload_id] = self.url(key)
+        await self._abort(key, upload_id, max(0.1, deadline - loop.time()))
 
-    async def _abort(self, key: str, upload_id: str) -> None:
+    async def _abort(self, key: str, upload_id: str, within: float | None = None) -> None:
         try:
-            await self.objects.abort_multipart(key, upload_id)
+            await self.objects.abort_multipart(key, upload_id, within=within)
         except S3Error as e:
             self.summary.notes.add(f"an incomplete multipart upload of {key!r} is left: {e}")
+        else:
+            self.summary.open_uploads.pop(upload_id, None)
 
     async def _crc32(self, fd: int, offset: int, length: int) -> str | None:
         """The body's CRC-32 as x-amz-checksum-crc32 says it (None: not verifying)."""
@@ -511,7 +557,7 @@ class _Upload:
             return None
         if length <= HASH_INLINE:
             return crc32_header(_crc32_of(fd, offset, length))
-        return crc32_header(await asyncio.to_thread(_crc32_of, fd, offset, length))
+        return crc32_header(await off_loop(_crc32_of, fd, offset, length))
 
     async def _check(
         self, headers: Headers, crc: str | None, fd: int, offset: int, length: int, what: str
@@ -537,7 +583,7 @@ class _Upload:
         etag_md5 = Expected.from_headers(length, headers).md5
         if etag_md5 is None:
             return None
-        md5 = await asyncio.to_thread(_md5_of, fd, offset, length)
+        md5 = await off_loop(_md5_of, fd, offset, length)
         if etag_md5 != md5.hex():
             raise S3Error(
                 "BadDigest",
@@ -602,16 +648,11 @@ class _Changed(Exception):
     pass
 
 
-def _crc32_of(fd: int, offset: int, length: int) -> int:
+def _crc32_of(fd: int, offset: int, length: int, stop: threading.Event | None = None) -> int:
     """The CRC-32 of ``length`` bytes of the file from ``offset`` (blocking)."""
     value = 0
-    end = offset + length
-    while offset < end:
-        block = os.pread(fd, min(READ_BLOCK, end - offset), offset)
-        if not block:
-            raise OSError(f"the file ended at {offset:,} of {end:,} bytes while it was read")
+    for block in blocks(fd, offset, length, stop):
         value = crc32(block, value)
-        offset += len(block)
     return value
 
 
@@ -626,16 +667,11 @@ def _combined(crcs: list[str | None], part_size: int, size: int) -> str:
     return crc32_header(value)
 
 
-def _md5_of(fd: int, offset: int, length: int) -> bytes:
+def _md5_of(fd: int, offset: int, length: int, stop: threading.Event | None = None) -> bytes:
     """The MD5 of ``length`` bytes of the file from ``offset`` (blocking)."""
     md5 = hashlib.md5(usedforsecurity=False)
-    end = offset + length
-    while offset < end:
-        block = os.pread(fd, min(READ_BLOCK, end - offset), offset)
-        if not block:
-            raise OSError(f"the file ended at {offset:,} of {end:,} bytes while it was read")
+    for block in blocks(fd, offset, length, stop):
         md5.update(block)
-        offset += len(block)
     return md5.digest()
 
 

@@ -1,0 +1,106 @@
+"""What surge says: one line per object however its key is spelled (control
+characters escaped as ``ls -b`` escapes them), an AccessDenied that names
+the key, and help that says what an upload really carries."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
+from tests.s3._buckets import Buckets
+from tests.s3.test_cp import cli, new_bucket
+
+from surge.cli import main
+from surge.s3 import Credentials
+from surge.s3.minio import MinioServer
+
+
+@pytest.mark.parametrize(
+    ("key", "shown"),
+    [
+        ("plain/key.txt", "plain/key.txt"),
+        ("with space and ümlaut 日本", "with space and ümlaut 日本"),
+        ("back\\slash", "back\\slash"),  # as the AWS CLI prints it: unchanged
+        ("new\nline", "new\\nline"),
+        ("tab\tcr\rbell\a", "tab\\tcr\\rbell\\a"),
+        ("esc\x1b[31mred", "esc\\033[31mred"),
+        ("del\x7f", "del\\177"),
+        ("c1\x9b", "c1\\302\\233"),  # UTF-8 bytes, as ls -b
+    ],
+)
+def test_control_characters_are_escaped_as_ls_escapes_them(key: str, shown: str) -> None:
+    from surge.s3.cli import escape_key
+
+    assert escape_key(key) == shown
+    assert "\n" not in escape_key(key)
+
+
+@pytest.fixture()
+def minio_buckets(minio: MinioServer, s3: Any) -> Buckets:
+    return Buckets(minio.endpoint_url, Credentials(minio.access_key, minio.secret_key), s3)
+
+
+def invoke(server: Buckets, *args: str) -> tuple[int, str, str]:
+    env = {
+        "AWS_ACCESS_KEY_ID": server.credentials.access_key,
+        "AWS_SECRET_ACCESS_KEY": server.credentials.secret_key,
+    }
+    result = CliRunner().invoke(main, ["s3", *args, "--endpoint-url", server.endpoint_url], env=env)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_a_key_with_a_newline_is_one_line_everywhere(
+    minio_buckets: Buckets, tmp_path: Path
+) -> None:
+    bucket = new_bucket(minio_buckets, {"a\nb": b"x", "plain": b"y"})
+    code, out, err = invoke(minio_buckets, "ls", f"s3://{bucket}/", "--recursive")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert len(lines) == 2 and sorted(line.rsplit(" ", 1)[1] for line in lines) == [
+        "a\\nb",
+        "plain",
+    ]
+    code, out, err = invoke(minio_buckets, "ls", f"s3://{bucket}/", "--recursive", "--json")
+    assert sorted(json.loads(line)["key"] for line in out.splitlines()) == ["a\nb", "plain"]
+    code, out, err = invoke(minio_buckets, "cp", "-r", f"s3://{bucket}/", str(tmp_path / "d"))
+    assert code == 0, err
+    assert len(out.splitlines()) == 2 and f"s3://{bucket}/a\\nb to " in out
+    assert (tmp_path / "d" / "a\nb").read_bytes() == b"x"  # the file is named as the key
+    code, out, err = invoke(minio_buckets, "ls", f"s3://{bucket}/", "--all-versions")
+    assert len(out.splitlines()) == 2 and "a\\nb" in out
+
+
+def test_access_denied_names_the_key(minio_buckets: Buckets, tmp_path: Path) -> None:
+    bucket = new_bucket(minio_buckets, {"secret/k": b"k"})
+    (tmp_path / "f").write_bytes(b"f")
+    anonymous = ["--no-sign-request"]
+    code, _out, err = cli(minio_buckets, f"s3://{bucket}/secret/k", str(tmp_path / "k"), *anonymous)
+    assert code == 1
+    assert "AccessDenied: access denied to key 'secret/k'" in err
+    code, _out, err = cli(minio_buckets, str(tmp_path / "f"), f"s3://{bucket}/up/f", *anonymous)
+    assert code == 1
+    assert "AccessDenied:" in err and "(key 'up/f')" in err
+
+
+def test_cp_help_says_what_an_upload_carries() -> None:
+    result = CliRunner().invoke(main, ["s3", "cp", "--help"])
+    text = " ".join(result.output.split())
+    assert "Content-MD5" not in text
+    assert "CRC32" in text
+    for flag in ("--read-timeout", "--connect-timeout", "--no-follow-symlinks", "--debug"):
+        assert flag in text
+
+
+@given(st.text())
+def test_an_escaped_key_has_no_control_character_and_others_are_untouched(key: str) -> None:
+    from surge.s3.cli import escape_key
+
+    shown = escape_key(key)
+    assert not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in shown)
+    if not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in key):
+        assert shown == key

@@ -996,10 +996,14 @@ class PsycopgState:
         if adapters is not None and _adapters_changed(adapters):
             conn._adapters = self._fresh_adapters(conn)
         prepared = conn._prepared
-        if prepared._names or prepared._counts or prepared._to_flush:
-            fresh = type(prepared)()
-            fresh.prepare_threshold, fresh.prepared_max = conn._surge_prepare
-            conn._prepared = fresh
+        if prepared._names:  # DISCARD ALL deallocated them on the server
+            prepared._names.clear()
+            prepared._to_flush.clear()
+        if prepared._counts:
+            prepared._counts.clear()
+        threshold, most = conn._surge_prepare
+        if prepared.prepare_threshold != threshold or prepared.prepared_max != most:
+            prepared.prepare_threshold, prepared.prepared_max = threshold, most
         if conn._notifies_backlog:
             conn._notifies_backlog.clear()
 

@@ -239,10 +239,10 @@ def serialised_https(data: dict[str, Any]) -> list[Finding]:
             f"{issued['spans']:,} requests were issued concurrently from "
             f"{issued.get('callers')} greenlets/threads ({issued['mean_open']} in flight on "
             f"average, {issued['peak']} at most), yet their TLS handshakes and transfers ran "
-            f"one at a time ({active['mean_open']} active on average). surge doctor: "
-            + "; ".join(d["message"] for d in causes),
+            f"one at a time ({active['mean_open']} active on average). surge doctor says why: "
+            + causes[0]["message"],
             evidence,
-            " ".join(dict.fromkeys(d.get("fix", "") for d in causes if d.get("fix")))
+            causes[0].get("fix")
             or "remove pyOpenSSL's injection into urllib3 and let gevent patch everything",
             active["busy_s"] * (1.0 - 1.0 / max(issued["mean_open"], 1.0)),
         )

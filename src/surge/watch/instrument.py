@@ -19,52 +19,15 @@ plain call to the original.
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
-import time
-import traceback
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
+from surge.watch._log import failed, failures, set_log
 from surge.watch.recorder import Recorder
 
-#: Where watch writes what went wrong inside it (set by the session; stderr is the
-#: program's, so nothing is ever printed there).
-_log_path: str | None = None
-_log_lines: list[str] = []
-#: Failures logged at most (a hook that fails on every call logs once per place).
-MAX_LOGGED = 200
-_logged_places: set[str] = set()
-
-
-def set_log(path: str | None) -> None:
-    global _log_path
-    _log_path = path
-
-
-def failures() -> list[str]:
-    """What watch logged about itself in this process (each a line or a traceback)."""
-    return list(_log_lines)
-
-
-def failed(where: str) -> None:
-    """Log the exception being handled, as raised inside watch at ``where``; never
-    raises.  Called from ``except Exception`` around watch's own code only."""
-    try:
-        if where in _logged_places or len(_logged_places) >= MAX_LOGGED:
-            return
-        _logged_places.add(where)
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-        text = f"{stamp} pid {os.getpid()} surge watch: error in {where}:\n" + (
-            traceback.format_exc()
-        )
-        _log_lines.append(text)
-        if _log_path is not None:
-            with open(_log_path, "a", encoding="utf-8") as log:
-                log.write(text)
-    except Exception:
-        pass
+__all__ = ["Instrumentor", "error_class", "failed", "failures", "set_log", "unwrapped"]
 
 
 class _AfterImports:

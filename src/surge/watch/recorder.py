@@ -28,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from surge.watch._log import guarded
+
 #: Operations kept one by one; beyond, only counted and totalled.
 KEEP = 100_000
 #: Rows per table (hosts, databases, names, operations); beyond, one "(other)" row.
@@ -324,6 +326,7 @@ class Recorder:
     def _claim(self, ident: int) -> list[Operation]:
         return self._pending.pop(ident, None) or []
 
+    @guarded
     def network_event(
         self,
         kind: str,
@@ -351,17 +354,20 @@ class Recorder:
                 if error is not None:
                     row.failed += 1
 
+    @guarded
     def enter_active(self, now: float) -> None:
         with self.lock:
             self.active.enter(now)
             self.network.enter(now)
 
+    @guarded
     def leave_active(self, now: float) -> None:
         with self.lock:
             self.active.leave(now)
             self.network.leave(now)
 
     # -- HTTP -------------------------------------------------------------------------
+    @guarded
     def http_start(
         self, library: str, peer: str, what: str, start: float, *, claim: bool = True
     ) -> Operation:
@@ -404,6 +410,7 @@ class Recorder:
             op.marks = marks
             op.start = min(op.start, *marks.values())
 
+    @guarded
     def drop_pending(self) -> None:
         """Forget this caller's pending DNS/TCP/TLS (a library that times its own
         connects saw them already)."""
@@ -411,6 +418,7 @@ class Recorder:
         with self.lock:
             self._pending.pop(ident, None)
 
+    @guarded
     def claim_into(self, op: Operation) -> None:
         """The DNS, TCP and TLS its caller did since the request began become its
         phases (a plain http.client connects while it sends)."""
@@ -420,12 +428,14 @@ class Recorder:
             if events:
                 self._attach(op, events)
 
+    @guarded
     def mark(self, op: Operation, name: str, when: float) -> None:
         marks = op.marks
         if marks is None:
             marks = op.marks = {}
         marks.setdefault(name, when)
 
+    @guarded
     def http_end(
         self,
         op: Operation,
@@ -471,6 +481,7 @@ class Recorder:
                 self._page_request(op.parent, op.start, end)
 
     # -- pools ------------------------------------------------------------------------
+    @guarded
     def pool_wait(
         self, library: str, peer: str, start: float, end: float, size: int | None
     ) -> None:
@@ -486,6 +497,7 @@ class Recorder:
             if size is not None:
                 row.pool_size = size
 
+    @guarded
     def pool_discard(self, peer: str, size: int | None) -> None:
         """A pool was full: a connection was closed instead of kept."""
         with self.lock:
@@ -495,10 +507,12 @@ class Recorder:
                 row.pool_size = size
 
     # -- databases --------------------------------------------------------------------
+    @guarded
     def db_start(self, start: float) -> None:
         with self.lock:
             self.network.enter(start)
 
+    @guarded
     def db_end(
         self,
         kind: str,
@@ -535,6 +549,7 @@ class Recorder:
                     row.query_errors += 1
 
     # -- AWS (botocore) ---------------------------------------------------------------
+    @guarded
     def aws_start(self, service: str, operation: str, paginated: bool, start: float) -> None:
         ident, label = self.who()
         op = Operation("aws", "botocore", service, f"{service}.{operation}", start, label)
@@ -544,6 +559,7 @@ class Recorder:
             if len(stack) < 8:
                 stack.append(op)
 
+    @guarded
     def aws_parse(self, when: float) -> None:
         """botocore began parsing the current call's response."""
         ident, _ = self.who()
@@ -552,6 +568,7 @@ class Recorder:
             if stack:
                 self.mark(stack[-1], "parse_start", when)
 
+    @guarded
     def aws_end(self, end: float, error: str | None = None) -> None:
         ident, label = self.who()
         with self.lock:

@@ -15,6 +15,19 @@ TABLE_ROWS = 10
 WIDTH = 100
 
 
+def command_label(argv: list[str]) -> list[str]:
+    """The command as the outputs show it: the program, not its arguments (a
+    database URL with its password, a token: arguments carry credentials)."""
+    keep = 3 if len(argv) >= 3 and argv[1] in ("-m", "-c") else 2
+    if argv[1:2] == ["-c"]:
+        keep = 2
+    shown = list(argv[:keep])
+    if len(argv) > keep:
+        more = len(argv) - keep
+        shown.append(f"(+{more} argument{'s' if more > 1 else ''})")
+    return shown
+
+
 def report(runs: list[dict[str, Any]], wall_s: float, command: list[str]) -> dict[str, Any]:
     """``{"schema": 1, "wall_s", "operations", "findings": [...]}`` and, beside
     them, the command, CPU and network time, and the per-host and per-database
@@ -164,10 +177,11 @@ def deliver(
     echo: Any = None,
 ) -> list[str]:
     """Print the summary (with ``echo``, to stderr by default) and write each
-    output asked for; returns one line per output that could not be made (the
-    others are made all the same)."""
+    output asked for (the command shown as :func:`command_label`); returns one
+    line per output that could not be made (the others are made all the same)."""
     import sys
 
+    command = command_label(command)
     write = echo or (lambda text: print(text, file=sys.stderr, flush=True))
     write(summary(runs, wall_s, command))
     problems = []

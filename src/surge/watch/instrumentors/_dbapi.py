@@ -233,6 +233,9 @@ class PsycopgInstrumentor(_Driver):
             return wrap
 
         describe = _connect_of(peer)
+        # psycopg.connect is Connection.connect bound when psycopg was imported
+        unbound = _connect_of(_conninfo_peer)
+        self.replace(module, "connect", self.timed("db.connect", unbound))
         connect = classmethod_of(self.timed("db.connect", describe))
         self.replace(module.Connection, "connect", connect)
         connect_async = classmethod_of(self.timed_async("db.connect", describe))

@@ -86,9 +86,10 @@ class HTTPClientInstrumentor(Instrumentor):
                     op = recorder.http_start(
                         instrumentor._library(connection), peer, request_line(method, url), start
                     )
-                    recorder.mark(op, "connected", start)
-                    recorder.enter_active(start)
-                    connection.__dict__[_OP] = op
+                    if op is not None:
+                        recorder.mark(op, "connected", start)
+                        recorder.enter_active(start)
+                        connection.__dict__[_OP] = op
                 except Exception:
                     failed("http.client putrequest")
             return original(connection, method, url, *args, **kwargs)

@@ -52,7 +52,7 @@ class HttpxInstrumentor(Instrumentor):
         self.replace(module.ConnectionPool, "handle_request", self._handle)
         self.replace(module.AsyncConnectionPool, "handle_async_request", self._handle_async)
 
-    def _begin(self, request: Any) -> Operation:
+    def _begin(self, request: Any) -> Operation | None:
         method = request.method
         method = method.decode("ascii", "replace") if isinstance(method, bytes) else method
         path = request.url.target
@@ -80,6 +80,12 @@ class HttpxInstrumentor(Instrumentor):
             self._finish(op, now)
 
     def _finish(self, op: Operation, end: float, error: str | None = None) -> None:
+        try:
+            self._finished(op, end, error)
+        except Exception:
+            failed("httpcore request end")
+
+    def _finished(self, op: Operation, end: float, error: str | None) -> None:
         recorder = self.recorder
         if "connected" in (op.marks or {}):
             recorder.leave_active(end)
@@ -94,6 +100,8 @@ class HttpxInstrumentor(Instrumentor):
                 return original(pool, request)
             try:
                 op = instrumentor._begin(request)
+                if op is None:
+                    raise RuntimeError("no operation")
                 given = request.extensions.get("trace")
 
                 def trace(name: str, info: dict[str, Any]) -> None:
@@ -111,7 +119,7 @@ class HttpxInstrumentor(Instrumentor):
             try:
                 return original(pool, request)
             except BaseException as e:
-                instrumentor._finish(op, clock(), error_class(e))
+                instrumentor._finish(op, clock(), error_class(e))  # guarded: never raises
                 raise
 
         return handle_request
@@ -124,6 +132,8 @@ class HttpxInstrumentor(Instrumentor):
                 return await original(pool, request)
             try:
                 op = instrumentor._begin(request)
+                if op is None:
+                    raise RuntimeError("no operation")
                 given = request.extensions.get("trace")
 
                 async def trace(name: str, info: dict[str, Any]) -> None:
@@ -143,7 +153,7 @@ class HttpxInstrumentor(Instrumentor):
             try:
                 return await original(pool, request)
             except BaseException as e:
-                instrumentor._finish(op, clock(), error_class(e))
+                instrumentor._finish(op, clock(), error_class(e))  # guarded: never raises
                 raise
 
         return handle_async_request

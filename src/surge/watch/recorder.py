@@ -14,8 +14,8 @@ Two kinds of state, each sized independently of the program's length:
   kept; the outputs say so.  (~250 bytes each: 100,000 are ~25 MB.)
 - **running totals** (for the findings and the tables), updated as each
   operation happens, exact for the whole run however long it is: per host, per
-  database, per resolved name (each table at most :data:`MAX_KEYS` rows, the
-  rest folded into one ``(other)`` row), per paginated AWS operation, and three
+  database, per resolved name (each table :data:`MAX_KEYS` rows at most, and
+  one ``(other)`` row for the rest), per paginated AWS operation, and three
   overlap meters (:class:`Overlap`) fed in real time as spans open and close.
 """
 

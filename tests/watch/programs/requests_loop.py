@@ -11,8 +11,9 @@ from surge.sim import patch_getaddrinfo
 
 patch_getaddrinfo()  # *.sim -> the simulated web on 127.0.0.1
 port, n = int(sys.argv[1]), int(sys.argv[2])
+delay = int(sys.argv[3]) if len(sys.argv) > 3 else 5
 ok = 0
 for i in range(n):
-    response = requests.get(f"http://host{i}--delay-5.sim:{port}/page?id={i}", timeout=10)
+    response = requests.get(f"http://host{i}--delay-{delay}.sim:{port}/page?id={i}", timeout=10)
     ok += response.status_code == 200
 print("ok:", ok)

@@ -135,3 +135,32 @@ def test_pool_too_small_twin_pool_of_16(sim: SimInfo, tmp_path: Path) -> None:
     watched = watch("urllib3_pool.py", str(sim.http_port), "16", "5", tmp_path=tmp_path)
     assert "ok: 80" in watched.process.stdout
     assert watched.ids() == []
+
+
+def test_tls_per_request(sim: SimInfo, tmp_path: Path) -> None:
+    watched = watch(
+        "requests_same_host.py", str(sim.https_port), sim.cafile, "40", tmp_path=tmp_path
+    )
+    assert "ok: 40" in watched.process.stdout
+    evidence = watched.finding("tls-per-request")["evidence"]
+    assert evidence["host"] == f"localhost:{sim.https_port}"
+    assert evidence["requests"] == evidence["handshakes"] == 40
+    assert evidence["tls_s"] > 0
+    # resolved once per connection too: a finding if it cost 1% of the run
+    names = watched.report["processes"][0]["by_kind"]
+    assert names["dns"] == 40
+
+
+def test_tls_per_request_twin_sessions(sim: SimInfo, tmp_path: Path) -> None:
+    watched = watch(
+        "requests_same_host.py",
+        str(sim.https_port),
+        sim.cafile,
+        "40",
+        "--session",
+        tmp_path=tmp_path,
+    )
+    assert "ok: 40" in watched.process.stdout
+    assert watched.ids() == []
+    host = watched.report["processes"][0]["hosts"][f"localhost:{sim.https_port}"]
+    assert host["tls"] <= 8  # a connection per thread at most

@@ -70,14 +70,16 @@ def test_serial_pages_twin_surge_listing(
 
 
 def test_serial_requests(sim: SimInfo, tmp_path: Path) -> None:
-    watched = watch("requests_loop.py", str(sim.http_port), str(HOSTS), tmp_path=tmp_path)
+    # 10 ms a host: the loop waits on the network, whatever the machine's load
+    watched = watch("requests_loop.py", str(sim.http_port), str(HOSTS), "10", tmp_path=tmp_path)
     assert f"ok: {HOSTS}" in watched.process.stdout
     assert watched.ids() == ["serial-requests"]
     evidence = watched.finding("serial-requests")["evidence"]
     assert evidence["requests"] == HOSTS
     assert evidence["hosts"] == HOSTS
     assert evidence["peak_concurrency"] == 1
-    assert evidence["expected_s"] < evidence["wall_s"] / 4  # 200 x 5 ms, 32 at a time
+    assert evidence["assumed_concurrency"] == 32
+    assert evidence["expected_s"] < evidence["wall_s"]  # its numbers: the gain it states
     assert 0 < evidence["idle_share"] <= 1
 
 

@@ -156,7 +156,13 @@ def watch_command(
     _writable("--trace-json", trace_json_path)
     _writable("--log", log_path)
     if otlp_url is not None:
+        import importlib.util
+
+        from surge.extras import install_hint
         from surge.watch.export import otlp_endpoint
+
+        if importlib.util.find_spec("opentelemetry") is None:
+            die("surge watch", f"--otlp needs the OpenTelemetry SDK: {install_hint('watch')}")
 
         try:
             otlp_endpoint(otlp_url)

@@ -115,7 +115,7 @@ def connect_per_query(data: dict[str, Any]) -> list[Finding]:
                 "warn",
                 f"{connects:,} connects to the database at {peer} for {queries:,} queries: "
                 f"{_pct(db['connect_s'], wall)}% of the wall time ({db['connect_s']:.2f} s) "
-                f"went to connecting (TCP, TLS and login), {evidence['mean_connect_ms']} ms "
+                f"went to connecting (setup, TCP, TLS and login), {evidence['mean_connect_ms']} ms "
                 f"each, against {evidence['mean_query_ms']} ms per query",
                 evidence,
                 "keep connections and reuse them: a pool (surge.db.pool(url), SQLAlchemy's "
@@ -223,6 +223,7 @@ def serialised_https(data: dict[str, Any]) -> list[Finding]:
     ]
     if not causes:
         return []
+    kinds = issued.get("caller_kinds") or []
     evidence = {
         "requests": issued["spans"],
         "callers": issued.get("callers"),
@@ -237,7 +238,8 @@ def serialised_https(data: dict[str, Any]) -> list[Finding]:
             "serialised-https",
             "warn",
             f"{issued['spans']:,} requests were issued concurrently from "
-            f"{issued.get('callers')} greenlets/threads ({issued['mean_open']} in flight on "
+            f"{issued.get('callers')} {' and '.join(k + 's' for k in kinds) or 'callers'} "
+            f"({issued['mean_open']} in flight on "
             f"average, {issued['peak']} at most), yet their TLS handshakes and transfers ran "
             f"one at a time ({active['mean_open']} active on average). surge doctor says why: "
             + causes[0]["message"],

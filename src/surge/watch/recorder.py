@@ -646,7 +646,10 @@ class Recorder:
         zero = self.zero
         http_ops = [op for op in kept if op.kind == "http"]
         overlap["issued"] = _sweep(http_ops)
-        overlap["issued"]["callers"] = len({op.who for op in http_ops})
+        callers = {op.who for op in http_ops}
+        kinds = sorted({who.partition(" ")[0] for who in callers})
+        overlap["issued"]["callers"] = len(callers)
+        overlap["issued"]["caller_kinds"] = kinds
         return {
             "started": self.wall_zero,
             "wall_s": round(self.wall_s, 6),

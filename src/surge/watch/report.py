@@ -85,6 +85,13 @@ def _table(title: str, header: list[str], rows: list[list[str]]) -> list[str]:
     return out
 
 
+def _shown(command: list[str]) -> str:
+    """The command label as a shell line (its "(+N arguments)" unquoted)."""
+    if command and command[-1].startswith("(+"):
+        return f"{shlex.join(command[:-1])} {command[-1]}"
+    return shlex.join(command)
+
+
 def summary(runs: list[dict[str, Any]], wall_s: float, command: list[str]) -> str:
     """What ``surge watch`` prints on stderr when the program ends."""
     network = sum(run["network_s"] for run in runs)
@@ -92,7 +99,7 @@ def summary(runs: list[dict[str, Any]], wall_s: float, command: list[str]) -> st
     operations = sum(run["operations"] for run in runs)
     share = f" ({100 * network / wall_s:.0f}%)" if wall_s > 0 else ""
     lines = [
-        f"surge watch: {shlex.join(command)}",
+        f"surge watch: {_shown(command)}",
         f"  wall {_seconds(wall_s)} s, network {_seconds(network)} s{share}, CPU "
         f"{_seconds(cpu)} s; {operations:,} network operations"
         + (f" in {len(runs)} processes" if len(runs) > 1 else ""),

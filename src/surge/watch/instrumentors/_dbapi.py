@@ -89,6 +89,7 @@ class _Driver(Instrumentor):
                 instrumentor._record(kind, describe, start, None, args, kwargs)
                 return result
 
+            call.__wrapped__ = original  # type: ignore[attr-defined]
             return call
 
         return make
@@ -140,21 +141,54 @@ def _host_port(host: Any, port: Any, default_port: int, unix: Any = None) -> str
 
 
 class PyMySQLInstrumentor(_Driver):
+    """A PyMySQL connect is ``Connection.__init__`` (which builds the TLS context,
+    an SSLContext per connection unless one is given, then calls ``connect``),
+    and ``connect`` called on its own (``defer_connect``, a reconnect)."""
+
     library = "pymysql"
     modules = ("pymysql.connections", "pymysql.cursors")
+    _INIT = "_surge_watch_init"
 
     def apply(self, module: ModuleType) -> None:
         if module.__name__ == "pymysql.connections":
+            self.replace(module.Connection, "__init__", self._init)
             connect = self.timed("db.connect", _connect_of(self._conn_peer))
-            self.replace(module.Connection, "connect", connect)
+            self.replace(module.Connection, "connect", lambda f: self._outside_init(connect(f)))
         else:
             execute = self.timed("db.query", _statement_of(self._peer))
             self.replace(module.Cursor, "execute", execute)
 
+    def _init(self, original: Any) -> Any:
+        timed = self.timed("db.connect", _connect_of(self._conn_peer))(original)
+        init = self._INIT
+
+        def __init__(connection: Any, *args: Any, **kwargs: Any) -> None:
+            connection.__dict__[init] = True
+            try:
+                timed(connection, *args, **kwargs)
+            finally:
+                connection.__dict__.pop(init, None)
+
+        return __init__
+
+    def _outside_init(self, timed: Any) -> Any:
+        original = timed.__wrapped__ if hasattr(timed, "__wrapped__") else None
+        init = self._INIT
+
+        def connect(connection: Any, *args: Any, **kwargs: Any) -> Any:
+            if connection.__dict__.get(init) and original is not None:
+                return original(connection, *args, **kwargs)  # timed as the __init__
+            return timed(connection, *args, **kwargs)
+
+        return connect
+
     @staticmethod
     def _conn_peer(connection: Any, *args: Any, **kwargs: Any) -> str:
         return _host_port(
-            connection.host, connection.port, 3306, getattr(connection, "unix_socket", None)
+            getattr(connection, "host", kwargs.get("host")),
+            getattr(connection, "port", kwargs.get("port")),
+            3306,
+            getattr(connection, "unix_socket", kwargs.get("unix_socket")),
         )
 
     def _peer(self, cursor: Any) -> str:

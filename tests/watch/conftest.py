@@ -58,6 +58,7 @@ def watch(
     options: tuple[str, ...] = (),
     env: dict[str, str] | None = None,
     timeout: float = 120,
+    python: str = sys.executable,
 ) -> Watched:
     report = tmp_path / "report.json"
     process = subprocess.run(
@@ -70,7 +71,7 @@ def watch(
             str(report),
             *options,
             "--",
-            sys.executable,
+            python,
             str(PROGRAMS / program),
             *args,
         ],

@@ -77,8 +77,10 @@ def test_httpx_sync_and_async(sim: SimInfo) -> None:
     assert {op["who"].split()[0] for op in ops} == {"thread", "task"}
 
 
-def test_aiohttp(sim: SimInfo) -> None:
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_aiohttp(loop: str, sim: SimInfo) -> None:
     aiohttp = require("aiohttp")
+    new_loop = require("uvloop").new_event_loop if loop == "uvloop" else asyncio.new_event_loop
     url = f"http://127.0.0.1:{sim.http_port}/r?secret=1"
 
     async def fetch() -> None:
@@ -87,8 +89,8 @@ def test_aiohttp(sim: SimInfo) -> None:
                 async with session.get(url) as response:
                     await response.read()
 
-    with surge.watch.recording() as rec:
-        asyncio.run(fetch())
+    with surge.watch.recording() as rec, asyncio.Runner(loop_factory=new_loop) as runner:
+        runner.run(fetch())
     ops = _ops(rec, "http")
     assert [(op["library"], op["what"], op["status"]) for op in ops] == [
         ("aiohttp", "GET /r", 200)

@@ -166,3 +166,21 @@ def test_tls_per_request_twin_sessions(sim: SimInfo, tmp_path: Path) -> None:
     assert watched.ids() == []
     host = watched.report["processes"][0]["hosts"][f"localhost:{sim.https_port}"]
     assert host["tls"] <= 8  # a connection per thread at most
+
+
+def test_pool_too_small_sqlalchemy(mariadb_server: DBServer, tmp_path: Path) -> None:
+    watched = watch("sqlalchemy_pool.py", mariadb_server.url, "2", tmp_path=tmp_path)
+    assert "ok: 40" in watched.process.stdout
+    assert watched.ids() == ["pool-too-small"]
+    evidence = watched.finding("pool-too-small")["evidence"]
+    assert evidence["host"].startswith("sqlalchemy QueuePool (mysql)")
+    assert evidence["pool_size"] == 2
+    # 8 threads: up to 8 wanted a connection at once (8 unless the load staggered them)
+    assert 2 < evidence["peak_in_flight"] == evidence["enough"] <= 8
+    assert evidence["waits"] > 0 and evidence["wait_s"] > 0
+
+
+def test_pool_too_small_sqlalchemy_twin(mariadb_server: DBServer, tmp_path: Path) -> None:
+    watched = watch("sqlalchemy_pool.py", mariadb_server.url, "8", tmp_path=tmp_path)
+    assert "ok: 40" in watched.process.stdout
+    assert watched.ids() == []

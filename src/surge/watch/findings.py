@@ -18,8 +18,10 @@ serial-pages           >= 2 pages of one paginated AWS call where the gap betwee
 serialised-https       requests in flight at once (>= 2 on average) whose TLS and
                        transfers ran one at a time (<= 1.15 on average), and surge
                        doctor's pyopenssl-injected or gevent-partial-patch check fails
-pool-too-small         a pool of known size with more requests in flight to its host
-                       than it holds, and connections discarded or waits >= 5% of wall
+pool-too-small         a pool of known size with more callers wanting a connection at
+                       once than it holds (requests in flight to its host; SQLAlchemy:
+                       checked out and waiting), and connections discarded or waits
+                       >= 5% of wall
 tls-per-request        >= 10 TLS handshakes to one host, one per request (>= 80%)
 repeated-dns           one name resolved >= 10 times, the lookups >= 1% of wall time
 =====================  ===============================================================
@@ -285,12 +287,13 @@ def pool_too_small(data: dict[str, Any]) -> list[Finding]:
             Finding(
                 "pool-too-small",
                 "warn",
-                f"the connection pool for {peer} {held} but {peak} requests were in flight at "
-                f"once: {'; '.join(parts)}. A pool of {enough} would have been enough",
+                f"the connection pool for {peer} {held} but {peak} callers wanted a connection "
+                f"at once: {'; '.join(parts)}. A pool of {enough} would have been enough",
                 evidence,
                 f"size the pool for the concurrency: urllib3.PoolManager(maxsize={enough}), "
                 f"requests.adapters.HTTPAdapter(pool_maxsize={enough}), botocore "
-                f"Config(max_pool_connections={enough}), aiohttp TCPConnector(limit=...)",
+                f"Config(max_pool_connections={enough}), SQLAlchemy create_engine(pool_size="
+                f"{enough}), aiohttp TCPConnector(limit=...)",
                 wait_s + (row["connect_s"] + row["tls_s"]) * (discards / max(row["requests"], 1)),
             )
         )

@@ -483,9 +483,17 @@ class Recorder:
     # -- pools ------------------------------------------------------------------------
     @guarded
     def pool_wait(
-        self, library: str, peer: str, start: float, end: float, size: int | None
+        self,
+        library: str,
+        peer: str,
+        start: float,
+        end: float,
+        size: int | None,
+        demand: int | None = None,
     ) -> None:
-        """A caller waited ``end - start`` for a connection from a pool of ``size``."""
+        """A caller waited ``end - start`` for a connection from a pool of ``size``;
+        ``demand``: how many wanted one then (held and waiting), where the pool
+        knows and no request count tells it."""
         _, label = self.who()
         op = Operation("pool.wait", library, peer, "wait for a connection", start, label)
         op.end = end
@@ -496,6 +504,8 @@ class Recorder:
             row.pool_wait_s += end - start
             if size is not None:
                 row.pool_size = size
+            if demand is not None and demand > row.peak_in_flight:
+                row.peak_in_flight = demand
 
     @guarded
     def pool_discard(self, peer: str, size: int | None) -> None:

@@ -10,6 +10,7 @@ aiohttp            every request's phases                              TraceConf
 httpx              every request's phases (httpcore)                   trace extension
 botocore           operation names, parse time, pages                  botocore events
 pymysql, ...       DB-API connect and execute                          wrappers
+sqlalchemy         QueuePool waits (pool and overflow all in use)      a wrapper
 gevent             re-hooks the floor after monkey-patching            gevent.events
 =================  ==================================================  ===============
 """
@@ -29,6 +30,7 @@ from surge.watch.instrumentors._gevent import GeventInstrumentor
 from surge.watch.instrumentors._http_client import HTTPClientInstrumentor
 from surge.watch.instrumentors._httpx import HttpxInstrumentor
 from surge.watch.instrumentors._socket import SocketInstrumentor
+from surge.watch.instrumentors._sqlalchemy import SQLAlchemyInstrumentor
 from surge.watch.instrumentors._urllib3 import Urllib3Instrumentor
 from surge.watch.recorder import Recorder
 
@@ -48,6 +50,7 @@ def instrumentors(recorder: Recorder) -> list[Instrumentor]:
         MySQLdbInstrumentor(recorder),
         PsycopgInstrumentor(recorder),
         AiomysqlInstrumentor(recorder),
+        SQLAlchemyInstrumentor(recorder),
     ]
 
 

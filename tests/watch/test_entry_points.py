@@ -6,6 +6,7 @@ watch reaches the program."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -150,3 +151,20 @@ def test_a_fault_inside_watch_never_reaches_the_program(
     assert statuses == [200, 200]
     assert answer == (42,)
     assert "a fault inside watch" in "".join(failures())  # and watch logged it
+
+
+def test_a_sitecustomize_of_the_programs_own_still_runs(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import sys\nsys.stderr.write('own sitecustomize\\n')\n")
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    done = subprocess.run(
+        [sys.executable, "-m", "surge.cli", "watch", "--", sys.executable, "-c", "print('ran')"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 0 and done.stdout == "ran\n"
+    assert done.stderr.startswith("own sitecustomize\n")
+    assert "findings: none" in done.stderr  # and the recording ran too

@@ -156,7 +156,11 @@ def test_a_fault_inside_watch_never_reaches_the_program(
 def test_a_sitecustomize_of_the_programs_own_still_runs(tmp_path: Path) -> None:
     site = tmp_path / "site"
     site.mkdir()
-    (site / "sitecustomize.py").write_text("import sys\nsys.stderr.write('own sitecustomize\\n')\n")
+    (site / "sitecustomize.py").write_text(  # says so in surge watch's child only
+        "import os, sys\n"
+        "if os.environ.get('SURGE_WATCH_DIR'):\n"
+        "    sys.stderr.write('own sitecustomize\\n')\n"
+    )
     env = {**os.environ, "PYTHONPATH": str(site)}
     done = subprocess.run(
         [sys.executable, "-m", "surge.cli", "watch", "--", sys.executable, "-c", "print('ran')"],

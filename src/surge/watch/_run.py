@@ -78,17 +78,20 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException:
         traceback.print_exc()
         status = 1
-    recording.stop()
     wall = time.perf_counter() - started
-    deliver(
-        [recording.data()],
-        wall,
-        command,
-        report_path=options.report,
-        html_path=options.html,
-        trace_json_path=options.trace_json,
-        otlp_url=options.otlp,
-    )
+    try:
+        recording.stop()
+        deliver(
+            [recording.data()],
+            wall,
+            command,
+            report_path=options.report,
+            html_path=options.html,
+            trace_json_path=options.trace_json,
+            otlp_url=options.otlp,
+        )
+    except Exception as error:  # the program ran: its exit status stands
+        print(f"surge watch: could not report: {type(error).__name__}: {error}", file=sys.stderr)
     if interrupted:  # end as Python does on an uncaught Ctrl-C: by the signal
         sys.stderr.flush()
         signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -179,15 +179,18 @@ def watch_command(
             err=True,
         )
     else:
-        deliver(
-            runs,
-            wall,
-            argv,
-            report_path=report_path,
-            html_path=html_path,
-            trace_json_path=trace_json_path,
-            otlp_url=otlp_url,
-        )
+        try:
+            deliver(
+                runs,
+                wall,
+                argv,
+                report_path=report_path,
+                html_path=html_path,
+                trace_json_path=trace_json_path,
+                otlp_url=otlp_url,
+            )
+        except Exception as error:  # the program ran: its exit status stands
+            click.echo(f"surge watch: could not report: {type(error).__name__}: {error}", err=True)
     if any(run.get("watch_errors") for run in runs) or (
         os.path.exists(log) and os.path.getsize(log)
     ):

@@ -198,7 +198,7 @@ def _programs(servers: dict[str, Any], quick: bool) -> dict[str, tuple[list[str]
     scale = 5 if quick else 1
     return {
         "PyMySQL connect per query": (
-            [str(PROGRAMS / "mysql_connect_per_query.py"), db.url, str(1000 // scale)],
+            [str(PROGRAMS / "mysql_connect_per_query.py"), db.url, str(300 // scale)],
             {},
         ),
         "boto3 bucket.objects.all()": (

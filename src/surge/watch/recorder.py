@@ -53,15 +53,11 @@ def _who_key() -> tuple[int, str]:
         current = greenlet.getcurrent()
         if getattr(current, "parent", None) is not None:  # not a thread's main greenlet
             return id(current), "greenlet"
-    task = None
-    asyncio = sys.modules.get("asyncio")
-    if asyncio is not None:
-        try:
-            task = asyncio.current_task()
-        except RuntimeError:  # no running loop in this thread
-            task = None
-    if task is not None:
-        return id(task), "task"
+    events = sys.modules.get("asyncio.events")
+    if events is not None and events._get_running_loop() is not None:
+        task = sys.modules["asyncio"].current_task()
+        if task is not None:
+            return id(task), "task"
     return _thread.get_ident(), "thread"
 
 
@@ -287,6 +283,7 @@ class Recorder:
         self.network = Overlap()  # any network operation
         self.whos: dict[str, str] = {}
         self._labels: dict[tuple[int, str], str] = {}
+        self._numbered: dict[str, int] = {}  # callers labelled so far, per kind
         self._pending: dict[int, list[Operation]] = {}
         self._aws: dict[int, list[Operation]] = {}  # AWS calls open, per caller
         self._open: dict[int, Operation] = {}  # HTTP requests not ended yet
@@ -299,9 +296,9 @@ class Recorder:
         label = self._labels.get(key)
         if label is None:
             if len(self._labels) >= MAX_WHOS:
-                self._labels.clear()
+                self._labels.clear()  # the oldest callers are likely gone; numbers go on
             kind = key[1]
-            n = sum(1 for k in self._labels if k[1] == kind) + 1
+            n = self._numbered[kind] = self._numbered.get(kind, 0) + 1
             label = self._labels[key] = f"{kind} {n}"
         return key[0], label
 

@@ -366,13 +366,24 @@ class Recorder:
     # -- HTTP -------------------------------------------------------------------------
     @guarded
     def http_start(
-        self, library: str, peer: str, what: str, start: float, *, claim: bool = True
+        self,
+        library: str,
+        peer: str,
+        what: str,
+        start: float,
+        *,
+        claim: bool = True,
+        active: bool = False,
     ) -> Operation:
         """A request began (its connection's DNS, TCP and TLS, if any happened just
-        before on this caller, become its first phases)."""
+        before on this caller, become its first phases); ``active``: it is
+        sending already (:meth:`enter_active` too)."""
         ident, label = self.who()
         op = Operation("http", library, peer, what, start, label)
         with self.lock:
+            if active:
+                self.active.enter(start)
+                self.network.enter(start)
             if claim:
                 self._attach(op, self._claim(ident))
             stack = self._aws.get(ident)
@@ -441,7 +452,9 @@ class Recorder:
         status: int | None = None,
         size: int = 0,
         error: str | None = None,
+        active: bool = False,
     ) -> None:
+        """A request ended; ``active``: it was active (:meth:`leave_active` too)."""
         if op.end is not None:
             return  # ended already (closed twice)
         op.end = end
@@ -450,6 +463,9 @@ class Recorder:
         op.error = error
         marks = op.marks or {}
         with self.lock:
+            if active:
+                self.active.leave(end)
+                self.network.leave(end)
             self._open.pop(id(op), None)
             self._add(op)
             self.http.leave(end)
@@ -622,8 +638,8 @@ class Recorder:
         self.cpu_s = time.process_time() - self.cpu_zero
         for op in list(self._open.values()):
             last = max((op.marks or {}).values(), default=op.start)
-            self.leave_active(last)
-            self.http_end(op, last, status=op.status, error=None if op.status else "unfinished")
+            error = None if op.status else "unfinished"
+            self.http_end(op, last, status=op.status, error=error, active=True)
 
     @property
     def wall_s(self) -> float:

@@ -66,10 +66,7 @@ class HTTPClientInstrumentor(Instrumentor):
         return module if module in ("urllib3", "botocore", "requests") else "http.client"
 
     def _end(self, op: Operation, **outcome: Any) -> None:
-        end = clock()
-        recorder = self.recorder
-        recorder.leave_active(end)
-        recorder.http_end(op, end, **outcome)
+        self.recorder.http_end(op, clock(), active=True, **outcome)
 
     def _putrequest(self, original: Any) -> Any:
         instrumentor = self
@@ -84,11 +81,14 @@ class HTTPClientInstrumentor(Instrumentor):
                     peer = f"{connection.host}:{connection.port}"
                     recorder = instrumentor.recorder
                     op = recorder.http_start(
-                        instrumentor._library(connection), peer, request_line(method, url), start
+                        instrumentor._library(connection),
+                        peer,
+                        request_line(method, url),
+                        start,
+                        active=True,
                     )
                     if op is not None:
                         recorder.mark(op, "connected", start)
-                        recorder.enter_active(start)
                         connection.__dict__[_OP] = op
                 except Exception:
                     failed("http.client putrequest")

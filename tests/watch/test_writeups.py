@@ -184,3 +184,12 @@ def test_pool_too_small_sqlalchemy_twin(mariadb_server: DBServer, tmp_path: Path
     watched = watch("sqlalchemy_pool.py", mariadb_server.url, "8", tmp_path=tmp_path)
     assert "ok: 40" in watched.process.stdout
     assert watched.ids() == []
+
+
+def test_repeated_dns(sim: SimInfo, tmp_path: Path) -> None:
+    watched = watch("urllib_loop.py", str(sim.http_port), "1000", tmp_path=tmp_path)
+    assert "ok: 1000" in watched.process.stdout
+    evidence = watched.finding("repeated-dns")["evidence"]
+    assert evidence["name"] == "localhost"
+    assert evidence["lookups"] == 1000
+    assert evidence["dns_s"] > 0 and evidence["share_of_wall"] >= 0.01

@@ -87,7 +87,7 @@ def _pct(part: float, whole: float) -> int:
 
 
 def _ms(seconds: float) -> float:
-    return round(seconds * 1000.0, 1)
+    return round(seconds * 1000.0, 3)
 
 
 def connect_per_query(data: dict[str, Any]) -> list[Finding]:

@@ -90,6 +90,11 @@ def _ms(seconds: float) -> float:
     return round(seconds * 1000.0, 3)
 
 
+def _shown_ms(ms: float | None) -> str:
+    """Milliseconds as a message shows them: three significant digits."""
+    return "?" if ms is None else f"{ms:.3g}"
+
+
 def connect_per_query(data: dict[str, Any]) -> list[Finding]:
     wall = data["wall_s"]
     out = []
@@ -111,14 +116,15 @@ def connect_per_query(data: dict[str, Any]) -> list[Finding]:
             "mean_connect_ms": _ms(db["connect_s"] / connects),
             "mean_query_ms": _ms(db["query_s"] / queries) if queries else None,
         }
+        ms = {k: _shown_ms(v) for k, v in evidence.items() if k.endswith("_ms")}
         out.append(
             Finding(
                 "connect-per-query",
                 "warn",
                 f"{connects:,} connects to the database at {peer} for {queries:,} queries: "
                 f"{_pct(db['connect_s'], wall)}% of the wall time ({db['connect_s']:.2f} s) "
-                f"went to connecting (setup, TCP, TLS and login), {evidence['mean_connect_ms']} ms "
-                f"each, against {evidence['mean_query_ms']} ms per query",
+                f"went to connecting (setup, TCP, TLS and login), {ms['mean_connect_ms']} ms "
+                f"each, against {ms['mean_query_ms']} ms per query",
                 evidence,
                 "keep connections and reuse them: a pool (surge.db.pool(url), SQLAlchemy's "
                 "QueuePool, psycopg_pool) opened once for the run, not a connect per query",
@@ -196,14 +202,15 @@ def serial_pages(data: dict[str, Any]) -> list[Finding]:
             "gap_s": round(row["gap_s"], 3),
             "request_s": round(row["request_s"], 3),
         }
+        ms = {k: _shown_ms(v) for k, v in evidence.items() if k.endswith("_ms")}
         out.append(
             Finding(
                 "serial-pages",
                 "warn",
                 f"{calls:,} pages of {operation} were fetched one after another, and between "
-                f"a page's response and the next page's request {evidence['mean_gap_ms']} ms "
-                f"went by on average (parsing: {evidence['mean_parse_ms']} ms), more than the "
-                f"request itself ({evidence['mean_request_ms']} ms)",
+                f"a page's response and the next page's request {ms['mean_gap_ms']} ms "
+                f"went by on average (parsing: {ms['mean_parse_ms']} ms), more than the "
+                f"request itself ({ms['mean_request_ms']} ms)",
                 evidence,
                 "request the next page while this one is parsed: `surge s3 ls` / "
                 "surge.s3's listing (pipelined pages, prefixes listed in parallel), or list "
@@ -316,12 +323,13 @@ def tls_per_request(data: dict[str, Any]) -> list[Finding]:
             if row["time_s"] > 0
             else 0.0,
         }
+        ms = {k: _shown_ms(v) for k, v in evidence.items() if k.endswith("_ms")}
         out.append(
             Finding(
                 "tls-per-request",
                 "warn",
                 f"{handshakes:,} TLS handshakes to {peer} for {requests:,} requests: a new "
-                f"connection per request, {evidence['mean_handshake_ms']} ms of handshake "
+                f"connection per request, {ms['mean_handshake_ms']} ms of handshake "
                 f"each ({_pct(row['tls_s'], row['time_s'])}% of those requests' time)",
                 evidence,
                 "reuse connections: one requests.Session (or urllib3.PoolManager, "

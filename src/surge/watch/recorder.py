@@ -281,7 +281,6 @@ class Recorder:
         self.http = Overlap()  # HTTP requests, start to last byte
         self.active = Overlap()  # TLS handshakes, and requests from send to last byte
         self.network = Overlap()  # any network operation
-        self.whos: dict[str, str] = {}
         self._labels: dict[tuple[int, str], str] = {}
         self._numbered: dict[str, int] = {}  # callers labelled so far, per kind
         self._pending: dict[int, list[Operation]] = {}
@@ -295,11 +294,14 @@ class Recorder:
         key = _who_key()
         label = self._labels.get(key)
         if label is None:
-            if len(self._labels) >= MAX_WHOS:
-                self._labels.clear()  # the oldest callers are likely gone; numbers go on
-            kind = key[1]
-            n = self._numbered[kind] = self._numbered.get(kind, 0) + 1
-            label = self._labels[key] = f"{kind} {n}"
+            with self.lock:  # a new caller: numbered once, whichever thread asks first
+                label = self._labels.get(key)
+                if label is None:
+                    if len(self._labels) >= MAX_WHOS:
+                        self._labels.clear()  # the oldest callers are likely gone
+                    kind = key[1]
+                    n = self._numbered[kind] = self._numbered.get(kind, 0) + 1
+                    label = self._labels[key] = f"{kind} {n}"
         return key[0], label
 
     # -- the common path --------------------------------------------------------------

@@ -172,3 +172,13 @@ def test_a_sitecustomize_of_the_programs_own_still_runs(tmp_path: Path) -> None:
     assert done.returncode == 0 and done.stdout == "ran\n"
     assert done.stderr.startswith("own sitecustomize\n")
     assert "findings: none" in done.stderr  # and the recording ran too
+
+
+def test_the_recording_imports_nothing_the_program_depends_on() -> None:
+    """gevent must still be able to patch first: neither the bootstrap nor the
+    recording imports socket, ssl, select, threading or asyncio."""
+    looked_at = ("ssl", "socket", "select", "selectors", "threading", "asyncio")
+    code = f"import sys; print(sorted(m for m in {looked_at!r} if m in sys.modules))"
+    bare = _run(sys.executable, "-c", code)
+    watched = _run(sys.executable, "-m", "surge.cli", "watch", "--", sys.executable, "-c", code)
+    assert watched.stdout == bare.stdout

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import time
 from typing import Any
 
 import pytest
@@ -164,3 +165,28 @@ def test_psycopg_sync_and_async(postgresql_server: DBServer) -> None:
 def test_one_recording_at_a_time() -> None:
     with surge.watch.recording(), pytest.raises(RuntimeError, match="already running"):
         surge.watch.recording().__enter__()
+
+
+def test_a_pymysql_connect_includes_building_its_tls_context(
+    mariadb_server: DBServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PyMySQL builds an SSLContext in ``Connection.__init__``, before ``connect()``
+    (~30 ms here with no TLS options): that is part of what a connect costs."""
+    pymysql = require("pymysql")
+    build = pymysql.connections.Connection._create_ssl_ctx
+
+    def slow_build(self: Any, sslp: Any) -> Any:
+        time.sleep(0.2)  # a costly context: only a lower bound is asserted
+        return build(self, sslp)
+
+    monkeypatch.setattr(pymysql.connections.Connection, "_create_ssl_ctx", slow_build)
+    s = mariadb_server
+    options = {"host": s.host, "port": s.port, "user": s.user, "password": s.password}
+    with surge.watch.recording() as rec:
+        pymysql.connect(**options).close()
+        deferred = pymysql.connect(defer_connect=True, **options)
+        deferred.connect()
+        deferred.close()
+    connects = _ops(rec, "db.connect")
+    assert len(connects) == 2  # one each: __init__ (with its connect), and connect()
+    assert connects[0]["duration_s"] >= 0.2

@@ -163,6 +163,8 @@ class PyMySQLInstrumentor(_Driver):
         init = self._INIT
 
         def __init__(connection: Any, *args: Any, **kwargs: Any) -> None:
+            if kwargs.get("defer_connect"):  # no connect here: connect() is timed later
+                return original(connection, *args, **kwargs)  # type: ignore[no-any-return]
             connection.__dict__[init] = True
             try:
                 timed(connection, *args, **kwargs)

@@ -116,7 +116,6 @@ def _fail(*args: Any, **kwargs: Any) -> Any:
         (recorder_module.Recorder, "_attach"),
         (recorder_module.Overlap, "enter"),
         (_http_client, "request_line"),
-        (_http_client, "content_length"),
         (_dbapi, "statement"),
     ],
     ids=lambda target: target[1],

@@ -432,6 +432,8 @@ class Recorder:
     def claim_into(self, op: Operation) -> None:
         """The DNS, TCP and TLS its caller did since the request began become its
         phases (a plain http.client connects while it sends)."""
+        if not self._pending:  # nothing pending for anyone: the usual case, no lock
+            return
         ident, _ = self.who()
         with self.lock:
             events = self._claim(ident)

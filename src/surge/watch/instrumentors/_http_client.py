@@ -11,7 +11,8 @@ whose methods urllib3's subclasses call through ``super()``:
 - ``HTTPResponse._close_conn`` / ``close``: the last byte (http.client calls
   ``_close_conn`` when the body has been read to its end), the request ends.
 
-``bytes`` is the response's Content-Length (0 for a chunked body).
+``bytes`` is the response's Content-Length as http.client read it (0 for a
+chunked body).
 """
 
 from __future__ import annotations
@@ -37,16 +38,6 @@ def request_line(method: Any, url: Any) -> str:
     for stop in "?#;":
         text = text.partition(stop)[0]
     return f"{str(method)[:16]} {text[:MAX_PATH] or '/'}"
-
-
-def content_length(response: Any) -> int:
-    try:
-        value = response.getheader("content-length")
-        return int(value) if value is not None and len(value) < 19 else 0
-    except (TypeError, ValueError):
-        return 0
-    except Exception:
-        return 0
 
 
 class HTTPClientInstrumentor(Instrumentor):
@@ -138,6 +129,8 @@ class HTTPClientInstrumentor(Instrumentor):
             try:
                 recorder.mark(op, "first_byte", clock())
                 op.status = response.status
+                length = response.__dict__.get("length")  # Content-Length, as http.client read it
+                op.bytes = length if isinstance(length, int) and length > 0 else 0
                 if response.__dict__.get("fp") is None:  # nothing to read: done now
                     connection.__dict__.pop(_OP, None)
                     instrumentor._end(op, status=response.status, size=0)
@@ -159,7 +152,7 @@ class HTTPClientInstrumentor(Instrumentor):
                 op = response.__dict__.pop(_OP, None)
                 if op is not None and op.end is None and instrumentor.on:
                     try:
-                        instrumentor._end(op, status=op.status, size=content_length(response))
+                        instrumentor._end(op, status=op.status, size=op.bytes)
                     except Exception:
                         failed("http.client response close")
 

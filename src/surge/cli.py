@@ -27,6 +27,7 @@ SUBCOMMANDS = {
     "s3": "surge.s3.cli:s3_group",
     "sim": "surge.sim.cli:sim_command",
     "trace": "surge.trace.cli:trace_command",
+    "watch": "surge.watch.cli:watch_command",
 }
 
 

@@ -26,6 +26,7 @@ EXTRAS = {
     "pyreqwest": "bench",
     "psutil": "bench",
     "matplotlib": "bench",
+    "opentelemetry": "watch",
 }
 
 

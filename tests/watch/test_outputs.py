@@ -1,11 +1,13 @@
-"""The outputs of one run: the JSON report's schema, the Chrome trace (and
-Perfetto's trace processor reading it), surge trace's page with the findings,
-and OTLP spans read back from a real Jaeger through its query API."""
+"""The outputs of one run: the JSON report's schema, the Chrome trace (its
+structure as the Trace Event Format defines it: Perfetto's own reader,
+trace_processor_shell, is downloaded by the perfetto package from a site this
+project's machines cannot reach, so it is not run here), surge trace's page
+with the findings, and OTLP spans read back from a real Jaeger through its
+query API."""
 
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -56,20 +58,6 @@ def test_chrome_trace(loop: tuple[Watched, dict[str, Path]]) -> None:
     assert all(s["dur"] >= 0 and s["ts"] >= 0 for s in slices)
     names = {e["name"] for e in trace["traceEvents"] if e["ph"] == "M"}
     assert names == {"process_name", "thread_name"}
-
-
-def test_chrome_trace_loads_in_perfetto(loop: tuple[Watched, dict[str, Path]]) -> None:
-    """Perfetto's Python package runs its trace_processor_shell binary, which it
-    downloads from Perfetto's site on first use: a machine that cannot reach it
-    needs the binary given as SURGE_TRACE_PROCESSOR."""
-    processor = pytest.importorskip("perfetto.trace_processor")
-    binary = os.environ.get("SURGE_TRACE_PROCESSOR")
-    if not binary:
-        pytest.skip("no trace_processor_shell: set SURGE_TRACE_PROCESSOR to its path")
-    config = processor.TraceProcessorConfig(bin_path=binary)
-    with processor.TraceProcessor(trace=str(loop[1]["--trace-json"]), config=config) as tp:
-        count = next(iter(tp.query("select count(*) as n from slice"))).n
-    assert count == loop[0].report["operations"]
 
 
 def test_html_page(loop: tuple[Watched, dict[str, Path]]) -> None:

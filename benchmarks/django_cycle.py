@@ -170,7 +170,10 @@ class ServerCounter:
             trips = int(status["Questions"]) + int(status["Com_admin_commands"]) - 1
             return trips, int(status["Connections"])
         text = Path(self.server.log_path).read_text(errors="replace")
-        return text.count(" LOG:  duration: "), text.count("connection authorized")
+        # One line per statement run: "statement: ..." (simple protocol) or
+        # "execute ...: ..." (extended: its parse and bind lines are not runs).
+        runs = text.count("  statement: ") + text.count("  execute ")
+        return runs, text.count("connection authorized")
 
 
 def start_child(

@@ -339,7 +339,7 @@ class AsyncClient:
         *,
         params: Params | None = None,
         headers: HeaderInput = None,
-        content: bytes | str | None = None,
+        content: bytes | str | Upload | None = None,
         data: Mapping[str, Any] | None = None,
         json: Any = None,
         body: bytes | None = None,
@@ -350,6 +350,7 @@ class AsyncClient:
         _stream: bool = False,
         _discard: bool = False,
         _on_hop: Callable[[Response, list[bytes]], None] | None = None,
+        _pool_timeout: float | None = None,
     ) -> Response:
         """Send one request (following redirects if asked) and read the response.
 
@@ -369,6 +370,10 @@ class AsyncClient:
         ``_on_hop(response, body)`` (surge.bulk.bodies' WARC) is called with each
         redirect response followed, its ``request_head`` set, and its body as it
         came off the wire (dechunked, not decoded), before the next hop is sent.
+
+        ``_pool_timeout`` (the drop-in transports': httpx's ``Timeout(pool=)``):
+        the longest this request waits for a connection slot, then ``PoolTimeout``;
+        surge's own callers never set it (waiting in surge's queue is no failure).
         """
         timings = Timings(perf_counter())
         upload: Upload | None = None  # a body streamed from a file or an iterator
@@ -468,7 +473,7 @@ class AsyncClient:
                 if conn is None:
                     token = _opening_for.set((timings, connect_timeout))
                     try:
-                        conn = await pool.acquire(key)
+                        conn = await pool.acquire(key, _pool_timeout)
                     except RequestError as e:
                         _annotate(e, url, target.url, timings, redirects)
                         raise

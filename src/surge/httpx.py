@@ -29,6 +29,7 @@ Not supported (refused by name): HTTP/2 only (``http1=False``), ``uds``,
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -41,6 +42,7 @@ except ImportError as e:  # pragma: no cover - the extra is not installed
 
 from surge.errors import LocalResourceError, PoolTimeout, RequestError, UsageError
 from surge.http import dropin
+from surge.http.arguments import Upload
 from surge.http.client import AsyncClient
 from surge.http.portal import Portal
 from surge.http.response import Response
@@ -55,7 +57,7 @@ DEFAULT_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20)
 #: surge's error classes as httpx's exceptions: (before the request was all
 #: sent, after).  The one place the mapping is written.
 ERRORS: dict[str, tuple[type[httpx.TransportError], type[httpx.TransportError]]] = {
-    "invalid_url": (httpx.LocalProtocolError, httpx.LocalProtocolError),
+    "invalid_url": (httpx.ConnectError, httpx.ConnectError),  # as httpcore: no connection
     "dns_error": (httpx.ConnectError, httpx.ConnectError),
     "connect_refused": (httpx.ConnectError, httpx.ConnectError),
     "connect_timeout": (httpx.ConnectTimeout, httpx.ConnectTimeout),
@@ -177,16 +179,28 @@ def _call(request: httpx.Request) -> tuple[str, str, list[tuple[str, str]]]:
 
 
 def _response(
-    response: Response, stream: httpx.SyncByteStream | httpx.AsyncByteStream
+    request: httpx.Request,
+    response: Response,
+    stream: httpx.SyncByteStream | httpx.AsyncByteStream,
 ) -> httpx.Response:
     head = response.head
+    version = head[:8] if head.startswith(b"HTTP/1.") else b"HTTP/1.1"
+    reason = dropin.reason(response).encode("latin-1")
+    headers = response.raw_headers
+    trace = request.extensions.get("trace")
+    if trace is not None:  # httpcore's events of the response's head (after the fact)
+        trace("http11.receive_response_headers.started", {"request": request})
+        trace(
+            "http11.receive_response_headers.complete",
+            {"request": request, "return_value": (version, response.status, reason, headers)},
+        )
     return httpx.Response(
         response.status,
-        headers=response.raw_headers,
+        headers=headers,
         stream=stream,
         extensions={
-            "http_version": head[:8] if head.startswith(b"HTTP/1.") else b"HTTP/1.1",
-            "reason_phrase": dropin.reason(response).encode("latin-1"),
+            "http_version": version,
+            "reason_phrase": reason,
             "surge_timings": response.timings,
         },
     )
@@ -252,7 +266,7 @@ class HTTPTransport(httpx.BaseTransport):
             raise _error(e) from None
         if payload is None:  # read as it comes, each step on the portal's loop
             response._stream.run = portal.call  # type: ignore[union-attr]
-        return _response(response, _Body(response, payload, portal))
+        return _response(request, response, _Body(response, payload, portal))
 
     def close(self) -> None:
         self._client.close()
@@ -284,7 +298,9 @@ class _Body(httpx.SyncByteStream):
 
 class AsyncHTTPTransport(httpx.AsyncBaseTransport):
     """httpx's ``AsyncHTTPTransport`` on surge's :class:`~surge.http.AsyncClient`
-    (asyncio; the options as :class:`HTTPTransport`'s)."""
+    (the options as :class:`HTTPTransport`'s).  Under asyncio the requests run
+    on the caller's loop; under trio (which surge's engine does not run on)
+    each goes to a surge client's portal through a worker thread."""
 
     def __init__(
         self,
@@ -301,21 +317,21 @@ class AsyncHTTPTransport(httpx.AsyncBaseTransport):
         socket_options: Any = None,
         **surge_options: Any,
     ) -> None:
-        self._client = AsyncClient(
-            **_options(
-                verify,
-                cert,
-                trust_env,
-                http1,
-                limits,
-                proxy,
-                uds,
-                local_address,
-                retries,
-                socket_options,
-                surge_options,
-            )
+        self._options = _options(
+            verify,
+            cert,
+            trust_env,
+            http1,
+            limits,
+            proxy,
+            uds,
+            local_address,
+            retries,
+            socket_options,
+            surge_options,
         )
+        self._client = AsyncClient(**self._options)
+        self._threaded: Client | None = None  # made by the first request under trio
 
     @property
     def client(self) -> AsyncClient:
@@ -331,21 +347,63 @@ class AsyncHTTPTransport(httpx.AsyncBaseTransport):
                 headers, body = dropin.frame(headers, await request.aread())
             else:
                 headers, body = dropin.frame(headers, None, stream)
+            if asyncio._get_running_loop() is None:  # trio
+                return await self._in_thread(
+                    request, method, url, headers, body, limits, pool_timeout
+                )
             response, payload = await dropin.send(
                 self._client, method, url, headers, body, limits, pool_timeout
             )
         except Exception as e:
             raise _error(e) from None
-        return _response(response, _AsyncBody(response, payload))
+        return _response(request, response, _AsyncBody(response, payload))
+
+    async def _in_thread(
+        self,
+        request: httpx.Request,
+        method: str,
+        url: str,
+        headers: list[tuple[str, str]],
+        body: Any,
+        limits: Timeout | None,
+        pool_timeout: float | None,
+    ) -> httpx.Response:
+        import anyio.to_thread
+
+        if isinstance(body, Upload) and hasattr(body._source, "__aiter__"):
+            # Its chunks are made on trio: gathered here, then sent as they were framed.
+            gathered = [chunk async for chunk in body._source]
+            body = Upload(iter(gathered), length=body.length)
+        if self._threaded is None:
+            self._threaded = Client(**self._options)
+        client = self._threaded
+        portal = client.portal
+        exchange = dropin.send(
+            client.async_client, method, url, headers, body, limits, pool_timeout
+        )
+        response, payload = await anyio.to_thread.run_sync(portal.call, exchange)
+        return _response(request, response, _AsyncBody(response, payload, portal))
 
     async def aclose(self) -> None:
-        await self._client.close()
+        if self._threaded is not None:
+            import anyio.to_thread
+
+            await anyio.to_thread.run_sync(self._threaded.close)
+        if asyncio._get_running_loop() is not None:
+            await self._client.close()
+
+
+async def _next(chunks: AsyncIterator[bytes]) -> bytes:
+    return await anext(chunks)
 
 
 class _AsyncBody(httpx.AsyncByteStream):
-    def __init__(self, response: Response, payload: bytes | None) -> None:
+    def __init__(
+        self, response: Response, payload: bytes | None, portal: Portal | None = None
+    ) -> None:
         self._response = response
         self._payload = payload
+        self._portal = portal  # under trio: the body is read through it
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         payload = self._payload
@@ -354,11 +412,28 @@ class _AsyncBody(httpx.AsyncByteStream):
                 yield payload
             return
         try:
-            async for chunk in self._response.aiter_raw():
+            if self._portal is None:
+                async for chunk in self._response.aiter_raw():
+                    yield chunk
+                return
+            import anyio.to_thread
+
+            chunks = self._response.aiter_raw()
+            while True:
+                try:
+                    chunk = await anyio.to_thread.run_sync(self._portal.call, _next(chunks))
+                except StopAsyncIteration:
+                    return
                 yield chunk
         except RequestError as e:
             raise _error(e) from None
 
     async def aclose(self) -> None:
-        if self._payload is None:
+        if self._payload is not None:
+            return
+        if self._portal is None:
             await self._response.aclose()
+        elif not self._portal.closed:
+            import anyio.to_thread
+
+            await anyio.to_thread.run_sync(self._portal.call, self._response.aclose())

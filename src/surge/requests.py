@@ -38,6 +38,7 @@ import io
 import os
 import ssl
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -177,6 +178,8 @@ class Adapter(BaseAdapter):
         self._options = surge_options
         self._clients: dict[tuple[Any, ...], Client] = {}
         self._lock = threading.Lock()
+        #: Streamed bodies not yet read or closed (see close()).
+        self._streams: weakref.WeakSet[_Raw] = weakref.WeakSet()
 
     def __getstate__(self) -> dict[str, Any]:
         return {"_options": self._options}
@@ -219,7 +222,14 @@ class Adapter(BaseAdapter):
         proxy = select_proxy(url, proxies) if proxies else None
         if url[:6].lower() != "https:":
             verify, cert = True, None  # plain http: no TLS to configure
-        client = self.client(verify, cert, proxy)
+        try:
+            client = self.client(verify, cert, proxy)
+        except UsageError as e:  # the proxy's URL (requests checks its host)
+            if proxy is None:
+                raise
+            raise rex.InvalidProxyURL(
+                f"Please check proxy URL. It is malformed and could be missing the host. ({e})"
+            ) from None
         limits = _timeout(timeout)
         if "@" in url:  # requests sent the user info as Authorization already
             parts = urlsplit(url)
@@ -246,10 +256,20 @@ class Adapter(BaseAdapter):
                 )
             )
         except Exception as e:
-            raise _error(e, request, proxied=proxy is not None) from None
+            # A failure after the head (its status known) is one of the body's,
+            # as requests meets it in iter_content.
+            after_head = isinstance(e, RequestError) and e.status is not None
+            raise _error(e, request, body=after_head, proxied=proxy is not None) from None
         if payload is None:  # read as it comes, each step on the portal's loop
             response._stream.run = portal.call  # type: ignore[union-attr]
-        return self._build(request, response, payload, portal)
+        out = self._build(request, response, payload, portal)
+        if payload is None:
+            # A streamed body outlives the adapter's close (requests.get(...,
+            # stream=True) closes its Session before the body is read): the
+            # raw holds its client, and close() leaves such a client running.
+            out.raw._client = client
+            self._streams.add(out.raw)
+        return out
 
     def _build(
         self,
@@ -282,11 +302,21 @@ class Adapter(BaseAdapter):
         return out
 
     def close(self) -> None:
+        """Close every client's connections.  A client whose streamed body is
+        still being read closes its idle ones now and the rest when the last
+        such body is done with (as urllib3's pools let a response finish); the
+        adapter makes new clients if used again, as requests' own does."""
         with self._lock:
             clients = list(self._clients.values())
             self._clients.clear()
+        reading = {id(raw._client) for raw in list(self._streams) if not raw.closed}
         for client in clients:
-            client.close()
+            if id(client) not in reading:
+                client.close()
+                continue
+            portal = client.portal
+            portal.call(client.async_client._pool.clear())
+            # The raws still reading hold it; its finalizer closes it after them.
 
 
 class _Original:
@@ -310,6 +340,7 @@ class _Raw(io.IOBase):
     ``release_conn()``, ``status``, ``reason``, ``headers``, ``version``."""
 
     _original_response: Any = None
+    _client: Client | None = None  # a streamed body's: kept open while it is read
     version = 11
     version_string = "HTTP/1.1"
     decode_content = False

@@ -73,7 +73,13 @@ def timeout(connect: float | None, read: float | None) -> Timeout | None:
     if made is not False:
         return made  # type: ignore[return-value]
     for name, value in (("connect", connect), ("read", read)):
-        if value is not None and (isinstance(value, bool) or not value > 0):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):  # urllib3's words
+            raise UsageError(
+                f"Timeout value {name} was {value}, but it must be an int, float or None."
+            )
+        if not value > 0:
             raise UsageError(f"a {name} timeout must be a positive number or None, not {value!r}")
     made = None if connect is None and read is None else Timeout(connect=connect, read=read)
     if len(_TIMEOUTS) < 256:  # bounded: timeouts come from callers, not the network
@@ -170,8 +176,10 @@ async def send(
 
 
 def while_sending(error: RequestError) -> bool:
-    """Whether ``error`` came on a connection before the request was all sent
-    (a body the server stopped taking, or a connection closed under it)."""
+    """Whether ``error`` came while the request was still being sent: the
+    server had stopped taking its body, or a streamed body was still going out."""
+    if error.sending:
+        return True
     timings = error.timings
     return timings is not None and timings.connected is not None and timings.sent is None
 

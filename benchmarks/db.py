@@ -308,7 +308,8 @@ def approaches(server: Any, sql: str, autocommit: bool, bouncer: str | None) -> 
             server.url,
             min_size=1,
             max_size=4,
-            kwargs={"autocommit": autocommit},
+            # DISCARD ALL deallocates what psycopg prepared: as for the floor
+            kwargs={"autocommit": autocommit, "prepare_threshold": None},
             reset=discard_all,
             open=True,
         )
@@ -323,7 +324,7 @@ def approaches(server: Any, sql: str, autocommit: bool, bouncer: str | None) -> 
         if bouncer is not None:
 
             def bouncer_step() -> None:
-                conn = psycopg.connect(bouncer, autocommit=autocommit)
+                conn = psycopg.connect(bouncer, autocommit=autocommit, prepare_threshold=None)
                 run_query(conn, sql)
                 conn.close()
 

@@ -55,6 +55,7 @@ a polite close, reaches its parent's sessions.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import operator
 import os
@@ -191,7 +192,7 @@ def _quoted(value: str) -> str:
 SESSION_PROBE = "SELECT @@character_set_client, @@collation_connection, @@autocommit, @@sql_mode"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class MySQLReset:
     """The bytes of one connection's session reset, built when its session is
     ready: ``COM_RESET_CONNECTION``; ``COM_INIT_DB`` of its database, sent only
@@ -219,16 +220,23 @@ class MySQLReset:
 
     def compose(self, db_changed: bool) -> tuple[bytes, int, int]:
         """The bytes to write, how many OK packets, how many other answers."""
-        parts = [self.reset]
-        if db_changed and self.init_db is not None:
-            parts.append(self.init_db)
-        if self.set is not None:
-            parts.append(self.set)
-        parts.append(self.init)
-        n_ok = len(parts) - 1
+        composed = self._composed[bool(db_changed and self.init_db is not None)]
         self.written[0] += 1
-        self.written[1] += n_ok + self.n_init
-        return b"".join(parts), n_ok, self.n_init
+        self.written[1] += composed[1] + self.n_init
+        return composed
+
+    @functools.cached_property
+    def _composed(self) -> tuple[tuple[bytes, int, int], tuple[bytes, int, int]]:
+        """Both forms, without and with COM_INIT_DB, built once."""
+        forms = []
+        for with_db in (False, True):
+            parts = [self.reset]
+            if with_db and self.init_db is not None:
+                parts.append(self.init_db)
+            if self.set is not None:
+                parts.append(self.set)
+            forms.append((b"".join([*parts, self.init]), len(parts), self.n_init))
+        return forms[0], forms[1]
 
 
 def mysql_reset(
@@ -321,16 +329,25 @@ class ResetWriter:
         self._due: deque[tuple[float, Any]] = deque()
         self._cond = threading.Condition(threading.Lock())
         self._idle = False
-        self._pid: int | None = None
+        self._started = False
+        if hasattr(os, "register_at_fork"):  # a forked child has no thread: start anew
+            os.register_at_fork(after_in_child=self._forked)
+
+    def _forked(self) -> None:
+        self._due = deque()
+        self._cond = threading.Condition(threading.Lock())
+        self._idle = self._started = False
 
     def due(self, conn: Any, now: float) -> None:
-        with self._cond:
-            if self._pid != os.getpid():  # first use, or a forked child: no thread yet
-                self._pid = os.getpid()
-                self._due.clear()
-                threading.Thread(target=self._run, name="surge.db resets", daemon=True).start()
-            self._due.append((now + FLUSH_AFTER, conn))
-            if self._idle:
+        """``conn``'s reset is due: write it FLUSH_AFTER from ``now`` unless its
+        next command takes it first.  (The hot path: a deque append, which is
+        thread-safe, and the condition's lock only to wake an idle thread.)"""
+        self._due.append((now + FLUSH_AFTER, conn))
+        if self._idle or not self._started:
+            with self._cond:
+                if not self._started:
+                    self._started = True
+                    threading.Thread(target=self._run, name="surge.db resets", daemon=True).start()
                 self._idle = False
                 self._cond.notify()
 
@@ -340,7 +357,10 @@ class ResetWriter:
             with self._cond:
                 while not self._due:
                     self._idle = True
-                    self._cond.wait()
+                    # Timed: an append that read _idle just before it was set
+                    # wakes nobody; this wait then ends on its own.
+                    self._cond.wait(IDLE_RECHECK)
+                self._idle = False
                 when, conn = self._due[0]
                 delay = when - clock()
                 if delay > 0:
@@ -354,6 +374,11 @@ class ResetWriter:
                 conn._surge_flush()
             except Exception:  # a connection's failure is its own: never the thread's
                 logging.getLogger("surge.db").warning("writing a reset failed", exc_info=True)
+
+
+#: How long the idle writer sleeps before it looks again on its own (seconds): the
+#: bound on a reset's delay when a return raced with the writer going idle.
+IDLE_RECHECK = 0.05
 
 
 RESET_WRITER = ResetWriter()

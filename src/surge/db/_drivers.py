@@ -12,6 +12,7 @@ to ping without opening a transaction, and which errors mean the server is gone
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import select
@@ -839,12 +840,12 @@ class MySQLClient(Driver):
         conn.ping()  # COM_PING; mysqlclient 2.x does not reconnect
 
     def is_disconnect(self, error: BaseException, conn: Any) -> bool:
-        return mysql_is_disconnect(error)
+        return mysql_is_disconnect(error) or getattr(conn, "_surge_gone", False)
 
     def server_idle_timeout(self, conn: Any) -> float | None:
         return mysql_idle_timeout(conn)
 
-    reset_answers = "at return"
+    reset_answers = "at checkout"
     client_attributes = ("encoders", "converter", "cursorclass", "encoding", "_binary_prefix")
 
     def session_ready(self, conn: Any, autocommit: bool, init_sql: tuple[str, ...]) -> None:
@@ -856,14 +857,38 @@ class MySQLClient(Driver):
         finally:
             cursor.close()
         conn._surge_session = (database, charset, collation, autocommit, init_sql)
+        if "_surge_io" not in conn.__dict__:
+            conn._surge_io = threading.Lock()
+            conn._surge_flush = functools.partial(self._flush, conn)
 
     def send_reset(self, conn: Any) -> bool:
-        """libmariadb's ``mysql_reset_connection`` (COM_RESET_CONNECTION), then the
-        set-up: mysqlclient cannot write a command without reading its answer, so
-        this one costs the returning thread its round trips."""
+        """The reset is due: RESET_WRITER does it FLUSH_AFTER from now, off the
+        returning thread, unless a checkout comes first and does it itself.
+        mysqlclient cannot write without reading, so either way it costs the
+        thread that does it its round trips (libmariadb lets the GIL go)."""
+        if conn._surge_streaming:
+            return False  # rows left unread: never read them at return
+        conn._surge_due = True
+        conn._surge_unsure = False
+        self.restore_client(conn)
+        RESET_WRITER.due(conn, time.monotonic())
+        return True
+
+    def reset_pending(self, conn: Any) -> bool:
+        return bool(getattr(conn, "_surge_due", False))
+
+    def finish_reset(self, conn: Any) -> None:
+        with conn._surge_io:
+            if conn._surge_due:
+                self._reset(conn)
+
+    def _reset(self, conn: Any) -> None:
+        """Under the connection's lock: libmariadb's ``mysql_reset_connection``
+        (COM_RESET_CONNECTION), then the set-up."""
         database, charset, collation, autocommit, init_sql = conn._surge_session
-        if conn._surge_streaming or self._reset_connection(conn) != 0:
-            return False  # rows left unread (never read at return), or out of sync
+        if self._reset_connection(conn) != 0:  # out of sync: never used again
+            conn._surge_due = False
+            raise self.module.OperationalError(2014, "resetting the pooled session failed")
         if database:
             conn.select_db(database)
         conn.query(f"SET NAMES {charset} COLLATE {collation}, autocommit={int(autocommit)}")
@@ -876,8 +901,23 @@ class MySQLClient(Driver):
                 if conn.next_result() != 0:
                     break
         conn._surge_unsure = False
-        self.restore_client(conn)
-        return True
+        # Last: until now a checkout must wait for this (finish_reset's lock).
+        conn._surge_due = False
+
+    def _flush(self, conn: Any) -> None:
+        """RESET_WRITER: the reset still due, if no checkout is doing it."""
+        if not conn._surge_due or not conn._surge_io.acquire(False):
+            return
+        try:
+            if conn._surge_due and conn.open:
+                self._reset(conn)
+        except Exception:  # found at the next checkout: a ping, a discard
+            conn._surge_gone = True
+            conn._surge_due = False
+            with contextlib.suppress(Exception):
+                conn.close()
+        finally:
+            conn._surge_io.release()
 
     @functools.cached_property
     def written(self) -> list[int]:

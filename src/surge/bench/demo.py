@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+import textwrap
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -362,7 +363,7 @@ def render(
         if r.peer == "surge":
             ratio = "1.0x"
         elif r.vs_surge is not None:
-            ratio = f"{mark}{r.vs_surge:,.1f}x{gave_up}"
+            ratio = f"{mark}{_times(r.vs_surge)}{gave_up}"
         else:
             ratio, unsettled = "-" + gave_up, True
         cpu = f"{r.cpu_s:.2f}" if r.cpu_s is not None else "-"
@@ -384,8 +385,13 @@ def render(
         lines.append("~ [sample]: a sample of the hosts, its time extrapolated to all of them.")
     if skipped is not None:
         lines.append(skipped.line())
-    lines.append(conclude(rows, bound))
+    lines += textwrap.wrap(conclude(rows, bound), 100)
     return "\n".join(lines)
+
+
+def _times(ratio: float) -> str:
+    """A settled ratio, with a second decimal where one would read as 1.0x."""
+    return f"{ratio:.2f}x" if f"{ratio:.1f}" == "1.0" else f"{ratio:,.1f}x"
 
 
 def _duration(seconds: float) -> str:
@@ -399,8 +405,8 @@ def _names(labels: list[str]) -> str:
 
 
 def _span(ratios: list[float]) -> str:
-    low, high = f"{min(ratios):,.1f}", f"{max(ratios):,.1f}"
-    return f"{low}x" if low == high else f"{low}-{high}x"
+    low, high = _times(min(ratios)), _times(max(ratios))
+    return low if low == high else f"{low[:-1]}-{high}"
 
 
 def conclude(rows: list[Row], bound: float) -> str:
@@ -434,7 +440,12 @@ def conclude(rows: list[Row], bound: float) -> str:
             f"{_names([r.label for r in faster])} finished sooner ({_span(ratios)} its time)"
         )
     for r in others:
-        if r.lost:
+        if r.lost and r.vs_surge is not None and r.vs_surge < 1:
+            said.append(
+                f"{r.label} finished in {_times(r.vs_surge)} its time by losing "
+                f"{r.lost:,} answerable hosts"
+            )
+        elif r.lost:
             said.append(f"{r.label} lost {r.lost:,} answerable hosts")
     if len(said) == 1:
         return f"Conclusion: {said[0]}."

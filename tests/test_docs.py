@@ -73,6 +73,11 @@ PORTS = ("8080", "8443", "8053", "9000", "9001", "8786", "8787")
 MARKED_SKIPS: set[tuple[str, str]] = {
     ("README.md", "python3 -m venv .venv && .venv/bin/pip install -q -e '.[all]' && .venv/bin/surge demo"),
     ("README.md", ".venv/bin/python -m pytest"),
+    (
+        "README.md",
+        ".venv/bin/ruff check src tests benchmarks && .venv/bin/ruff format --check src tests "
+        "benchmarks && .venv/bin/mypy",
+    ),
 }
 
 #: Fences that look like a shell or Python example but would not run.

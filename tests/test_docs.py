@@ -20,16 +20,16 @@ must name it, so that no block stops running unnoticed.  A server or package
 the suite installs that is missing skips, as in tests/conftest.py (under CI it
 fails).
 
-The docstrings still name public services (``https://httpbin.org``...):
-:data:`STAND_INS` points each at a local stand-in (a fixture), by plain text
-replacement of that address and nothing else.
+The docstrings' ``>>>`` examples name ``https://httpbin.org``: :data:`STAND_INS`
+points it at httpbin under gunicorn on 127.0.0.1 (tests/http/conftest.py), by
+plain text replacement of that address and nothing else.
 """
 
 from __future__ import annotations
 
 import ast
-import contextlib
 import asyncio
+import contextlib
 import doctest
 import importlib
 import inspect
@@ -41,7 +41,6 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,8 +49,8 @@ import pytest
 from tests.conftest import require
 from tests.http.conftest import httpbin  # noqa: F401 - a fixture, used by name
 
-from surge.s3.minio import MinioNotInstalled, MinioServer, find_minio, minio_server
-from surge.testing import DBServer, ServerNotInstalled
+from surge.s3.minio import MinioNotInstalled, find_minio
+from surge.testing import ServerNotInstalled
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -59,11 +58,7 @@ README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 
 #: Public address in the docstrings -> the fixture whose value replaces it.
-STAND_INS = {
-    "https://httpbin.org": "httpbin",
-    "mysql://app:secret@127.0.0.1:3306/shop": "readme_mariadb",
-    "http://127.0.0.1:9000": "readme_minio",
-}
+STAND_INS = {"https://httpbin.org": "httpbin"}
 
 #: Fixed ports the shell examples name (surge sim's, MinIO's, Dask's), each
 #: replaced by a free port when a page's examples run.
@@ -71,7 +66,10 @@ PORTS = ("8080", "8443", "8053", "9000", "9001", "8786", "8787")
 
 #: The blocks marked not to run, by their page and first line of code.
 MARKED_SKIPS: set[tuple[str, str]] = {
-    ("README.md", "python3 -m venv .venv && .venv/bin/pip install -q -e '.[all]' && .venv/bin/surge demo"),
+    (
+        "README.md",
+        "python3 -m venv .venv && .venv/bin/pip install -q -e '.[all]' && .venv/bin/surge demo",
+    ),
     ("README.md", ".venv/bin/python -m pytest"),
     (
         "README.md",
@@ -157,7 +155,9 @@ def test_every_example_is_fenced_to_run_and_skips_are_counted() -> None:
 
 def _not_installed(message: str) -> None:
     if os.environ.get("CI"):
-        pytest.fail(f"{message} (CI is set: documented examples must not be skipped)", pytrace=False)
+        pytest.fail(
+            f"{message} (CI is set: documented examples must not be skipped)", pytrace=False
+        )
     pytest.skip(message)
 
 
@@ -292,64 +292,6 @@ def test_the_site_builds_in_strict_mode(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-5000:]
     assert (tmp_path / "site" / "index.html").exists()
     assert (tmp_path / "site" / "benchmarks" / "index.html").exists()
-
-
-# -- the stand-ins --------------------------------------------------------------------
-
-
-@pytest.fixture
-def readme_mariadb(mariadb_server: DBServer) -> Iterator[str]:
-    """The session's MariaDB, with the shop's ``items`` table the example reads."""
-    conn = mariadb_server.connect()
-    try:
-        with conn.cursor() as cur:
-            cur.execute("CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(40))")
-            cur.execute("INSERT INTO items VALUES (42, 'surge t-shirt')")
-        conn.commit()
-        yield mariadb_server.url
-    finally:
-        with conn.cursor() as cur:
-            cur.execute("DROP TABLE IF EXISTS items")
-        conn.close()
-
-
-@pytest.fixture(scope="module")
-def _minio_with_logs() -> Iterator[MinioServer]:
-    boto3 = require("boto3")
-    try:
-        with minio_server() as server:
-            s3 = boto3.client(
-                "s3",
-                endpoint_url=server.endpoint_url,
-                aws_access_key_id=server.access_key,
-                aws_secret_access_key=server.secret_key,
-                region_name="us-east-1",
-            )
-            s3.create_bucket(Bucket="bucket")
-            for day in range(1, 4):
-                s3.put_object(Bucket="bucket", Key=f"logs/2026-11-0{day}.log", Body=b"x")
-            yield server
-    except MinioNotInstalled as error:
-        _not_installed(str(error))
-
-
-@pytest.fixture
-def readme_minio(
-    _minio_with_logs: MinioServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> str:
-    """The MinIO as a user's environment would name it (and nothing from this
-    machine's ~/.aws)."""
-    server = _minio_with_logs
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "aws-credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", server.access_key)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", server.secret_key)
-    monkeypatch.setenv("AWS_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_ENDPOINT_URL", server.endpoint_url)
-    return server.endpoint_url
 
 
 # -- docstring examples ---------------------------------------------------------------

@@ -38,6 +38,7 @@ from surge.db._session import (
     sever_fd,
 )
 from surge.errors import UsageError
+from surge.extras import optional_import
 
 #: MySQL/MariaDB client errors that mean the connection is gone: 2006 server has
 #: gone away, 2013 lost connection during query, 2055 lost connection at
@@ -618,7 +619,7 @@ class PyMySQL(MySQLProtocolSession, Driver):
     name = "pymysql"
 
     def __init__(self, url: DatabaseURL, ssl_context: ssl.SSLContext | None) -> None:
-        self.module = importlib.import_module("pymysql")
+        self.module = optional_import("pymysql", "surge.db: mysql://")
         self.tls = _mysql_tls(url, ssl_context)
         self.connection_class: Any = pymysql_connection_class(
             self.module.connections.Connection,
@@ -772,7 +773,7 @@ class MySQLClient(Driver):
     name = "mysqlclient"
 
     def __init__(self, url: DatabaseURL) -> None:
-        self.module = importlib.import_module("MySQLdb")
+        self.module = optional_import("MySQLdb", "surge.db: driver='mysqlclient'")
         options = url.options
         self.tls: dict[str, Any] = {}
         off = options.get("ssl", "").lower() in ("0", "false", "off", "no", "disabled")
@@ -1125,7 +1126,7 @@ class Psycopg(PsycopgState, Driver):
         self.raise_for(conn, conn.pgconn.exec_(sql.encode()))
 
     def __init__(self) -> None:
-        self.module = importlib.import_module("psycopg")
+        self.module = optional_import("psycopg", "surge.db: postgresql://")
         self.idle = self.module.pq.TransactionStatus.IDLE
         self.ok = self.module.pq.ConnStatus.OK
 

@@ -1,8 +1,9 @@
 """The ``surge`` command: parses flags, prints progress and summaries, nothing else.
 
 Every subcommand is a thin layer over the Python API; the work happens below.
-Subcommands are imported only when run (``LazyGroup``), so ``surge --help``
-does not pay for the event loop, the HTTP parser or the TLS machinery.
+Subcommands are imported only when run (``LazyGroup``), and ``surge --help``
+lists them from :data:`SUMMARIES` (as pip's command table does), so neither it
+nor ``--version`` pays for the event loop, the HTTP parser or the TLS machinery.
 """
 
 from __future__ import annotations
@@ -27,6 +28,17 @@ SUBCOMMANDS = {
     "s3": "surge.s3.cli:s3_group",
     "sim": "surge.sim.cli:sim_command",
     "trace": "surge.trace.cli:trace_command",
+}
+
+#: name -> the first sentence of the command's help, which ``surge --help`` lists
+#: without importing the command (tests/test_startup.py checks that they agree).
+SUMMARIES = {
+    "demo": "Fetch simulated sites the ways the write-ups did, then with surge; compare.",
+    "doctor": "Check this Python environment for what silently makes network I/O slow.",
+    "fetch": "Fetch every URL of INPUT (a file, or - for stdin): one record per input.",
+    "s3": "S3 (and S3-compatible) storage.",
+    "sim": "Run the simulated web (*.sim hosts) on 127.0.0.1 until interrupted.",
+    "trace": "Request each URL and show where its time went, phase by phase.",
 }
 
 
@@ -97,6 +109,23 @@ class LazyGroup(click.Group):
             assert isinstance(command, click.Command)
             return command
         return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # click's own imports every command to ask for its short help: read the
+        # table instead (the lazy commands are all shown; none is hidden).
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        rows = []
+        for name in names:
+            command = (
+                click.Command(name, help=SUMMARIES[name])  # cut to the width as click cuts
+                if name in SUMMARIES
+                else super().get_command(ctx, name)
+            )
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

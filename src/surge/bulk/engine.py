@@ -38,7 +38,6 @@ from surge.errors import LocalResourceError, RequestError, UsageError
 from surge.gc_tuning import relaxed_gc
 from surge.http.client import AsyncClient
 from surge.http.headers import check_method, header_line
-from surge.http.proxy import parse_proxy
 from surge.http.resolver import parse_servers
 from surge.http.timings import RECORD_PHASES, Timings, ms3
 from surge.http.url import parse_url
@@ -233,6 +232,8 @@ class FetchOptions:
             self.dns_servers = parse_servers(self.dns_servers)
         _seconds("retry-backoff", self.retry_backoff, zero=True)
         if self.proxy:  # a usage error now (exit 2), not when the client is made
+            from surge.http.proxy import parse_proxy  # --proxy only
+
             parse_proxy(self.proxy)
         if isinstance(self.resolve, str):  # one --resolve entry, not its characters
             self.resolve = [self.resolve]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import ssl
 from collections.abc import Callable, Coroutine, Iterable, Mapping
@@ -35,7 +36,6 @@ from surge.http.deadlines import Deadlines, TaskDeadline
 from surge.http.decoding import ACCEPT_ENCODING, decode
 from surge.http.gate import Gate
 from surge.http.headers import HeaderInput, build, check_method
-from surge.http.proxy import PoolKey, Proxies, open_through
 from surge.http.resolver import DNS_TIMEOUT, Override, Resolver, parse_servers
 from surge.http.response import Response
 from surge.http.stream import BodyStream, drain
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from http.cookiejar import CookieJar
 
     from surge.http.cookies import CookiesInput, CookieStore
+    from surge.http.proxy import PoolKey, Proxies
 
 #: The request whose connection is being opened, and its connect timeout (None:
 #: the client's): the pool calls ``create(key)`` in the acquiring task, so the
@@ -116,6 +117,20 @@ def _resolver(
         dns_timeout=min(dns_timeout, connect_timeout),
         family=_FAMILIES[ip_version],
     )
+
+
+def _proxies(proxy: str | None, noproxy: str | None, trust_env: bool) -> Proxies | None:
+    """The client's proxy routes (proxy.py decides them), or None: proxy.py is
+    loaded only when a proxy may be set - ``proxy=`` given, or ``trust_env`` and
+    a variable named ``*_proxy`` (any case) other than ``no_proxy`` set."""
+    if proxy is None and not (
+        trust_env
+        and any(n.lower().endswith("_proxy") and n.lower() != "no_proxy" for n in os.environ)
+    ):
+        return None
+    from surge.http.proxy import Proxies
+
+    return Proxies.configure(proxy, noproxy, trust_env)
 
 
 #: ``ip_version`` -> the resolver's address family.
@@ -234,7 +249,7 @@ class AsyncClient:
             )
         self.resolver = resolver
         #: Which requests go through which proxy (proxy.py); None: all direct.
-        self._proxies = Proxies.configure(proxy, noproxy, trust_env)
+        self._proxies = _proxies(proxy, noproxy, trust_env)
         self._ssl_context = ssl_context
         self._cafile = cafile
         self._insecure = insecure
@@ -746,6 +761,8 @@ class AsyncClient:
             try:
                 with TaskDeadline(self._deadlines, loop.time() + remaining):
                     if proxy is not None:
+                        from surge.http.proxy import open_through  # loaded by _proxies
+
                         return await open_through(
                             proxy,
                             key,

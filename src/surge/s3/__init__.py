@@ -48,7 +48,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, __getattr__ l
         download_async,
         open_object,
     )
-    from surge.s3.upload import UploadOptions, sync, sync_async, upload, upload_async
+    from surge.s3.uploads import UploadOptions, sync, sync_async, upload, upload_async
 
 __all__ = [
     "Bucket",
@@ -106,11 +106,11 @@ _EXPORTS = {
     "download": "surge.s3.transfer",
     "download_async": "surge.s3.transfer",
     "open_object": "surge.s3.transfer",
-    "UploadOptions": "surge.s3.upload",
-    "sync": "surge.s3.upload",
-    "sync_async": "surge.s3.upload",
-    "upload": "surge.s3.upload",
-    "upload_async": "surge.s3.upload",
+    "UploadOptions": "surge.s3.uploads",
+    "sync": "surge.s3.uploads",
+    "sync_async": "surge.s3.uploads",
+    "upload": "surge.s3.uploads",
+    "upload_async": "surge.s3.uploads",
 }
 
 

@@ -669,7 +669,6 @@ def _transfer(
         run_cleanly,
         steady_heap,
     )
-    from surge.s3.upload import UploadOptions, upload_async
 
     steady_heap()  # this process is the transfer's: fewer page faults a GB
 
@@ -757,6 +756,8 @@ def _transfer(
             "on_progress": on_progress,
         }
         if uploading:
+            from surge.s3.uploads import UploadOptions, upload_async  # a download needs none
+
             options = UploadOptions(follow_symlinks=follow_symlinks, **common)
             work = upload_async(source, destination, options=options)
         else:

@@ -77,10 +77,11 @@ def _timestamp(raw: bytes) -> datetime:
 def _text(raw: bytes) -> str:
     """XML character data to text: entities only where there is an ``&``."""
     text = raw.decode()
-    return _unescape(text) if "&" in text else text
+    return unescape(text) if "&" in text else text
 
 
-def _unescape(text: str) -> str:
+def unescape(text: str) -> str:
+    """XML character data's entities undone (named, decimal and hex)."""
     import html  # here: entities are rare in a listing, and html.entities costs ~1 ms
 
     return html.unescape(text)
@@ -164,12 +165,12 @@ def parse_page(body: bytes) -> Page:
                     (
                         (unquote_plus(key) if "%" in key or "+" in key else key)
                         if url_encoded
-                        else (_unescape(key) if "&" in key else key)
+                        else (unescape(key) if "&" in key else key)
                     ),
                     int(size),
                     timestamp(modified),
                     # MinIO quotes ETags as &#34;, AWS as &quot;
-                    tag if "&" not in (tag := etag.replace("&#34;", '"')) else _unescape(tag),
+                    tag if "&" not in (tag := etag.replace("&#34;", '"')) else unescape(tag),
                     storage or "STANDARD",
                 ),
             )

@@ -35,7 +35,7 @@ How it runs:
   is a :class:`Failure` in the summary; the others go on.  SlowDown, 5xx and
   transient transport errors are retried as the shared retry policy says.
 
-Uploads (:mod:`surge.s3.upload`) share the options (:class:`TransferOptions`),
+Uploads (:mod:`surge.s3.uploads`) share the options (:class:`TransferOptions`),
 the summary, the filters and the client's setup.
 """
 

@@ -34,6 +34,7 @@ HEAVY_STDLIB = frozenset(
         "configparser",
         "importlib.resources",  # the trace page's template
         "html.entities",
+        "pathlib",
     }
 )
 

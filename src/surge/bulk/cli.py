@@ -30,7 +30,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TextIO
 
 import click
@@ -796,7 +795,7 @@ class Progress(ProgressLine):
     def __init__(self, input_path: str, stream: TextIO | None = None) -> None:
         super().__init__(stream)
         self.total: int | None = None
-        if input_path != "-" and Path(input_path).is_file():
+        if input_path != "-" and os.path.isfile(input_path):
             threading.Thread(target=self._count_lines, args=(input_path,), daemon=True).start()
 
     def _count_lines(self, path: str) -> None:

@@ -25,7 +25,6 @@ LISTING = frozenset(
         "surge.s3.keyspace",
         "surge.s3.listing",
         "surge.s3.parse",
-        "surge.s3.paths",
         "surge.s3.region",
         "surge.s3.sigv4",
     }
@@ -37,6 +36,7 @@ DOWNLOAD = frozenset(
         "surge.bulk.limits",
         "surge.s3.checksums",
         "surge.s3.objects",
+        "surge.s3.paths",
         "surge.s3.temps",
         "surge.s3.transfer",
     }

@@ -7,6 +7,7 @@ Run it from the repository root::
     python benchmarks/startup.py                  # both sections (~5 minutes on 2 cores)
     python benchmarks/startup.py --only syn --runs 20
     python benchmarks/startup.py --only bars --quick
+    python benchmarks/startup.py --only syn --baseline /tmp/old/src   # + an earlier surge
 
 Section "syn".  A listening socket on 127.0.0.1, served by a thread of this
 process that sits in ``accept()``, takes ``time.monotonic_ns()`` when a
@@ -29,6 +30,10 @@ round), best and median:
   its exit: it sends nothing), ``python -c pass``, and "asyncio client floor":
   ``import asyncio, ssl, uvloop`` then a blocking connect, to the SYN - the
   least any asyncio client on this interpreter can do before its first SYN.
+
+``--baseline DIR`` (another version's ``src/``, e.g. ``git archive main src``)
+adds that version's two commands, run as ``python -c`` with DIR first on
+``sys.path``: before and after, in the same run.
 
 Targets: each surge command's median <= 60 ms; where the machine's floor is
 above that, within 10% of the asyncio client floor measured in the same run
@@ -209,8 +214,10 @@ def _tool(name: str) -> str | None:
     return str(here) if here.exists() else shutil.which(name)
 
 
-def syn_peers(port: int, url_file: str) -> dict[str, list[str] | None]:
-    """name -> argv (None: not installed).  Every argv starts with a full path."""
+def syn_peers(port: int, url_file: str, baseline: str | None) -> dict[str, list[str] | None]:
+    """name -> argv (None: not installed).  Every argv starts with a full path.
+    ``baseline``: a directory holding another version's ``surge`` package (an
+    earlier commit's ``src/``), whose two commands run too, from ``python -c``."""
     url = f"http://127.0.0.1:{port}/"
     endpoint = f"http://127.0.0.1:{port}"
     surge = surge_command()
@@ -220,9 +227,17 @@ def syn_peers(port: int, url_file: str) -> dict[str, list[str] | None]:
         "import asyncio, ssl, uvloop, socket; "
         f"socket.create_connection(('127.0.0.1', {port})).close()"
     )
+    fetch = ["fetch", url_file, "-q"]
+    ls = ["s3", "ls", f"s3://{BUCKET}/", "--endpoint-url", endpoint]
+    old = None
+    if baseline is not None:
+        run = f"import sys; sys.path.insert(0, {baseline!r}); from surge.cli import main; main()"
+        old = [python, "-c", run]
     return {
-        "surge fetch": [*surge, "fetch", url_file, "-q"],
-        "surge s3 ls": [*surge, "s3", "ls", f"s3://{BUCKET}/", "--endpoint-url", endpoint],
+        "surge fetch": [*surge, *fetch],
+        "surge s3 ls": [*surge, *ls],
+        "surge fetch, baseline": [*old, *fetch] if old else None,
+        "surge s3 ls, baseline": [*old, *ls] if old else None,
         "curl": [curl, "-s", "-o", os.devnull, url] if curl else None,
         "s5cmd ls": [s5cmd, "--endpoint-url", endpoint, "ls", f"s3://{BUCKET}/"] if s5cmd else None,
         "aws s3 ls": [aws, "s3", "ls", f"s3://{BUCKET}/", "--endpoint-url", endpoint]
@@ -251,15 +266,16 @@ def _stats(values: list[float]) -> dict[str, Any]:
     }
 
 
-def run_syn(runs: int, quick: bool) -> tuple[dict[str, Any], list[Target]]:
+def run_syn(runs: int, quick: bool, baseline: str | None) -> tuple[dict[str, Any], list[Target]]:
     listener = FirstConnection()
     env = _environment()
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="surge-startup-") as tmp:
         url_file = os.path.join(tmp, "one-url.txt")
         Path(url_file).write_text(f"http://127.0.0.1:{listener.port}/\n")
-        peers = {k: v for k, v in syn_peers(listener.port, url_file).items() if v is not None}
-        missing = [k for k, v in syn_peers(listener.port, url_file).items() if v is None]
+        every = syn_peers(listener.port, url_file, baseline)
+        peers = {k: v for k, v in every.items() if v is not None}
+        missing = [k for k, v in every.items() if v is None and "baseline" not in k]
         names = list(peers)
         syn: dict[str, list[float]] = {n: [] for n in names}
         wall: dict[str, list[float]] = {n: [] for n in names}
@@ -474,6 +490,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10, help="runs of each SYN peer (10)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of the bars (5)")
     parser.add_argument("--quick", action="store_true", help="3 runs, a 16 MB object")
+    parser.add_argument(
+        "--baseline", help="another version's src/ (holding surge/): its commands run too"
+    )
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "startup.json"))
     args = parser.parse_args()
     sections = parse_sections(parser, args.only, SECTIONS)
@@ -485,13 +504,14 @@ def main() -> None:
     results: dict[str, Any] = {}
     targets: list[Target] = []
     if "syn" in sections:
-        results["syn"], found = run_syn(runs, args.quick)
+        results["syn"], found = run_syn(runs, args.quick, args.baseline)
         targets += found
     if "bars" in sections:
         results["bars"], found = run_bars(rounds, args.quick)
         targets += found
     print_targets(targets, args.quick)
     settings = {"runs": runs, "rounds": rounds, "sections": sections, "quick": args.quick}
+    settings["baseline"] = args.baseline
     path = write_json(args.out, payload("startup", info, settings, results, targets, started))
     print(f"\nwrote {path}")
 

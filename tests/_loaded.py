@@ -51,9 +51,9 @@ try:
 except SystemExit as e:
     status = e.code
 loaded = sorted(sys.modules)
-import json
+import gc, json
 with open(out, "w") as f:
-    json.dump({"status": status, "modules": loaded}, f)
+    json.dump({"status": status, "modules": loaded, "frozen": gc.get_freeze_count()}, f)
 """
 
 
@@ -64,6 +64,7 @@ class Loaded:
     third_party: frozenset[str]  # top-level packages neither surge's nor the standard library's
     heavy: frozenset[str]  # of HEAVY_STDLIB
     output: str
+    frozen: int  # objects in the collector's permanent generation (gc.freeze)
 
 
 def loaded_by(*args: str, tmp: Path, env: dict[str, str] | None = None) -> Loaded:
@@ -91,6 +92,7 @@ def loaded_by(*args: str, tmp: Path, env: dict[str, str] | None = None) -> Loade
         third_party=frozenset(third),
         heavy=frozenset(modules & HEAVY_STDLIB),
         output=done.stdout + done.stderr,
+        frozen=found["frozen"],
     )
 
 

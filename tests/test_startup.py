@@ -11,11 +11,13 @@ The S3 commands' tests are in tests/s3/test_startup.py.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from pathlib import Path
 
 import click
 import pytest
+from click.testing import CliRunner
 from tests._loaded import COMMAND_LINE, ENGINE_PACKAGES, HTTP_ENGINE, loaded_by
 from tests._nginx import free_port, nginx
 
@@ -163,3 +165,18 @@ def test_cookies_load_with_the_first_cookie(site: str, tmp_path: Path) -> None:
     fetched = loaded_by("fetch", str(urls), "-q", tmp=tmp_path)
     assert '"status":200' in fetched.output
     assert not (fetched.surge | fetched.heavy) & {"surge.http.cookies", "http.cookiejar"}
+
+
+def test_the_command_line_freezes_what_its_command_loaded(site: str, tmp_path: Path) -> None:
+    # The process is the command's: its modules are never garbage, so the
+    # collector (at exit too) is told to skip them.
+    loaded = loaded_by("trace", f"{site}/", tmp=tmp_path)
+    assert loaded.status == 0, loaded.output
+    assert loaded.frozen > 10_000
+
+
+def test_a_caller_of_main_keeps_its_collector_as_it_was() -> None:
+    before = gc.get_freeze_count()
+    result = CliRunner().invoke(main, ["trace", "--help"])
+    assert result.exit_code == 0, result.output
+    assert gc.get_freeze_count() == before

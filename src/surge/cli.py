@@ -8,6 +8,7 @@ nor ``--version`` pays for the event loop, the HTTP parser or the TLS machinery.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 from collections.abc import Sequence
@@ -74,6 +75,9 @@ class LazyGroup(click.Group):
         # Before anything is opened: a closed stdin, stdout or stderr gets
         # /dev/null, so no file of the run takes its number (surge.sinks).
         guard_standard_streams()
+        #: This process's own command line (args None), not a caller's (a test's
+        #: CliRunner): then the command's modules are frozen once loaded.
+        self.owns_process = args is None
         if not standalone_mode:
             return super().main(args, standalone_mode=False, **extra)
         try:
@@ -107,6 +111,10 @@ class LazyGroup(click.Group):
             module, _, attribute = SUBCOMMANDS[cmd_name].partition(":")
             command: Any = getattr(importlib.import_module(module), attribute)
             assert isinstance(command, click.Command)
+            if getattr(self, "owns_process", False):
+                # What is loaded now lives until exit: the collector, at exit too,
+                # skips it (interpreter shutdown ~20 ms shorter here).
+                gc.freeze()
             return command
         return super().get_command(ctx, cmd_name)
 

@@ -53,7 +53,8 @@ except SystemExit as e:
 loaded = sorted(sys.modules)
 import gc, json
 with open(out, "w") as f:
-    json.dump({"status": status, "modules": loaded, "frozen": gc.get_freeze_count()}, f)
+    json.dump({"status": status, "modules": loaded, "frozen": gc.get_freeze_count(),
+               "collecting": gc.isenabled()}, f)
 """
 
 
@@ -65,6 +66,7 @@ class Loaded:
     heavy: frozenset[str]  # of HEAVY_STDLIB
     output: str
     frozen: int  # objects in the collector's permanent generation (gc.freeze)
+    collecting: bool  # the collector on at the end (gc.isenabled)
 
 
 def loaded_by(*args: str, tmp: Path, env: dict[str, str] | None = None) -> Loaded:
@@ -93,6 +95,7 @@ def loaded_by(*args: str, tmp: Path, env: dict[str, str] | None = None) -> Loade
         heavy=frozenset(modules & HEAVY_STDLIB),
         output=done.stdout + done.stderr,
         frozen=found["frozen"],
+        collecting=found["collecting"],
     )
 
 

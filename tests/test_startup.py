@@ -173,6 +173,7 @@ def test_the_command_line_freezes_what_its_command_loaded(site: str, tmp_path: P
     loaded = loaded_by("trace", f"{site}/", tmp=tmp_path)
     assert loaded.status == 0, loaded.output
     assert loaded.frozen > 10_000
+    assert loaded.collecting  # off while the command loaded, on again for its run
 
 
 def test_a_caller_of_main_keeps_its_collector_as_it_was() -> None:

@@ -416,12 +416,13 @@ def run_bars(rounds: int, quick: bool) -> tuple[dict[str, Any], list[Target]]:
             cp["s5cmd cp"] = [s5cmd, "--endpoint-url", endpoint, "cp"]
             cp["s5cmd cp"] += [f"s3://{BIG_BUCKET}/{BIG_KEY}", out]
         walls: dict[str, list[float]] = {n: [] for n in (*ls, *cp)}
+        cpus: dict[str, list[float]] = {n: [] for n in walls}
         checks: dict[str, list[str]] = {n: [] for n in walls}
         for argv in ls.values():  # warm: MinIO's first listing, bytecode
             spawn(argv, env, 300.0, stdout=out)
         for round_ in range(rounds):
             for name in _turned(list(ls), round_):
-                _, _, status, _ = _timed(name, ls[name], env, out, walls)
+                _, _, status, _ = _timed(name, ls[name], env, out, walls, cpus)
                 with open(out, "rb") as listed:
                     lines = sum(1 for _ in listed)
                 if status != 0 or lines != 20_000:
@@ -435,26 +436,28 @@ def run_bars(rounds: int, quick: bool) -> tuple[dict[str, Any], list[Target]]:
         for round_ in range(rounds):
             for name in _turned(list(cp), round_):
                 os.sync()  # nobody pays for the dirty pages of the run before
-                _, _, status, _ = _timed(name, cp[name], env, os.devnull, walls)
+                _, _, status, _ = _timed(name, cp[name], env, os.devnull, walls, cpus)
                 size = os.path.getsize(out) if os.path.exists(out) else -1
                 if status != 0 or size != big:
                     checks[name].append(f"exit {status}, {size} bytes")
                 _remove(out)
     table = Table(
         f"whole processes on MinIO, {rounds} rounds, interleaved",
-        ["command", "wall median", "best", "worst", "bad runs"],
+        ["command", "wall median", "best", "worst", "CPU median", "bad runs"],
     )
     for name, values in walls.items():
-        results[name] = {"wall_s": _stats(values), "bad": checks[name]}
+        results[name] = {"wall_s": _stats(values), "cpu_s": _stats(cpus[name]), "bad": checks[name]}
         table.add(
             name,
             fmt_s(statistics.median(values)),
             fmt_s(min(values)),
             fmt_s(max(values)),
+            fmt_s(statistics.median(cpus[name])),
             len(checks[name]),
         )
     table.note(f"ls: the 20,000 keys of {LIST_BUCKET}, every key printed, counts checked")
     table.note(f"cp: one {big >> 20} MB object to a file, after sync; its size checked")
+    table.note("CPU: the client's (user + system, its threads too), not MinIO's")
     table.print()
     med = {n: statistics.median(v) for n, v in walls.items()}
     ratio = med["boto3 objects.all()"] / med["surge s3 ls"]
@@ -490,9 +493,11 @@ def _timed(
     env: dict[str, str],
     stdout: str,
     walls: dict[str, list[float]],
+    cpus: dict[str, list[float]],
 ) -> tuple[int, int, int, float]:
     started, ended, status, cpu = spawn(argv, env, 300.0, stdout=stdout)
     walls[name].append((ended - started) / 1e9)
+    cpus[name].append(cpu)
     return started, ended, status, cpu
 
 

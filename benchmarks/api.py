@@ -91,7 +91,18 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results" / "api.json"
-SECTIONS = ("sync", "async", "async16", "oneshot", "threads")
+SECTIONS = (
+    "sync",
+    "async",
+    "async16",
+    "oneshot",
+    "threads",
+    "dropin",
+    "dropin_async",
+    "dropin_send",
+    "dropin_get",
+    "dropin_threads",
+)
 #: The simulated host every request goes to: 200, a 1 KiB plain body, no delay.
 HOST = "status-200.sim"
 #: A request slower than this fails the run (seconds).
@@ -112,6 +123,7 @@ class Peer:
         inflight: int = 1,
         reference: bool = False,
         baseline: bool = False,
+        dropin: bool = False,
     ) -> None:
         self.name = name
         self.label = label
@@ -121,6 +133,7 @@ class Peer:
         self.inflight = inflight
         self.reference = reference  # the section's denominator
         self.baseline = baseline  # surge from --baseline SRC
+        self.dropin = dropin  # the library with surge's transport or adapter (issue #36)
 
 
 PEERS = (
@@ -158,7 +171,53 @@ PEERS = (
     ),
     Peer("requests_threads", "requests.Session", "threads", "requests"),
     Peer("httpx_threads", "httpx.Client", "threads", "httpx"),
+    # Issue #36: the libraries with surge's transport or adapter, against their own.
+    Peer("httpx_stock", "httpx.Client, its HTTPTransport", "dropin", "httpx", reference=True),
+    Peer("httpx_dropin", "httpx.Client, surge.httpx.HTTPTransport", "dropin", "httpx", dropin=True),
+    Peer(
+        "httpx_async_stock",
+        "httpx.AsyncClient, its AsyncHTTPTransport",
+        "dropin_async",
+        "httpx",
+        reference=True,
+    ),
+    Peer(
+        "httpx_async_dropin",
+        "httpx.AsyncClient, surge.httpx.AsyncHTTPTransport",
+        "dropin_async",
+        "httpx",
+        dropin=True,
+    ),
+    Peer("requests_send_stock", "HTTPAdapter.send()", "dropin_send", "requests", reference=True),
+    Peer(
+        "requests_send_dropin",
+        "surge.requests.Adapter.send()",
+        "dropin_send",
+        "requests",
+        dropin=True,
+    ),
+    Peer(
+        "requests_get_stock", "Session.get(), HTTPAdapter", "dropin_get", "requests", reference=True
+    ),
+    Peer(
+        "requests_get_dropin",
+        "Session.get(), surge.requests.Adapter",
+        "dropin_get",
+        "requests",
+        dropin=True,
+    ),
+    Peer("requests_threads_stock", "Session, HTTPAdapter", "dropin_threads", "requests"),
+    Peer(
+        "requests_threads_dropin",
+        "Session, surge.requests.Adapter",
+        "dropin_threads",
+        "requests",
+        dropin=True,
+    ),
 )
+#: dropin_threads: a factor on its requests per thread (--quick: fewer).
+THREAD_SCALE = [1.0]
+
 #: The threads section's latency probe: eight of these in flight...
 SLOW_HOST = "delay-1000.sim"
 #: ... while one of these is timed.
@@ -236,6 +295,21 @@ def _child_sync(spec: dict[str, Any], w: _Window) -> None:
         else:
             client = Client(resolve=resolve, trust_env=False, max_time=REQUEST_TIMEOUT_S)
             get, close = (lambda: client.get(url).status), client.close
+    elif spec.get("dropin") is not None and library == "requests":
+        get, close = _requests_session(spec)
+    elif spec.get("dropin") is not None and library == "httpx":
+        _sim_to_loopback()
+        import httpx
+
+        if spec["dropin"]:
+            import surge.httpx
+
+            transport: Any = surge.httpx.HTTPTransport(resolve=["*.sim:*:127.0.0.1"])
+        else:
+            transport = httpx.HTTPTransport()
+        hclient = httpx.Client(transport=transport, trust_env=False, timeout=REQUEST_TIMEOUT_S)
+        get = lambda: hclient.get(url).status_code  # noqa: E731
+        close = hclient.close
     elif library == "requests":
         _sim_to_loopback()
         import requests
@@ -260,10 +334,48 @@ def _child_sync(spec: dict[str, Any], w: _Window) -> None:
     else:
         raise SystemExit(f"no sync peer for {library!r}")
     warm = _loop_sync(get, spec["warmup"])
+    _SEND_CPU[0] = 0.0
     w.start()
     outcomes = _loop_sync(get, spec["requests"])
     close()
     w.stop(outcomes, warm)
+    if spec["section"] == "dropin_send":  # the adapter's share: send() alone
+        w.result["cpu_s"] = _SEND_CPU[0]
+
+
+#: CPU (user + system, every thread) spent inside adapter.send(), summed.
+_SEND_CPU = [0.0]
+
+
+def _requests_session(spec: dict[str, Any]) -> tuple[Callable[[], int], Callable[[], None]]:
+    """A requests.Session with HTTPAdapter or surge's Adapter (``spec["dropin"]``)
+    whose adapter's send() CPU is summed into _SEND_CPU."""
+    _sim_to_loopback()
+    import requests
+
+    session = requests.Session()
+    session.trust_env = False
+    if spec["dropin"]:
+        import surge.requests
+
+        adapter: Any = surge.requests.Adapter(resolve=["*.sim:*:127.0.0.1"])
+        session.mount("http://", adapter)
+        session.mount("https://", adapter)
+    adapter = session.get_adapter("http://x/")
+    send = adapter.send
+
+    def timed_send(*args: Any, **kwargs: Any) -> Any:
+        before = resource.getrusage(resource.RUSAGE_SELF)
+        try:
+            return send(*args, **kwargs)
+        finally:
+            after = resource.getrusage(resource.RUSAGE_SELF)
+            _SEND_CPU[0] += after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+
+    if spec["section"] == "dropin_send":
+        adapter.send = timed_send
+    url = spec["url"]
+    return (lambda: session.get(url, timeout=REQUEST_TIMEOUT_S).status_code), session.close
 
 
 def _sync_client(library: str) -> tuple[Callable[[str], tuple[int, str]], Callable[[], None]]:
@@ -398,10 +510,18 @@ async def _child_async(spec: dict[str, Any], w: _Window) -> None:
         _sim_to_loopback()
         import httpx
 
+        transport: Any = None
+        if spec.get("dropin"):
+            import surge.httpx
+
+            transport = surge.httpx.AsyncHTTPTransport(
+                limits=httpx.Limits(max_connections=inflight), resolve=["*.sim:*:127.0.0.1"]
+            )
         hclient = httpx.AsyncClient(
             limits=httpx.Limits(max_connections=inflight),
             timeout=REQUEST_TIMEOUT_S,
             trust_env=False,
+            transport=transport,
         )
 
         async def get() -> int:
@@ -453,16 +573,93 @@ async def _child_async(spec: dict[str, Any], w: _Window) -> None:
     w.stop(outcomes, warm)
 
 
+#: dropin_threads: (threads, hosts, requests per thread, server delay ms) per scenario.
+DROPIN_THREADS = {
+    "many_hosts": (32, 200, 20, 20),
+    "one_slow_host": (16, 1, 10, 200),
+}
+
+
+def _child_dropin_threads(spec: dict[str, Any]) -> dict[str, Any]:
+    """Threads sharing one requests.Session (HTTPAdapter or surge's Adapter):
+    wall time, CPU, and urllib3's "Connection pool is full" warnings, per
+    scenario of DROPIN_THREADS; the floor is requests per thread x the delay."""
+    import logging
+    from concurrent.futures import ThreadPoolExecutor
+
+    get_unused, close_unused = _requests_session(dict(spec, section="dropin_get"))
+    close_unused()
+    del get_unused
+    full = [0]
+
+    class Counter_(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "pool is full" in record.getMessage():
+                full[0] += 1
+
+    logging.getLogger("urllib3").addHandler(Counter_())
+    logging.getLogger("urllib3").setLevel(logging.WARNING)
+    base = spec["url"]
+    out: dict[str, Any] = {}
+    for name, (threads, hosts, per_thread, delay) in DROPIN_THREADS.items():
+        scale = spec.get("thread_scale", 1.0)
+        per_thread = max(2, int(per_thread * scale))
+        import requests
+
+        session = requests.Session()
+        session.trust_env = False
+        if spec["dropin"]:
+            import surge.requests
+
+            adapter = surge.requests.Adapter(resolve=["*.sim:*:127.0.0.1"])
+            session.mount("http://", adapter)
+        urls = [
+            base.replace(HOST, f"delay-{delay}.h{n}.sim" if hosts > 1 else f"delay-{delay}.sim")
+            for n in range(hosts)
+        ]
+
+        def work(
+            t: int, urls: list[str] = urls, session: Any = session, n: int = per_thread
+        ) -> int:
+            ok = 0
+            for i in range(n):
+                url = urls[(t * n + i) % len(urls)]
+                ok += session.get(url, timeout=REQUEST_TIMEOUT_S).status_code == 200
+            return ok
+
+        full[0] = 0
+        with ThreadPoolExecutor(threads) as pool:
+            before = _usage()
+            started = time.perf_counter()
+            ok = sum(pool.map(work, range(threads)))
+            wall = time.perf_counter() - started
+            after = _usage()
+        session.close()
+        out[name] = {
+            "wall_s": wall,
+            "cpu_s": after[0] + after[1] - before[0] - before[1],
+            "requests": threads * per_thread,
+            "ok": ok,
+            "pool_full_warnings": full[0],
+            "floor_s": per_thread * delay / 1000,
+        }
+    return out
+
+
 def child(spec_path: str) -> int:
     """Measure the peer of SPEC.json; print one line of JSON."""
     with open(spec_path) as f:
         spec = json.load(f)
+    if spec["section"] == "dropin_threads":
+        print(json.dumps(_child_dropin_threads(spec)), flush=True)
+        sys.stderr.flush()
+        os._exit(0)
     if spec["section"] == "threads":
         print(json.dumps(_child_threads(spec)), flush=True)
         sys.stderr.flush()
         os._exit(0)
     w = _Window()
-    if spec["section"] in ("sync", "oneshot"):
+    if spec["section"] in ("sync", "oneshot", "dropin", "dropin_send", "dropin_get"):
         _child_sync(spec, w)
     else:
         if spec["loop"] == "uvloop":
@@ -515,6 +712,8 @@ def run_peer(
             "requests": requests,
             "warmup": warmup,
             "threads": threads,
+            "dropin": peer.dropin if peer.section.startswith("dropin") else None,
+            "thread_scale": THREAD_SCALE[0],
         }
         Path(spec_path).write_text(json.dumps(spec))
         with open(out_path, "wb") as out:
@@ -531,7 +730,7 @@ def run_peer(
         result: dict[str, Any] = json.loads(text.splitlines()[-1])
     except (IndexError, json.JSONDecodeError):
         return {"error": f"exit status {run.status}, no result"}
-    if peer.section == "threads":
+    if peer.section in ("threads", "dropin_threads"):
         return result
     result["cpu_per_request_s"] = result["cpu_s"] / requests
     result["ok"] = int(result["outcomes"].get("200", 0))
@@ -681,6 +880,120 @@ def check_thread_targets(results: dict[str, Any], quick: bool) -> list[Any]:
     return targets
 
 
+def summarise_dropin_threads(
+    peers: Sequence[Peer], runs: dict[str, list[dict[str, Any]]]
+) -> dict[str, Any]:
+    """Per peer and scenario: median wall, CPU per request, warnings, floor."""
+    out: dict[str, Any] = {}
+    for peer in peers:
+        got = [r for r in runs[peer.name] if "error" not in r]
+        entry: dict[str, Any] = {"label": peer.label, "section": peer.section, "runs": got}
+        for scenario in DROPIN_THREADS:
+            rows = [r[scenario] for r in got if scenario in r]
+            if rows:
+                entry[scenario] = {
+                    "median_wall_s": statistics.median(r["wall_s"] for r in rows),
+                    "wall_s_by_round": [r["wall_s"] for r in rows],
+                    "median_cpu_per_request_s": statistics.median(
+                        r["cpu_s"] / r["requests"] for r in rows
+                    ),
+                    "pool_full_warnings": sum(r["pool_full_warnings"] for r in rows),
+                    "all_ok": all(r["ok"] == r["requests"] for r in rows),
+                    "floor_s": rows[0]["floor_s"],
+                }
+        out[peer.name] = entry
+    return out
+
+
+def dropin_threads_table(title: str, peers: Sequence[Peer], results: dict[str, Any]) -> Any:
+    from _common import Table
+
+    table = Table(
+        title,
+        [
+            "scenario",
+            "peer",
+            "wall s",
+            "rounds (s)",
+            "floor s",
+            "x floor",
+            "cpu/req ms",
+            "pool-full warnings",
+            "all 200",
+        ],
+    )
+    for scenario, (threads, hosts, _, delay) in DROPIN_THREADS.items():
+        for peer in peers:
+            r = results.get(peer.name, {}).get(scenario)
+            label = f"{threads} threads, {hosts} host{'s' * (hosts > 1)}, {delay} ms"
+            if not r:
+                table.add(label, peer.label, "-")
+                continue
+            table.add(
+                label,
+                peer.label,
+                f"{r['median_wall_s']:.3f}",
+                " ".join(f"{x:.2f}" for x in r["wall_s_by_round"]),
+                f"{r['floor_s']:.2f}",
+                f"{r['median_wall_s'] / r['floor_s']:.2f}",
+                _ms(r["median_cpu_per_request_s"]),
+                r["pool_full_warnings"],
+                "yes" if r["all_ok"] else "NO",
+            )
+    table.note(
+        "floor = requests per thread x the server's delay; target (#36): no pool-full warning,"
+        " wall <= 0.5x HTTPAdapter's or within 15% of the floor"
+    )
+    return table
+
+
+def check_dropin_targets(results: dict[str, Any], quick: bool) -> list[Any]:
+    from _common import Target
+
+    targets = []
+    for name, reference, title in (
+        ("httpx_dropin", "httpx's HTTPTransport", "httpx.Client + surge transport, CPU/GET"),
+        (
+            "httpx_async_dropin",
+            "httpx's AsyncHTTPTransport",
+            "httpx.AsyncClient + surge transport, CPU/GET",
+        ),
+        ("requests_send_dropin", "HTTPAdapter.send()", "surge Adapter.send() CPU"),
+    ):
+        r = results.get(name)
+        if not r or "median_ratio" not in r:
+            continue
+        targets.append(
+            Target(
+                title,
+                f"<= 0.5x {reference}",
+                f"{r['median_ratio']:.2f}x (range {r['min_ratio']:.2f}-{r['max_ratio']:.2f}; "
+                f"{_ms(r['median_cpu_per_request_s'])} ms/req)",
+                None if quick else r["median_ratio"] <= 0.5,
+            )
+        )
+    ours, stock = results.get("requests_threads_dropin"), results.get("requests_threads_stock")
+    for scenario in DROPIN_THREADS:
+        if not ours or scenario not in ours or not stock or scenario not in stock:
+            continue
+        mine, theirs = ours[scenario], stock[scenario]
+        wall, floor = mine["median_wall_s"], mine["floor_s"]
+        met = mine["pool_full_warnings"] == 0 and (
+            wall <= 0.5 * theirs["median_wall_s"] or wall <= 1.15 * floor
+        )
+        targets.append(
+            Target(
+                f"threads sharing a Session, {scenario}",
+                "no pool-full warning; wall <= 0.5x HTTPAdapter's or <= 1.15x the floor",
+                f"{wall:.3f} s against {theirs['median_wall_s']:.3f} s, floor {floor:.2f} s; "
+                f"{mine['pool_full_warnings']} warnings (HTTPAdapter: "
+                f"{theirs['pool_full_warnings']})",
+                None if quick else met,
+            )
+        )
+    return targets
+
+
 def _ms(x: float) -> str:
     return f"{x * 1e3:.3f}"
 
@@ -798,6 +1111,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args.warmup = args.warmup or (20 if args.quick else 200)
     args.oneshot_requests = args.oneshot_requests or (20 if args.quick else 200)
     args.thread_requests = args.thread_requests or (50 if args.quick else 500)
+    if args.quick:
+        THREAD_SCALE[0] = 0.2
     return args
 
 
@@ -807,6 +1122,11 @@ TITLES = {
     "async16": "async, keep-alive, 16 in flight, asyncio",
     "oneshot": "one-shot get(): a new client and connection per call",
     "threads": "one client shared by threads",
+    "dropin": "httpx.Client, keep-alive, one request at a time: its transport against surge's",
+    "dropin_async": "httpx.AsyncClient, keep-alive, one request at a time: transports",
+    "dropin_send": "requests: adapter.send() alone, keep-alive, one request at a time",
+    "dropin_get": "requests: the whole Session.get(), keep-alive, one request at a time",
+    "dropin_threads": "threads sharing one requests.Session",
 }
 
 
@@ -852,12 +1172,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                 result["round"] = round_no + 1
                 runs[peer.name].append(result)
     thread_peers = [p for p in peers if p.section == "threads"]
-    results = summarise([p for p in peers if p.section != "threads"], runs)
+    dropin_thread_peers = [p for p in peers if p.section == "dropin_threads"]
+    results = summarise([p for p in peers if p.section not in ("threads", "dropin_threads")], runs)
     results.update(summarise_threads(thread_peers, runs))
+    results.update(summarise_dropin_threads(dropin_thread_peers, runs))
     by_section: dict[str, Any] = {}
     for section in SECTIONS:
         chosen = [p for p in peers if p.section == section]
         if not chosen:
+            continue
+        if section == "dropin_threads":
+            table = dropin_threads_table(
+                f"{TITLES[section]}: median of {args.rounds} rounds", chosen, results
+            )
+            by_section[section] = table.render()
+            table.print()
             continue
         if section == "threads":
             table = threads_table(
@@ -902,6 +1231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     targets = check_targets(results, args.quick)
     if thread_peers:
         targets += check_thread_targets(results, args.quick)
+    targets += check_dropin_targets(results, args.quick)
     print_targets(targets, args.quick)
     command = "python benchmarks/api.py" + "".join(f" {a}" for a in argv)
     path = write_json(

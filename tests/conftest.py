@@ -23,7 +23,11 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import subprocess
+import sys
+import tarfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn
 
@@ -38,16 +42,77 @@ RESOLVE = "*.sim:*:127.0.0.1"
 StartServer = Callable[..., DBServer]
 
 
+#: Packages the tests use that ``pip install -e '.[all]'`` does not install, by
+#: the module the tests import -> how to install it (as .ci/run does).  Every
+#: other package the tests ``require`` is in the ``all`` extra
+#: (tests/test_extras.py checks that).
+OUTSIDE_ALL = {
+    "MySQLdb": "pip install mysqlclient (it is built against MariaDB's client library: "
+    "apt-get install libmariadb-dev pkg-config gcc python3-dev first)",
+    "httpbin": "pip install --no-deps 'httpbin>=0.10' (it pins greenlet<3, which gevent "
+    "cannot run on; its dependencies are in the dev extra)",
+}
+
+
+def install_hint(module: str) -> str:
+    """How to install what ``import module`` needs, for a test's skip message."""
+    top = module.partition(".")[0]
+    return OUTSIDE_ALL.get(top, "pip install -e '.[all]'")
+
+
 def require(module: str) -> ModuleType:
     """``pytest.importorskip``, except under CI: a package .ci/run installs must
     be there, and a skip would hide a broken setup."""
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        hint = f"{module} is not installed ({e}): pip install -e '.[all]'"
+        hint = f"{module} is not installed ({e}): {install_hint(module)}"
         if os.environ.get("CI"):
             pytest.fail(f"{hint} (CI is set: these tests must not be skipped)", pytrace=False)
         pytest.skip(hint, allow_module_level=True)
+
+
+def sdist(project: str, version: str) -> Path:
+    """The unpacked sdist of ``project`` ``version`` (its own tests run from it),
+    downloaded from the package index once and kept in
+    ``${XDG_CACHE_HOME:-~/.cache}/surge/``; under CI a failed download fails."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "surge"
+    name = f"{project.lower()}-{version}"
+    root = cache / name
+    if root.is_dir():
+        return root
+    cache.mkdir(parents=True, exist_ok=True)
+    pip = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:"]
+    fetched = subprocess.run(
+        [*pip, f"{project}=={version}", "-d", str(cache)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    found = [p for p in cache.glob("*.tar.gz") if p.name.lower() == f"{name}.tar.gz"]
+    if fetched.returncode or not found:
+        message = f"{project} {version}'s sdist could not be downloaded: {fetched.stderr[-500:]}"
+        if os.environ.get("CI"):
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    with tarfile.open(found[0]) as archive:
+        top = archive.getnames()[0].split("/")[0]
+        archive.extractall(cache, filter="data")
+    if top != name:
+        (cache / top).rename(root)
+    return root
+
+
+@pytest.fixture(autouse=True)
+def _ipv6_usable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tests' DNS servers answer AAAA records (documentation and loopback
+    addresses) and check that they come back: whether this machine has a
+    global IPv6 address - which decides if the resolver asks for them
+    (surge.http.cares.has_global_ipv6) - is not what they test, so it is taken
+    to have one; test_dns_resolver.py tests the rule itself."""
+    from surge.http import cares
+
+    monkeypatch.setattr(cares, "has_global_ipv6", lambda: True)
 
 
 #: The environment's proxy variables (surge reads them as curl does, by default).

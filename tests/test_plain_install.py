@@ -50,3 +50,12 @@ def test_a_plain_install_fetches_and_names_missing_extras(sim: SimInfo, tmp_path
     assert clustered.returncode == 2
     (line,) = clustered.stderr.strip().splitlines()
     assert "[cluster]" in line
+
+    # surge demo: the patterns whose libraries are missing (the bench extra) are
+    # not run - no "done in 0.0 s" - but listed once, with the extra that adds them.
+    demo = run("demo", "--sections", "fetch", "--hosts", "20", "--timeout", "1")
+    assert demo.returncode == 0, demo.stderr
+    skipped = [line for line in demo.stdout.splitlines() if line.startswith("skipped")]
+    assert len(skipped) == 1 and "[bench]" in skipped[0] and "requests" in skipped[0]
+    assert "done in 0.0 s" not in demo.stderr and "running requests" not in demo.stderr
+    assert "Conclusion: surge answered" in demo.stdout

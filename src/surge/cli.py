@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from surge._version import __version__
-from surge.extras import EXTRAS, install_hint
+from surge.extras import how_to_install
 from surge.sinks import guard_standard_streams
 from surge.terminal import error_line, tell
 
@@ -29,6 +29,7 @@ SUBCOMMANDS = {
     "s3": "surge.s3.cli:s3_group",
     "sim": "surge.sim.cli:sim_command",
     "trace": "surge.trace.cli:trace_command",
+    "watch": "surge.watch.cli:watch_command",
 }
 
 #: name -> the first sentence of the command's help, which ``surge --help`` lists
@@ -47,10 +48,10 @@ def missing_extra(error: ModuleNotFoundError) -> str | None:
     """The line to print for a missing optional dependency, or None if the module
     is not one (then it is a bug, and its traceback is wanted)."""
     top = (error.name or "").partition(".")[0]
-    extra = EXTRAS.get(top)
-    if extra is None:
+    how = how_to_install(top)
+    if how is None:
         return None
-    return f"surge: this needs {top}, which is not installed: {install_hint(extra)}"
+    return f"surge: this needs {top}, which is not installed: {how}"
 
 
 def one_line_usage_error(error: click.ClickException) -> str:

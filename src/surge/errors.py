@@ -138,6 +138,9 @@ class RequestError(SurgeError):
         self.bytes = 0
         self.remote_ip: str | None = None  # the address it was connected to, if it was
         self.tls: Any = None  # that connection's TLS (surge.http.connection.TLSInfo)
+        #: It failed while the request was still being sent: the server had
+        #: stopped taking its body (httpx's WriteTimeout/WriteError).
+        self.sending = False
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Rebuilt from its own fields (the default would call cls(detail)).

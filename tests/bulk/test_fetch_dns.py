@@ -6,6 +6,7 @@ engine's own loop."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -66,7 +67,8 @@ def test_ip_version_asks_for_one_family_only(sim: SimInfo, dns: DNSServer) -> No
 def test_dns_timeout(sim: SimInfo, dns: DNSServer) -> None:
     record = one(sim.url("fetch-slow.sim"), dns_servers=dns.server_spec, dns_timeout=0.3)
     assert record["error"] == "dns_error"
-    assert "timeout after 0.3 s" in record["error_detail"]
+    waited = re.search(r"timeout after (\d+\.\d\d) s", record["error_detail"])
+    assert waited and float(waited.group(1)) >= 0.3, record["error_detail"]  # what it waited
 
 
 @pytest.mark.parametrize(

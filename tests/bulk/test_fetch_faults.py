@@ -25,6 +25,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -396,11 +397,32 @@ def _feed(write: Any, head: bytes, tail: bytes) -> None:
     write(tail)
 
 
+#: Runs its argv as a grandchild and writes the grandchild's ru_maxrss (KiB) to
+#: the file named by SURGE_TEST_MAXRSS.  Linux keeps a process's peak RSS across
+#: exec: surge started straight from this test process (vfork) would report the
+#: test process's own peak - hundreds of MiB after a long test run - not its own.
+#: Forked from this small interpreter, it starts from this one's few MiB.
+_MEASURED = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[1], sys.argv[1:])
+_, status, usage = os.wait4(pid, 0)
+with open(os.environ["SURGE_TEST_MAXRSS"], "w") as out:
+    out.write(str(usage.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def _peak_rss(args: list[str], feed: Any, *, stdin: bool) -> tuple[int, bytes, str, int]:
-    """Run surge, feed it, and measure the child's own peak RSS (wait4's
-    ru_maxrss: a size, not a time); (status, stdout, stderr, peak bytes)."""
+    """Run surge, feed it, and measure its own peak RSS (wait4's ru_maxrss, taken
+    by a small parent of its own: see _MEASURED; a size, not a time); (status,
+    stdout, stderr, peak bytes)."""
+    maxrss = tempfile.NamedTemporaryFile(suffix=".maxrss", delete=False)  # noqa: SIM115
+    maxrss.close()
     process = subprocess.Popen(
-        [*SURGE, *args],
+        [sys.executable, "-c", _MEASURED, *SURGE, *args],
+        env={**os.environ, "SURGE_TEST_MAXRSS": maxrss.name},
         stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -418,11 +440,14 @@ def _peak_rss(args: list[str], feed: Any, *, stdin: bool) -> tuple[int, bytes, s
     if process.stdin is not None:
         with contextlib.suppress(BrokenPipeError):
             process.stdin.close()
-    _, status, usage = os.wait4(process.pid, 0)
+    _, status, _usage = os.wait4(process.pid, 0)
     process.returncode = os.waitstatus_to_exitcode(status)
+    with open(maxrss.name) as measured:
+        peak_kib = int(measured.read() or 0)
+    os.unlink(maxrss.name)
     for reader in readers:
         reader.join(timeout=60)
-    return process.returncode, out[0], err[0].decode("utf-8", "replace"), usage.ru_maxrss * 1024
+    return process.returncode, out[0], err[0].decode("utf-8", "replace"), peak_kib * 1024
 
 
 def test_a_256_mib_input_line_is_one_error_record_in_bounded_memory(tmp_path: Path) -> None:

@@ -14,13 +14,12 @@ import os
 import re
 import subprocess
 import sys
-import tarfile
 import textwrap
 from pathlib import Path
 
 import django
 import pytest
-from tests.conftest import require
+from tests.conftest import require, sdist
 
 from surge.testing import DBServer
 
@@ -32,28 +31,7 @@ APPS = [
 
 def django_tests() -> Path:
     """The ``tests/`` directory of the installed Django's sdist."""
-    version = django.get_version()
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "surge"
-    tests = cache / f"django-{version}" / "tests"
-    if tests.is_dir():
-        return tests
-    cache.mkdir(parents=True, exist_ok=True)
-    pip = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:"]
-    fetched = subprocess.run(
-        [*pip, f"django=={version}", "-d", str(cache)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    sdists = list(cache.glob(f"[dD]jango-{version}.tar.gz"))
-    if fetched.returncode or not sdists:
-        message = f"Django {version}'s sdist could not be downloaded: {fetched.stderr[-500:]}"
-        if os.environ.get("CI"):
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
-    with tarfile.open(sdists[0]) as archive:
-        archive.extractall(cache, filter="data")
-    return tests
+    return sdist("django", django.get_version()) / "tests"
 
 
 #: What a settings module does first to have Django's MySQL backends use a driver.

@@ -15,6 +15,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 import pytest
+from tests.conftest import install_hint
 
 from surge.http import AsyncClient
 from surge.sim import SimInfo
@@ -64,7 +65,9 @@ def httpbin() -> Iterator[str]:
 
     missing = [m for m in ("httpbin", "gunicorn") if importlib.util.find_spec(m) is None]
     if missing:
-        message = f"{', '.join(missing)} not installed (.ci/run installs them)"
+        message = f"{', '.join(missing)} not installed: " + "; ".join(
+            install_hint(m) for m in missing
+        )
         if os.environ.get("CI"):
             pytest.fail(f"{message} (CI is set: these tests must not be skipped)", pytrace=False)
         pytest.skip(message)

@@ -55,7 +55,9 @@ async def test_a_clients_requests_are_rows_with_their_phases(sim: SimInfo) -> No
     ]  # fmt: skip
     assert [p for p in phases_of(again) if p != "queued"] == ["send", "wait", "receive"]
     wait_ms = sum(ms for p, ms in zip(again[8][::2], again[8][1::2], strict=True) if p == 6)
-    assert wait_ms >= 20  # delay-20: the server's 20 ms are waiting time
+    # delay-20: the server's 20 ms are waiting time (the sim's timer runs on
+    # uvloop's millisecond clock, cached per loop turn: it may fire up to ~1 ms early)
+    assert wait_ms >= 18
     # three hops in one row: the redirects' own phases, each on a new connection
     assert phases_of(redirected).count("wait") == 3 and phases_of(redirected).count("tls") == 3
     # failures end in the phase they failed in

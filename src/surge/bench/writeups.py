@@ -33,6 +33,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, SupportsIndex
 
+from surge.bench.verdict import median, settled_growth, settled_ratio
+
 if TYPE_CHECKING:
     import sqlite3
 
@@ -149,10 +151,12 @@ class DrainRow:
 
     pool: str
     n: int
-    #: Seconds to take all ``n`` out (best of the runs).
+    #: Seconds to take all ``n`` out (the median of ``runs``).
     get_s: float
     #: Items the pool's idle list or deque moved in those ``n`` gets (a counting run).
     moved: int
+    #: Every timed run's seconds, in the order run.
+    runs: list[float] = field(default_factory=list)
 
     @property
     def per_get_us(self) -> float:
@@ -222,21 +226,22 @@ DRAINS: dict[str, Callable[[int, bool], tuple[float, int]]] = {
 }
 
 
-def pool_drain(sizes: Sequence[int] = DRAIN_SIZES, *, max_runs: int = 3) -> list[DrainRow]:
-    """Drain each pool at each size: the best of two timed runs, or of up to
-    ``max_runs`` while they (fills included) take under 0.3 s, then one counting run."""
+#: Timed runs of each pool at each size: enough that the comparisons the section
+#: states cannot flip from run to run (:mod:`surge.bench.verdict`).
+DRAIN_RUNS = 7
+
+
+def pool_drain(sizes: Sequence[int] = DRAIN_SIZES, *, runs: int = DRAIN_RUNS) -> list[DrainRow]:
+    """Drain each pool at each size ``runs`` times, interleaved (so that a change
+    of the machine's load falls on every pool alike), then once counting."""
+    times: dict[tuple[str, int], list[float]] = {(label, n): [] for label in DRAINS for n in sizes}
+    for _ in range(runs):
+        for (label, n), taken in times.items():
+            taken.append(DRAINS[label](n, False)[0])
     rows = []
-    for label, drain in DRAINS.items():
-        for n in sizes:
-            best = float("inf")
-            started = time.perf_counter()
-            for run in range(max_runs):
-                elapsed, _moved = drain(n, False)
-                best = min(best, elapsed)
-                if run >= 1 and time.perf_counter() - started > 0.3:
-                    break
-            _elapsed, moved = drain(n, True)
-            rows.append(DrainRow(label, n, best, moved))
+    for (label, n), taken in times.items():
+        _elapsed, moved = DRAINS[label](n, True)
+        rows.append(DrainRow(label, n, median(taken), moved, taken))
     return rows
 
 
@@ -251,21 +256,47 @@ def render_pool_drain(rows: Sequence[DrainRow]) -> str:
             f"{r.pool:<28} {r.n:>9,} {r.get_s:>9.3f} s {r.per_get_us:>7.1f} us "
             f"{r.moved_per_get:>16,.0f}"
         )
-    sizes = sorted({r.n for r in rows})
-    if len(sizes) >= 2:
-        small, big = sizes[0], sizes[-1]
-        growth = []
-        for label in DRAINS:
-            times = {r.n: r.get_s for r in rows if r.pool == label}
-            if times.get(small) and big in times:
-                growth.append(f"{label} {times[big] / times[small]:,.0f}x")
-        if growth:
-            lines.append(f"{big / small:,.0f}x the connections took {', '.join(growth)} the time.")
     lines.append(
-        "items moved: by the pops of the pool's idle list or deque (a counting run); boto 2\n"
-        "re-implemented in surge.bench.writeups, its algorithm unchanged."
+        f"take all N: the median of {max(len(r.runs) for r in rows) if rows else 0} runs; "
+        "items moved: by the pops of the pool's idle list or deque\n"
+        "(a counting run); boto 2 re-implemented in surge.bench.writeups, its algorithm unchanged."
     )
+    lines += textwrap.wrap(conclude_pool_drain(rows), WIDTH)
     return "\n".join(lines)
+
+
+def conclude_pool_drain(rows: Sequence[DrainRow]) -> str:
+    """The section's one sentence: what the counts show, and the timings only
+    where they cannot flip from run to run."""
+    boto, surge = DRAINS  # the labels, boto's first
+    by = {(r.pool, r.n): r for r in rows}
+    sizes = sorted({r.n for r in rows})
+    if not sizes or any((label, n) not in by for label in DRAINS for n in sizes):
+        return "Conclusion: not every pool ran at every size, so there is nothing to compare."
+    small, big = sizes[0], sizes[-1]
+    said = (
+        f"a get from boto's pool moved {by[boto, big].moved_per_get:,.0f} items at {big:,} "
+        f"connections and surge.pool's {by[surge, big].moved_per_get:,.0f}"
+    )
+    if by[boto, big].moved_per_get > by[boto, small].moved_per_get and (
+        by[surge, big].moved_per_get == by[surge, small].moved_per_get
+    ):
+        said += ": boto's work per get grows with the pool, surge's does not"
+    ratio = settled_ratio(by[boto, big].runs, by[surge, big].runs)
+    if ratio is not None and ratio > 1:
+        said += f", and draining {big:,} took boto {ratio:,.0f}x surge.pool's time"
+    elif ratio is not None:
+        said += f", yet draining {big:,} took surge.pool {1 / ratio:,.1f}x boto's time"
+    if small != big:
+        growth = settled_growth(
+            by[boto, small].runs, by[boto, big].runs, by[surge, small].runs, by[surge, big].runs
+        )
+        if growth is not None:
+            said += (
+                f" ({big / small:,.0f}x the connections took boto {growth[0]:,.1f}x "
+                f"the time, surge.pool {growth[1]:,.1f}x)"
+            )
+    return f"Conclusion: {said}."
 
 
 # -- connect per query: "MySQL connection cost" -------------------------------------------
@@ -293,9 +324,12 @@ class DBRow:
 
     way: str
     queries: int
-    #: Connections opened while running them.
+    #: Connections opened while running them (the first run).
     connects: int
+    #: The median of ``runs``.
     seconds: float
+    #: Every run's seconds.
+    runs: list[float] = field(default_factory=list)
 
     @property
     def per_query_us(self) -> float:
@@ -310,62 +344,81 @@ def _select_one(conn: Any) -> None:
     cursor.close()
 
 
-def connect_per_query(queries: int = DB_QUERIES, directory: str | None = None) -> list[DBRow]:
+#: Runs of the three ways, interleaved.
+DB_RUNS = 5
+
+
+def connect_per_query(
+    queries: int = DB_QUERIES, directory: str | None = None, *, runs: int = DB_RUNS
+) -> list[DBRow]:
     """Run ``queries`` x ``SELECT 1`` three ways on a SQLite file in ``directory``
-    (a temporary one by default): connect + query + close each time; through
-    ``surge.db.pool(url)``; on one connection kept open (the floor)."""
+    (a temporary one by default), ``runs`` times: connect + query + close each
+    time; through ``surge.db.pool(url)``; on one connection kept open (the floor)."""
+    with contextlib.ExitStack() as stack:
+        if directory is None:
+            directory = stack.enter_context(tempfile.TemporaryDirectory(prefix="surge-demo-db-"))
+        rows: list[DBRow] = []
+        for _ in range(runs):
+            for row in _connect_per_query_once(queries, directory):
+                known = next((r for r in rows if r.way == row.way), None)
+                if known is None:
+                    rows.append(row)
+                    known = row
+                else:
+                    known.runs.append(row.seconds)
+                known.seconds = median(known.runs)
+    return rows
+
+
+def _connect_per_query_once(queries: int, directory: str) -> list[DBRow]:
     import sqlite3
 
     import surge.db
 
-    with contextlib.ExitStack() as stack:
-        if directory is None:
-            directory = stack.enter_context(tempfile.TemporaryDirectory(prefix="surge-demo-db-"))
-        path = os.path.join(directory, "demo.sqlite3")
-        sqlite3.connect(path).close()  # the file exists before anything is timed
-        connects = 0
+    path = os.path.join(directory, "demo.sqlite3")
+    sqlite3.connect(path).close()  # the file exists before anything is timed
+    connects = 0
 
-        def connect() -> sqlite3.Connection:
-            nonlocal connects
-            connects += 1
-            return sqlite3.connect(path)
+    def connect() -> sqlite3.Connection:
+        nonlocal connects
+        connects += 1
+        return sqlite3.connect(path)
 
-        rows = []
-        started = time.perf_counter()
-        for _ in range(queries):
-            conn = connect()
-            _select_one(conn)
-            conn.close()
-        rows.append(
-            DBRow("connect + SELECT 1 + close", queries, connects, time.perf_counter() - started)
-        )
-
-        pool = surge.db.pool(f"sqlite:///{os.path.abspath(path)}")
-        opened = 0
-        make = pool.connector
-
-        def counted() -> Any:  # every connection the pool opens goes through here
-            nonlocal opened
-            opened += 1
-            return make()
-
-        pool.connector = counted
-        with pool:
-            started = time.perf_counter()
-            for _ in range(queries):
-                with pool.connection() as conn:
-                    _select_one(conn)
-            elapsed = time.perf_counter() - started
-        rows.append(DBRow("surge.db.pool, pool.connection()", queries, opened, elapsed))
-
-        connects = 0
+    rows: list[DBRow] = []
+    started = time.perf_counter()
+    for _ in range(queries):
         conn = connect()
+        _select_one(conn)
+        conn.close()
+    elapsed = time.perf_counter() - started
+    rows.append(DBRow("connect + SELECT 1 + close", queries, connects, elapsed, [elapsed]))
+
+    pool = surge.db.pool(f"sqlite:///{os.path.abspath(path)}")
+    opened = 0
+    make = pool.connector
+
+    def counted() -> Any:  # every connection the pool opens goes through here
+        nonlocal opened
+        opened += 1
+        return make()
+
+    pool.connector = counted
+    with pool:
         started = time.perf_counter()
         for _ in range(queries):
-            _select_one(conn)
+            with pool.connection() as conn:
+                _select_one(conn)
         elapsed = time.perf_counter() - started
-        conn.close()
-        rows.append(DBRow("one connection, kept open", queries, connects, elapsed))
+    rows.append(DBRow("surge.db.pool, pool.connection()", queries, opened, elapsed, [elapsed]))
+
+    connects = 0
+    conn = connect()
+    started = time.perf_counter()
+    for _ in range(queries):
+        _select_one(conn)
+    elapsed = time.perf_counter() - started
+    conn.close()
+    rows.append(DBRow("one connection, kept open", queries, connects, elapsed, [elapsed]))
     return rows
 
 
@@ -381,14 +434,45 @@ def render_db(rows: Sequence[DBRow]) -> str:
             f"{r.way:<36} {r.queries:>8,} {r.connects:>9,} {r.seconds:>8.3f} "
             f"{r.per_query_us:>7.1f} us"
         )
+    runs = max((len(r.runs) for r in rows), default=0)
+    lines.append(f"total s: the median of {runs} runs.")
     lines.append(DB_FOOTNOTE)
+    lines += textwrap.wrap(conclude_db(rows), WIDTH)
     return "\n".join(lines)
+
+
+def conclude_db(rows: Sequence[DBRow]) -> str:
+    """The section's one sentence: the connections each way opened, and the time
+    per query where which is faster cannot flip from run to run."""
+    per_query = next((r for r in rows if r.way.startswith("connect +")), None)
+    pooled = next((r for r in rows if r.way.startswith("surge.db.pool")), None)
+    if per_query is None or pooled is None:
+        return "Conclusion: not every way ran, so there is nothing to compare."
+    said = (
+        f"surge.db.pool opened {pooled.connects:,} connection{'s' * (pooled.connects != 1)} "
+        f"for {pooled.queries:,} queries where connecting per query opened {per_query.connects:,}"
+    )
+    ratio = settled_ratio(per_query.runs, pooled.runs)
+    if ratio is not None and ratio > 1:
+        said += (
+            f", and a query through the pool cost {pooled.per_query_us:.1f} us against "
+            f"{per_query.per_query_us:.1f} us ({ratio:,.0f}x less) even on SQLite, "
+            "where a connect is only a file open"
+        )
+    elif ratio is not None:
+        said += (
+            f", yet a query through the pool cost {pooled.per_query_us:.1f} us against "
+            f"{per_query.per_query_us:.1f} us"
+        )
+    return f"Conclusion: {said}."
 
 
 # -- grequests + pyOpenSSL under gevent ---------------------------------------------------
 
-#: HTTPS hosts each grequests run fetches.
-TLS_HOSTS = 100
+#: HTTPS hosts each grequests run fetches: one after another they take ~3.8 s.
+TLS_HOSTS = 30
+#: Runs of each (plain, pyOpenSSL injected), interleaved.
+TLS_RUNS = 3
 
 #: Import name -> distribution, of what the section needs (all in the ``bench`` extra).
 TLS_NEEDS = {
@@ -455,16 +539,22 @@ def sites_to_warm(names: Sequence[str]) -> int:
 @dataclass
 class TLSRun:
     label: str
+    #: The median of ``runs`` (None if no run completed).
     wall_s: float | None
+    #: The fewest answers a run got.
     answered: int
     answerable: int
     note: str = ""
+    #: Every completed run's wall time.
+    runs: list[float] = field(default_factory=list)
 
 
 @dataclass
 class TLSResult:
     hosts: int
     size: int
+    #: Seconds the hosts' answers take one after another (:func:`serial_s`).
+    serial_s: float = 0.0
     runs: list[TLSRun] = field(default_factory=list)
     #: ``surge doctor``'s findings in the pyOpenSSL process (``Finding.to_dict()``).
     findings: list[dict[str, Any]] = field(default_factory=list)
@@ -475,13 +565,25 @@ class TLSResult:
         return next((f for f in self.findings if f.get("id") == DOCTOR_CHECK), None)
 
 
-def _as_run(label: str, result: PeerResult, urls: Sequence[str], timeout: float) -> TLSRun:
+def _add_run(
+    runs: list[TLSRun], label: str, result: PeerResult, urls: Sequence[str], timeout: float
+) -> None:
+    """Count ``result`` into the row ``label`` of ``runs`` (made on its first run)."""
     from surge.bench.peers.runner import score
 
-    if result.wall_s is None:
-        return TLSRun(label, None, 0, len(urls), result.note)
+    row = next((r for r in runs if r.label == label), None)
+    if row is None:
+        row = TLSRun(label, None, len(urls), len(urls), result.note)
+        runs.append(row)
+    if result.wall_s is None or result.killed:
+        row.answered = 0
+        row.note = row.note or result.note
+        return
     s = score(result, urls, timeout=timeout)
-    return TLSRun(label, result.wall_s, s.answerable - s.lost, s.answerable, result.note)
+    row.answerable = s.answerable
+    row.answered = min(row.answered, s.answerable - s.lost)
+    row.runs.append(result.wall_s)
+    row.wall_s = median(row.runs)
 
 
 def grequests_pyopenssl(
@@ -491,33 +593,34 @@ def grequests_pyopenssl(
     concurrency: int = 100,
     timeout: float = 3.0,
     limit_s: float = 120.0,
+    runs: int = TLS_RUNS,
 ) -> TLSResult:
     """grequests over ``n_hosts`` HTTPS hosts of ``sim``, plain and with pyOpenSSL
-    injected, each in a fresh process; ``surge doctor`` in the second."""
+    injected, ``runs`` times each, interleaved, each in a fresh process;
+    ``surge doctor`` in the first pyOpenSSL process."""
     from surge.bench.peers.runner import run_peer
 
-    urls = [sim.url(host, tls=True) for host in answering_hosts(n_hosts, timeout, sim.seed)]
-    result = TLSResult(len(urls), concurrency)
-    plain = run_peer(
-        "grequests",
-        urls,
-        concurrency=concurrency,
-        timeout=timeout,
-        cafile=sim.cafile,
-        limit_s=limit_s,
-    )
-    result.runs.append(_as_run("plain (the ssl module)", plain, urls, timeout))
-    injected, events = run_with_doctor(
-        "grequests_pyopenssl",
-        urls,
-        concurrency=concurrency,
-        timeout=timeout,
-        cafile=sim.cafile,
-        limit_s=limit_s,
-    )
-    result.runs.append(_as_run("pyOpenSSL injected into urllib3", injected, urls, timeout))
-    result.findings = list(events.get("doctor", {}).get("findings", []))
+    names = answering_hosts(n_hosts, timeout, sim.seed)
+    urls = [sim.url(host, tls=True) for host in names]
+    result = TLSResult(len(urls), concurrency, serial_s(names, sim.seed))
+    common: dict[str, Any] = {
+        "concurrency": concurrency,
+        "timeout": timeout,
+        "cafile": sim.cafile,
+        "limit_s": limit_s,
+    }
+    for run in range(runs):
+        _add_run(result.runs, PLAIN, run_peer("grequests", urls, **common), urls, timeout)
+        injected, events = run_with_doctor("grequests_pyopenssl", urls, **common)
+        _add_run(result.runs, INJECTED, injected, urls, timeout)
+        if run == 0:
+            result.findings = list(events.get("doctor", {}).get("findings", []))
     return result
+
+
+#: The two rows of the pyOpenSSL section.
+PLAIN = "plain (the ssl module)"
+INJECTED = "pyOpenSSL injected into urllib3"
 
 
 def run_with_doctor(
@@ -551,16 +654,26 @@ def render_pyopenssl(result: TLSResult) -> str:
     lines = [
         TLS_WRITE_UP.format(hosts=result.hosts, size=result.size),
         "",
-        f"{'grequests':<36} {'wall s':>8} {'vs plain':>9} {'answered':>9}",
+        f"{'grequests':<36} {'wall s':>8} {'runs':>4} {'vs plain':>9} {'answered':>9}",
     ]
-    plain = result.runs[0].wall_s if result.runs else None
+    plain = result.runs[0] if result.runs else None
     for run in result.runs:
         if run.wall_s is None:
             lines.append(f"{run.label:<36} {'-':>8}  {run.note}")
             continue
-        ratio = f"{run.wall_s / plain:,.1f}x" if plain else "-"
+        if run is plain:
+            ratio = "1.0x"
+        else:
+            settled = settled_ratio(run.runs, plain.runs) if plain is not None else None
+            ratio = f"{settled:,.1f}x" if settled is not None else "-"
         answered = f"{run.answered:,}/{run.answerable:,}"
-        lines.append(f"{run.label:<36} {run.wall_s:>8.2f} {ratio:>9} {answered:>9}")
+        lines.append(
+            f"{run.label:<36} {run.wall_s:>8.2f} {len(run.runs):>4} {ratio:>9} {answered:>9}"
+        )
+    lines.append(
+        f"wall s: the median of the runs; one after another, the hosts' answers take "
+        f"{result.serial_s:.2f} s."
+    )
     finding = result.doctor
     if finding is None:
         lines.append("surge doctor did not run in the pyOpenSSL process (see the note above).")
@@ -571,7 +684,33 @@ def render_pyopenssl(result: TLSResult) -> str:
         if finding.get("fix"):
             fix = f"fix: {finding['fix']}"
             lines += textwrap.wrap(fix, WIDTH, initial_indent="  ", subsequent_indent="    ")
+    lines += textwrap.wrap(conclude_pyopenssl(result), WIDTH)
     return "\n".join(lines)
+
+
+def conclude_pyopenssl(result: TLSResult) -> str:
+    """The section's one sentence: whether the injected runs went one request
+    after another, against the plain runs where that cannot flip, and whether
+    doctor named the cause."""
+    rows = {run.label: run for run in result.runs}
+    plain, injected = rows.get(PLAIN), rows.get(INJECTED)
+    if plain is None or injected is None or not plain.runs or not injected.runs:
+        return "Conclusion: a run did not complete (see its note), so there is nothing to compare."
+    assert injected.wall_s is not None and plain.wall_s is not None
+    said = (
+        f"with pyOpenSSL injected, grequests took {injected.wall_s:.1f} s "
+        f"for {result.hosts:,} hosts"
+    )
+    # One after another, a run takes at least the sum of the hosts' answers.
+    if result.serial_s and min(injected.runs) >= 0.9 * result.serial_s:
+        said += f", the sum of their answers' {result.serial_s:.1f} s: one request after another"
+    ratio = settled_ratio(injected.runs, plain.runs)
+    if ratio is not None:
+        said += f", {ratio:,.1f}x the plain run's {plain.wall_s:.1f} s"
+    finding = result.doctor
+    if finding is not None and finding.get("status") == "fail":
+        said += f"; surge doctor names the cause ({finding['id']})"
+    return f"Conclusion: {said}."
 
 
 def db_missing() -> list[str]:

@@ -127,7 +127,15 @@ class ByteSize(click.ParamType):  # type: ignore[type-arg]
     "--data-binary", multiple=True, metavar="DATA|@FILE", help="As -d, bytes as they are."
 )
 @click.option("-A", "--user-agent", metavar="NAME", help="User-Agent (default: surge/VERSION).")
-@click.option("-H", "--header", "headers", multiple=True, metavar="'Name: value'")
+@click.option(
+    "-H",
+    "--header",
+    "headers",
+    multiple=True,
+    metavar="'Name: value'",
+    help="Send this header with every request (repeatable); it replaces surge's own of that "
+    "name. Credentials in it go to each URL's own host only (see --location-trusted).",
+)
 @click.option("-i", "--include-headers", is_flag=True, help="Records carry the response headers.")
 @click.option(
     "--output-dir",

@@ -76,7 +76,7 @@ from surge.bulk.inputs import InputItem
 from surge.bulk.shards import DRAINED_TOPIC, ShardOutcome, WorkerClosing, pack_inputs, run_shard
 from surge.bulk.summary import Summary
 from surge.errors import UsageError
-from surge.extras import install_hint
+from surge.extras import missing
 
 if TYPE_CHECKING:
     from distributed import Client, Future, LocalCluster
@@ -167,10 +167,8 @@ def import_distributed() -> ModuleType:
     """``distributed``, or a UsageError saying how to install it."""
     try:
         import distributed
-    except ImportError:
-        raise UsageError(
-            f"--cluster needs Dask's distributed scheduler: {install_hint('cluster')}"
-        ) from None
+    except ModuleNotFoundError as error:
+        raise UsageError(str(missing(error, "--cluster (Dask's distributed scheduler)"))) from None
     return distributed
 
 

@@ -52,6 +52,7 @@ from surge.db._session import (
     sever_fd,
 )
 from surge.errors import UsageError
+from surge.extras import optional_import
 from surge.pool import AsyncPool
 
 
@@ -61,7 +62,7 @@ class AsyncPsycopg(PsycopgState):
     name = "psycopg"
 
     def __init__(self) -> None:
-        self.module = importlib.import_module("psycopg")
+        self.module = optional_import("psycopg", "surge.db.async_pool: postgresql://")
         self.generators = importlib.import_module("psycopg.generators")
         pq = self.module.pq
         self.idle, self.ok = pq.TransactionStatus.IDLE, pq.ConnStatus.OK
@@ -262,7 +263,7 @@ class AsyncMySQL(MySQLProtocolSession):
     name = "aiomysql"
 
     def __init__(self, url: DatabaseURL) -> None:
-        self.module = importlib.import_module("aiomysql")
+        self.module = optional_import("aiomysql", "surge.db.async_pool: mysql://")
         # aiomysql takes an SSLContext or nothing (no "preferred" mode): TLS when
         # asked for (?ssl_ca=, or a context), one context for every connect.
         self.ssl = _mysql_tls(url, None).get("ssl")

@@ -12,6 +12,7 @@ to ping without opening a transaction, and which errors mean the server is gone
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import select
@@ -37,6 +38,7 @@ from surge.db._session import (
     sever_fd,
 )
 from surge.errors import UsageError
+from surge.extras import optional_import
 
 #: MySQL/MariaDB client errors that mean the connection is gone: 2006 server has
 #: gone away, 2013 lost connection during query, 2055 lost connection at
@@ -617,7 +619,7 @@ class PyMySQL(MySQLProtocolSession, Driver):
     name = "pymysql"
 
     def __init__(self, url: DatabaseURL, ssl_context: ssl.SSLContext | None) -> None:
-        self.module = importlib.import_module("pymysql")
+        self.module = optional_import("pymysql", "surge.db: mysql://")
         self.tls = _mysql_tls(url, ssl_context)
         self.connection_class: Any = pymysql_connection_class(
             self.module.connections.Connection,
@@ -771,7 +773,7 @@ class MySQLClient(Driver):
     name = "mysqlclient"
 
     def __init__(self, url: DatabaseURL) -> None:
-        self.module = importlib.import_module("MySQLdb")
+        self.module = optional_import("MySQLdb", "surge.db: driver='mysqlclient'")
         options = url.options
         self.tls: dict[str, Any] = {}
         off = options.get("ssl", "").lower() in ("0", "false", "off", "no", "disabled")
@@ -839,12 +841,12 @@ class MySQLClient(Driver):
         conn.ping()  # COM_PING; mysqlclient 2.x does not reconnect
 
     def is_disconnect(self, error: BaseException, conn: Any) -> bool:
-        return mysql_is_disconnect(error)
+        return mysql_is_disconnect(error) or getattr(conn, "_surge_gone", False)
 
     def server_idle_timeout(self, conn: Any) -> float | None:
         return mysql_idle_timeout(conn)
 
-    reset_answers = "at return"
+    reset_answers = "at checkout"
     client_attributes = ("encoders", "converter", "cursorclass", "encoding", "_binary_prefix")
 
     def session_ready(self, conn: Any, autocommit: bool, init_sql: tuple[str, ...]) -> None:
@@ -856,14 +858,38 @@ class MySQLClient(Driver):
         finally:
             cursor.close()
         conn._surge_session = (database, charset, collation, autocommit, init_sql)
+        if "_surge_io" not in conn.__dict__:
+            conn._surge_io = threading.Lock()
+            conn._surge_flush = functools.partial(self._flush, conn)
 
     def send_reset(self, conn: Any) -> bool:
-        """libmariadb's ``mysql_reset_connection`` (COM_RESET_CONNECTION), then the
-        set-up: mysqlclient cannot write a command without reading its answer, so
-        this one costs the returning thread its round trips."""
+        """The reset is due: RESET_WRITER does it FLUSH_AFTER from now, off the
+        returning thread, unless a checkout comes first and does it itself.
+        mysqlclient cannot write without reading, so either way it costs the
+        thread that does it its round trips (libmariadb lets the GIL go)."""
+        if conn._surge_streaming:
+            return False  # rows left unread: never read them at return
+        conn._surge_due = True
+        conn._surge_unsure = False
+        self.restore_client(conn)
+        RESET_WRITER.due(conn, time.monotonic())
+        return True
+
+    def reset_pending(self, conn: Any) -> bool:
+        return bool(getattr(conn, "_surge_due", False))
+
+    def finish_reset(self, conn: Any) -> None:
+        with conn._surge_io:
+            if conn._surge_due:
+                self._reset(conn)
+
+    def _reset(self, conn: Any) -> None:
+        """Under the connection's lock: libmariadb's ``mysql_reset_connection``
+        (COM_RESET_CONNECTION), then the set-up."""
         database, charset, collation, autocommit, init_sql = conn._surge_session
-        if conn._surge_streaming or self._reset_connection(conn) != 0:
-            return False  # rows left unread (never read at return), or out of sync
+        if self._reset_connection(conn) != 0:  # out of sync: never used again
+            conn._surge_due = False
+            raise self.module.OperationalError(2014, "resetting the pooled session failed")
         if database:
             conn.select_db(database)
         conn.query(f"SET NAMES {charset} COLLATE {collation}, autocommit={int(autocommit)}")
@@ -876,8 +902,23 @@ class MySQLClient(Driver):
                 if conn.next_result() != 0:
                     break
         conn._surge_unsure = False
-        self.restore_client(conn)
-        return True
+        # Last: until now a checkout must wait for this (finish_reset's lock).
+        conn._surge_due = False
+
+    def _flush(self, conn: Any) -> None:
+        """RESET_WRITER: the reset still due, if no checkout is doing it."""
+        if not conn._surge_due or not conn._surge_io.acquire(False):
+            return
+        try:
+            if conn._surge_due and conn.open:
+                self._reset(conn)
+        except Exception:  # found at the next checkout: a ping, a discard
+            conn._surge_gone = True
+            conn._surge_due = False
+            with contextlib.suppress(Exception):
+                conn.close()
+        finally:
+            conn._surge_io.release()
 
     @functools.cached_property
     def written(self) -> list[int]:
@@ -996,10 +1037,14 @@ class PsycopgState:
         if adapters is not None and _adapters_changed(adapters):
             conn._adapters = self._fresh_adapters(conn)
         prepared = conn._prepared
-        if prepared._names or prepared._counts or prepared._to_flush:
-            fresh = type(prepared)()
-            fresh.prepare_threshold, fresh.prepared_max = conn._surge_prepare
-            conn._prepared = fresh
+        if prepared._names:  # DISCARD ALL deallocated them on the server
+            prepared._names.clear()
+            prepared._to_flush.clear()
+        if prepared._counts:
+            prepared._counts.clear()
+        threshold, most = conn._surge_prepare
+        if prepared.prepare_threshold != threshold or prepared.prepared_max != most:
+            prepared.prepare_threshold, prepared.prepared_max = threshold, most
         if conn._notifies_backlog:
             conn._notifies_backlog.clear()
 
@@ -1081,7 +1126,7 @@ class Psycopg(PsycopgState, Driver):
         self.raise_for(conn, conn.pgconn.exec_(sql.encode()))
 
     def __init__(self) -> None:
-        self.module = importlib.import_module("psycopg")
+        self.module = optional_import("psycopg", "surge.db: postgresql://")
         self.idle = self.module.pq.TransactionStatus.IDLE
         self.ok = self.module.pq.ConnStatus.OK
 

@@ -55,7 +55,9 @@ a polite close, reaches its parent's sessions.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+import operator
 import os
 import re
 import socket
@@ -78,10 +80,11 @@ class ClientState:
     dict or list (PyMySQL's converters, psycopg's handlers) are compared by
     content, since a user may change them in place."""
 
-    __slots__ = ("containers", "names", "values")
+    __slots__ = ("containers", "get", "names", "values")
 
     def __init__(self, conn: Any, names: Sequence[str]) -> None:
         self.names = tuple(n for n in names if hasattr(conn, n))
+        self.get = operator.attrgetter(*self.names) if len(self.names) > 1 else None
         self.values = tuple(getattr(conn, n) for n in self.names)
         self.containers = tuple(
             (n, _copy(v)) for n, v in zip(self.names, self.values, strict=True) if _mutable(v)
@@ -91,7 +94,8 @@ class ClientState:
         """Put the attributes back; True if any had changed."""
         changed = False
         names, values = self.names, self.values
-        now = tuple(getattr(conn, n) for n in names)
+        get = self.get
+        now = get(conn) if get is not None else tuple(getattr(conn, n) for n in names)
         if now != values:  # identity first, element by element: cheap when equal
             changed = True
             for name, old, new in zip(names, values, now, strict=True):
@@ -123,8 +127,12 @@ def session_of(conn: Any) -> int:
 
 
 def next_session(conn: Any) -> None:
-    with contextlib.suppress(AttributeError):  # a class without __dict__ (sqlite3)
-        conn._surge_session_no = session_of(conn) + 1
+    # A class without __dict__ (sqlite3) has no session number; try/except, not
+    # contextlib.suppress, which costs 0.7 us on every return.
+    try:  # noqa: SIM105
+        conn._surge_session_no = getattr(conn, "_surge_session_no", 0) + 1
+    except AttributeError:
+        pass
 
 
 # -- severing: a connection that must never be used again, whatever touches it ---------
@@ -184,7 +192,7 @@ def _quoted(value: str) -> str:
 SESSION_PROBE = "SELECT @@character_set_client, @@collation_connection, @@autocommit, @@sql_mode"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class MySQLReset:
     """The bytes of one connection's session reset, built when its session is
     ready: ``COM_RESET_CONNECTION``; ``COM_INIT_DB`` of its database, sent only
@@ -212,16 +220,23 @@ class MySQLReset:
 
     def compose(self, db_changed: bool) -> tuple[bytes, int, int]:
         """The bytes to write, how many OK packets, how many other answers."""
-        parts = [self.reset]
-        if db_changed and self.init_db is not None:
-            parts.append(self.init_db)
-        if self.set is not None:
-            parts.append(self.set)
-        parts.append(self.init)
-        n_ok = len(parts) - 1
+        composed = self._composed[bool(db_changed and self.init_db is not None)]
         self.written[0] += 1
-        self.written[1] += n_ok + self.n_init
-        return b"".join(parts), n_ok, self.n_init
+        self.written[1] += composed[1] + self.n_init
+        return composed
+
+    @functools.cached_property
+    def _composed(self) -> tuple[tuple[bytes, int, int], tuple[bytes, int, int]]:
+        """Both forms, without and with COM_INIT_DB, built once."""
+        forms = []
+        for with_db in (False, True):
+            parts = [self.reset]
+            if with_db and self.init_db is not None:
+                parts.append(self.init_db)
+            if self.set is not None:
+                parts.append(self.set)
+            forms.append((b"".join([*parts, self.init]), len(parts), self.n_init))
+        return forms[0], forms[1]
 
 
 def mysql_reset(
@@ -314,16 +329,25 @@ class ResetWriter:
         self._due: deque[tuple[float, Any]] = deque()
         self._cond = threading.Condition(threading.Lock())
         self._idle = False
-        self._pid: int | None = None
+        self._started = False
+        if hasattr(os, "register_at_fork"):  # a forked child has no thread: start anew
+            os.register_at_fork(after_in_child=self._forked)
+
+    def _forked(self) -> None:
+        self._due = deque()
+        self._cond = threading.Condition(threading.Lock())
+        self._idle = self._started = False
 
     def due(self, conn: Any, now: float) -> None:
-        with self._cond:
-            if self._pid != os.getpid():  # first use, or a forked child: no thread yet
-                self._pid = os.getpid()
-                self._due.clear()
-                threading.Thread(target=self._run, name="surge.db resets", daemon=True).start()
-            self._due.append((now + FLUSH_AFTER, conn))
-            if self._idle:
+        """``conn``'s reset is due: write it FLUSH_AFTER from ``now`` unless its
+        next command takes it first.  (The hot path: a deque append, which is
+        thread-safe, and the condition's lock only to wake an idle thread.)"""
+        self._due.append((now + FLUSH_AFTER, conn))
+        if self._idle or not self._started:
+            with self._cond:
+                if not self._started:
+                    self._started = True
+                    threading.Thread(target=self._run, name="surge.db resets", daemon=True).start()
                 self._idle = False
                 self._cond.notify()
 
@@ -333,17 +357,28 @@ class ResetWriter:
             with self._cond:
                 while not self._due:
                     self._idle = True
-                    self._cond.wait()
+                    # Timed: an append that read _idle just before it was set
+                    # wakes nobody; this wait then ends on its own.
+                    self._cond.wait(IDLE_RECHECK)
+                self._idle = False
                 when, conn = self._due[0]
                 delay = when - clock()
                 if delay > 0:
-                    self._cond.wait(delay)
+                    # Woken at most once per FLUSH_AFTER, whatever the rate of
+                    # returns: waking for each (a connection back every 100 us,
+                    # each due 2 ms later) cost more CPU than the queries.
+                    self._cond.wait(max(delay, FLUSH_AFTER))
                     continue
                 self._due.popleft()
             try:
                 conn._surge_flush()
             except Exception:  # a connection's failure is its own: never the thread's
                 logging.getLogger("surge.db").warning("writing a reset failed", exc_info=True)
+
+
+#: How long the idle writer sleeps before it looks again on its own (seconds): the
+#: bound on a reset's delay when a return raced with the writer going idle.
+IDLE_RECHECK = 0.05
 
 
 RESET_WRITER = ResetWriter()

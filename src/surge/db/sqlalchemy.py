@@ -38,10 +38,15 @@ import os
 import threading
 from typing import Any
 
-import sqlalchemy
-from sqlalchemy.engine import Engine
-from sqlalchemy.pool import Pool
-from sqlalchemy.pool.base import ConnectionPoolEntry, PoolProxiedConnection, _ConnectionRecord
+from surge.extras import missing
+
+try:
+    import sqlalchemy
+    from sqlalchemy.engine import Engine
+    from sqlalchemy.pool import Pool
+    from sqlalchemy.pool.base import ConnectionPoolEntry, PoolProxiedConnection, _ConnectionRecord
+except ModuleNotFoundError as error:
+    raise missing(error, "surge.db.sqlalchemy") from None
 
 from surge.db._drivers import DatabaseURL
 from surge.db._pool import DBPool

@@ -90,13 +90,20 @@ class Upload:
 
     READ_SIZE = 64 * 1024
 
-    def __init__(self, source: Any) -> None:
+    def __init__(self, source: Any, length: int | None = None) -> None:
         self._source = source
         self._file = hasattr(source, "read")
         self._start = 0
         self.length: int | None = None
         self.started = False
-        if isinstance(source, FileRange):
+        if length is not None:  # declared by the caller (a drop-in's Content-Length)
+            self.length = length
+            if self._file:
+                try:
+                    self._start = source.tell()
+                except (AttributeError, OSError, io.UnsupportedOperation):
+                    self._file = False  # read once, as it comes
+        elif isinstance(source, FileRange):
             self.length = source.length
         elif self._file:
             if isinstance(source, io.TextIOBase):
@@ -130,7 +137,7 @@ class Upload:
             )
         self.started = True
         source = self._source
-        if self.length is not None:  # no more than the length announced
+        if self.length is not None and hasattr(source, "read"):  # no more than announced
             left = self.length
             while left > 0 and (chunk := source.read(min(self.READ_SIZE, left))):
                 left -= len(chunk)
@@ -162,6 +169,8 @@ def encode_body(content: Any, data: Any, json: Any) -> tuple[bytes | Upload | No
     if len(given) > 1:
         raise UsageError(f"give one request body, not {' and '.join(given)}")
     if content is not None:
+        if isinstance(content, Upload):
+            return content, None
         if isinstance(content, str):
             return content.encode("utf-8"), None
         if isinstance(content, bytes | bytearray | memoryview):

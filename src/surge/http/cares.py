@@ -104,14 +104,15 @@ Answer = tuple[tuple[str, ...], float | None]  # addresses (IPv4 first), TTL in 
 
 
 def _detail(host: str, status: int, timeout: float) -> str:
-    """The ``dns_error`` detail for a c-ares status."""
+    """The ``dns_error`` detail for a c-ares status (``timeout``: the seconds
+    the lookup actually waited, for a timeout's)."""
     assert pycares is not None
     what: str | None = {
         pycares.errno.ARES_ENOTFOUND: "NXDOMAIN",
         pycares.errno.ARES_ENODATA: "no answer (NOERROR, no address records)",
         pycares.errno.ARES_ESERVFAIL: "SERVFAIL",
         pycares.errno.ARES_EREFUSED: "REFUSED",
-        pycares.errno.ARES_ETIMEOUT: f"timeout after {timeout:g} s",
+        pycares.errno.ARES_ETIMEOUT: f"timeout after {timeout:.2f} s",
         pycares.errno.ARES_ECONNREFUSED: "connection refused by the DNS server",
         pycares.errno.ARES_EBADNAME: "not a valid host name",
         pycares.errno.ARES_ECANCELLED: "lookup cancelled",
@@ -160,13 +161,20 @@ def _new_channel(state: Callable[[int, bool, bool], None], timeout: float) -> An
 class _Lookup:
     """One ``getaddrinfo`` in flight: its future, and the deadline's slot."""
 
-    __slots__ = ("channel", "future", "host", "slot")
+    __slots__ = ("channel", "future", "host", "slot", "started")
 
     def __init__(self, channel: _LoopChannel, future: asyncio.Future[Answer], host: str) -> None:
         self.channel = channel
         self.future = future
         self.host = host
         self.slot: set[Any] | None = None
+        self.started = channel.loop.time()
+
+    def waited(self) -> float:
+        """Seconds since the query was sent: what a timeout's message states
+        (not the limit: a lookup cut short by its request's own connect
+        timeout, or one that fired late on a busy loop, says how long it was)."""
+        return self.channel.loop.time() - self.started
 
     def settle(self, status: int, v4: list[str], v6: list[str], ttl: float | None) -> None:
         """c-ares has answered: the addresses (IPv4 first) or a ``dns_error``."""
@@ -178,7 +186,7 @@ class _Lookup:
         if status == 0 and not (v4 or v6):
             status = pycares.errno.ARES_ENODATA
         if status:
-            detail = _detail(self.host, status, self.channel.timeout)
+            detail = _detail(self.host, status, self.waited())
             future.set_exception(RequestError("dns_error", detail))
         else:
             future.set_result((tuple(dict.fromkeys(v4 + v6)), ttl))
@@ -205,7 +213,7 @@ class _Lookup:
     def expire(self) -> None:
         if not self.future.done():
             status = pycares.errno.ARES_ETIMEOUT
-            detail = _detail(self.host, status, self.channel.timeout)
+            detail = _detail(self.host, status, self.waited())
             self.future.set_exception(RequestError("dns_error", detail))
 
 
@@ -397,6 +405,31 @@ class _LoopChannel:
         self.channel.close()
 
 
+def has_global_ipv6(if_inet6: str = "/proc/net/if_inet6") -> bool:
+    """Whether this host has an IPv6 address that reaches the Internet: one of
+    global scope outside fc00::/7 (unique local addresses, RFC 4193, are not
+    routed beyond their site), as glibc's AI_ADDRCONFIG asks before sending an
+    AAAA query.  Linux lists its addresses in ``if_inet6``; elsewhere, a UDP
+    socket connected to a global address (no datagram is sent) says whether
+    there is a route."""
+    try:
+        with open(if_inet6) as table:
+            lines = table.read().split("\n")
+    except OSError:
+        try:
+            with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as probe:
+                probe.connect(("2001:4860:4860::8888", 53))
+            return True
+        except OSError:
+            return False
+    for line in lines:
+        fields = line.split()
+        # address, interface index, prefix length, scope, flags, name
+        if len(fields) >= 4 and fields[3] == "00" and int(fields[0][:2], 16) & 0xFE != 0xFC:
+            return True
+    return False
+
+
 class CaresBackend:
     """c-ares lookups for the resolver: a channel per event loop that asks (the
     previous loop's is closed).  ``servers``: ``IP[:PORT]`` / ``[IPv6]:PORT``
@@ -413,6 +446,10 @@ class CaresBackend:
             raise RuntimeError("pycares is not installed")
         self.servers = list(servers) if servers else None
         self.timeout = timeout
+        if family == socket.AF_UNSPEC and not has_global_ipv6():
+            # No AAAA query where no IPv6 address could be used (AI_ADDRCONFIG):
+            # half the queries, and their CPU, saved.  -6 still asks for them.
+            family = socket.AF_INET
         self.family = family
         self._current: _LoopChannel | None = None
 

@@ -35,7 +35,7 @@ from surge.http.connection import HTTPConnection, WireResponse, sets_cookies
 from surge.http.deadlines import Deadlines, TaskDeadline
 from surge.http.decoding import ACCEPT_ENCODING, decode
 from surge.http.gate import Gate
-from surge.http.headers import HeaderInput, build, check_method
+from surge.http.headers import HeaderInput, RequestHeaders, build, check_method
 from surge.http.resolver import DNS_TIMEOUT, Override, Resolver, parse_servers
 from surge.http.response import Response
 from surge.http.stream import BodyStream, drain
@@ -132,6 +132,9 @@ def _proxies(proxy: str | None, noproxy: str | None, trust_env: bool) -> Proxies
 
     return Proxies.configure(proxy, noproxy, trust_env)
 
+
+#: Request header sets a client keeps validated (bounded: callers make them).
+_BUILT_KEPT = 64
 
 #: ``ip_version`` -> the resolver's address family.
 _FAMILIES = {None: socket.AF_UNSPEC, 4: socket.AF_INET, 6: socket.AF_INET6}
@@ -261,6 +264,8 @@ class AsyncClient:
         #: The client's headers (surge's defaults first), split by headers.py's policy.
         self._headers = build(headers, ACCEPT_ENCODING if decompress else None)
         self._credentials = self._headers.credentials
+        #: Request header sets already validated and merged (_with_headers).
+        self._built: dict[tuple[Any, ...], RequestHeaders] = {}
         #: ``-u user:password``: sent to the first origin of each request only; a
         #: callable is called for each request (auth.py).
         check_auth(auth)
@@ -368,7 +373,7 @@ class AsyncClient:
         *,
         params: Params | None = None,
         headers: HeaderInput = None,
-        content: bytes | str | None = None,
+        content: bytes | str | Upload | None = None,
         data: Mapping[str, Any] | None = None,
         json: Any = None,
         body: bytes | None = None,
@@ -379,6 +384,7 @@ class AsyncClient:
         _stream: bool = False,
         _discard: bool = False,
         _on_hop: Callable[[Response, list[bytes]], None] | None = None,
+        _pool_timeout: float | None = None,
     ) -> Response:
         """Send one request (following redirects if asked) and read the response.
 
@@ -398,6 +404,10 @@ class AsyncClient:
         ``_on_hop(response, body)`` (surge.bulk.bodies' WARC) is called with each
         redirect response followed, its ``request_head`` set, and its body as it
         came off the wire (dechunked, not decoded), before the next hop is sent.
+
+        ``_pool_timeout`` (the drop-in transports': httpx's ``Timeout(pool=)``):
+        the longest this request waits for a connection slot, then ``PoolTimeout``;
+        surge's own callers never set it (waiting in surge's queue is no failure).
         """
         timings = Timings(perf_counter())
         upload: Upload | None = None  # a body streamed from a file or an iterator
@@ -431,7 +441,7 @@ class AsyncClient:
         follow = self.follow_redirects if follow_redirects is None else follow_redirects
         own = self._headers
         if headers:
-            own = own.plus(build(headers))
+            own = self._with_headers(headers)
             secret = own.credentials
         else:
             secret = self._credentials  # a local copy: NamedTuple fields cost a lookup
@@ -497,7 +507,7 @@ class AsyncClient:
                 if conn is None:
                     token = _opening_for.set((timings, connect_timeout))
                     try:
-                        conn = await pool.acquire(key)
+                        conn = await pool.acquire(key, _pool_timeout)
                     except RequestError as e:
                         _annotate(e, url, target.url, timings, redirects)
                         raise
@@ -639,6 +649,23 @@ class AsyncClient:
                         " iterator's body cannot be sent twice: give bytes or a file"
                     )
             timings = _next_hop(timings)
+
+    def _with_headers(self, headers: HeaderInput) -> RequestHeaders:
+        """The client's headers plus a request's, validated and split once per
+        distinct set: a program (or a library above a drop-in transport) sends
+        the same few sets again and again, and checking each line costs ~5 us."""
+        pairs: Iterable[Any] = headers.items() if isinstance(headers, Mapping) else headers or ()
+        key = tuple(pairs)
+        try:
+            made = self._built.get(key)
+        except TypeError:  # unhashable values: not kept
+            return self._headers.plus(build(key))
+        if made is None:
+            made = self._headers.plus(build(key))
+            if len(self._built) >= _BUILT_KEPT:
+                self._built.clear()
+            self._built[key] = made
+        return made
 
     def stream(self, method: str, url: str, **kwargs: Any) -> AsyncContextManager[Response]:
         """``async with client.stream("GET", url) as response:`` a response whose

@@ -599,10 +599,10 @@ class HTTPConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self._release_writer()  # a body writer stops; the response says why
         try:
-            self._settle_on_loss(exc)
+            self._settle_on_loss(exc)  # (_fail reads whether a body was being written)
         finally:
+            self._release_writer()  # a body writer stops; the response says why
             # The transport and the parser (through its bound callbacks) point back
             # at this protocol: drop both, so that a closed connection is freed by
             # reference counting at once instead of waiting for the cycle collector
@@ -879,6 +879,8 @@ class HTTPConnection(asyncio.Protocol):
         return False
 
     def _fail(self, error: RequestError) -> None:
+        if self._writable is not None:  # the server had stopped taking the request
+            error.sending = True
         slot = self._slot
         if slot is not None:
             slot.discard(self)

@@ -28,6 +28,8 @@ class Expirable(Protocol):
 
 #: The default slot width, seconds.
 RESOLUTION = 0.05
+#: No deadline at all (httpx's ``Timeout(None)``, requests' ``timeout=None``).
+_FOREVER = float("inf")
 
 
 class Deadlines:
@@ -45,7 +47,10 @@ class Deadlines:
 
     def add(self, exchange: Expirable, deadline: float) -> set[Expirable]:
         """Expire ``exchange`` at ``deadline`` (loop time, rounded up to a slot end)
-        unless it leaves the returned set first."""
+        unless it leaves the returned set first.  An infinite ``deadline`` (a
+        drop-in transport's "no limit") never expires: it joins no slot."""
+        if deadline == _FOREVER:
+            return set()
         # Never early: the slot after the one ``deadline`` falls in (a deadline
         # on a slot's very edge waits one slot more). int() of a positive float
         # floors it without the float modulo that ``//`` costs.

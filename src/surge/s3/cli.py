@@ -550,7 +550,14 @@ def _transfer_options(command: Callable[..., None]) -> Callable[..., None]:
             default=None,
             help="Objects larger than this go in parts (default: the part size).",
         ),
-        click.option("--retries", type=click.IntRange(0, 100), default=5, show_default=True),
+        click.option(
+            "--retries",
+            type=click.IntRange(0, 100),
+            default=5,
+            show_default=True,
+            help="Retries of a request that failed transiently (SlowDown, 5xx, a reset "
+            "or timeout), with jittered back-off.",
+        ),
         click.option("--endpoint-url", metavar="URL", help="An S3-compatible server (path-style)."),
         click.option(
             "--region", help="Default: from the environment or the profile, else us-east-1."
@@ -559,7 +566,12 @@ def _transfer_options(command: Callable[..., None]) -> Callable[..., None]:
         click.option(
             "--no-sign-request", is_flag=True, help="Anonymous requests (public buckets)."
         ),
-        click.option("-x", "--proxy", metavar="[SCHEME://][USER:PASSWORD@]HOST[:PORT]"),
+        click.option(
+            "-x",
+            "--proxy",
+            metavar="[SCHEME://][USER:PASSWORD@]HOST[:PORT]",
+            help="Go through this proxy (as surge fetch). Default: $https_proxy, $all_proxy.",
+        ),
         _proxy_tls,
         _timeouts_and_debug,
         click.option(

@@ -54,6 +54,8 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
 
+from surge.extras import how_to_install
+
 __all__ = [
     "DBServer",
     "ServerNotInstalled",
@@ -145,10 +147,9 @@ def _import_driver(name: Literal["pymysql", "psycopg"]) -> Any:
     try:
         return __import__(name)
     except ImportError:
-        pip = {"pymysql": "pymysql", "psycopg": "'psycopg[binary]'"}[name]
-        raise ServerNotInstalled(
-            f"the Python driver {name} is not installed", f"pip install {pip}"
-        ) from None
+        how = how_to_install(name)
+        assert how is not None  # both are in the db extra
+        raise ServerNotInstalled(f"the Python driver {name} is not installed", how) from None
 
 
 # --------------------------------------------------------------------------- helpers

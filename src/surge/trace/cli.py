@@ -34,9 +34,21 @@ from surge.terminal import die
 @click.option("--no-reuse", is_flag=True, help="A new connection for every request.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per request per line.")
 @click.option(
-    "-X", "--method", default="GET", show_default=True, type=click.Choice(["GET", "HEAD"])
+    "-X",
+    "--method",
+    default="GET",
+    show_default=True,
+    type=click.Choice(["GET", "HEAD"]),
+    help="The request method.",
 )
-@click.option("-H", "--header", "headers", multiple=True, metavar="'Name: value'")
+@click.option(
+    "-H",
+    "--header",
+    "headers",
+    multiple=True,
+    metavar="'Name: value'",
+    help="Send this header with every request (repeatable).",
+)
 @click.option("-L", "--location", "follow", is_flag=True, help="Follow redirects.")
 @click.option(
     "--resolve", multiple=True, metavar="HOST:PORT:ADDR", help="HOST may be * or *.suffix."

@@ -19,15 +19,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from surge.extras import missing
+
 try:
     import MySQLdb  # mysqlclient, if installed, is what Django expects
 except ImportError:
-    import pymysql
+    try:
+        import pymysql
+    except ModuleNotFoundError as error:
+        raise missing(error, "surge.db.django.mysql") from None
 
     pymysql.install_as_MySQLdb()
     import MySQLdb
 
-from django.db.backends.mysql import base as django_mysql
+try:
+    from django.db.backends.mysql import base as django_mysql
+except ModuleNotFoundError as error:
+    raise missing(error, "surge.db.django.mysql") from None
 
 from surge.db.django._pooled import PooledWrapper, close_pools
 

@@ -16,9 +16,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured
-from django.db.backends.postgresql import base as django_postgresql
-from psycopg import IsolationLevel
+from surge.extras import missing
+
+try:
+    from django.core.exceptions import ImproperlyConfigured
+    from django.db.backends.postgresql import base as django_postgresql
+    from psycopg import IsolationLevel
+except ModuleNotFoundError as error:
+    raise missing(error, "surge.db.django.postgresql") from None
 
 from surge.db.django._pooled import PooledWrapper, close_pools
 

@@ -1,0 +1,308 @@
+"""DB-API connects and statements: PyMySQL, mysqlclient (``MySQLdb``), psycopg 3
+(sync and async) and aiomysql.  None of these drivers has a hook for either, so
+these are wrappers, one instrumentor per driver.
+
+A connect is one operation (TCP, TLS and the login; the socket floor's TCP and
+TLS events become its phases); a statement is one operation from ``execute``
+until it returns (a buffered cursor has read its rows by then).
+
+What a statement is recorded as: its verb and the table it names
+(``SELECT users``), from :func:`statement`; never its text, which may carry
+values, and never its parameters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from types import ModuleType
+from typing import Any
+
+from surge.watch.instrument import Instrumentor, error_class, failed
+from surge.watch.recorder import clock
+
+#: Characters of a statement looked at for its verb and table.
+LOOK = 2000
+_LITERALS = re.compile(
+    r"'(?:[^'\\]|\\.|'')*'?|\"(?:[^\"\\]|\\.)*\"?|--[^\n]*|/\*.*?(?:\*/|$)", re.S
+)
+_VERB = re.compile(r"\s*\(?\s*([A-Za-z]{2,20})\b")
+_NAME = r"\s+((?:`[^`]{1,64}`|[A-Za-z_][\w$]{0,63})(?:\.(?:`[^`]{1,64}`|[A-Za-z_][\w$]{0,63}))?)"
+_TABLE = {
+    "SELECT": re.compile(r"\bFROM" + _NAME, re.I),
+    "DELETE": re.compile(r"\bFROM" + _NAME, re.I),
+    "INSERT": re.compile(r"\bINTO" + _NAME, re.I),
+    "REPLACE": re.compile(r"\bINTO" + _NAME, re.I),
+    "UPDATE": re.compile(r"^\s*\(?\s*UPDATE" + _NAME, re.I),
+    "COPY": re.compile(r"^\s*COPY" + _NAME, re.I),
+}
+
+
+def statement(query: Any) -> str:
+    """``SELECT users``: a statement's verb and table, with string literals and
+    comments removed first, so that nothing of a value can come through."""
+    if isinstance(query, bytes | bytearray | memoryview):
+        query = bytes(query[:LOOK]).decode("utf-8", "replace")
+    if not isinstance(query, str):
+        return "SQL"  # a composed statement (psycopg.sql): not rendered
+    text = _LITERALS.sub(" ", query[:LOOK])
+    verb_match = _VERB.match(text)
+    if verb_match is None:
+        return "SQL"
+    verb = verb_match.group(1).upper()
+    table = _TABLE.get(verb)
+    found = table.search(text) if table is not None else None
+    if verb == "SELECT" and found is None:
+        return "SELECT"
+    return f"{verb} {found.group(1).strip('`')}" if found is not None else verb
+
+
+class _Driver(Instrumentor):
+    """What the four drivers share: a call timed as a connect or a statement.
+    ``describe(*args, **kwargs)`` names it: ``(peer, what)``."""
+
+    def _record(
+        self, kind: str, describe: Any, start: float, error: str | None, args: Any, kwargs: Any
+    ) -> None:
+        try:
+            peer, what = describe(*args, **kwargs)
+            self.recorder.db_end(kind, self.library, peer, what, start, clock(), error)
+        except Exception:
+            failed(f"{self.library} {kind}")
+
+    def timed(self, kind: str, describe: Any) -> Any:
+        """A wrapper maker: ``original(*args, **kwargs)`` timed as ``kind``."""
+
+        def make(original: Any) -> Any:
+            instrumentor = self
+
+            def call(*args: Any, **kwargs: Any) -> Any:
+                if not instrumentor.on:
+                    return original(*args, **kwargs)
+                start = clock()
+                instrumentor.recorder.db_start(start)
+                try:
+                    result = original(*args, **kwargs)
+                except BaseException as e:
+                    instrumentor._record(kind, describe, start, error_class(e), args, kwargs)
+                    raise
+                instrumentor._record(kind, describe, start, None, args, kwargs)
+                return result
+
+            call.__wrapped__ = original  # type: ignore[attr-defined]
+            return call
+
+        return make
+
+    def timed_async(self, kind: str, describe: Any) -> Any:
+        """:meth:`timed` for a coroutine function."""
+
+        def make(original: Any) -> Any:
+            instrumentor = self
+
+            async def call(*args: Any, **kwargs: Any) -> Any:
+                if not instrumentor.on:
+                    return await original(*args, **kwargs)
+                start = clock()
+                instrumentor.recorder.db_start(start)
+                try:
+                    result = await original(*args, **kwargs)
+                except BaseException as e:
+                    instrumentor._record(kind, describe, start, error_class(e), args, kwargs)
+                    raise
+                instrumentor._record(kind, describe, start, None, args, kwargs)
+                return result
+
+            return call
+
+        return make
+
+
+def _statement_of(peer_of: Any) -> Any:
+    """``describe`` for ``execute(cursor, query, ...)``."""
+
+    def describe(cursor: Any, query: Any = None, *args: Any, **kwargs: Any) -> tuple[str, str]:
+        return peer_of(cursor), statement(query)
+
+    return describe
+
+
+def _connect_of(peer_of: Any) -> Any:
+    def describe(*args: Any, **kwargs: Any) -> tuple[str, str]:
+        return peer_of(*args, **kwargs), "connect"
+
+    return describe
+
+
+def _host_port(host: Any, port: Any, default_port: int, unix: Any = None) -> str:
+    if unix:
+        return f"unix:{str(unix)[:200]}"
+    return f"{host or 'localhost'}:{port or default_port}"
+
+
+class PyMySQLInstrumentor(_Driver):
+    """A PyMySQL connect is ``Connection.__init__`` (which builds the TLS context,
+    an SSLContext per connection unless one is given, then calls ``connect``),
+    and ``connect`` called on its own (``defer_connect``, a reconnect)."""
+
+    library = "pymysql"
+    modules = ("pymysql.connections", "pymysql.cursors")
+    _INIT = "_surge_watch_init"
+
+    def apply(self, module: ModuleType) -> None:
+        if module.__name__ == "pymysql.connections":
+            self.replace(module.Connection, "__init__", self._init)
+            connect = self.timed("db.connect", _connect_of(self._conn_peer))
+            self.replace(module.Connection, "connect", lambda f: self._outside_init(connect(f)))
+        else:
+            execute = self.timed("db.query", _statement_of(self._peer))
+            self.replace(module.Cursor, "execute", execute)
+
+    def _init(self, original: Any) -> Any:
+        timed = self.timed("db.connect", _connect_of(self._conn_peer))(original)
+        init = self._INIT
+
+        def __init__(connection: Any, *args: Any, **kwargs: Any) -> None:
+            if kwargs.get("defer_connect"):  # no connect here: connect() is timed later
+                return original(connection, *args, **kwargs)  # type: ignore[no-any-return]
+            connection.__dict__[init] = True
+            try:
+                timed(connection, *args, **kwargs)
+            finally:
+                connection.__dict__.pop(init, None)
+
+        return __init__
+
+    def _outside_init(self, timed: Any) -> Any:
+        original = timed.__wrapped__ if hasattr(timed, "__wrapped__") else None
+        init = self._INIT
+
+        def connect(connection: Any, *args: Any, **kwargs: Any) -> Any:
+            if connection.__dict__.get(init) and original is not None:
+                return original(connection, *args, **kwargs)  # timed as the __init__
+            return timed(connection, *args, **kwargs)
+
+        return connect
+
+    @staticmethod
+    def _conn_peer(connection: Any, *args: Any, **kwargs: Any) -> str:
+        return _host_port(
+            getattr(connection, "host", kwargs.get("host")),
+            getattr(connection, "port", kwargs.get("port")),
+            3306,
+            getattr(connection, "unix_socket", kwargs.get("unix_socket")),
+        )
+
+    def _peer(self, cursor: Any) -> str:
+        connection = cursor.connection
+        return self._conn_peer(connection) if connection is not None else "?"
+
+
+class MySQLdbInstrumentor(_Driver):
+    library = "mysqlclient"
+    modules = ("MySQLdb.connections", "MySQLdb.cursors")
+
+    def apply(self, module: ModuleType) -> None:
+        if module.__name__ == "MySQLdb.connections":
+            connect = self.timed("db.connect", _connect_of(self._conn_peer))
+            self.replace(module.Connection, "__init__", connect)
+        else:
+            execute = self.timed("db.query", _statement_of(self._peer))
+            self.replace(module.BaseCursor, "execute", execute)
+
+    @staticmethod
+    def _conn_peer(connection: Any, *args: Any, **kwargs: Any) -> str:
+        # MySQLdb.connect(host, user, passwd, db, port, unix_socket, ...) or keywords
+        names = ("host", "user", "passwd", "db", "port", "unix_socket")
+        given = dict(zip(names, args, strict=False))
+        host = kwargs.get("host", given.get("host"))
+        port = kwargs.get("port", given.get("port"))
+        unix = kwargs.get("unix_socket", given.get("unix_socket"))
+        peer = _host_port(host, port, 3306, unix)
+        with contextlib.suppress(Exception):
+            connection.__dict__["_surge_watch_peer"] = peer
+        return peer
+
+    @staticmethod
+    def _peer(cursor: Any) -> str:
+        try:
+            return str(cursor.connection.__dict__.get("_surge_watch_peer", "?"))
+        except Exception:
+            return "?"
+
+
+def _conninfo_peer(conninfo: Any = "", **kwargs: Any) -> str:
+    """host:port of a psycopg connect's arguments (psycopg's own parser)."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        params = conninfo_to_dict(conninfo or "", **kwargs)
+    except Exception:
+        return "?"
+    host = str(params.get("host") or params.get("hostaddr") or "")
+    if host.startswith("/"):
+        return f"unix:{host[:200]}:{params.get('port') or 5432}"
+    return _host_port(host, params.get("port"), 5432)
+
+
+def _psycopg_cursor_peer(cursor: Any) -> str:
+    try:
+        info = cursor.connection.info
+        host = info.host
+        return f"unix:{host}:{info.port}" if host.startswith("/") else f"{host}:{info.port}"
+    except Exception:
+        return "?"
+
+
+class PsycopgInstrumentor(_Driver):
+    library = "psycopg"
+    modules = ("psycopg",)
+
+    def apply(self, module: ModuleType) -> None:
+        def peer(cls: Any, conninfo: Any = "", **kwargs: Any) -> str:
+            return _conninfo_peer(conninfo, **kwargs)
+
+        def classmethod_of(make: Any) -> Any:
+            def wrap(descriptor: Any) -> Any:
+                return classmethod(make(descriptor.__func__))
+
+            return wrap
+
+        describe = _connect_of(peer)
+        # psycopg.connect is Connection.connect bound when psycopg was imported
+        unbound = _connect_of(_conninfo_peer)
+        self.replace(module, "connect", self.timed("db.connect", unbound))
+        connect = classmethod_of(self.timed("db.connect", describe))
+        self.replace(module.Connection, "connect", connect)
+        connect_async = classmethod_of(self.timed_async("db.connect", describe))
+        self.replace(module.AsyncConnection, "connect", connect_async)
+        query = _statement_of(_psycopg_cursor_peer)
+        for name in ("execute", "executemany"):
+            self.replace(module.Cursor, name, self.timed("db.query", query))
+            self.replace(module.AsyncCursor, name, self.timed_async("db.query", query))
+
+
+class AiomysqlInstrumentor(_Driver):
+    library = "aiomysql"
+    modules = ("aiomysql.connection", "aiomysql.cursors")
+
+    def apply(self, module: ModuleType) -> None:
+        if module.__name__ == "aiomysql.connection":
+            connect = self.timed_async("db.connect", _connect_of(self._conn_peer))
+            self.replace(module.Connection, "_connect", connect)
+        else:
+            execute = self.timed_async("db.query", _statement_of(self._peer))
+            self.replace(module.Cursor, "execute", execute)
+
+    @staticmethod
+    def _conn_peer(connection: Any, *args: Any, **kwargs: Any) -> str:
+        return _host_port(
+            getattr(connection, "_host", None),
+            getattr(connection, "_port", None),
+            3306,
+            getattr(connection, "_unix_socket", None),
+        )
+
+    def _peer(self, cursor: Any) -> str:
+        connection = getattr(cursor, "_connection", None)
+        return self._conn_peer(connection) if connection is not None else "?"

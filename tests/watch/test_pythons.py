@@ -1,0 +1,58 @@
+"""The recording in the Python versions surge supports (3.11 to 3.13): ``surge
+watch`` runs a standard-library program under each interpreter found (the
+recording itself imports only the standard library, so an interpreter without
+surge's dependencies is enough): ``pythonX.Y`` on PATH, or the interpreters
+listed in ``SURGE_PYTHONS`` (paths, separated by ``os.pathsep``); one that is
+not there skips."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tests.watch.conftest import watch
+
+from surge.sim import SimInfo
+
+VERSIONS = ("3.11", "3.12", "3.13")
+
+
+def _version(python: str) -> str | None:
+    try:
+        done = subprocess.run(
+            [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except OSError:
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _interpreter(version: str) -> str | None:
+    if f"{sys.version_info.major}.{sys.version_info.minor}" == version:
+        return sys.executable
+    given = [p for p in os.environ.get("SURGE_PYTHONS", "").split(os.pathsep) if p]
+    for python in [*given, shutil.which(f"python{version}")]:
+        if python and _version(python) == version:
+            return python
+    return None
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_recording_under(version: str, sim: SimInfo, tmp_path: Path) -> None:
+    python = _interpreter(version)
+    if python is None:
+        pytest.skip(f"no python{version} on PATH or in SURGE_PYTHONS")
+    watched = watch(
+        "http_client_loop.py", str(sim.http_port), "30", tmp_path=tmp_path, python=python
+    )
+    assert "ok: 30" in watched.process.stdout
+    [run] = watched.report["processes"]
+    assert run["by_kind"] == {"http": 30, "tcp": 30}
+    assert watched.ids() == ["serial-requests"]

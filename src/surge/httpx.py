@@ -35,10 +35,12 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 from urllib.parse import quote
 
+from surge.extras import missing
+
 try:
     import httpx
-except ImportError as e:  # pragma: no cover - the extra is not installed
-    raise ImportError("surge.httpx needs httpx: pip install 'surge[httpx]'") from e
+except ModuleNotFoundError as e:  # the extra is not installed: say which
+    raise missing(e, "surge.httpx") from None
 
 from surge.errors import LocalResourceError, PoolTimeout, RequestError, UsageError
 from surge.http import dropin

@@ -43,14 +43,16 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from surge.extras import missing
+
 try:
     import requests
     from requests.adapters import BaseAdapter
     from requests.cookies import extract_cookies_to_jar
     from requests.structures import CaseInsensitiveDict
     from requests.utils import DEFAULT_CA_BUNDLE_PATH, extract_zipped_paths, select_proxy
-except ImportError as e:  # pragma: no cover - the extra is not installed
-    raise ImportError("surge.requests needs requests: pip install 'surge[requests]'") from e
+except ModuleNotFoundError as e:  # the extra is not installed: say which
+    raise missing(e, "surge.requests") from None
 
 from requests import exceptions as rex
 

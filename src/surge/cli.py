@@ -41,6 +41,7 @@ SUMMARIES = {
     "s3": "S3 (and S3-compatible) storage.",
     "sim": "Run the simulated web (*.sim hosts) on 127.0.0.1 until interrupted.",
     "trace": "Request each URL and show where its time went, phase by phase.",
+    "watch": "Run CMD and show where its network time went, and why.",
 }
 
 

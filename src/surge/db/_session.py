@@ -57,6 +57,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import operator
 import os
 import re
@@ -371,32 +372,32 @@ WATCHDOG = Watchdog()
 
 def drive_bounded(gen: Any, fileno: int, timeout: float) -> Any:
     """Run a psycopg generator (it yields ``Wait`` values, is sent ``Ready``) with
-    at most ``timeout`` seconds of waiting; TimeoutError past it."""
-    import selectors
+    at most ``timeout`` seconds of waiting; TimeoutError past it.  One poll(2) a
+    wait: no selector to open and close on every checkout."""
+    import select
 
     from psycopg.waiting import Ready, Wait
 
+    readable = select.POLLIN | select.POLLERR | select.POLLHUP
+    writable = select.POLLOUT | select.POLLERR | select.POLLHUP
     deadline = time.monotonic() + timeout
-    with selectors.DefaultSelector() as sel:
-        try:
-            wait = next(gen)
-            while True:
-                events = (selectors.EVENT_READ if wait & Wait.R else 0) | (
-                    selectors.EVENT_WRITE if wait & Wait.W else 0
-                )
-                sel.register(fileno, events)
-                left = deadline - time.monotonic()
-                ready = sel.select(left) if left > 0 else []
-                sel.unregister(fileno)
-                if not ready:
-                    raise TimeoutError(f"the server answered nothing for {timeout:g} s")
-                mask = ready[0][1]
-                got = (Ready.R if mask & selectors.EVENT_READ else 0) | (
-                    Ready.W if mask & selectors.EVENT_WRITE else 0
-                )
-                wait = gen.send(Ready(got))
-        except StopIteration as done:
-            return done.value
+    poller = select.poll()
+    try:
+        wait = next(gen)
+        while True:
+            poller.register(
+                fileno,
+                (select.POLLIN if wait & Wait.R else 0) | (select.POLLOUT if wait & Wait.W else 0),
+            )
+            left = deadline - time.monotonic()
+            ready = poller.poll(math.ceil(left * 1000)) if left > 0 else []
+            if not ready:
+                raise TimeoutError(f"the server answered nothing for {timeout:g} s")
+            mask = ready[0][1]
+            got = (Ready.R if mask & readable else 0) | (Ready.W if mask & writable else 0)
+            wait = gen.send(Ready(got))
+    except StopIteration as done:
+        return done.value
 
 
 def ok_packet_status(payload: bytes) -> int:

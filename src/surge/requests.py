@@ -61,7 +61,7 @@ from surge.http import dropin
 from surge.http.decoding import Decoder
 from surge.http.portal import Portal
 from surge.http.response import Response
-from surge.http.sync import Client
+from surge.http.sync import Client, reads_here
 
 __all__ = ["ERRORS", "Adapter"]
 
@@ -255,7 +255,8 @@ class Adapter(BaseAdapter):
                     body,
                     limits,
                     whole=not stream,
-                )
+                ),
+                reads_here(body),  # a streamed body is read in this thread, not on the loop
             )
         except Exception as e:
             # A failure after the head (its status known) is one of the body's,

@@ -28,7 +28,7 @@ from typing import Any
 from surge.errors import LocalResourceError, RequestError, StreamConsumed, UsageError
 from surge.http import redirects as redirect_policy
 from surge.http.arguments import Params, Upload, prepare
-from surge.http.auth import Auth
+from surge.http.auth import Auth, Signed
 from surge.http.auth import check as check_auth
 from surge.http.auth import lines as auth_lines
 from surge.http.connection import HTTPConnection, WireResponse
@@ -383,14 +383,7 @@ class AsyncClient:
         timings = Timings(perf_counter())
         upload: Upload | None = None  # a body streamed from a file or an iterator
         if params is not None or content is not None or data is not None or json is not None:
-            url, headers, encoded = prepare(url, params, headers, content, data, json)
-            if encoded is not None:
-                if body is not None:
-                    raise UsageError("give one request body: body= or content=/data=/json=")
-                if isinstance(encoded, Upload):
-                    upload = encoded
-                else:
-                    body = encoded
+            url, headers, body, upload = prepare(url, params, headers, content, data, json, body)
         max_time = self._max_time
         connect_timeout = None
         read_timeout = self.read_timeout
@@ -619,6 +612,46 @@ class AsyncClient:
                     )
             timings = _next_hop(timings)
 
+    def callers_code(
+        self, method: str, url: str, arguments: dict[str, Any]
+    ) -> tuple[str, dict[str, Any], Upload | None]:
+        """What :meth:`request` would run of its caller's own code, run now: the
+        body arguments (``params``, ``content``, ``data``, ``json``) made into
+        bytes or an :class:`Upload` (a file's size read, a value's ``str()``),
+        and an ``auth`` callable called (the client's, or the request's).  The
+        synchronous clients run this in the calling thread, never on the loop
+        every thread's requests share (auth.py, arguments.py's ``Upload``).
+        Returns the URL and ``arguments`` with those replaced (``request(method,
+        url, **arguments)`` then sends the same request), and the ``Upload``,
+        whose reads are the caller's code too."""
+        params = arguments.pop("params", None)
+        content = arguments.pop("content", None)
+        data = arguments.pop("data", None)
+        json = arguments.pop("json", None)
+        upload = None
+        if params is not None or content is not None or data is not None or json is not None:
+            url, headers, body, upload = prepare(
+                url, params, arguments.get("headers"), content, data, json, arguments.get("body")
+            )
+            arguments["headers"] = headers
+            if upload is not None:
+                arguments["content"] = upload
+            elif body is not None:
+                arguments["body"] = body
+        auth = arguments.get("auth")
+        if auth is None:
+            auth = self._auth_fn
+        if callable(auth):
+            if method != "GET":
+                method = check_method(method)
+            try:
+                parse_url(url)
+            except RequestError:
+                return url, arguments, upload  # request() fails first: no credentials made
+            body = arguments.get("body")
+            arguments["auth"] = Signed(auth_lines(auth, method, url, body))
+        return url, arguments, upload
+
     def _with_headers(self, headers: HeaderInput) -> RequestHeaders:
         """The client's headers plus a request's, validated and split once per
         distinct set: a program (or a library above a drop-in transport) sends
@@ -811,7 +844,13 @@ class AsyncClient:
 
 async def _send_upload(conn: HTTPConnection, upload: Upload, wire: WireResponse) -> None:
     """A streamed request body, after its head; its length kept to, if it has one."""
-    sent = await conn.send_body(upload.chunks(), upload.length is None, wire)
+    chunks = upload.chunks()
+    try:
+        sent = await conn.send_body(chunks, upload.length is None, wire)
+    finally:
+        # At once, not when collected: a read still asked of the caller's
+        # thread (one ahead) is called off, and a resend's reads come after.
+        await chunks.aclose()
     if upload.length is not None and sent != upload.length and not wire.done.done():
         raise UsageError(
             f"the request body's file gave {sent:,} bytes, not the {upload.length:,}"

@@ -34,7 +34,7 @@ from surge.http.auth import lines as auth_lines
 from surge.http.connection import HTTPConnection, WireResponse
 from surge.http.cookies import CookiesInput, CookieStore
 from surge.http.deadlines import Deadlines, TaskDeadline
-from surge.http.decoding import ACCEPT_ENCODING, decode
+from surge.http.decoding import ACCEPT_ENCODING, decode, layers
 from surge.http.gate import Gate
 from surge.http.headers import HeaderInput, RequestHeaders, build, check_method
 from surge.http.proxy import PoolKey, Proxies, open_through
@@ -373,8 +373,10 @@ class AsyncClient:
         about a microsecond on a path that costs tens.
 
         ``_on_hop(response, body)`` (surge.bulk.bodies' WARC) is called with each
-        redirect response followed, its ``request_head`` set, and its body as it
-        came off the wire (dechunked, not decoded), before the next hop is sent.
+        redirect response followed, its ``request_head`` set, and its entity body
+        (its transfer codings undone - dechunked, a Transfer-Encoding's gzip
+        inflated - its content codings not, as ``aiter_raw()`` gives a body),
+        before the next hop is sent.
 
         ``_pool_timeout`` (the drop-in transports': httpx's ``Timeout(pool=)``):
         the longest this request waits for a connection slot, then ``PoolTimeout``;
@@ -580,6 +582,14 @@ class AsyncClient:
             history.append(response)  # the hop's own response (response.history)
             if _on_hop is not None:
                 response.request_head = head
+                if wire.transfer_coding is not None and hop_body:  # the entity body
+                    transfer = layers(wire.transfer_coding, None, self._body_cap, status).transfer
+                    if transfer is not None:
+                        try:
+                            hop_body = [decode(hop_body, transfer)]
+                        except RequestError as e:
+                            _annotate(e, url, target.url, timings, redirects)
+                            raise
                 _on_hop(response, hop_body)
             redirects += 1
             if redirects > self.max_redirects:
@@ -711,15 +721,17 @@ class AsyncClient:
         chunks = wire.body
         wire_bytes = wire.body_bytes
         payload = None
-        try:
-            if wire.transfer_coding is not None and chunks:  # hop-by-hop: always undone
-                unframed = decode(chunks, wire.transfer_coding, self._body_cap, wire.status)
-                chunks = [unframed] if unframed is not None else chunks  # known: checked
-            if wire.content_encoding is not None and self.decompress and chunks:
-                payload = decode(chunks, wire.content_encoding, self._body_cap, wire.status)
-        except RequestError as e:
-            e.bytes = wire_bytes
-            raise
+        content = wire.content_encoding if self.decompress else None
+        if chunks and (wire.transfer_coding is not None or content is not None):
+            transfer, decoder = layers(wire.transfer_coding, content, self._body_cap, wire.status)
+            try:
+                if transfer is not None:  # hop-by-hop: always undone
+                    chunks = [decode(chunks, transfer)]
+                if decoder is not None:
+                    payload = decode(chunks, decoder)
+            except RequestError as e:
+                e.bytes = wire_bytes
+                raise
         if payload is None:
             payload = b"".join(chunks) if len(chunks) != 1 else chunks[0]
         return Response(

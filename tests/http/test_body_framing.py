@@ -340,6 +340,19 @@ async def test_one_length_said_again_is_read_once_and_two_are_refused(
     assert served.connections == 1
 
 
+async def test_one_length_said_again_on_a_head_and_a_stream(tiny_server: ServerFactory) -> None:
+    """The same head answering HEAD (no body follows) and a streamed GET."""
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 1028\r\nContent-Length: 1028\r\n\r\n"
+    served = Served([[head], pieces(head + BODY, [40, len(head) + 3]), [head_for(b"x") + b"x"]])
+    async with tiny_server(served) as port, AsyncClient() as client:
+        url = f"http://127.0.0.1:{port}/"
+        assert (await client.head(url)).status == 200
+        async with client.stream("GET", url) as response:
+            assert await response.aread() == BODY
+        assert (await client.get(url)).body == b"x"
+    assert served.connections == 1
+
+
 @pytest.mark.parametrize("abort", [False, True], ids=["close", "reset"])
 async def test_a_connection_lost_mid_body_is_a_reset(
     tiny_server: ServerFactory, abort: bool

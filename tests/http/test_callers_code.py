@@ -16,6 +16,7 @@ still arrive whole (httpbin echoes it).
 from __future__ import annotations
 
 import io
+import json
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -30,6 +31,7 @@ import requests
 import surge.httpx
 import surge.requests
 from surge.http import Client, Request
+from surge.http.portal import PortalClosed
 
 #: The bound on a GET that should take milliseconds (a hang, not a speed).
 PATIENCE = 10.0
@@ -111,11 +113,14 @@ class Sender:
 
 @contextmanager
 def sender(kind: str) -> Iterator[Sender]:
-    if kind == "surge":
+    if kind in ("surge", "surge-stream"):
         with Client(max_time=60, follow_redirects=True) as client:
 
             def post(url: str, body: Any, auth: Any = None) -> Any:
-                return client.post(url, content=body, auth=auth).json()
+                if kind == "surge":
+                    return client.post(url, content=body, auth=auth).json()
+                with client.stream("POST", url, content=body, auth=auth) as response:
+                    return json.loads(response.read())
 
             yield Sender(post, lambda url: client.get(url).status_code)
     elif kind == "httpx":
@@ -154,6 +159,8 @@ CASES = [
     ("surge", "iterator"),
     ("surge", "file"),
     ("surge", "file-resent"),  # a 307: the file's seek back, then its reads again
+    ("surge-stream", "auth"),  # client.stream(): the same
+    ("surge-stream", "generator"),
     ("httpx", "generator"),
     ("httpx", "iterator"),
     ("httpx", "file"),
@@ -192,6 +199,30 @@ def test_the_callers_code_runs_in_the_calling_thread(
     assert echoed["data"] == expected
     if case == "auth":
         assert echoed["headers"]["Authorization"] == "Bearer t"
+
+
+def test_closing_the_client_from_the_callers_code_ends_its_request(httpbin: str) -> None:
+    """The body's generator closes the client (from the calling thread, where
+    it runs): the request ends with PortalClosed, nothing waits for ever."""
+    client = Client(max_time=30)
+
+    def body() -> Iterator[bytes]:
+        yield b"x"
+        client.close()
+        yield b"y"
+
+    outcome: list[object] = []
+
+    def post() -> None:
+        try:
+            client.post(f"{httpbin}/anything", content=body())
+        except Exception as error:
+            outcome.append(error)
+
+    thread = threading.Thread(target=post, daemon=True)
+    thread.start()
+    thread.join(PATIENCE)
+    assert len(outcome) == 1 and isinstance(outcome[0], PortalClosed), outcome
 
 
 def test_a_body_that_fails_fails_its_request_alone(httpbin: str) -> None:

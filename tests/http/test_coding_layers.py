@@ -90,6 +90,10 @@ def raw() -> Iterator[RawServer]:
         TE_GZIP.encode(),
         chunked(gzip.compress(b"moved"), 10),
     )
+    answers["bomb-hop"] = b"HTTP/1.1 302 Found\r\nLocation: /te-gzip\r\n%s\r\n\r\n%s" % (
+        TE_GZIP.encode(),
+        chunked(BOMB, 1 << 16),
+    )
     server = RawServer(answers)
     try:
         yield server
@@ -209,6 +213,24 @@ def test_the_records_bytes_is_the_size_on_the_wire_whatever_is_kept(
         record = got[raw.url(name)]
         assert record["error"] is None, (name, record["error_detail"])
         assert record["bytes"] == CASES[name][2] == curl_size(raw.url(name)), name
+
+
+@pytest.mark.parametrize("keep", ["--output-dir", "--warc", "--warc -L"])
+def test_a_transfer_coded_bomb_kept_is_body_too_large_and_counts_its_wire_bytes(
+    raw: RawServer, tmp_path: Path, keep: str
+) -> None:
+    """Where a body is kept, the transfer layer is undone (a WARC keeps the
+    entity body) under --max-filesize, a redirect hop's as the final one's;
+    the record's bytes are what the wire carried, not what was decoded."""
+    args = [f"--max-filesize={CAP}"]
+    if keep == "--output-dir":
+        args += ["--output-dir", str(tmp_path / "bodies")]
+    else:
+        args += ["--warc", str(tmp_path / "out.warc.gz"), *keep.split()[1:]]
+    url = raw.url("bomb-hop" if "-L" in keep else "te-bomb")
+    record = fetch([url], *args)[url]
+    assert record["error"] == "body_too_large", record["error_detail"]
+    assert 0 < record["bytes"] <= CAP  # on the wire: a few KiB of the bomb's
 
 
 def test_a_warc_stores_the_entity_body_with_its_transfer_codings_undone(

@@ -588,6 +588,7 @@ class AsyncClient:
                         try:
                             hop_body = [decode(hop_body, transfer)]
                         except RequestError as e:
+                            e.bytes = wire.body_bytes
                             _annotate(e, url, target.url, timings, redirects)
                             raise
                 _on_hop(response, hop_body)

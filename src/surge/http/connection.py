@@ -307,6 +307,10 @@ class HTTPConnection(asyncio.Protocol):
         #: Set while the transport's write buffer is full (a streamed request body
         #: waits on it); resolved when it drains or the connection is lost.
         self._writable: asyncio.Future[None] | None = None
+        #: Set while a streamed request body waits for its source's next chunk
+        #: (the caller's code: a generator, a file): that wait is the caller's,
+        #: not the server's silence, so the read timeout's clock stands still.
+        self._sourcing = False
         #: The exchange's read (idle) timeout, its whole deadline, and the loop
         #: time the server was last heard from (a read) or took body bytes.
         self._idle: float | None = None
@@ -472,10 +476,19 @@ class HTTPConnection(asyncio.Protocol):
         the body; the connection is then not reused).  Returns the bytes sent."""
         sent = 0
         aiter = getattr(chunks, "__aiter__", None)
-        source = chunks if aiter is not None else _as_async(chunks)
-        async for chunk in source:
+        source = (chunks if aiter is not None else _as_async(chunks)).__aiter__()
+        while True:
+            self._sourcing = True  # the caller's wait, not the server's silence
+            try:
+                chunk = await anext(source)
+            except StopAsyncIteration:
+                break
+            finally:
+                self._sourcing = False
             if not chunk:
                 continue
+            # The server's silence counts from here: it had nothing to take before.
+            self._active = self.loop.time()
             transport = self.transport
             if self.closed or transport is None or response.done.done():
                 response.keep_alive = False
@@ -485,9 +498,7 @@ class HTTPConnection(asyncio.Protocol):
             else:
                 transport.write(chunk)
             sent += len(chunk)
-            if self._writable is None:  # the peer takes what is sent: not silent
-                self._active = self.loop.time()
-            if self._writable is not None:
+            if self._writable is not None:  # the peer takes no more: wait until it does
                 await self._writable
         if chunked and self.transport is not None and not self.closed:
             self.transport.write(b"0\r\n\r\n")
@@ -842,7 +853,10 @@ class HTTPConnection(asyncio.Protocol):
                     return
                 if response.head_done and response.resume is None and self._trickles(now, idle):
                     return
-                due = now + idle if response.resume is not None else self._active + idle
+                # The reader's pause (a streamed body left unread) and the wait
+                # for a request body's source are the caller's: the clock restarts.
+                paused = response.resume is not None or self._sourcing
+                due = now + idle if paused else self._active + idle
                 if due > now:
                     self._slot = self._deadlines.add(self, min(due, self._deadline))
                     return
@@ -972,17 +986,23 @@ class _RepeatedLength:
     llhttp's refusal (``_LENGTH_REFUSALS``), and the head's bound
     (``MAX_HEAD_BYTES``) holds while it collects."""
 
-    __slots__ = ("conn", "pending")
+    __slots__ = ("conn", "parts", "tail")
 
     def __init__(self, conn: HTTPConnection) -> None:
         self.conn = conn
-        self.pending = b""
+        self.parts: list[bytes] = []
+        self.tail = b""  # the last bytes seen: the head's end may straddle two reads
 
     def feed_data(self, data: bytes) -> None:
-        pending = self.pending = self.pending + data
-        end = pending.find(b"\r\n\r\n")
-        if end < 0:
+        # Each read is searched once, with the 3 bytes before it: a head that
+        # trickles in a byte a read costs its length, not its length squared.
+        self.parts.append(data)
+        seen = self.tail + data
+        if seen.find(b"\r\n\r\n") < 0:
+            self.tail = seen[-3:]
             return
+        pending = b"".join(self.parts)
+        end = pending.find(b"\r\n\r\n")
         conn = self.conn
         try:
             head = one_length(pending[:end])

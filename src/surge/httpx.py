@@ -15,8 +15,10 @@ pooled HTTP/1.1 connections, resolver and phase timings.
 * Errors: httpx's (``ConnectError``, ``ConnectTimeout``, ``ReadTimeout``,
   ``WriteTimeout``, ``ReadError``, ``RemoteProtocolError``, ``PoolTimeout``,
   ...), from surge's error classes through :data:`ERRORS`, the one table.
-* Streaming both ways: a request body from an iterator is sent as it comes; a
-  response body is read as it arrives (``client.stream(...)``).
+* Streaming both ways: a request body from an iterator is sent as it comes
+  (read in the calling thread, as httpx's own transport reads it, never on
+  the loop other threads' requests share); a response body is read as it
+  arrives (``client.stream(...)``).
 * ``response.extensions["surge_timings"]``: the request's phases
   (:class:`surge.http.Timings`; ``.phases_ms()`` gives dns, connect, tls, ttfb
   and body in milliseconds, body once it has been read), for event hooks.
@@ -48,7 +50,7 @@ from surge.http.arguments import Upload
 from surge.http.client import AsyncClient
 from surge.http.portal import Portal
 from surge.http.response import Response
-from surge.http.sync import Client
+from surge.http.sync import Client, reads_here
 from surge.http.timeout import Timeout
 
 __all__ = ["DEFAULT_LIMITS", "ERRORS", "AsyncHTTPTransport", "HTTPTransport"]
@@ -262,7 +264,8 @@ class HTTPTransport(httpx.BaseTransport):
             else:
                 headers, body = dropin.frame(headers, None, stream)
             response, payload = portal.call(
-                dropin.send(client.async_client, method, url, headers, body, limits, pool_timeout)
+                dropin.send(client.async_client, method, url, headers, body, limits, pool_timeout),
+                reads_here(body),  # a streamed body is read in this thread, not on the loop
             )
         except Exception as e:
             raise _error(e) from None
@@ -383,7 +386,7 @@ class AsyncHTTPTransport(httpx.AsyncBaseTransport):
         exchange = dropin.send(
             client.async_client, method, url, headers, body, limits, pool_timeout
         )
-        response, payload = await anyio.to_thread.run_sync(portal.call, exchange)
+        response, payload = await anyio.to_thread.run_sync(portal.call, exchange, reads_here(body))
         return _response(request, response, _AsyncBody(response, payload, portal))
 
     async def aclose(self) -> None:

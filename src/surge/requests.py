@@ -58,10 +58,10 @@ from requests import exceptions as rex
 
 from surge.errors import LocalResourceError, PoolTimeout, RequestError, UsageError
 from surge.http import dropin
-from surge.http.decoding import Decoder
+from surge.http.decoding import layers
 from surge.http.portal import Portal
 from surge.http.response import Response
-from surge.http.sync import Client
+from surge.http.sync import Client, reads_here
 
 __all__ = ["ERRORS", "Adapter"]
 
@@ -255,7 +255,8 @@ class Adapter(BaseAdapter):
                     body,
                     limits,
                     whole=not stream,
-                )
+                ),
+                reads_here(body),  # a streamed body is read in this thread, not on the loop
             )
         except Exception as e:
             # A failure after the head (its status known) is one of the body's,
@@ -427,7 +428,8 @@ class _Raw(io.IOBase):
         if decode:
             codings = self._response.headers.get("content-encoding")
             if codings:
-                decoder = Decoder.for_codings(codings.encode("latin-1"), None, self.status)
+                # requests has no body cap (nor has the adapter's client)
+                decoder = layers(None, codings.encode("latin-1"), None, self.status).content
         payload = self._payload
         chunks: Iterator[bytes] = iter((payload,)) if payload is not None else self._chunks()
         while True:

@@ -264,7 +264,7 @@ async def test_a_chunked_body_in_pieces_is_whole(tiny_server: ServerFactory) -> 
     [
         # a length and a Transfer-Encoding: llhttp refuses it
         b"HTTP/1.1 200 OK\r\nContent-Length: 1028\r\nTransfer-Encoding: chunked\r\n\r\n",
-        # a length that is no plain decimal, or twice: llhttp says what it is
+        # a length that is no plain decimal, or twice (read as one: RFC 9112 6.3)
         b"HTTP/1.1 200 OK\r\nContent-Length: +1028\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nContent-Length: 1028\r\nContent-Length: 1028\r\n\r\n",
     ],
@@ -286,9 +286,71 @@ async def test_framing_the_parser_keeps(tiny_server: ServerFactory, head: bytes)
     expected = {
         b"chunked": ("protocol_error",),
         b"+1028": ("protocol_error",),
-        b"1028\r\nContent-Length": ("protocol_error",),
+        b"1028\r\nContent-Length": (200, BODY),
     }
     assert outcome == next(v for k, v in expected.items() if k in head)
+
+
+#: Heads that say one length more than once (RFC 9112 6.3 rule 5: read as that
+#: length, as curl reads them) or two lengths (an error), and what each gives.
+REPEATED_LENGTHS = {
+    "twice": (b"Content-Length: 1028\r\nContent-Length: 1028\r\n", BODY),
+    "a list": (b"Content-Length: 1028, 1028\r\n", BODY),
+    "apart, a zero ahead": (b"Content-Length: 1028\r\nX-A: b\r\nContent-Length: 01028\r\n", BODY),
+    "a list and a line": (b"Content-Length: 1028,1028\r\nContent-Length: 1028\r\n", BODY),
+    "after a 1xx": (b"Content-Length: 1028\r\nContent-Length: 1028\r\n", BODY),
+    "two lengths": (b"Content-Length: 1028\r\nContent-Length: 1029\r\n", "protocol_error"),
+    "a list of two": (b"Content-Length: 1028, 5\r\n", "protocol_error"),
+    "not a number": (b"Content-Length: 1028, x\r\n", "protocol_error"),
+    "and chunked": (
+        b"Content-Length: 1028\r\nContent-Length: 1028\r\nTransfer-Encoding: chunked\r\n",
+        "protocol_error",
+    ),
+    "past 2^63 - 1": (
+        b"Content-Length: 9223372036854775808, 9223372036854775808\r\n",
+        "protocol_error",
+    ),
+}
+
+
+@pytest.mark.parametrize("split", ["one write", "one byte a read"])
+@pytest.mark.parametrize("name", REPEATED_LENGTHS)
+async def test_one_length_said_again_is_read_once_and_two_are_refused(
+    tiny_server: ServerFactory, name: str, split: str
+) -> None:
+    """llhttp refuses a second Content-Length at its first digit, maybe before
+    its head has all come: the head is read again once whole, however the
+    reads cut it, and the connection goes on to carry the next response."""
+    lines, expected = REPEATED_LENGTHS[name]
+    wire = b"HTTP/1.1 200 OK\r\n" + lines + b"\r\n" + BODY
+    if name == "after a 1xx":
+        wire = b"HTTP/1.1 100 Continue\r\n\r\n" + wire
+    cuts = list(range(1, len(wire) - len(BODY) + 10)) if split == "one byte a read" else []
+    served = Served([pieces(wire, cuts), [head_for(b"next") + b"next"]])
+    async with tiny_server(served) as port, AsyncClient() as client:
+        url = f"http://127.0.0.1:{port}/"
+        try:
+            response = await client.get(url)
+        except RequestError as e:
+            assert (e.error_class, e.status) == (expected, 200)  # the head was read
+            return
+        assert (response.status, response.body, response.bytes) == (200, expected, len(BODY))
+        assert response.headers.get_list("content-length")[0].startswith("1028")  # as it came
+        assert (await client.get(url)).body == b"next"
+    assert served.connections == 1
+
+
+async def test_one_length_said_again_on_a_head_and_a_stream(tiny_server: ServerFactory) -> None:
+    """The same head answering HEAD (no body follows) and a streamed GET."""
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 1028\r\nContent-Length: 1028\r\n\r\n"
+    served = Served([[head], pieces(head + BODY, [40, len(head) + 3]), [head_for(b"x") + b"x"]])
+    async with tiny_server(served) as port, AsyncClient() as client:
+        url = f"http://127.0.0.1:{port}/"
+        assert (await client.head(url)).status == 200
+        async with client.stream("GET", url) as response:
+            assert await response.aread() == BODY
+        assert (await client.get(url)).body == b"x"
+    assert served.connections == 1
 
 
 @pytest.mark.parametrize("abort", [False, True], ids=["close", "reset"])

@@ -16,17 +16,14 @@ run through a client that keeps them, against curl's cookie engine (libpsl).
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import gzip
 import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
-import threading
 import time
 import zlib
 from collections.abc import Iterator
@@ -37,6 +34,7 @@ from typing import Any
 import pytest
 from tests._nginx import free_port
 from tests._nginx import nginx as running_nginx
+from tests.http.raw_server import RawServer, chunked
 
 from surge import fetch_all
 from surge.http import Client
@@ -620,58 +618,6 @@ def test_data_is_a_form_as_curls(nginx: Nginx) -> None:
 # -- a hostile server: exact bytes on a raw socket ------------------------------------------------
 
 
-class RawServer:
-    """A server on 127.0.0.1 that answers ``GET /NAME`` with ``answers[NAME]``,
-    byte for byte, then closes the connection, or (``hold``) keeps it open
-    and silent: what nginx would never send, for surge and curl alike."""
-
-    def __init__(self, answers: dict[str, bytes], hold: frozenset[str] = frozenset()) -> None:
-        self.answers = answers
-        self.hold = hold
-        self.requests: list[bytes] = []
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self._listener.getsockname()[1]
-        self._stop = False
-        self._thread = threading.Thread(target=self._accept, daemon=True)
-        self._thread.start()
-
-    def url(self, name: str) -> str:
-        return f"http://127.0.0.1:{self.port}/{name}"
-
-    def _accept(self) -> None:
-        while not self._stop:
-            try:
-                sock, _ = self._listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
-
-    def _serve(self, sock: socket.socket) -> None:
-        with sock:
-            head = b""
-            while b"\r\n\r\n" not in head:
-                data = sock.recv(65536)
-                if not data:
-                    return
-                head += data
-            self.requests.append(head)
-            name = head.split(b" ", 2)[1].decode().lstrip("/").partition("?")[0]
-            sock.sendall(self.answers[name])
-            if name in self.hold:
-                sock.settimeout(20)
-                with contextlib.suppress(OSError):
-                    sock.recv(1)  # until the client gives up (or 20 s)
-
-    def close(self) -> None:
-        self._stop = True
-        self._listener.close()
-
-
-def chunked(body: bytes, size: int = 7) -> bytes:
-    pieces = [body[i : i + size] for i in range(0, len(body), size)]
-    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
-
-
 PLAIN = b"hello, hostile world\n" * 20
 BR_OVER_GZIP = brotli.compress(gzip.compress(PLAIN))  # Content-Encoding: gzip, then br
 HOSTILE = {
@@ -719,6 +665,17 @@ HOSTILE = {
     "gzip-cut": b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s"
     % (len(gzip.compress(PLAIN)) - 8, gzip.compress(PLAIN)[:-8]),
     "bare-lf": b"HTTP/1.1 200 OK\nContent-Length: 2\n\nhi",
+    # one length said twice (RFC 9112 6.3 rule 5), whitespace after a chunk
+    # size (RFC 9112 7.1's BWS before an extension): read as curl reads them
+    "length-twice": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nhi",
+    "length-list": b"HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\n\r\nhi",
+    "chunk-space": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2 \r\nhi\r\n0\r\n\r\n",
+    "chunk-tab": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\t\r\nhi\r\n0\r\n\r\n",
+    "chunk-space-ext": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b"2 ;a=b\r\nhi\r\n0 \r\n\r\n",
+    # two lengths; a chunk size followed by what is no extension
+    "length-differ": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nhi!",
+    "chunk-junk": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2 x\r\nhi\r\n0\r\n\r\n",
 }
 
 
@@ -800,6 +757,34 @@ def test_what_surge_keeps_as_curl_does_or_refuses_as_rfc_9112_allows(hostile: Ra
     surge, curl = raw_surge(hostile.url("bare-lf")), raw_curl(hostile.url("bare-lf"))
     # DIFFERENCE (RFC 9112 2.2 allows both): curl reads a bare-LF head, surge refuses it.
     assert (surge.error, curl.status, curl.body) == ("protocol_error", 200, "hi")
+
+
+@pytest.mark.parametrize(
+    "name", ["length-twice", "length-list", "chunk-space", "chunk-tab", "chunk-space-ext"]
+)
+def test_a_repeated_length_and_space_after_a_chunk_size_are_read_as_curl_reads_them(
+    hostile: RawServer, name: str
+) -> None:
+    """RFC 9112 6.3 rule 5 (RFC 9110 8.6): a Content-Length repeated, or a list,
+    whose values are one number is that number (llhttp refuses it; surge reads
+    the head again: connection.py's _RepeatedLength).  RFC 9112 7.1: whitespace
+    (BWS) may come before a chunk extension's ";", and curl takes it without
+    one too (llhttp's lenient_spaces_after_chunk_size)."""
+    surge, curl = raw_surge(hostile.url(name)), raw_curl(hostile.url(name))
+    assert (surge.status, surge.error, surge.body) == (curl.status, curl.error, curl.body)
+    assert (surge.status, surge.body) == (200, "hi")
+
+
+@pytest.mark.parametrize("name", ["length-differ", "chunk-junk"])
+def test_two_lengths_and_junk_after_a_chunk_size_are_refused(hostile: RawServer, name: str) -> None:
+    """DIFFERENCE: curl 7.88 takes the last of two Content-Lengths that differ
+    ("hi!") and ignores whatever follows a chunk size.  RFC 9112 6.3 rule 5:
+    lengths that differ make the framing invalid, an unrecoverable error (the
+    stuff of response splitting); RFC 9112 7.1: after a chunk size comes an
+    extension (";...") or the line's end.  surge refuses both: protocol_error."""
+    surge, curl = raw_surge(hostile.url(name)), raw_curl(hostile.url(name))
+    assert (surge.status, surge.error) == (200, "protocol_error")  # the head was read
+    assert (curl.status, curl.error) == (200, None)
 
 
 @pytest.mark.parametrize("name", ["te-folded", "length-folded"])

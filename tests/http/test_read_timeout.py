@@ -10,13 +10,13 @@ import asyncio
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager, suppress
 
 import pytest
 
 from surge.errors import RequestError
-from surge.http import AsyncClient, Timeout
+from surge.http import AsyncClient, Client, Timeout
 from surge.http.connection import STREAM_HIGH_WATER
 
 READ = 0.3
@@ -164,6 +164,49 @@ def test_a_reader_s_pause_is_not_the_server_s_silence() -> None:
 
     with silent_after(all_at_once) as port:
         assert asyncio.run(get(port)) == b"x" * size
+
+
+def answer_the_whole_body(conn: socket.socket) -> None:
+    """Read the rest of a chunked request body to its end (the server waits
+    for it, silent), then answer."""
+    data = b""
+    while not data.endswith(b"0\r\n\r\n"):
+        more = conn.recv(65536)
+        if not more:
+            return
+        data += more
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+
+@pytest.mark.parametrize("client", ["async", "sync"])
+def test_a_body_source_s_pause_is_not_the_server_s_silence(client: str) -> None:
+    """A request body whose source pauses (a generator waiting on its own
+    input) while the server waits for it: the wait is the caller's, as a
+    reader's pause is, and the read timeout's clock stands still meanwhile
+    (before: "no data from the server" after READ s, the server blameless)."""
+    pause = 5 * READ
+
+    async def slow() -> AsyncIterator[bytes]:
+        yield b"a"
+        await asyncio.sleep(pause)
+        yield b"b"
+
+    def slow_sync() -> Iterator[bytes]:
+        yield b"a"
+        time.sleep(pause)
+        yield b"b"
+
+    async def post(port: int) -> bytes:
+        url = f"http://127.0.0.1:{port}/"
+        if client == "async":
+            async with AsyncClient(read_timeout=READ, max_time=60) as aclient:
+                return (await aclient.post(url, content=slow())).content
+        with Client(read_timeout=READ, max_time=60) as sclient:
+            response = await asyncio.to_thread(sclient.post, url, content=slow_sync())
+            return response.content
+
+    with silent_after(answer_the_whole_body) as port:
+        assert asyncio.run(post(port)) == b"ok"
 
 
 def test_read_timeout_must_be_positive() -> None:

@@ -14,13 +14,14 @@ import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from tests.http.gate_server import GateServer
 
-from surge.http import Client
+from surge.http import Client, Request
 from surge.http.portal import PortalClosed
 
 HERE = Path(__file__).resolve().parent
@@ -119,16 +120,34 @@ def test_called_from_inside_a_running_loop_and_from_to_thread(server: GateServer
 
 
 def test_a_call_from_the_clients_own_loop_is_an_error_not_a_deadlock(server: GateServer) -> None:
+    """An async iterator body runs on the client's loop (where async code runs):
+    a synchronous call from it would wait for itself."""
     with Client() as client:
 
-        def auth(request: object) -> object:  # runs on the client's loop
+        async def body() -> AsyncIterator[bytes]:  # runs on the client's loop
             client.get(server.url("/inner"))
-            return request
+            yield b"x"
 
         with pytest.raises(RuntimeError, match="own event loop"):
-            client.get(server.url("/outer"), auth=auth)
+            client.post(server.url("/outer"), content=body())
         assert client.get(server.url("/after")).status == 200
-    assert server.paths_answered() == ["/after"]
+    assert "/inner" not in server.paths_answered()  # (the head of /outer went out)
+
+
+def test_callers_code_may_call_the_client_again(httpbin: str) -> None:
+    """An auth callable and a body generator run in the calling thread (as in
+    httpx and requests), so they may make requests of their own on the same
+    client - a token fetched through it - without waiting for themselves."""
+    with Client(max_time=30) as client:
+
+        def auth(request: Request) -> None:
+            request.headers["Authorization"] = client.get(f"{httpbin}/base64/dG9rZW4=").text
+
+        def body() -> Iterator[bytes]:
+            yield client.get(f"{httpbin}/base64/cGFydA==").content
+
+        echo = client.post(f"{httpbin}/anything", auth=auth, content=body()).json()
+    assert (echo["headers"]["Authorization"], echo["data"]) == ("token", "part")
 
 
 def test_many_threads_many_requests_all_match(server: GateServer) -> None:
@@ -172,7 +191,7 @@ def test_a_signal_handler_calls_the_client_the_main_thread_is_waiting_on() -> No
         """
         import os, signal, threading
         from gate_server import GateServer
-        from surge.http import Client
+        from surge.http import Client, Request
 
         with GateServer() as server, Client(max_time=30) as client:
             seen = []
@@ -201,7 +220,7 @@ def test_ctrl_c_while_waiting_cancels_the_request() -> None:
         """
         import os, signal, threading
         from gate_server import GateServer
-        from surge.http import Client
+        from surge.http import Client, Request
 
         with GateServer() as server, Client(max_time=30) as client:
             def interrupt():
@@ -226,7 +245,7 @@ def test_a_forked_child_gets_a_fresh_client_and_the_parent_keeps_its_own() -> No
         """
         import os
         from gate_server import GateServer
-        from surge.http import Client
+        from surge.http import Client, Request
 
         with GateServer() as server, Client(max_time=30, cookies={"k": "v"}) as client:
             client.get(server.url("/parent-1"))
@@ -297,7 +316,7 @@ def test_a_fork_while_another_thread_holds_the_clients_start_lock() -> None:
         """
         import os, threading
         from gate_server import GateServer
-        from surge.http import Client
+        from surge.http import Client, Request
 
         with GateServer() as server, Client(max_time=30) as client:
             held, go = threading.Event(), threading.Event()

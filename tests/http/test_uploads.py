@@ -93,17 +93,28 @@ def test_a_307_resends_a_file_and_refuses_an_iterator(httpbin: str, tmp_path: Pa
         assert gone.json()["method"] == "GET" and gone.json()["data"] == ""
 
 
-async def test_the_body_is_written_no_faster_than_it_is_read(tiny_server: TinyServer) -> None:
+@pytest.mark.parametrize("client", ["async", "sync"])
+async def test_the_body_is_written_no_faster_than_it_is_read(
+    tiny_server: TinyServer, client: str
+) -> None:
     """A server that reads nothing for a while: the client stops reading the
-    body's source once the socket's buffers are full (without: all 64 MiB)."""
+    body's source once the socket's buffers are full (without: all 64 MiB).
+    The synchronous client reads a plain generator in the calling thread, one
+    chunk ahead of the socket (test_callers_code.py): the same bound holds."""
     produced = 0
     server_reading = asyncio.Event()
     seen_at_start: list[int] = []
+    chunk = b"z" * 65536
 
     async def body() -> AsyncIterator[bytes]:
         nonlocal produced
-        chunk = b"z" * 65536
         for _ in range(1024):  # 64 MiB
+            produced += len(chunk)
+            yield chunk
+
+    def plain_body() -> Iterator[bytes]:
+        nonlocal produced
+        for _ in range(1024):
             produced += len(chunk)
             yield chunk
 
@@ -125,8 +136,14 @@ async def test_the_body_is_written_no_faster_than_it_is_read(tiny_server: TinySe
         await writer.drain()
         writer.close()
 
-    async with tiny_server(handler) as port, AsyncClient(max_time=60) as client:
-        response = await client.post(f"http://127.0.0.1:{port}/", content=body())
+    async with tiny_server(handler) as port:
+        url = f"http://127.0.0.1:{port}/"
+        if client == "async":
+            async with AsyncClient(max_time=60) as aclient:
+                response = await aclient.post(url, content=body())
+        else:
+            with Client(max_time=60) as sclient:
+                response = await asyncio.to_thread(sclient.post, url, content=plain_body())
     assert response.text == str(64 * 1024 * 1024)
     assert seen_at_start[0] < 24 * 1024 * 1024  # socket buffers' worth, not the body
 

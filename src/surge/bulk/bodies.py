@@ -26,11 +26,11 @@ holds the body decoded from its Content-Encoding (what a browser would save);
 the record says where (``body_path``) and what (``body_sha256`` of the file).
 
 WARC.  Each hop's request and response, the response body as it came off the
-wire (dechunked, not decoded), written by :class:`surge.bulk.warc.WarcWriter`:
-a redirect followed as it is followed (the client's ``_on_hop``), the final
-response after its body is complete.  A request that fails writes its
-redirects, not its failure; each try under ``--retries`` writes what it
-exchanged.
+wire with its transfer codings undone (dechunked), its content codings not,
+written by :class:`surge.bulk.warc.WarcWriter`: a redirect followed as it is
+followed (the client's ``_on_hop``), the final response after its body is
+complete.  A request that fails writes its redirects, not its failure; each
+try under ``--retries`` writes what it exchanged.
 """
 
 from __future__ import annotations
@@ -251,7 +251,9 @@ async def fetch_kept(
             size = 0
             async for chunk in response.aiter_raw():
                 size += len(chunk)
-                if size > cap:
+                # the cap on the wire (response.bytes) and on what a transfer
+                # coding decodes to (size), as a body read whole is held
+                if size > cap or response.bytes > cap:
                     raise body_too_large(cap, response.status)
                 if raw is not None:
                     raw.write(chunk)

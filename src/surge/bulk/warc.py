@@ -15,8 +15,9 @@ carried, with three documented choices:
   (iipc/warc-specifications#22) have it; warcio instead digests whatever
   follows the HTTP head, chunk framing included (webrecorder/warcio#74).  The
   two agree here because the stored block holds no chunk framing: a head that
-  declared ``Transfer-Encoding: chunked`` is stored with that header renamed
-  ``X-Crawler-Transfer-Encoding``, any ``Content-Length`` renamed
+  declared a ``Transfer-Encoding`` (chunked, or a gzip the connection undid
+  too: the body stored has every transfer coding undone) is stored with that
+  header renamed ``X-Crawler-Transfer-Encoding``, any ``Content-Length`` renamed
   ``X-Crawler-Content-Length``, and a ``Content-Length`` of the stored body
   added - Common Crawl's convention, which FastWARC's documentation names and
   which every reader then parses without dechunking.  Chunk extensions and
@@ -299,7 +300,8 @@ def _field(head: bytes, lower: bytes, marker: bytes) -> bytes | None:
 
 
 def _unchunked(head: bytes, body_length: int) -> bytes:
-    """``head`` (no blank line) with its framing renamed to fit the dechunked body."""
+    """``head`` (no blank line) with its framing renamed to fit the body as
+    stored (dechunked, any other transfer coding undone)."""
     lines = head.split(b"\r\n")
     kept = [lines[0]]
     for line in lines[1:]:
@@ -330,9 +332,8 @@ def _prepare_head(head: bytes, body_length: int) -> tuple[bytes, bool]:
     lower = head.lower()
     stored = body_length > 0 and _compressed_already(head, lower)
     if lower.find(b"\ntransfer-encoding:") >= 0:
-        coding = _field(head, lower, b"\ntransfer-encoding:") or b""
-        if coding.rsplit(b",", 1)[-1].strip() == b"chunked":
-            head = _unchunked(head, body_length)
+        # the body stored has every transfer coding undone (chunked, gzip...)
+        head = _unchunked(head, body_length)
     return head + _RECORD_END, stored
 
 

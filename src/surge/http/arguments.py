@@ -18,12 +18,15 @@ import io
 import json as jsonlib
 import os
 import stat
-from collections.abc import AsyncIterator, Iterable, Mapping
-from typing import Any
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from surge.errors import StreamConsumed, UsageError
 from surge.http.headers import HeaderInput
+
+if TYPE_CHECKING:
+    from surge.http.portal import Caller
 
 #: A query or form: a mapping, or (name, value) pairs.  A value may be a list.
 Params = Mapping[str, Any] | Iterable[tuple[str, Any]]
@@ -80,13 +83,25 @@ class Upload:
     A binary file is sent with a Content-Length (what is left of it, from
     where it stands) and read 64 KiB at a time; an iterator or an async
     iterator of bytes is sent chunked (its length is not known before the
-    end).  A file can be sent again - a 307/308 redirect, or the one retry of
-    a request that met a stale keep-alive connection - from where it began;
-    an iterator cannot: such a redirect is :class:`StreamConsumed`, and the
-    stale-connection retry is not made once it has begun.
+    end), and so is a pipe or a socket, read as its bytes come.  A file can be
+    sent again - a 307/308 redirect, or the one retry of a request that met a
+    stale keep-alive connection - from where it began; an iterator cannot:
+    such a redirect is :class:`StreamConsumed`, and the stale-connection retry
+    is not made once it has begun.
+
+    Where the reads run: the reads of a file and the steps of a plain iterator
+    are the caller's code, which may block (a pipe, a slow mount, a generator
+    waiting on something).  With ``caller`` set (the synchronous clients: a
+    :class:`~surge.http.portal.Caller`), each read runs in the calling thread,
+    one read ahead of what is being written (back-pressure: never more than
+    one chunk waits), so that no read ever holds the event loop that other
+    threads' requests run on; without it (an ``AsyncClient``), in place.  An
+    async iterator runs on the loop, where it belongs.  The position a file is
+    sent again from is set by its first read, in the same place (``rewind()``
+    itself touches nothing of the caller's).
     """
 
-    __slots__ = ("_file", "_source", "_start", "length", "started")
+    __slots__ = ("_file", "_seek", "_source", "_start", "caller", "length", "started")
 
     READ_SIZE = 64 * 1024
 
@@ -94,8 +109,11 @@ class Upload:
         self._source = source
         self._file = hasattr(source, "read")
         self._start = 0
+        self._seek = False  # the next read starts from _start again
         self.length: int | None = None
         self.started = False
+        #: Where the reads run (see the class's notes): None, in place.
+        self.caller: Caller | None = None
         if length is not None:  # declared by the caller (a drop-in's Content-Length)
             self.length = length
             if self._file:
@@ -119,38 +137,96 @@ class Upload:
                 else:
                     self._file = False
 
+    @property
+    def blocking(self) -> bool:
+        """Whether its reads are the caller's blocking code (a file, an
+        iterator), not an async iterator's steps on the loop."""
+        source = self._source
+        return hasattr(source, "read") or not hasattr(source, "__aiter__")
+
     def rewind(self) -> bool:
         """Ready to be sent (again) from its start: True if it can be."""
         if not self.started:
             return True
         if not self._file:
             return False
-        self._source.seek(self._start)
+        self._seek = True  # by the first read, where the reads run
         self.started = False
         return True
 
-    async def chunks(self) -> AsyncIterator[bytes]:
-        """The body's bytes, as they are read."""
+    async def chunks(self) -> AsyncGenerator[bytes, None]:
+        """The body's bytes, as they are read (none empty)."""
         if self.started and not self.rewind():
             raise StreamConsumed(
                 "a streamed request body cannot be sent twice: give bytes or a file"
             )
         self.started = True
+        if not self.blocking:
+            async for chunk in self._source:
+                chunk = _chunk(chunk)
+                if chunk:
+                    yield chunk
+            return
+        read = self._reader()
+        caller = self.caller
+        if caller is None:
+            while chunk := read():
+                yield chunk
+            return
+        pending = caller.run(read)
+        try:
+            while chunk := await pending:
+                pending = caller.run(read)  # the next read goes on while this is written
+                yield chunk
+        finally:
+            pending.cancel()  # not run if the calling thread has not begun it
+
+    def _reader(self) -> Callable[[], bytes]:
+        """The body's next chunk on each call, b"" at its end: every call into
+        the caller's code (see the class's notes), the rewind's seek included."""
         source = self._source
-        if self.length is not None and hasattr(source, "read"):  # no more than announced
-            left = self.length
-            while left > 0 and (chunk := source.read(min(self.READ_SIZE, left))):
+        if not hasattr(source, "read"):
+            steps: Iterator[Any] | None = None
+
+            def step() -> bytes:
+                nonlocal steps
+                if steps is None:
+                    steps = iter(source)
+                for chunk in steps:
+                    chunk = _chunk(chunk)
+                    if chunk:
+                        return chunk
+                return b""
+
+            return step
+        # A pipe or a socket: what has come, not 64 KiB (a stream of lines is
+        # sent as its lines come).  A file: full reads.
+        read = source.read1 if not self._file and hasattr(source, "read1") else source.read
+        left = self.length  # None: to the end
+        size = self.READ_SIZE
+        # This reader's, not the Upload's: a read of the last send still to run
+        # (its read-ahead) must not take the seek that this one begins with.
+        seek, self._seek = self._seek, False
+
+        def next_read() -> bytes:
+            nonlocal left, seek
+            if seek:
+                seek = False
+                source.seek(self._start)
+            if left is None:
+                chunk = read(size)
+            elif left > 0:
+                chunk = read(min(size, left))
+            else:
+                return b""
+            if not chunk:
+                return b""
+            chunk = _chunk(chunk)
+            if left is not None:
                 left -= len(chunk)
-                yield _chunk(chunk)
-        elif hasattr(source, "read"):
-            while chunk := source.read(self.READ_SIZE):
-                yield _chunk(chunk)
-        elif hasattr(source, "__aiter__"):
-            async for chunk in source:
-                yield _chunk(chunk)
-        else:
-            for chunk in source:
-                yield _chunk(chunk)
+            return chunk
+
+        return next_read
 
 
 def _chunk(chunk: Any) -> bytes:
@@ -202,17 +278,26 @@ def prepare(
     content: Any,
     data: Any,
     json: Any,
-) -> tuple[str, HeaderInput, bytes | Upload | None]:
-    """The URL, headers and body of a request made with httpx's arguments."""
+    body: bytes | None = None,
+) -> tuple[str, HeaderInput, bytes | None, Upload | None]:
+    """The URL, headers and body of a request made with httpx's arguments: the
+    body as bytes, or as an :class:`Upload` to stream (one body at most:
+    ``body`` is raw bytes given beside them)."""
     if params is not None:
         url = with_params(url, params)
-    body, content_type = encode_body(content, data, json)
+    encoded, content_type = encode_body(content, data, json)
     if content_type is not None:
         pairs = list(headers.items() if isinstance(headers, Mapping) else headers or ())
         if not any(str(name).lower() == "content-type" for name, _ in pairs):
             pairs.append(("Content-Type", content_type))
         headers = pairs
-    return url, headers, body
+    if encoded is None:
+        return url, headers, body, None
+    if body is not None:
+        raise UsageError("give one request body: body= or content=/data=/json=")
+    if isinstance(encoded, Upload):
+        return url, headers, None, encoded
+    return url, headers, encoded, None
 
 
 def _text(value: Any) -> str:

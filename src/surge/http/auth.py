@@ -10,7 +10,10 @@ and nowhere else unless ``location_trusted`` (redirects.py), as ``-u`` is.
     client.get(url, auth=bearer)
 
 The callable is called once per request, before its first hop, with the method,
-the URL (``params`` applied) and the body it will send.
+the URL (``params`` applied) and the body it will send.  The synchronous
+clients call it in the calling thread, before the request goes to their event
+loop (a callable that fetches a token must not hold other threads' requests);
+what it made goes with the request as :class:`Signed` lines.
 """
 
 from __future__ import annotations
@@ -33,13 +36,19 @@ class Request:
     content: bytes | None = None
 
 
-#: ``auth=``: (user, password) for Basic, or a callable given a :class:`Request`.
-Auth = tuple[str, str] | Callable[[Request], Any]
+class Signed(bytes):
+    """The header lines an ``auth`` callable made for one request, made already
+    (in the calling thread: see the module's notes)."""
+
+
+#: ``auth=``: (user, password) for Basic, or a callable given a :class:`Request`
+#: (or, inside surge, what one made: :class:`Signed`).
+Auth = tuple[str, str] | Callable[[Request], Any] | Signed
 
 
 def check(auth: Any) -> None:
     """A usage error now, for an ``auth`` that could not be used."""
-    if auth is None or callable(auth):
+    if auth is None or callable(auth) or isinstance(auth, Signed):
         return
     if not (isinstance(auth, tuple | list) and len(auth) == 2):
         raise UsageError(f"auth= takes (user, password) or a callable, not {type(auth).__name__}")
@@ -47,6 +56,8 @@ def check(auth: Any) -> None:
 
 def lines(auth: Auth, method: str, url: str, body: bytes | None) -> bytes:
     """The credential header lines ``auth`` gives this request."""
+    if isinstance(auth, Signed):
+        return auth
     if not callable(auth):
         check(auth)
         user, password = auth

@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING, Any
 from surge.errors import LocalResourceError, RequestError, StreamConsumed, UsageError
 from surge.http import redirects as redirect_policy
 from surge.http.arguments import Params, Upload, prepare
-from surge.http.auth import Auth
+from surge.http.auth import Auth, Signed
 from surge.http.auth import check as check_auth
 from surge.http.auth import lines as auth_lines
 from surge.http.connection import HTTPConnection, WireResponse, sets_cookies
 from surge.http.deadlines import Deadlines, TaskDeadline
-from surge.http.decoding import ACCEPT_ENCODING, decode
+from surge.http.decoding import ACCEPT_ENCODING, decode, layers
 from surge.http.gate import Gate
 from surge.http.headers import HeaderInput, RequestHeaders, build, check_method
 from surge.http.resolver import DNS_TIMEOUT, Override, Resolver, parse_servers
@@ -402,8 +402,10 @@ class AsyncClient:
         about a microsecond on a path that costs tens.
 
         ``_on_hop(response, body)`` (surge.bulk.bodies' WARC) is called with each
-        redirect response followed, its ``request_head`` set, and its body as it
-        came off the wire (dechunked, not decoded), before the next hop is sent.
+        redirect response followed, its ``request_head`` set, and its entity body
+        (its transfer codings undone - dechunked, a Transfer-Encoding's gzip
+        inflated - its content codings not, as ``aiter_raw()`` gives a body),
+        before the next hop is sent.
 
         ``_pool_timeout`` (the drop-in transports': httpx's ``Timeout(pool=)``):
         the longest this request waits for a connection slot, then ``PoolTimeout``;
@@ -412,14 +414,7 @@ class AsyncClient:
         timings = Timings(perf_counter())
         upload: Upload | None = None  # a body streamed from a file or an iterator
         if params is not None or content is not None or data is not None or json is not None:
-            url, headers, encoded = prepare(url, params, headers, content, data, json)
-            if encoded is not None:
-                if body is not None:
-                    raise UsageError("give one request body: body= or content=/data=/json=")
-                if isinstance(encoded, Upload):
-                    upload = encoded
-                else:
-                    body = encoded
+            url, headers, body, upload = prepare(url, params, headers, content, data, json, body)
         max_time = self._max_time
         connect_timeout = None
         read_timeout = self.read_timeout
@@ -618,6 +613,15 @@ class AsyncClient:
             history.append(response)  # the hop's own response (response.history)
             if _on_hop is not None:
                 response.request_head = head
+                if wire.transfer_coding is not None and hop_body:  # the entity body
+                    transfer = layers(wire.transfer_coding, None, self._body_cap, status).transfer
+                    if transfer is not None:
+                        try:
+                            hop_body = [decode(hop_body, transfer)]
+                        except RequestError as e:
+                            e.bytes = wire.body_bytes
+                            _annotate(e, url, target.url, timings, redirects)
+                            raise
                 _on_hop(response, hop_body)
             redirects += 1
             if redirects > self.max_redirects:
@@ -649,6 +653,46 @@ class AsyncClient:
                         " iterator's body cannot be sent twice: give bytes or a file"
                     )
             timings = _next_hop(timings)
+
+    def callers_code(
+        self, method: str, url: str, arguments: dict[str, Any]
+    ) -> tuple[str, dict[str, Any], Upload | None]:
+        """What :meth:`request` would run of its caller's own code, run now: the
+        body arguments (``params``, ``content``, ``data``, ``json``) made into
+        bytes or an :class:`Upload` (a file's size read, a value's ``str()``),
+        and an ``auth`` callable called (the client's, or the request's).  The
+        synchronous clients run this in the calling thread, never on the loop
+        every thread's requests share (auth.py, arguments.py's ``Upload``).
+        Returns the URL and ``arguments`` with those replaced (``request(method,
+        url, **arguments)`` then sends the same request), and the ``Upload``,
+        whose reads are the caller's code too."""
+        params = arguments.pop("params", None)
+        content = arguments.pop("content", None)
+        data = arguments.pop("data", None)
+        json = arguments.pop("json", None)
+        upload = None
+        if params is not None or content is not None or data is not None or json is not None:
+            url, headers, body, upload = prepare(
+                url, params, arguments.get("headers"), content, data, json, arguments.get("body")
+            )
+            arguments["headers"] = headers
+            if upload is not None:
+                arguments["content"] = upload
+            elif body is not None:
+                arguments["body"] = body
+        auth = arguments.get("auth")
+        if auth is None:
+            auth = self._auth_fn
+        if callable(auth):
+            if method != "GET":
+                method = check_method(method)
+            try:
+                parse_url(url)
+            except RequestError:
+                return url, arguments, upload  # request() fails first: no credentials made
+            body = arguments.get("body")
+            arguments["auth"] = Signed(auth_lines(auth, method, url, body))
+        return url, arguments, upload
 
     def _with_headers(self, headers: HeaderInput) -> RequestHeaders:
         """The client's headers plus a request's, validated and split once per
@@ -709,15 +753,17 @@ class AsyncClient:
         chunks = wire.body
         wire_bytes = wire.body_bytes
         payload = None
-        try:
-            if wire.transfer_coding is not None and chunks:  # hop-by-hop: always undone
-                unframed = decode(chunks, wire.transfer_coding, self._body_cap, wire.status)
-                chunks = [unframed] if unframed is not None else chunks  # known: checked
-            if wire.content_encoding is not None and self.decompress and chunks:
-                payload = decode(chunks, wire.content_encoding, self._body_cap, wire.status)
-        except RequestError as e:
-            e.bytes = wire_bytes
-            raise
+        content = wire.content_encoding if self.decompress else None
+        if chunks and (wire.transfer_coding is not None or content is not None):
+            transfer, decoder = layers(wire.transfer_coding, content, self._body_cap, wire.status)
+            try:
+                if transfer is not None:  # hop-by-hop: always undone
+                    chunks = [decode(chunks, transfer)]
+                if decoder is not None:
+                    payload = decode(chunks, decoder)
+            except RequestError as e:
+                e.bytes = wire_bytes
+                raise
         if payload is None:
             payload = b"".join(chunks) if len(chunks) != 1 else chunks[0]
         return Response(
@@ -844,7 +890,13 @@ class AsyncClient:
 
 async def _send_upload(conn: HTTPConnection, upload: Upload, wire: WireResponse) -> None:
     """A streamed request body, after its head; its length kept to, if it has one."""
-    sent = await conn.send_body(upload.chunks(), upload.length is None, wire)
+    chunks = upload.chunks()
+    try:
+        sent = await conn.send_body(chunks, upload.length is None, wire)
+    finally:
+        # At once, not when collected: a read still asked of the caller's
+        # thread (one ahead) is called off, and a resend's reads come after.
+        await chunks.aclose()
     if upload.length is not None and sent != upload.length and not wire.done.done():
         raise UsageError(
             f"the request body's file gave {sent:,} bytes, not the {upload.length:,}"

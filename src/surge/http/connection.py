@@ -307,6 +307,10 @@ class HTTPConnection(asyncio.Protocol):
         #: Set while the transport's write buffer is full (a streamed request body
         #: waits on it); resolved when it drains or the connection is lost.
         self._writable: asyncio.Future[None] | None = None
+        #: Set while a streamed request body waits for its source's next chunk
+        #: (the caller's code: a generator, a file): that wait is the caller's,
+        #: not the server's silence, so the read timeout's clock stands still.
+        self._sourcing = False
         #: The exchange's read (idle) timeout, its whole deadline, and the loop
         #: time the server was last heard from (a read) or took body bytes.
         self._idle: float | None = None
@@ -472,10 +476,19 @@ class HTTPConnection(asyncio.Protocol):
         the body; the connection is then not reused).  Returns the bytes sent."""
         sent = 0
         aiter = getattr(chunks, "__aiter__", None)
-        source = chunks if aiter is not None else _as_async(chunks)
-        async for chunk in source:
+        source = (chunks if aiter is not None else _as_async(chunks)).__aiter__()
+        while True:
+            self._sourcing = True  # the caller's wait, not the server's silence
+            try:
+                chunk = await anext(source)
+            except StopAsyncIteration:
+                break
+            finally:
+                self._sourcing = False
             if not chunk:
                 continue
+            # The server's silence counts from here: it had nothing to take before.
+            self._active = self.loop.time()
             transport = self.transport
             if self.closed or transport is None or response.done.done():
                 response.keep_alive = False
@@ -485,9 +498,7 @@ class HTTPConnection(asyncio.Protocol):
             else:
                 transport.write(chunk)
             sent += len(chunk)
-            if self._writable is None:  # the peer takes what is sent: not silent
-                self._active = self.loop.time()
-            if self._writable is not None:
+            if self._writable is not None:  # the peer takes no more: wait until it does
                 await self._writable
         if chunked and self.transport is not None and not self.closed:
             self.transport.write(b"0\r\n\r\n")
@@ -546,7 +557,10 @@ class HTTPConnection(asyncio.Protocol):
         except httptools.HttpParserUpgrade:
             self._fail(RequestError("protocol_error", "the server switched protocols"))
         except httptools.HttpParserError as e:
-            self._fail(RequestError("protocol_error", f"not a valid HTTP response: {e}"))
+            if head_done or str(e) not in _LENGTH_REFUSALS:
+                self._fail(RequestError("protocol_error", f"not a valid HTTP response: {e}"))
+            else:  # maybe one length said twice (RFC 9112 6.3): read again without llhttp's no
+                self._reread_length()
         else:
             if self._chunked:
                 if self._chunk_header_seen:  # set by on_chunk_header
@@ -626,6 +640,21 @@ class HTTPConnection(asyncio.Protocol):
             self._fail(
                 RequestError("connection_reset", f"{detail}: {_describe(exc)}" if exc else detail)
             )
+
+    def _reread_length(self) -> None:
+        """llhttp refused a second Content-Length, or a list of them, in the
+        head being read: a :class:`_RepeatedLength` reads this head from its
+        start - the bytes of this response so far, less the 1xx heads already
+        read - and what comes next."""
+        data = b"".join(self._head_parts)
+        start = 0
+        for _ in range(self._interim):  # read by llhttp: their callbacks ran
+            start = data.index(b"\r\n\r\n", start) + 4
+        rereader = self._parser = _RepeatedLength(self)
+        try:
+            rereader.feed_data(data[start:])
+        except httptools.HttpParserError as e:
+            self._fail(RequestError("protocol_error", f"not a valid HTTP response: {e}"))
 
     def _check_chunk_size(self, data: bytes) -> None:
         """The read just fed ends inside a chunk whose size line it holds: fail
@@ -824,7 +853,10 @@ class HTTPConnection(asyncio.Protocol):
                     return
                 if response.head_done and response.resume is None and self._trickles(now, idle):
                     return
-                due = now + idle if response.resume is not None else self._active + idle
+                # The reader's pause (a streamed body left unread) and the wait
+                # for a request body's source are the caller's: the clock restarts.
+                paused = response.resume is not None or self._sourcing
+                due = now + idle if paused else self._active + idle
                 if due > now:
                     self._slot = self._deadlines.add(self, min(due, self._deadline))
                     return
@@ -925,10 +957,97 @@ def _new_parser(protocol: HTTPConnection) -> Any:
     what takes an obs-fold (RFC 9112 5.2: a user agent MUST accept it), which
     llhttp otherwise refuses ("Unexpected whitespace after header value"); it
     also lets through characters llhttp's strict value check refuses, which
-    surge then reads as latin-1, as curl does."""
+    surge then reads as latin-1, as curl does.  And lenient about spaces and
+    tabs after a chunk size: RFC 9112 7.1 has whitespace (BWS, which a
+    recipient MUST parse and remove: RFC 9110 5.6.3) before a chunk extension's
+    ``;``, where llhttp refuses it, and curl takes whitespace there with or
+    without an extension; what else may follow a size stays refused."""
     parser = httptools.HttpResponseParser(protocol)
-    parser.set_dangerous_leniencies(lenient_headers=True)
+    parser.set_dangerous_leniencies(lenient_headers=True, lenient_spaces_after_chunk_size=True)
     return parser
+
+
+#: llhttp's refusals of a head that may hold one length said more than once.
+_LENGTH_REFUSALS = frozenset({"Duplicate Content-Length", "Invalid character in Content-Length"})
+
+
+class _RepeatedLength:
+    """Stands in for llhttp after it refused a head's second Content-Length
+    (llhttp has no leniency for it), until the head is whole.  RFC 9112 6.3
+    rule 5 (and RFC 9110 8.6): Content-Length repeated, or a list, whose values
+    are all the same number is read as that one number - as curl and browsers
+    read it; values that differ, or are not numbers, are an error the
+    recipient MUST treat as unrecoverable (curl 7.88 takes the last: a
+    documented difference).  Then a new llhttp is fed the head with one
+    Content-Length line, and everything after it; the head surge reads and
+    shows (``Response.headers``) stays as the server sent it.
+
+    Nothing on the path of a head llhttp takes: this exists only after
+    llhttp's refusal (``_LENGTH_REFUSALS``), and the head's bound
+    (``MAX_HEAD_BYTES``) holds while it collects."""
+
+    __slots__ = ("conn", "parts", "tail")
+
+    def __init__(self, conn: HTTPConnection) -> None:
+        self.conn = conn
+        self.parts: list[bytes] = []
+        self.tail = b""  # the last bytes seen: the head's end may straddle two reads
+
+    def feed_data(self, data: bytes) -> None:
+        # Each read is searched once, with the 3 bytes before it: a head that
+        # trickles in a byte a read costs its length, not its length squared.
+        self.parts.append(data)
+        seen = self.tail + data
+        if seen.find(b"\r\n\r\n") < 0:
+            self.tail = seen[-3:]
+            return
+        pending = b"".join(self.parts)
+        end = pending.find(b"\r\n\r\n")
+        conn = self.conn
+        try:
+            head = one_length(pending[:end])
+        except ValueError as e:  # the head was read: its status goes with the error
+            code = pending[9:12]  # llhttp read the status line before it refused
+            why = f"not a valid HTTP response: {e}"
+            status = int(code) if code.isdigit() else None
+            conn._fail(RequestError("protocol_error", why, status=status))
+            return
+        parser = conn._parser = _new_parser(conn)
+        parser.feed_data(head + pending[end:])
+
+
+def one_length(head: bytes) -> bytes:
+    """``head`` (no blank line) with its Content-Length lines made one, if
+    they all say the same number (see :class:`_RepeatedLength`); else
+    ``ValueError`` saying why not."""
+    lines = head.split(b"\r\n")
+    values: list[bytes] = []
+    first = -1
+    kept: list[bytes] = []
+    for i, line in enumerate(lines):
+        name, colon, value = line.partition(b":")
+        name = name.strip().lower()
+        if i and colon and name == b"transfer-encoding":
+            raise ValueError("Transfer-Encoding can't be present with Content-Length")
+        if i and colon and name == b"content-length":
+            if first < 0:
+                first = len(kept)
+            values.extend(v.strip() for v in value.split(b","))
+            continue
+        kept.append(line)
+    if _folded_framing(head) is not None:
+        raise ValueError("a folded Content-Length (its framing is ambiguous)")
+    shown = b", ".join(values)[:80].decode("latin-1")
+    if not values or not all(v.isdigit() for v in values):
+        raise ValueError(f"Content-Length {shown!r} is not a number")
+    numbers = {v.lstrip(b"0") or b"0" for v in values}
+    if len(numbers) != 1:
+        raise ValueError(f"Content-Length values differ: {shown} (RFC 9112 6.3)")
+    (number,) = numbers
+    if len(number) > 19 or int(number) > MAX_DECLARED_SIZE:
+        raise ValueError(f"a Content-Length of {number[:40].decode()} is too large")
+    kept.insert(first, b"Content-Length: " + number)
+    return b"\r\n".join(kept)
 
 
 def interleave(addresses: Sequence[str]) -> list[str]:

@@ -22,7 +22,7 @@ import importlib
 import importlib.util
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from surge.errors import RequestError
 
@@ -61,23 +61,29 @@ class Decoder:
     ``feed(chunk)`` and then ``finish()`` yield the decoded body in pieces of at
     most ``STEP`` bytes, lazily (nothing is decoded before it is asked for), so
     memory stays bounded however far a chunk inflates.  ``cap`` (None: no cap)
-    bounds the decoded total: the first byte past it is ``body_too_large``.
-    Errors are ``RequestError``: ``protocol_error`` for a body that is not what
-    its coding says."""
+    bounds what every coding decodes to, each layer's output counted on its
+    own: the first byte past it, in any layer, is ``body_too_large``.  (A
+    layer inside another may inflate without its outer one growing - deflate's
+    empty blocks decode to nothing - so the last layer's total alone would not
+    bound the work.)  Errors are ``RequestError``: ``protocol_error`` for a
+    body that is not what its coding says."""
 
-    __slots__ = ("_names", "_stages", "_status", "cap", "total")
+    __slots__ = ("_counts", "_names", "_stages", "_status", "cap", "total")
 
     def __init__(self, stages: list[Stage], names: list[str], cap: int | None, status: int):
         self._stages = stages
         self._names = names
         self._status = status
         self.cap = cap
+        #: Bytes each stage has put out so far (the last one's is ``total``).
+        self._counts = [0] * len(stages)
         self.total = 0
 
     @classmethod
     def for_codings(cls, codings: bytes, cap: int | None, status: int) -> Decoder | None:
-        """The decoder of a Content-Encoding value, or None when a coding is not
-        one surge decodes (or there is nothing to undo)."""
+        """The decoder of a Content-Encoding (or Transfer-Encoding) value, or
+        None when a coding is not one surge decodes (or there is nothing to
+        undo)."""
         names = [c.strip().decode("latin-1") for c in codings.lower().split(b",")]
         stages: list[Stage] = []
         for name in reversed(names):  # the last coding applied is undone first
@@ -99,10 +105,8 @@ class Decoder:
         cap = self.cap
         step = STEP if cap is None else min(STEP, cap + 1)
         try:
-            for piece in _pipe(self._stages, 0, chunk, final, step):
+            for piece in self._pipe(0, chunk, final, step):
                 self.total += len(piece)
-                if cap is not None and self.total > cap:
-                    raise _TooLarge
                 yield piece
         except _TooLarge:
             raise RequestError(
@@ -116,33 +120,63 @@ class Decoder:
                 "protocol_error", f"bad {what} body: {e}", status=self._status
             ) from None
 
-
-def _pipe(stages: list[Stage], i: int, data: bytes, final: bool, step: int) -> Iterator[bytes]:
-    """``data`` through stages ``i`` onwards; ``final``: then flush each in turn."""
-    if i == len(stages):
+    def _pipe(self, i: int, data: bytes, final: bool, step: int) -> Iterator[bytes]:
+        """``data`` through stages ``i`` onwards, each stage's output counted
+        against the cap; ``final``: then flush each in turn."""
+        stages = self._stages
+        if i == len(stages):
+            if data:
+                yield data
+            return
+        stage = stages[i]
         if data:
-            yield data
-        return
-    stage = stages[i]
-    if data:
-        for piece in stage(data, step):
-            if piece:
-                yield from _pipe(stages, i + 1, piece, False, step)
-    if final:
-        for piece in stage(b"", step):
-            if piece:
-                yield from _pipe(stages, i + 1, piece, False, step)
-        yield from _pipe(stages, i + 1, b"", True, step)
+            for piece in stage(data, step):
+                if piece:
+                    self._count(i, piece)
+                    yield from self._pipe(i + 1, piece, False, step)
+        if final:
+            for piece in stage(b"", step):
+                if piece:
+                    self._count(i, piece)
+                    yield from self._pipe(i + 1, piece, False, step)
+            yield from self._pipe(i + 1, b"", True, step)
+
+    def _count(self, i: int, piece: bytes) -> None:
+        counts = self._counts
+        counts[i] += len(piece)
+        if self.cap is not None and counts[i] > self.cap:
+            raise _TooLarge
 
 
-def decode(chunks: Iterable[bytes], codings: bytes, cap: int, status: int) -> bytes | None:
-    """The decoded body, or None when a coding is not one surge decodes.
+class Layers(NamedTuple):
+    """The decoders of one body's two layers of codings (None: nothing to undo)."""
 
-    Raises ``RequestError``: ``body_too_large`` past ``cap`` decoded bytes,
+    #: Transfer-Encoding's codings besides chunked: the message's, always undone.
+    transfer: Decoder | None
+    #: Content-Encoding's: undone when the client decompresses and knows them all.
+    content: Decoder | None
+
+
+def layers(transfer: bytes | None, content: bytes | None, cap: int | None, status: int) -> Layers:
+    """Every coding layer of one body, each a :class:`Decoder` under the one
+    ``cap``: the transfer codings (RFC 9112 7: undone whatever ``decompress``
+    says; connection.py refused any that surge cannot undo) and the content
+    codings (``content`` None: not asked for; a coding surge does not decode:
+    handed over as it came).  The one place a body's decoders are made: a body
+    read whole (the client's ``_response``) and a streamed one (stream.py:
+    ``iter_raw()`` has the transfer layer undone, ``iter_bytes()`` both) are
+    held to the same cap in every layer, so no coding is a way around it."""
+    return Layers(
+        None if transfer is None else Decoder.for_codings(transfer, cap, status),
+        None if content is None else Decoder.for_codings(content, cap, status),
+    )
+
+
+def decode(chunks: Iterable[bytes], decoder: Decoder) -> bytes:
+    """The whole body through ``decoder``, joined.
+
+    Raises ``RequestError``: ``body_too_large`` past the decoder's cap,
     ``protocol_error`` for a body that is not what its coding says."""
-    decoder = Decoder.for_codings(codings, cap, status)
-    if decoder is None:
-        return None
     out: list[bytes] = []
     for chunk in chunks:
         out.extend(decoder.feed(chunk))

@@ -36,6 +36,14 @@ Where a portal is used from:
   again): that would wait for itself for ever, so it is a ``RuntimeError``
   saying so.
 
+What a call runs of its caller's own code - a request body's reads (a
+generator, a file, a pipe) - runs in the calling thread, never on the loop,
+where one caller's blocking read would stall every other caller's requests:
+the call is given a :class:`Caller`, the coroutine asks it for each read
+(``await caller.run(read)``), and the waiting thread runs those reads in turn
+until its call is done (httpx and requests read a body in the calling thread
+too).  A call without one costs what it did: its thread only waits.
+
 Ctrl-C in a waiting thread cancels that call's task on the loop and raises at
 once.  :meth:`Portal.close` (from any thread, again and again) cancels the
 calls in flight - their callers get ``RuntimeError`` - runs a last coroutine
@@ -62,6 +70,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
+from queue import Empty, SimpleQueue
 from typing import Any, Generic, TypeVar
 
 from surge.loops import new_event_loop
@@ -96,14 +105,77 @@ class PortalForked(PortalClosed):
     """The portal was made in the parent of this forked process."""
 
 
+class Caller:
+    """The thread waiting on one portal call, as the place where that call's
+    blocking code of the caller's own runs (a request body's reads).
+
+    On the loop, :meth:`run` hands a function to the waiting thread and gives a
+    future of its result; the thread runs each function in turn, in the order
+    asked, while it waits for its call (:meth:`Portal.call` with this caller).
+    A function asked for after the call ended, or whose future was cancelled
+    before the thread came to it, is not run."""
+
+    __slots__ = ("_jobs", "finished")
+
+    def __init__(self) -> None:
+        self._jobs: SimpleQueue[Any] = SimpleQueue()
+        self.finished = False  # set on the loop when the call's task ended
+
+    def run(self, function: Callable[[], T]) -> asyncio.Future[T]:
+        """(On the loop.)  ``function()`` run in the calling thread: its future."""
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._jobs.put((function, future))
+        return future
+
+    def _end(self) -> None:
+        """(On the loop.)  The call's outcome is in: wake its thread."""
+        self.finished = True
+        self._jobs.put(None)
+
+    def _serve(self, loop: asyncio.AbstractEventLoop, main: bool) -> None:
+        """(In the calling thread.)  Run what the loop asks until the call ends."""
+        jobs = self._jobs
+        while True:
+            if main:  # where signal handlers run: see _SIGNAL_POLL_S
+                try:
+                    job = jobs.get(True, _SIGNAL_POLL_S)
+                except Empty:
+                    continue
+            else:
+                job = jobs.get()
+            if job is None:
+                return
+            function, future = job
+            if self.finished or future.cancelled():
+                continue  # nobody waits for it: a read that could block for nothing
+            try:
+                value = function()
+            except Exception as error:  # the caller's code failed: the call's failure
+                outcome: tuple[Any, BaseException | None] = (None, error)
+            else:
+                outcome = (value, None)
+            with contextlib.suppress(RuntimeError):  # the loop closed: the call ended
+                loop.call_soon_threadsafe(_settle, future, *outcome)
+
+
+def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
+    if future.done():  # cancelled meanwhile
+        return
+    if error is None:
+        future.set_result(value)
+    else:
+        future.set_exception(error)
+
+
 class _Call(Generic[T]):
     """One coroutine handed to the loop, and how its caller learns the outcome:
     the call is its task's done callback (no closure per call)."""
 
-    __slots__ = ("coroutine", "done", "error", "task", "value")
+    __slots__ = ("caller", "coroutine", "done", "error", "task", "value")
 
-    def __init__(self, coroutine: Coroutine[Any, Any, T]) -> None:
+    def __init__(self, coroutine: Coroutine[Any, Any, T], caller: Caller | None) -> None:
         self.coroutine = coroutine
+        self.caller = caller
         self.done = _thread.allocate_lock()  # held until the outcome is in
         self.done.acquire()
         self.task: asyncio.Task[T] | None = None
@@ -122,6 +194,15 @@ class _Call(Generic[T]):
             else:
                 self.error = error
         self.done.release()
+        caller = self.caller
+        if caller is not None:
+            caller._end()
+
+    def wake(self) -> None:
+        """The outcome is in (set by hand, with no task)."""
+        self.done.release()
+        if self.caller is not None:
+            self.caller._end()
 
 
 class Portal:
@@ -160,13 +241,15 @@ class Portal:
         """Made in the parent of this forked process (and so closed here)."""
         return self._forked
 
-    def call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+    def call(self, coroutine: Coroutine[Any, Any, T], caller: Caller | None = None) -> T:
         """Run ``coroutine`` on the portal's loop and wait for it: its result,
-        or its exception raised here."""
+        or its exception raised here.  ``caller``: the :class:`Caller` the
+        coroutine hands its blocking code of the caller's to, run here while
+        this thread waits."""
         if self._closing or _thread.get_ident() == self._ident:
             coroutine.close()  # never awaited: no "was never awaited" warning
             raise self._refusal()
-        call = _Call(coroutine)
+        call = _Call(coroutine, caller)
         try:
             self._loop.call_soon_threadsafe(self._begin, call)
         except RuntimeError:  # the loop closed under us (close() in another thread)
@@ -174,7 +257,10 @@ class Portal:
             raise PortalClosed("the client is closed") from None
         done = call.done
         try:
-            if _thread.get_ident() != _main_thread:
+            if caller is not None:
+                caller._serve(self._loop, _thread.get_ident() == _main_thread)
+                done.acquire()  # released before the caller was told: no wait
+            elif _thread.get_ident() != _main_thread:
                 done.acquire()
             else:  # where signal handlers run: see _SIGNAL_POLL_S
                 while not done.acquire(True, _SIGNAL_POLL_S):
@@ -206,7 +292,7 @@ class Portal:
         if self._closing:
             call.coroutine.close()
             call.error = PortalClosed("the client was closed")
-            call.done.release()
+            call.wake()
             return
         task = call.task = self._loop.create_task(call.coroutine)
         task.add_done_callback(call)

@@ -280,7 +280,7 @@ class Response:
         except RequestError as e:
             self.annotate(e)
             raise
-        self.bytes = size
+        self.bytes = stream.wire.body_bytes  # on the wire, as aiter_raw counts it
         decoder = stream.decoder(stream.cap)
         if decoder is not None:
             out: list[bytes] = []
@@ -311,15 +311,21 @@ class Response:
         return stream.decoder(cap) if stream is not None else None
 
     async def aiter_raw(self) -> AsyncIterator[bytes]:
-        """The body as it came off the wire (dechunked, not decoded), chunk by chunk."""
+        """The body as it came off the wire, chunk by chunk: its transfer codings
+        undone (dechunked; a ``Transfer-Encoding: gzip`` inflated, held to the
+        body cap as every decoded layer is), its content codings not."""
         stream = self._stream
         if stream is None:
             if self.body:
                 yield self.body  # already read (and decoded): what there is
             return
+        wire = stream.wire
         async for chunk in stream.raw():
-            self.bytes += len(chunk)
+            # The size on the wire, before any decoding (curl's size_download),
+            # as a body read whole counts it: a Transfer-Encoding's is undone here.
+            self.bytes = wire.body_bytes
             yield chunk
+        self.bytes = wire.body_bytes
 
     async def aiter_bytes(self) -> AsyncIterator[bytes]:
         """The body decoded from its Content-Encoding, in pieces as they come

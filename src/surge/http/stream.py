@@ -5,8 +5,9 @@ then goes back to the pool; closed early, the connection is closed (the rest of
 the body would have to be read to reuse it, and may be large).  Memory is
 bounded by the connection's read-ahead (``STREAM_HIGH_WATER``) and by the
 decoder's piece size, not by the body: the client's body cap applies to a
-body read whole (``read()``) and to what a Content-Encoding decodes to
-(``aiter_bytes``), not to the wire's bytes of a stream.
+body read whole (``read()``) and to what every coding decodes to - a
+Transfer-Encoding's in ``aiter_raw``, a Content-Encoding's in ``aiter_bytes``
+(decoding.py's ``layers``) - not to the wire's bytes of a stream.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from surge.errors import StreamConsumed
 from surge.http.connection import body_too_large
-from surge.http.decoding import Decoder
+from surge.http.decoding import Decoder, layers
 
 if TYPE_CHECKING:
     from surge.http.connection import HTTPConnection, WireResponse
@@ -62,10 +63,11 @@ class BodyStream:
         self.run: Callable[[Any], Any] | None = None
 
     def decoder(self, cap: int | None) -> Decoder | None:
+        """The Content-Encoding's decoder (None: nothing to undo, or not asked)."""
         wire = self.wire
         if not self.decompress or wire.content_encoding is None:
             return None
-        return Decoder.for_codings(wire.content_encoding, cap, wire.status)
+        return layers(None, wire.content_encoding, cap, wire.status).content
 
     async def raw(self) -> AsyncIterator[bytes]:
         """The body's bytes as they came off the wire, its transfer codings
@@ -75,8 +77,9 @@ class BodyStream:
             raise StreamConsumed("the body of a streamed response is read once")
         self.consumed = True
         wire = self.wire
+        # The transfer layer under the body cap, as every layer is (decoding.py).
         unframe = (
-            Decoder.for_codings(wire.transfer_coding, None, wire.status)
+            layers(wire.transfer_coding, None, self.cap, wire.status).transfer
             if wire.transfer_coding is not None
             else None
         )
@@ -114,19 +117,6 @@ class BodyStream:
         wire.body = []
         await self.aclose()
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-    async def decoded(self, cap: int | None = None) -> AsyncIterator[bytes]:
-        """The body decoded from its Content-Encoding, in bounded pieces."""
-        decoder = self.decoder(cap)
-        if decoder is None:
-            async for chunk in self.raw():
-                yield chunk
-            return
-        async for chunk in self.raw():
-            for piece in decoder.feed(chunk):
-                yield piece
-        for piece in decoder.finish():
-            yield piece
 
     async def aclose(self) -> None:
         """Give the connection back (the body was read) or close it (it was not)."""

@@ -11,6 +11,14 @@ thread that runs an event loop of its own (the call blocks it, as requests
 would), from ``asyncio.to_thread`` and from a signal handler.  ``close()``
 from any thread ends the requests still in flight (``RuntimeError``).
 
+What a request runs of the caller's own code - an ``auth`` callable, a body's
+reads from a generator, an iterator, a file or a pipe - runs in the calling
+thread, as httpx and requests run it, never on the loop: one thread's token
+fetch or slow pipe must not hold every other thread's requests
+(:meth:`AsyncClient.callers_code`, and portal.py's ``Caller`` for the reads,
+which go on while the request is sent).  A request with no such code costs
+what it did.
+
 After ``os.fork()``, a client used in the parent starts afresh in the child on
 its first call: a new loop and pool, its options and cookies kept; the
 parent's connections are left to the parent, untouched.
@@ -28,8 +36,9 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from surge.http.arguments import Upload
 from surge.http.client import AsyncClient
-from surge.http.portal import _ABANDONED, Portal, PortalClosed, PortalForked
+from surge.http.portal import _ABANDONED, Caller, Portal, PortalClosed, PortalForked
 from surge.http.response import Response
 
 if TYPE_CHECKING:
@@ -48,6 +57,8 @@ class Client:
     def __init__(self, **options: Any) -> None:
         self._options = options
         self._client = AsyncClient(**options)  # checks the options now
+        #: The client's own auth is a callable, run for every request (callers_code).
+        self._signs = self._client._auth_fn is not None
         self._portal: Portal | None = None  # started by the first call
         self._starting = threading.RLock()  # reentrant: a signal handler may start it
         self._finalizer: weakref.finalize[Any, Any] | None = None
@@ -112,7 +123,8 @@ class Client:
         lets go of the connection: back to the pool if the body was read, else
         closed.  Other requests may run on the client inside the block."""
         portal = self.portal
-        response = portal.call(self._client.request(method, url, _stream=True, **kwargs))
+        url, kwargs, caller = self._callers_code(method, url, kwargs)
+        response = portal.call(self._client.request(method, url, _stream=True, **kwargs), caller)
         assert response._stream is not None
         response._stream.run = portal.call
         try:
@@ -155,10 +167,22 @@ class Client:
         portal = self._portal
         if portal is None:
             portal = self._start()
+        caller = None
+        if kwargs or self._signs:
+            url, kwargs, caller = self._callers_code(method, url, kwargs)
         try:
-            return portal.call(self._client.request(method, url, **kwargs))
+            return portal.call(self._client.request(method, url, **kwargs), caller)
         except PortalForked:
-            return self._start().call(self._client.request(method, url, **kwargs))
+            return self._start().call(self._client.request(method, url, **kwargs), caller)
+
+    def _callers_code(
+        self, method: str, url: str, kwargs: dict[str, Any]
+    ) -> tuple[str, dict[str, Any], Caller | None]:
+        """The request's code of the caller's own run here, in the calling
+        thread (see the module's notes): the URL and arguments to send, and the
+        Caller that runs the body's reads here while the request is sent."""
+        url, kwargs, upload = self._client.callers_code(method, url, kwargs)
+        return url, kwargs, reads_here(upload)
 
     def _start(self) -> Portal:
         """The portal, started on first use (and again in a forked child)."""
@@ -193,6 +217,17 @@ class Client:
             resolver.forget_loop()
         self._client = AsyncClient(**options)
         self._portal = None
+
+
+def reads_here(body: Any) -> Caller | None:
+    """For a request body that is an :class:`Upload` with blocking reads (a
+    file, an iterator): a :class:`Caller` it now reads through, to give
+    ``Portal.call`` - its reads then run in the thread that makes the call.
+    None for any other body (nothing of the caller's to run)."""
+    if isinstance(body, Upload) and body.blocking:
+        caller = body.caller = Caller()
+        return caller
+    return None
 
 
 async def _stats(client: AsyncClient) -> dict[str, Any]:

@@ -843,15 +843,17 @@ def run_hidden(args: argparse.Namespace) -> dict[str, Any]:
         else:
             wall_ratios = [r["wall_s"] / ref["wall_s"] for r, ref in paired]
             cpu_ratios = [r["cpu_s"] / ref["cpu_s"] for r, ref in paired]
-        outcomes = Counter[str]()
+        outcomes = Counter[str]()  # over every round
         for r in good:
             outcomes.update(r["outcomes"])
+        fewest_ok = min(_ok(r["outcomes"]) for r in good)
         row = results["runs"][name] = {
             "wall_s": _median([r["wall_s"] for r in good]),
             "cpu_s": _median([r["cpu_s"] for r in good]),
             "wall_ratio": _median(wall_ratios) if wall_ratios else None,
             "cpu_ratio": _median(cpu_ratios) if cpu_ratios else None,
-            "outcomes": {k: v // len(good) for k, v in outcomes.items()},  # a round's
+            "outcomes": dict(outcomes),  # summed over the rounds
+            "fewest_ok": fewest_ok,  # of one round
             "rounds": measured[name],
         }
         others = {k: v for k, v in row["outcomes"].items() if k not in ("200", "ok")}
@@ -862,14 +864,14 @@ def run_hidden(args: argparse.Namespace) -> dict[str, Any]:
             "-" if row["wall_ratio"] is None else f"{row['wall_ratio']:.2f}x",
             f"{row['cpu_s']:.2f}",
             f"({cpu_ratio})" if name == "udp_floor" else cpu_ratio,
-            f"{_ok(row['outcomes']):,}",
+            f"{fewest_ok:,}",
             " ".join(f"{k}={v}" for k, v in sorted(others.items())) or "-",
         )
     table.note(
         "ratios: the median of the same-round ratios to surge --resolve; (floor): that"
         " run's CPU plus the bare datagrams'"
     )
-    table.note("ok, other outcomes: a round's (the mean over rounds, rounded down)")
+    table.note("ok: the fewest in one round; other outcomes: summed over the rounds")
     table.print()
     return results
 
@@ -993,7 +995,7 @@ def check_targets(results: dict[str, Any]) -> list[Target]:
             f"{hidden['inflight']:,} in flight, surge with lookups vs --resolve"
         )
         if dns.get("wall_ratio") is not None and "wall_s" in ref:
-            complete = _ok(dns["outcomes"]) == hidden["names"]
+            complete = dns["fewest_ok"] == hidden["names"]
             for what, unit in (("wall", "s"), ("cpu", "s of CPU")):
                 ratio = dns[f"{what}_ratio"]
                 targets.append(
@@ -1002,7 +1004,7 @@ def check_targets(results: dict[str, Any]) -> list[Target]:
                         f"<= {HIDDEN_TARGET}x, every name answered",
                         f"{dns[f'{what}_s']:.2f} vs {ref[f'{what}_s']:.2f} {unit}, "
                         f"{ratio:.2f}x (median of same-round ratios), "
-                        f"{_ok(dns['outcomes']):,} ok",
+                        f"{dns['fewest_ok']:,} ok in every round",
                         ratio <= HIDDEN_TARGET and complete,
                     )
                 )

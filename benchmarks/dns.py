@@ -5,6 +5,7 @@ Run it from the repository root::
     python benchmarks/dns.py                         # full run (tens of minutes on 2 cores)
     python benchmarks/dns.py --quick                 # smoke run, tiny sizes (< 2 minutes)
     python benchmarks/dns.py --only hidden --names 10k --latency-ms 100
+    python benchmarks/dns.py --only hidden --names 5k --hidden-rounds 3  # issue #36's run
     python benchmarks/dns.py --aiodns-path /tmp/aiodns   # aiodns from a folder of its own
     python benchmarks/dns.py --only cpu --baseline /tmp/head/src  # beside an earlier surge
 
@@ -32,14 +33,26 @@ Section 1, "hidden": hidden DNS
     with its ``AsyncResolver`` (aiodns, pointed at the DNS server), and with a
     static resolver (no lookups: aiohttp's own reference); pycurl ``CurlMulti``
     with ``CURLOPT_DNS_SERVERS`` (libcurl must be built with c-ares; otherwise
-    the row says why not).  The threaded resolver's getaddrinfo cannot be
+    the row says why not); and the floor of the lookups alone, no HTTP: the
+    same names' bare datagrams (section 2's ``udp_floor``, as many queries a
+    name as surge's resolver sends here: A only without a global IPv6
+    address), the same number in flight.  The threaded resolver's getaddrinfo cannot be
     pointed at another nameserver, so in its process ``socket.getaddrinfo``
     asks the DNS server itself, as glibc does: A and AAAA in parallel on one
     UDP socket, blocking the thread until both answer.  Wall is the child's
     run alone (from its own clock: not the interpreter's start-up or imports);
     CPU is the child's user + system over the same window.  The lower bound is
-    names x latency / in flight.
-    Target: surge with lookups <= 1.1x surge with ``--resolve``.
+    names x latency / in flight; and as a request's lookup holds its slot,
+    every run with lookups takes at least the reference's wall plus that bound
+    (the "wall floor" note).  Both are given as ratios to surge with
+    ``--resolve`` (the floor's CPU ratio is that run's CPU plus the floor's:
+    the least any resolver could add).  ``--hidden-rounds`` (1) rounds,
+    interleaved (every run once, then again), each row the median of its
+    rounds and the median of its same-round ratios; the load average before
+    each run goes to the JSON.  ``--hidden-runs`` picks rows (the reference
+    always runs).
+    Target (issue #36): surge with lookups <= 1.3x surge with ``--resolve``,
+    judged on wall and on CPU.
 
 Section 2, "cpu": resolver CPU per lookup
     ``--cpu-lookups`` (20,000) distinct names resolved, ``--cpu-inflight`` (100) at
@@ -134,7 +147,10 @@ HIDDEN_RUNS: dict[str, str] = {
     "aiohttp_threaded": "aiohttp ThreadedResolver (getaddrinfo on 6 threads)",
     "aiohttp_async": "aiohttp AsyncResolver (aiodns)",
     "pycurl_dns": "pycurl CurlMulti, CURLOPT_DNS_SERVERS",
+    "udp_floor": "floor: the lookups' bare datagrams alone (no HTTP)",
 }
+#: Issue #36's target for section 1: surge with lookups / with --resolve.
+HIDDEN_TARGET = 1.3
 #: Resolvers of section 2, in table order.
 CPU_RUNS: dict[str, str] = {
     "surge": "surge Resolver, c-ares on the loop, A + AAAA",
@@ -425,6 +441,24 @@ async def _hidden_aiohttp(spec: dict[str, Any]) -> Counter[str]:
         return await _drive(get, spec["urls"], spec["inflight"])
 
 
+async def _hidden_floor(spec: dict[str, Any]) -> Counter[str]:
+    """Section 1's floor: the lookups of the run's names alone, bare datagrams."""
+    from urllib.parse import urlsplit
+
+    names = [str(urlsplit(url).hostname) for url in spec["urls"]]
+    resolve, (setup, close) = _floor_resolver("udp_floor", spec["server"], spec["floor_queries"])
+    await setup()
+    try:
+        # A lost datagram would wait for ever: bounded by the requests' timeout.
+        return await _drive(
+            lambda name: asyncio.wait_for(resolve(name), spec["timeout"]),
+            names,
+            spec["inflight"],
+        )
+    finally:
+        close()
+
+
 def _hidden_pycurl(spec: dict[str, Any]) -> Counter[str]:
     import pycurl
 
@@ -472,7 +506,9 @@ def _hidden_pycurl(spec: dict[str, Any]) -> Counter[str]:
     return outcomes
 
 
-def _floor_resolver(run: str, server: str) -> tuple[Callable[[str], Awaitable[str]], Any]:
+def _floor_resolver(
+    run: str, server: str, queries: int = 2
+) -> tuple[Callable[[str], Awaitable[str]], Any]:
     """Section 2's floors, each a ``resolve(name)`` and a ``close()``:
 
     * ``pycares_bare``: pycares's public ``Channel.getaddrinfo`` on the channel
@@ -482,8 +518,9 @@ def _floor_resolver(run: str, server: str) -> tuple[Callable[[str], Awaitable[st
       one C callback that frees the answer and sets a future: what c-ares, the
       kernel and the loop cost, with no address read.
     * ``udp_floor``: no DNS library: an A and an AAAA query built per name
-      (header + name + type), sent on one connected UDP socket of the loop,
-      the answers matched by ID and not parsed: what the datagrams cost.
+      (header + name + type; ``queries=1``: A only), sent on one connected UDP
+      socket of the loop (a 4 MiB receive buffer asked for), the answers
+      matched by ID and not parsed: what the datagrams cost.
     """
     from surge.http import cares
     from surge.sim.dns import encode_name
@@ -506,9 +543,9 @@ def _floor_resolver(run: str, server: str) -> tuple[Callable[[str], Awaitable[st
 
         def udp_resolve(name: str) -> asyncio.Future[str]:
             future: asyncio.Future[str] = loop.create_future()
-            entry = [future, 2]
+            entry = [future, queries]
             question = encode_name(name)
-            for qtype in (b"\x00\x01", b"\x00\x1c"):
+            for qtype in (b"\x00\x01", b"\x00\x1c")[:queries]:
                 qid = next(ids) & 0xFFFF
                 waiting[qid] = entry
                 header = qid.to_bytes(2, "big") + b"\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00"
@@ -517,6 +554,10 @@ def _floor_resolver(run: str, server: str) -> tuple[Callable[[str], Awaitable[st
 
         async def open_socket() -> None:
             made, _ = await loop.create_datagram_endpoint(Stub, remote_addr=(host, int(port)))
+            with contextlib.suppress(OSError):  # room for a burst (the kernel may cap it)
+                made.get_extra_info("socket").setsockopt(
+                    socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024
+                )
             transport.append(made)
 
         return udp_resolve, (open_socket, lambda: transport[0].close())
@@ -675,7 +716,13 @@ def child(spec_path: str) -> None:
             if spec["run"] == "pycurl_dns":
                 outcomes = _hidden_pycurl(spec)
             else:
-                main = _hidden_surge if spec["run"].startswith("surge") else _hidden_aiohttp
+                main = (
+                    _hidden_surge
+                    if spec["run"].startswith("surge")
+                    else _hidden_floor
+                    if spec["run"] == "udp_floor"
+                    else _hidden_aiohttp
+                )
                 with asyncio.Runner(loop_factory=new_event_loop) as runner:
                     outcomes = runner.run(main(spec))
         except Exception as e:  # a client that cannot run here says why
@@ -726,53 +773,117 @@ def _ok(outcomes: dict[str, int]) -> int:
     return sum(n for key, n in outcomes.items() if key in ("200", "ok"))
 
 
+def _median(values: Sequence[float]) -> float:
+    """The median (of an even count, the mean of the middle two)."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
 def run_hidden(args: argparse.Namespace) -> dict[str, Any]:
+    from surge.http.cares import has_global_ipv6
     from surge.sim import background
 
     n, inflight, latency_ms = args.names, args.concurrency, args.latency_ms
+    rounds = args.hidden_rounds
     bound = n * latency_ms / 1000.0 / inflight
+    runs = {name: what for name, what in HIDDEN_RUNS.items() if name in args.hidden_runs}
     results: dict[str, Any] = {
         "names": n,
         "inflight": inflight,
         "latency_ms": latency_ms,
         "timeout_s": args.timeout,
         "lower_bound_s": bound,
+        "rounds": rounds,
         "runs": {},
     }
     table = Table(
         f"hidden DNS: {n:,} distinct names, {latency_ms:g} ms a lookup at the server, "
-        f"{inflight:,} in flight (lower bound {bound:.2f} s)",
-        ["run", "wall s", "x surge --resolve", "cpu s", "ok", "other outcomes"],
+        f"{inflight:,} in flight (lower bound {bound:.2f} s); median of {rounds} "
+        "interleaved rounds",
+        ["run", "wall s", "wall x --resolve", "cpu s", "cpu x --resolve", "ok", "other outcomes"],
     )
+    measured: dict[str, list[dict[str, Any]]] = {name: [] for name in runs}
     with background() as sim, dns_server(latency_ms) as server:
         urls = [f"http://h{i}--status-200.sim:{sim.http_port}/" for i in range(n)]
-        for name, what in HIDDEN_RUNS.items():
-            progress(f"hidden: {name} ({what})")
-            spec = {
-                "section": "hidden",
-                "run": name,
-                "urls": urls,
-                "inflight": inflight,
-                "timeout": args.timeout,
-                "server": server,
-                "aiodns_path": args.aiodns_path,
-            }
-            results["runs"][name] = run_in_child(spec, args.limit)
-    reference = results["runs"]["surge_resolve"].get("wall_s")
-    for name, what in HIDDEN_RUNS.items():
-        row = results["runs"][name]
-        if "error" in row:
-            table.add(what, "-", "-", "-", "-", row["error"][:70])
+        # Rounds interleaved: on a shared box the load moves, and every run
+        # then meets the same spread of it.
+        for round_number in range(1, rounds + 1):
+            for name, what in runs.items():
+                load = os.getloadavg()
+                progress(
+                    f"hidden: round {round_number}/{rounds}: {name} ({what}), "
+                    f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+                )
+                spec = {
+                    "section": "hidden",
+                    "run": name,
+                    "urls": urls,
+                    "inflight": inflight,
+                    "timeout": args.timeout,
+                    "server": server,
+                    "aiodns_path": args.aiodns_path,
+                    # as many queries a name as surge's resolver sends here
+                    "floor_queries": 2 if has_global_ipv6() else 1,
+                }
+                row = run_in_child(spec, args.limit)
+                row["round"] = round_number
+                row["load_before"] = list(load)
+                measured[name].append(row)
+    references = {r["round"]: r for r in measured["surge_resolve"] if "wall_s" in r}
+    for name, what in runs.items():
+        good = [r for r in measured[name] if "wall_s" in r]
+        if not good:
+            row = measured[name][0] if measured[name] else {"error": "no run"}
+            results["runs"][name] = {"error": row.get("error", "no run"), "rounds": measured[name]}
+            table.add(what, "-", "-", "-", "-", "-", row.get("error", "no run")[:70])
             continue
-        others = {k: v for k, v in row["outcomes"].items() if k != "200"}
-        ratio = row["wall_s"] / reference if reference else None
+        paired = [(r, references[r["round"]]) for r in good if r["round"] in references]
+        if name == "udp_floor":  # what lookups add at the least: the reference plus these
+            wall_ratios: list[float] = []
+            cpu_ratios = [(ref["cpu_s"] + r["cpu_s"]) / ref["cpu_s"] for r, ref in paired]
+        else:
+            wall_ratios = [r["wall_s"] / ref["wall_s"] for r, ref in paired]
+            cpu_ratios = [r["cpu_s"] / ref["cpu_s"] for r, ref in paired]
+        outcomes = Counter[str]()  # over every round
+        for r in good:
+            outcomes.update(r["outcomes"])
+        fewest_ok = min(_ok(r["outcomes"]) for r in good)
+        row = results["runs"][name] = {
+            "wall_s": _median([r["wall_s"] for r in good]),
+            "cpu_s": _median([r["cpu_s"] for r in good]),
+            "wall_ratio": _median(wall_ratios) if wall_ratios else None,
+            "cpu_ratio": _median(cpu_ratios) if cpu_ratios else None,
+            "outcomes": dict(outcomes),  # summed over the rounds
+            "fewest_ok": fewest_ok,  # of one round
+            "rounds": measured[name],
+        }
+        others = {k: v for k, v in row["outcomes"].items() if k not in ("200", "ok")}
+        cpu_ratio = "-" if row["cpu_ratio"] is None else f"{row['cpu_ratio']:.2f}x"
         table.add(
             what,
             f"{row['wall_s']:.2f}",
-            f"{ratio:.2f}x" if ratio else "-",
+            "-" if row["wall_ratio"] is None else f"{row['wall_ratio']:.2f}x",
             f"{row['cpu_s']:.2f}",
-            f"{_ok(row['outcomes']):,}",
+            f"({cpu_ratio})" if name == "udp_floor" else cpu_ratio,
+            f"{fewest_ok:,}",
             " ".join(f"{k}={v}" for k, v in sorted(others.items())) or "-",
+        )
+    table.note(
+        "ratios: the median of the same-round ratios to surge --resolve; (floor): that"
+        " run's CPU plus the bare datagrams'"
+    )
+    table.note("ok: the fewest in one round; other outcomes: summed over the rounds")
+    reference = results["runs"].get("surge_resolve", {})
+    if "wall_s" in reference:
+        # A request's lookup holds its slot: names / in flight waves of requests,
+        # each a lookup's latency longer, whatever the resolver's CPU.
+        floor = results["wall_floor_s"] = reference["wall_s"] + bound
+        table.note(
+            "wall floor with a lookup in each request's slot: --resolve's"
+            f" {reference['wall_s']:.2f} s + names x latency / in flight {bound:.2f} s"
+            f" = {floor:.2f} s"
+            f" ({floor / reference['wall_s']:.2f}x)"
         )
     table.print()
     return results
@@ -891,22 +1002,27 @@ def check_targets(results: dict[str, Any]) -> list[Target]:
     targets = []
     hidden = results.get("hidden")
     if hidden:
-        dns, ref = hidden["runs"]["surge_dns"], hidden["runs"]["surge_resolve"]
-        if "wall_s" in dns and "wall_s" in ref:
-            ratio = dns["wall_s"] / ref["wall_s"]
-            complete = _ok(dns["outcomes"]) == hidden["names"]
-            targets.append(
-                Target(
-                    f"1. hidden DNS: {hidden['names']:,} names at {hidden['latency_ms']:g} ms, "
-                    "surge with lookups vs --resolve",
-                    "<= 1.1x, every name answered",
-                    f"{dns['wall_s']:.2f} s vs {ref['wall_s']:.2f} s = {ratio:.2f}x, "
-                    f"{_ok(dns['outcomes']):,} ok",
-                    ratio <= 1.1 and complete,
+        dns, ref = hidden["runs"].get("surge_dns", {}), hidden["runs"]["surge_resolve"]
+        name = (
+            f"1. hidden DNS: {hidden['names']:,} names at {hidden['latency_ms']:g} ms, "
+            f"{hidden['inflight']:,} in flight, surge with lookups vs --resolve"
+        )
+        if dns.get("wall_ratio") is not None and "wall_s" in ref:
+            complete = dns["fewest_ok"] == hidden["names"]
+            for what, unit in (("wall", "s"), ("cpu", "s of CPU")):
+                ratio = dns[f"{what}_ratio"]
+                targets.append(
+                    Target(
+                        f"{name}, {what}",
+                        f"<= {HIDDEN_TARGET}x, every name answered",
+                        f"{dns[f'{what}_s']:.2f} vs {ref[f'{what}_s']:.2f} {unit}, "
+                        f"{ratio:.2f}x (median of same-round ratios), "
+                        f"{dns['fewest_ok']:,} ok in every round",
+                        ratio <= HIDDEN_TARGET and complete,
+                    )
                 )
-            )
         else:
-            targets.append(Target("1. hidden DNS", "<= 1.1x", "a surge run failed", None))
+            targets.append(Target(name, f"<= {HIDDEN_TARGET}x", "a surge run failed", None))
     cpu = results.get("cpu")
     if cpu:
         row = cpu["runs"].get("surge", {})
@@ -954,6 +1070,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--latency-ms", type=float, default=100.0, help="hidden: per lookup (100)")
     parser.add_argument("--concurrency", type=int, help="hidden: requests in flight (1000)")
     parser.add_argument("--timeout", type=float, default=10.0, help="hidden: seconds a request")
+    parser.add_argument(
+        "--hidden-rounds", type=int, default=1, help="hidden: interleaved rounds, median (1)"
+    )
+    parser.add_argument(
+        "--hidden-runs",
+        help=f"hidden: comma-separated runs ({','.join(HIDDEN_RUNS)}; default all)",
+    )
     parser.add_argument("--cpu-lookups", help="cpu: distinct names (20k)")
     parser.add_argument("--cpu-inflight", type=int, default=100, help="cpu: in flight (100)")
     parser.add_argument("--cpu-rounds", type=int, help="cpu: interleaved rounds, median (3)")
@@ -968,6 +1091,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--aiodns-path", help="a folder holding aiodns (pip install --target)")
     args = parser.parse_args(argv)
     args.only = parse_sections(parser, args.only, SECTIONS)
+    args.hidden_rounds = max(1, args.hidden_rounds)
+    chosen = (args.hidden_runs or ",".join(HIDDEN_RUNS)).split(",")
+    unknown = sorted(set(chosen) - set(HIDDEN_RUNS))
+    if unknown:
+        parser.error(f"--hidden-runs: no run {', '.join(unknown)} (runs: {','.join(HIDDEN_RUNS)})")
+    args.hidden_runs = sorted({"surge_resolve", *chosen})  # the reference always runs
     quick = args.quick
     args.names = parse_count(args.names or ("200" if quick else "10k"))
     args.concurrency = args.concurrency or (100 if quick else 1000)

@@ -13,14 +13,17 @@ import re
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from tests.conftest import require
 
+from surge.bulk.engine import FetchOptions
 from surge.errors import RequestError, UsageError
 from surge.http import cares, resolver
+from surge.http.client import AsyncClient
 from surge.http.resolver import Resolver, choose_backend, nsswitch_sources, parse_servers
 from surge.sim.dns import DNSServer, Entry, Zone, running
 
@@ -463,6 +466,95 @@ async def test_a_burst_of_lookups_loses_no_answer() -> None:
             lookups.close()
         assert answers == [(V4,)] * 1000
         assert server.queries["udp"] == 2000
+
+
+KIB = 1024
+
+
+@pytest.mark.parametrize(
+    ("lookups", "queries", "per_socket", "asked"),
+    [
+        (1, 1, cares.UDP_MAX_QUERIES, 128 * KIB),  # the floor: never below Linux's default
+        (10, 2, cares.UDP_MAX_QUERIES, 128 * KIB),
+        (100, 1, cares.UDP_MAX_QUERIES, 200 * KIB),  # 100 answers x 2 KiB
+        (100, 2, cares.UDP_MAX_QUERIES, 400 * KIB),  # A + AAAA: twice the answers
+        (1000, 2, cares.UDP_MAX_QUERIES, 512 * KIB),  # one socket carries 256 queries
+        (1000, 2, None, 4000 * KIB),  # every answer on one socket
+        (10_000, 2, None, 4096 * KIB),  # the cap
+    ],
+)
+def test_the_receive_buffer_rule(lookups: int, queries: int, per_socket: int, asked: int) -> None:
+    assert cares.receive_buffer(lookups, queries, per_socket) == asked
+
+
+def _kernel_gives(asked: int) -> int:
+    """What SO_RCVBUF reads back for ``asked``: Linux doubles the size (room for
+    its bookkeeping) after capping it at ``net.core.rmem_max``."""
+    if sys.platform != "linux":
+        return asked
+    return 2 * min(asked, int(Path("/proc/sys/net/core/rmem_max").read_text()))
+
+
+@pytest.mark.parametrize(
+    ("concurrency", "ip_version", "asked"),
+    [(10, 4, 128 * KIB), (100, 4, 200 * KIB), (100, None, 400 * KIB)],
+)
+async def test_c_ares_sockets_get_the_receive_buffer_of_the_concurrency(
+    server: DNSServer, concurrency: int, ip_version: int | None, asked: int
+) -> None:
+    """The buffer on c-ares's own socket (read back from the descriptor its
+    socket callback gave the loop) follows the client's ``max_connections``,
+    as ``surge fetch -c`` and ``surge.fetch(concurrency=)`` build it."""
+    assert FetchOptions(concurrency=concurrency).client().resolver.concurrency == concurrency
+    client = AsyncClient(
+        max_connections=concurrency, dns_servers=server.server_spec, ip_version=ip_version
+    )
+    r = client.resolver
+    try:
+        lookup = asyncio.ensure_future(r.resolve(f"rcvbuf-{concurrency}-{ip_version}.gen.test", 80))
+        await asyncio.sleep(0)  # the query is sent: its socket is on the loop
+        assert r._cares is not None and r._cares._current is not None
+        descriptors = set(r._cares._current.readers)
+        assert descriptors
+        for fd in descriptors:
+            with socket.fromfd(fd, socket.AF_INET, socket.SOCK_DGRAM) as sock:
+                got = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+            assert got == _kernel_gives(asked)
+        assert await lookup == ("127.0.0.1",)
+    finally:
+        await client.aclose()
+
+
+async def test_a_burst_of_answers_arriving_at_once_all_land() -> None:
+    """1,000 lookups in flight at -c 1000 (2,000 queries) whose answers all
+    arrive while the loop reads nothing -- as a burst from the network lands
+    while the loop is busy -- wait in c-ares's sockets' buffers: every lookup
+    is answered from them, none retransmitted, none timed out."""
+    n = 1000
+    with running(Zone({"*.wave.test": Entry(a=(V4,))}), count_names=False) as server:
+        # Each try (a third of the timeout: cares.py) far longer than the wait
+        # below: c-ares asks again only for an answer that was lost.
+        client = AsyncClient(
+            max_connections=n,
+            dns_servers=server.server_spec,
+            max_time=120,
+            connect_timeout=90,
+            dns_timeout=90,
+        )
+        r = client.resolver
+        try:
+            lookups = [asyncio.ensure_future(r.resolve(f"w{i}.wave.test", 80)) for i in range(n)]
+            await asyncio.sleep(0)  # every query sent
+            queries = 2 * n  # A + AAAA (tests/conftest.py: the host has global IPv6)
+            deadline = time.monotonic() + 20
+            while server.responses["udp"] < queries and time.monotonic() < deadline:
+                time.sleep(0.01)  # the loop blocked: the answers pile up in the kernel
+            assert server.responses["udp"] == queries
+            answers = await asyncio.gather(*lookups)
+        finally:
+            await client.aclose()
+        assert answers == [(V4,)] * n
+        assert server.queries["udp"] == queries  # no answer lost: nothing asked twice
 
 
 @pytest.mark.parametrize(

@@ -44,16 +44,19 @@ How it is set up, and why:
   connects a UDP socket per address to learn the source address; the resolver
   puts IPv4 first itself and keeps the server's order within a family.
 * Bursts: a crawl starts a lookup per request in flight, so 1,000 in flight is
-  2,000 queries at once and their answers arrive together.  On one UDP socket
-  with the default 208 KB receive buffer about half of them were dropped on
-  loopback (a lost answer costs a retransmission, ``timeout / 3`` later: 1,000
-  lookups took 2.45 s and 33 failed, against 0.17 s and none here).  So the
-  channel asks for a 4 MB receive buffer (the kernel caps it at
-  ``net.core.rmem_max``; at that default, 208 KB, it gives twice the default)
-  and moves to a new UDP socket every 256 queries (``udp_max_queries``, which
-  also varies the source port), each socket a buffer of its own.  Neither
-  costs anything measurable.  (The fallback for other pycares versions keeps
-  c-ares's defaults.)
+  1,000 queries at once (2,000 with AAAA) and their answers arrive together.
+  On one UDP socket with the default 208 KB receive buffer about half of them
+  were dropped on loopback (a lost answer costs a retransmission, ``timeout /
+  3`` later: 1,000 lookups took 2.45 s and 33 failed, against 0.17 s and none
+  with a larger buffer and ``udp_max_queries``).  So the channel moves to a new
+  UDP socket every 256 queries (``udp_max_queries``, which also varies the
+  source port), and sizes each socket's receive buffer (c-ares's
+  ``socket_receive_buffer_size``) for the answers that can be waiting in it at
+  once: :func:`receive_buffer`, from the lookups the resolver is built for
+  (the client's ``max_connections``: surge fetch's ``-c``) and the queries per
+  lookup, rather than a fixed 4 MB per socket.  (The fallback for other
+  pycares versions has no ``udp_max_queries``: every answer may wait on one
+  socket, and its buffer is sized for all of them, up to the cap.)
 * The timeout: each lookup has ``timeout`` seconds from the moment its query is
   sent (a timer per 50 ms slot, surge.http.deadlines).  c-ares is given two
   tries of ``timeout / 3`` and ``2 * timeout / 3`` (it doubles the wait for a
@@ -95,10 +98,40 @@ ARES_OPT_UDP_MAX_QUERIES = 1 << 19
 ARES_SOCKET_BAD = -1
 #: c-ares tries per server; the lookup's timeout is split over them (see above).
 TRIES = 2
-#: The receive buffer of c-ares's sockets, bytes, and the queries one UDP
-#: socket carries before c-ares opens another (see above).
-RECEIVE_BUFFER = 4 * 1024 * 1024
+#: The queries one UDP socket carries before c-ares opens another (see above).
 UDP_MAX_QUERIES = 256
+#: Receive buffer asked for per answer that may wait in a socket, bytes.  The
+#: kernel charges a datagram's ``truesize`` (its buffer and bookkeeping, not its
+#: payload) against the buffer, and Linux doubles the size asked for to leave
+#: room for that overhead.  Measured on loopback (Linux 6.18): a DNS-sized
+#: datagram (60-100 bytes) costs 768-832 bytes, one of 200-512 bytes 1,280,
+#: i.e. 416-640 bytes of the size asked for.  A NIC's driver allocates more per
+#: frame (commonly a 2 KiB or 4 KiB fragment), so 2 KiB asked per answer holds
+#: a 4 KiB truesize once doubled.
+ANSWER_COST = 2048
+#: Bounds of the receive buffer asked for, bytes.  At least Linux's default
+#: (``net.core.rmem_default``, 208 KiB, which is not doubled; 128 KiB asked is
+#: 256 KiB), so that a small concurrency never gets less than an untouched
+#: socket; at most the 4 MiB surge asked for before (the kernel also caps it,
+#: at ``net.core.rmem_max``).
+RECEIVE_BUFFER_MIN = 128 * 1024
+RECEIVE_BUFFER_MAX = 4 * 1024 * 1024
+
+
+def receive_buffer(
+    lookups: int, queries_per_lookup: int, per_socket: int | None = UDP_MAX_QUERIES
+) -> int:
+    """The receive buffer to ask for each of c-ares's sockets, bytes: room for
+    every answer that can wait in one socket at once -- ``lookups`` in flight,
+    ``queries_per_lookup`` answers each (2 for A + AAAA), at most
+    ``per_socket`` of them on one socket (c-ares's ``udp_max_queries``; None:
+    no limit) -- at :data:`ANSWER_COST` each, within
+    [:data:`RECEIVE_BUFFER_MIN`, :data:`RECEIVE_BUFFER_MAX`]."""
+    answers = max(1, lookups) * max(1, queries_per_lookup)
+    if per_socket is not None:
+        answers = min(answers, per_socket)
+    return min(max(answers * ANSWER_COST, RECEIVE_BUFFER_MIN), RECEIVE_BUFFER_MAX)
+
 
 Answer = tuple[tuple[str, ...], float | None]  # addresses (IPv4 first), TTL in seconds
 
@@ -123,8 +156,15 @@ def _detail(host: str, status: int, timeout: float) -> str:
     return f"{host}: {what}"
 
 
-def _new_channel(state: Callable[[int, bool, bool], None], timeout: float) -> Any:
-    """A channel whose sockets are reported to ``state``, with no query cache."""
+def _new_channel(
+    state: Callable[[int, bool, bool], None],
+    timeout: float,
+    lookups: int = 1000,
+    queries_per_lookup: int = 2,
+) -> Any:
+    """A channel whose sockets are reported to ``state``, with no query cache,
+    its sockets' receive buffers sized for ``lookups`` in flight of
+    ``queries_per_lookup`` queries each (:func:`receive_buffer`)."""
     assert pycares is not None
     per_try_ms = max(1, int(timeout * 1000 / (2**TRIES - 1)))
     try:
@@ -143,7 +183,7 @@ def _new_channel(state: Callable[[int, bool, bool], None], timeout: float) -> An
         options.sock_state_cb = lib._sock_state_cb
         options.sock_state_cb_data = handle
         options.qcache_max_ttl = 0
-        options.socket_receive_buffer_size = RECEIVE_BUFFER
+        options.socket_receive_buffer_size = receive_buffer(lookups, queries_per_lookup)
         options.udp_max_queries = UDP_MAX_QUERIES
         mask = lib.ARES_OPT_TIMEOUTMS | lib.ARES_OPT_TRIES | lib.ARES_OPT_SOCK_STATE_CB
         mask |= lib.ARES_OPT_SOCK_RCVBUF | ARES_OPT_UDP_MAX_QUERIES
@@ -155,7 +195,12 @@ def _new_channel(state: Callable[[int, bool, bool], None], timeout: float) -> An
         pycares._shutdown_manager.start()
         return channel
     except (ImportError, AttributeError, TypeError):  # not pycares 5's layout
-        return pycares.Channel(sock_state_cb=state, timeout=per_try_ms / 1000, tries=TRIES)
+        return pycares.Channel(
+            sock_state_cb=state,
+            timeout=per_try_ms / 1000,
+            tries=TRIES,
+            socket_receive_buffer_size=receive_buffer(lookups, queries_per_lookup, None),
+        )
 
 
 class _Lookup:
@@ -221,7 +266,12 @@ class _LoopChannel:
     """A c-ares channel whose sockets and timer live on one event loop."""
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, servers: list[str] | None, timeout: float
+        self,
+        loop: asyncio.AbstractEventLoop,
+        servers: list[str] | None,
+        timeout: float,
+        lookups: int = 1000,
+        queries_per_lookup: int = 2,
     ) -> None:
         self.loop = loop
         self.timeout = timeout
@@ -231,7 +281,7 @@ class _LoopChannel:
         self.timer: asyncio.TimerHandle | None = None
         self.in_flight = 0  # c-ares callbacks still to come
         self.closed = False
-        self.channel = _new_channel(self._socket_state, timeout)
+        self.channel = _new_channel(self._socket_state, timeout, lookups, queries_per_lookup)
         if servers:
             self.channel.servers = servers
         # The fast path: c-ares called through pycares's bindings, with one C
@@ -433,7 +483,9 @@ def has_global_ipv6(if_inet6: str = "/proc/net/if_inet6") -> bool:
 class CaresBackend:
     """c-ares lookups for the resolver: a channel per event loop that asks (the
     previous loop's is closed).  ``servers``: ``IP[:PORT]`` / ``[IPv6]:PORT``
-    strings as c-ares takes them, None for the system's."""
+    strings as c-ares takes them, None for the system's.  ``concurrency``: the
+    lookups that may be in flight at once, which sizes the sockets' receive
+    buffers (:func:`receive_buffer`)."""
 
     def __init__(
         self,
@@ -441,6 +493,7 @@ class CaresBackend:
         servers: Sequence[str] | None = None,
         timeout: float = 5.0,
         family: int = socket.AF_UNSPEC,
+        concurrency: int = 1000,
     ) -> None:
         if pycares is None:
             raise RuntimeError("pycares is not installed")
@@ -451,6 +504,7 @@ class CaresBackend:
             # half the queries, and their CPU, saved.  -6 still asks for them.
             family = socket.AF_INET
         self.family = family
+        self.concurrency = concurrency
         self._current: _LoopChannel | None = None
 
     def lookup(self, host: str) -> asyncio.Future[Answer]:
@@ -460,7 +514,10 @@ class CaresBackend:
         if current is None or current.loop is not loop or current.closed:
             if current is not None:
                 current.close()
-            current = self._current = _LoopChannel(loop, self.servers, self.timeout)
+            queries = 2 if self.family == socket.AF_UNSPEC else 1  # A + AAAA, or one
+            current = self._current = _LoopChannel(
+                loop, self.servers, self.timeout, self.concurrency, queries
+            )
         return current.lookup(host, self.family)
 
     def close(self) -> None:

@@ -99,6 +99,7 @@ def _resolver(
     dns_timeout: float | None,
     ip_version: int | None,
     connect_timeout: float,
+    max_connections: int,
 ) -> Resolver:
     """The resolver :class:`AsyncClient` builds from its options (see there)."""
     if isinstance(ip_version, bool) or ip_version not in (None, 4, 6):
@@ -116,6 +117,9 @@ def _resolver(
         servers=servers,
         dns_timeout=min(dns_timeout, connect_timeout),
         family=_FAMILIES[ip_version],
+        # Each connection being opened may be waiting for a lookup: the
+        # resolver's sockets are sized for that many answers at once.
+        concurrency=max_connections,
     )
 
 
@@ -243,7 +247,12 @@ class AsyncClient:
         self.decompress = decompress
         if resolver is None:
             resolver = _resolver(
-                resolve, dns_servers, dns_timeout, ip_version, self.connect_timeout
+                resolve,
+                dns_servers,
+                dns_timeout,
+                ip_version,
+                self.connect_timeout,
+                max_connections,
             )
         elif resolve or dns_servers is not None or dns_timeout is not None or ip_version:
             raise UsageError(

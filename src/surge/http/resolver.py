@@ -219,6 +219,7 @@ class Resolver:
         min_ttl: float = 5.0,
         max_ttl: float = 3600.0,
         clock: Callable[[], float] = time.monotonic,
+        concurrency: int = 1000,
     ) -> None:
         """``ttl``: how long a ``system`` answer is kept (c-ares answers keep their
         own TTL, clamped to [``min_ttl``, ``max_ttl``]: at least 5 s by default, so
@@ -226,7 +227,9 @@ class Resolver:
         connections); ``negative_ttl``: how long a failure is kept.
         ``family``: AF_INET or AF_INET6 to ask for one family only (curl's -4/-6).
         ``servers``, ``dns_timeout``, ``backend``: see the module's docstring.
-        ``clock``: the cache's, for tests."""
+        ``clock``: the cache's, for tests.  ``concurrency``: how many lookups
+        may be in flight at once (a client's ``max_connections``), which sizes
+        c-ares's socket receive buffers (surge.http.cares.receive_buffer)."""
         self._exact: dict[tuple[str, int | None], tuple[str, ...]] = {}
         self._suffixes: list[tuple[str, int | None, tuple[str, ...]]] = []
         self._wildcard: dict[int | None, tuple[str, ...]] = {}
@@ -241,6 +244,9 @@ class Resolver:
         self.dns_timeout = dns_timeout
         self._family = family
         self._threads = threads
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise UsageError(f"concurrency must be a whole number, 1 or more: {concurrency!r}")
+        self.concurrency = concurrency
         self._executor: ThreadPoolExecutor | None = None
         self._cares: CaresBackend | None = None  # made by the first lookup that asks c-ares
         self.cache = DNSCache(
@@ -334,7 +340,10 @@ class Resolver:
         from surge.http.cares import CaresBackend
 
         self._cares = CaresBackend(
-            servers=self.servers, timeout=self.dns_timeout, family=self._family
+            servers=self.servers,
+            timeout=self.dns_timeout,
+            family=self._family,
+            concurrency=self.concurrency,
         )
         return self._cares
 

@@ -331,6 +331,9 @@ class DNSServer:
         self.count_names = count_names
         #: Messages received, by transport ("udp", "tcp"), malformed ones included.
         self.queries: Counter[str] = Counter()
+        #: Responses sent, by transport: one answering a query is on its way (over
+        #: UDP on loopback, in the client's receive buffer or dropped) once counted.
+        self.responses: Counter[str] = Counter()
         #: Questions received, by (transport, name, type name); see :meth:`count`.
         self.questions: Counter[tuple[str, str, str]] = Counter()
         self._udp: asyncio.DatagramTransport | None = None
@@ -530,10 +533,12 @@ class _UDP(asyncio.DatagramProtocol):
             def send(r: bytes) -> None:
                 if not transport.is_closing():
                     transport.sendto(r, addr)
+                    self.server.responses["udp"] += 1
 
             self.server._later(delay, send, response)
         else:
             transport.sendto(response, addr)
+            self.server.responses["udp"] += 1
 
     def error_received(self, exc: Exception) -> None:
         pass  # an ICMP error for an earlier answer: nothing to do
@@ -590,6 +595,7 @@ class _TCP(asyncio.Protocol):
         transport = self.transport
         if transport is not None and not transport.is_closing():
             transport.write(len(response).to_bytes(2, "big") + response)
+            self.server.responses["tcp"] += 1
 
 
 def web_zone(address: str = "127.0.0.1", ttl: int = 300) -> Zone:

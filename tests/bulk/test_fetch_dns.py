@@ -9,6 +9,8 @@ import json
 import re
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,6 +31,8 @@ ZONE = Zone(
         "fetch-v6.sim": Entry(a=(LIVE,)),
         "fetch-slow.sim": Entry(a=(LIVE,), latency=3.0),
         "*.cli.sim": Entry(a=(LIVE,)),
+        "*.ahead.sim": Entry(a=(LIVE,), latency=3.0),
+        "gone.ahead.sim": Entry(failure="nxdomain", latency=3.0),
     }
 )
 
@@ -69,6 +73,39 @@ def test_dns_timeout(sim: SimInfo, dns: DNSServer) -> None:
     assert record["error"] == "dns_error"
     waited = re.search(r"timeout after (\d+\.\d\d) s", record["error_detail"])
     assert waited and float(waited.group(1)) >= 0.3, record["error_detail"]  # what it waited
+
+
+def test_queued_inputs_are_looked_up_before_a_slot_frees(sim: SimInfo, dns: DNSServer) -> None:
+    """With 2 slots, the names of the inputs queued behind them are asked at
+    once, not a DNS round trip (3 s here) after the slots' own: the server has
+    4 questions (2 slots + 2 queued, the queue as deep as the concurrency)
+    before it sends its first answer.  Each name is asked once (a request joins
+    its look-ahead), and a queued name's failure is its request's record."""
+    names = [f"h{i}.ahead.sim" for i in range(5)] + ["gone.ahead.sim"]
+    records: list[dict[str, Any]] = []
+    answered = sum(dns.responses.values())
+
+    def run() -> None:
+        urls = [sim.url(name) for name in names]
+        options = {"dns_servers": dns.server_spec, "ip_version": 4, "max_time": 40}
+        options["dns_timeout"] = 30  # one try each: c-ares asks again after 1/7 of it
+        records.extend(surge.fetch_all(urls, concurrency=2, **options))
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    asked_before_an_answer = 0
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        asked = sum(dns.count(name, "A") for name in names)
+        if sum(dns.responses.values()) != answered:
+            break
+        asked_before_an_answer = asked
+        time.sleep(0.005)
+    worker.join(60)
+    assert asked_before_an_answer >= 4
+    assert [dns.count(name, "A") for name in names] == [1] * len(names)
+    outcomes = {r["input"].split("//")[1].split(":")[0]: r["error"] or r["status"] for r in records}
+    assert outcomes == {**{name: 200 for name in names[:-1]}, "gone.ahead.sim": "dns_error"}
 
 
 @pytest.mark.parametrize(

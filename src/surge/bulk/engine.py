@@ -24,6 +24,7 @@ import asyncio
 import math
 import os
 import warnings
+from collections import deque
 from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping, Sequence
 from contextlib import aclosing, closing
 from dataclasses import MISSING, dataclass, fields
@@ -455,9 +456,15 @@ async def run(
     prefetched = source if isinstance(source, PrefetchedInputs) else None
     exhausted = False
     failure: list[BaseException] = []
+    # Inputs read ahead of the slots, their names' lookups started (look_ahead):
+    # a request then finds its answer ready, instead of every wave of a crawl
+    # over many names waiting a DNS round trip in its slot.
+    queued: deque[Item] = deque()
+    depth = opts.concurrency
+    look_ahead = client.look_ahead
 
-    def next_item() -> Item | bool | None:
-        """The next input, None at the end, or False: none read yet (prefetched)."""
+    def read() -> Item | bool | None:
+        """The source's next input, None at the end, or False: none read yet."""
         nonlocal exhausted
         if exhausted:
             return None
@@ -472,6 +479,19 @@ async def run(
             exhausted = True
             failure.append(e)
             return None
+
+    def next_item() -> Item | bool | None:
+        """The next input, None at the end, or False: none read yet (prefetched)."""
+        item = queued.popleft() if queued else read()
+        if isinstance(item, Item):
+            while len(queued) < depth:
+                more = read()
+                if not isinstance(more, Item):
+                    break
+                queued.append(more)
+                if more.problem is None:
+                    look_ahead(more.url)
+        return item
 
     async def worker() -> None:
         while (item := next_item()) is not None:

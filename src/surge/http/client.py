@@ -788,6 +788,23 @@ class AsyncClient:
             conn,
         )
 
+    def look_ahead(self, url: str) -> None:
+        """Start resolving ``url``'s host now and return at once: for a request
+        queued behind the ones in flight (the bulk engine calls it for inputs it
+        has read ahead), so that its answer is ready when a slot frees.  A lookup
+        made inside the slot makes every wave of a crawl over many names wait a
+        DNS round trip before its first byte.  Nothing happens if a proxy may
+        carry the request (then it is not this client that resolves the name);
+        the resolver decides the rest (Resolver.prefetch).  A failure is kept by
+        the resolver's cache as any lookup's is, and the request reports it."""
+        if self._proxies is not None:
+            return
+        try:
+            parsed = parse_url(url)
+        except (RequestError, UsageError, ValueError):  # the request reports it
+            return
+        self.resolver.prefetch(parsed.host, parsed.port)
+
     async def close(self) -> None:
         await self._pool.close()
         self.resolver.close()

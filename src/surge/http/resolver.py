@@ -304,6 +304,47 @@ class Resolver:
             raise RequestError("dns_error", f"{host}: reserved name, never resolves (RFC 6761)")
         return self.cache.get(host)
 
+    def prefetch(self, host: str, port: int) -> None:
+        """Start a lookup of ``host`` and return at once: its answer (or failure)
+        goes into the cache, and a ``resolve`` meanwhile joins it.  For c-ares
+        only (a lookup is a callback, no task: ~free beside the datagrams); a
+        no-op for the system's resolver, for a name that needs no lookup or is
+        being looked up, and past twice ``concurrency`` lookups in flight."""
+        if self.backend != "cares" or host in self._inflight:
+            return
+        if len(self._inflight) >= 2 * self.concurrency:
+            return
+        try:
+            if self.cached(host, port) is not None:
+                return
+        except RequestError:  # a failure known already
+            return
+        future: asyncio.Future[tuple[str, ...]] = asyncio.get_running_loop().create_future()
+        self._inflight[host] = future
+        self.lookups += 1
+        answer = (self._cares or self._cares_backend()).lookup(host)
+
+        def settle(done: asyncio.Future[Any]) -> None:
+            if self._inflight.get(host) is future:
+                del self._inflight[host]
+            if done.cancelled():
+                error: BaseException | None = asyncio.CancelledError()
+            else:
+                error = done.exception()
+            if error is None:
+                addresses, ttl = done.result()
+                self.cache.put(host, addresses, ttl)
+                future.set_result(addresses)
+                return
+            if isinstance(error, RequestError):
+                self.cache.put_failure(host, error.detail)
+            else:
+                error = RequestError("dns_error", f"{host}: lookup abandoned ({error!r})")
+            future.set_exception(error)
+            future.exception()  # retrieved: nobody may join it
+
+        answer.add_done_callback(settle)
+
     async def resolve(self, host: str, port: int) -> tuple[str, ...]:
         """Addresses for ``host``, IPv4 first; ``RequestError('dns_error')`` if none."""
         found = self.cached(host, port)

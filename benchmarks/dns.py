@@ -876,11 +876,12 @@ def run_hidden(args: argparse.Namespace) -> dict[str, Any]:
     table.note("ok: the fewest in one round; other outcomes: summed over the rounds")
     reference = results["runs"].get("surge_resolve", {})
     if "wall_s" in reference:
-        # A request's lookup holds its slot: names / in flight waves of requests,
+        # Were a request's lookup to hold its slot (surge before it looked names
+        # up ahead of the slots; aiohttp): names / in flight waves of requests,
         # each a lookup's latency longer, whatever the resolver's CPU.
         floor = results["wall_floor_s"] = reference["wall_s"] + bound
         table.note(
-            "wall floor with a lookup in each request's slot: --resolve's"
+            "wall floor with a lookup in each request's slot (not surge's): --resolve's"
             f" {reference['wall_s']:.2f} s + names x latency / in flight {bound:.2f} s"
             f" = {floor:.2f} s"
             f" ({floor / reference['wall_s']:.2f}x)"

@@ -39,12 +39,22 @@ def child(script: str, **options: object) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_a_full_disk_is_one_error_naming_the_file() -> None:
-    sink = open_output("/dev/full")
+def device(directory: Path, name: str) -> Path:
+    """A character device of the memory driver (``null`` 1,3 or ``full`` 1,7)
+    made in the test's directory: no test names the machine's /dev as a
+    destination, so a bug that replaced one replaces only this node."""
+    path = directory / name
+    os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, {"null": 3, "full": 7}[name]))
+    return path
+
+
+def test_a_full_disk_is_one_error_naming_the_file(tmp_path: Path) -> None:
+    full = device(tmp_path, "full")
+    sink = open_output(full)
     assert not sink.regular
     with pytest.raises(SinkError) as caught:
         sink.write(b"record\n")
-    assert str(caught.value) == "/dev/full: cannot write: [Errno 28] No space left on device"
+    assert str(caught.value) == f"{full}: cannot write: [Errno 28] No space left on device"
     with pytest.raises(SinkError):  # and so is every write after it: nothing after a gap
         sink.write(b"x")
     sink.close()
@@ -157,7 +167,8 @@ def test_the_same_file_for_two_outputs_of_one_run_is_refused(tmp_path: Path) -> 
 
 
 def test_devices_and_fifos_are_not_locked_or_cut(tmp_path: Path) -> None:
-    with open_output("/dev/null") as one, open_output("/dev/null") as two:
+    null = device(tmp_path, "null")
+    with open_output(null) as one, open_output(null) as two:
         one.write(b"a")
         two.write(b"b")
     fifo = tmp_path / "fifo"
@@ -234,12 +245,13 @@ def test_a_replacement_through_a_symlink_replaces_its_target(tmp_path: Path) -> 
     sink.commit()
     assert link.is_symlink() and target.read_bytes() == b"new"
     full = tmp_path / "full.har"
-    full.symlink_to("/dev/full")  # a device behind a link: written in place, never replaced
+    device_ = device(tmp_path, "full")
+    full.symlink_to(device_)  # a device behind a link: written in place, never replaced
     sink = open_replacement(full)
     with pytest.raises(SinkError, match=r"full.har: cannot write: \[Errno 28\]"):
         sink.write(b"x")
     sink.discard()
-    assert full.is_symlink() and stat.S_ISCHR(os.stat("/dev/full").st_mode)
+    assert full.is_symlink() and stat.S_ISCHR(os.stat(device_).st_mode)
 
 
 def test_out_of_descriptors_when_opening_is_a_local_shortage(tmp_path: Path) -> None:
@@ -373,7 +385,8 @@ def test_parts_written_at_their_offsets_by_threads(tmp_path: Path) -> None:
         thread.join()
     sink.commit()
     assert path.read_bytes() == b"".join(parts)
-    full = open_output("/dev/full")
-    with pytest.raises(SinkError, match=r"/dev/full: cannot write: \[Errno 28\]"):
+    full = open_output(device(tmp_path, "full"))
+    with pytest.raises(SinkError, match=r"full: cannot write: \[Errno 28\]"):
         full.write_at([b"x"], 0)
     full.close()
+

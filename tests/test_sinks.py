@@ -21,6 +21,7 @@ import pytest
 from surge.errors import LocalResourceError, SinkError, UsageError
 from surge.sinks import (
     lock_holder,
+    names_stdout,
     open_output,
     open_replacement,
     read_capped,
@@ -390,3 +391,19 @@ def test_parts_written_at_their_offsets_by_threads(tmp_path: Path) -> None:
         full.write_at([b"x"], 0)
     full.close()
 
+
+@pytest.mark.parametrize(
+    ("path", "is_stdout"),
+    [
+        ("-", True),
+        ("/dev/stdout", True),
+        ("/dev/fd/1", True),
+        ("/proc/self/fd/1", True),
+        ("/dev/stdin", False),
+        ("out.jsonl", False),
+        ("./-", False),
+    ],
+)
+def test_the_names_of_stdout(path: str, is_stdout: bool) -> None:
+    """What ``cp s3://b/k PATH`` streams to stdout, by name (nothing written)."""
+    assert names_stdout(path) is is_stdout

@@ -26,7 +26,6 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 
 #: Transport failures worth another try: the next try may well succeed.
 RETRYABLE_ERRORS = frozenset(
@@ -49,6 +48,8 @@ def retry_after_seconds(value: str | None, now: datetime | None = None) -> float
     value = value.strip()
     if value.isdigit():  # delay-seconds = 1*DIGIT
         return min(float(int(value[:12])), RETRY_AFTER_MAX)
+    from email.utils import parsedate_to_datetime  # an HTTP-date: rare, and email costs ~2 ms
+
     try:
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):

@@ -65,7 +65,6 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import IO, Final
 
-from surge import temps
 from surge.errors import LocalResourceError, SinkError, UsageError
 
 try:
@@ -382,7 +381,9 @@ class Sink:
         the user's, whatever its name)."""
         if self._temp is not None:
             try:
-                temps.unmark(self._temp if self._closed else self.fd)
+                from surge.temps import unmark  # loaded with the replacement that made _temp
+
+                unmark(self._temp if self._closed else self.fd)
             except OSError as exc:
                 self.discard()
                 raise write_error(self.name, exc) from None
@@ -544,7 +545,9 @@ def open_replacement(
     target = os.path.realpath(name) if follow_links else os.path.abspath(name)
     folder, base = os.path.split(target)
     try:
-        temp, fd = temps.create(folder, base)
+        from surge.temps import create  # a run that replaces no file never loads it
+
+        temp, fd = create(folder, base)
     except OSError as exc:
         if exc.errno in LOCAL_SHORTAGE:
             raise LocalResourceError(f"{name}: cannot open: {reason(exc)}") from None

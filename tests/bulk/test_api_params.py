@@ -23,6 +23,7 @@ from tests.http.conftest import httpbin  # noqa: F401 - a fixture, used by name
 import surge
 from surge.bulk import engine
 from surge.bulk.engine import FetchOptions
+from surge.bulk.warc import WarcWriter
 
 APIS = [engine.fetch, engine.fetch_all]
 #: What each takes besides the options.
@@ -40,8 +41,10 @@ def test_the_signatures_are_fetch_options_fields(api: Callable[..., Any]) -> Non
     parameters = inspect.signature(api).parameters
     fields = dataclasses.fields(FetchOptions)
     assert list(parameters) == OWN[api.__name__] + [f.name for f in fields]
-    hints = typing.get_type_hints(api)
-    field_hints = typing.get_type_hints(FetchOptions)
+    # WarcWriter is imported under TYPE_CHECKING only (loaded by --warc): given here.
+    names = {"WarcWriter": WarcWriter}
+    hints = typing.get_type_hints(api, localns=names)
+    field_hints = typing.get_type_hints(FetchOptions, localns=names)
     for f in fields:
         parameter = parameters[f.name]
         assert parameter.kind is inspect.Parameter.KEYWORD_ONLY, f.name

@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests._nginx import free_port
+from tests._nginx import nginx as running_nginx
 
 from surge import fetch_all
 from surge.http import Client
@@ -98,24 +100,9 @@ BOMB = b"\0" * (8 * 1024 * 1024)  # 8 MiB of zeros: a few KiB on the wire
 CAP = 1024 * 1024
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _nginx_binary() -> str:
-    found = shutil.which("nginx") or (
-        "/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None
-    )
-    if found is None:
-        message = "nginx is not installed (apt-get install nginx; .ci/run does)"
-        if os.environ.get("CI"):
-            pytest.fail(f"{message} (CI is set: these tests must not be skipped)", pytrace=False)
-        pytest.skip(message)
+def _require_curl() -> None:
     if shutil.which("curl") is None:
         pytest.fail("curl is not installed (.ci/run installs it)", pytrace=False)
-    return found
 
 
 @dataclass
@@ -153,7 +140,7 @@ def _write_site(root: Path) -> None:
 
 @pytest.fixture(scope="module")
 def nginx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nginx]:
-    binary = _nginx_binary()
+    _require_curl()
     base = tmp_path_factory.mktemp("nginx")
     root = base / "root"
     _write_site(root)
@@ -174,7 +161,7 @@ def nginx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nginx]:
     client.private_key_and_cert_chain_pem.write_to_path(str(base / "client.pem"))
     client.cert_chain_pems[0].write_to_path(str(base / "client-cert.pem"))
     client.private_key_pem.write_to_path(str(base / "client-key.pem"))
-    plain, single, tls, mtls = _free_port(), _free_port(), _free_port(), _free_port()
+    plain, single, tls, mtls = free_port(), free_port(), free_port(), free_port()
     redirects = "\n".join(
         f"location = /code/{code} {{ return {code} /echo; }}" for code in (301, 302, 303, 307, 308)
     )
@@ -193,23 +180,7 @@ def nginx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nginx]:
         }}"""
         for name in certs
     )
-    for temp in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
-        (base / temp).mkdir()
-    config = base / "nginx.conf"
-    config.write_text(
-        f"""
-daemon off;
-master_process off;
-pid {base / "nginx.pid"};
-error_log {base / "error.log"} warn;
-events {{ worker_connections 256; }}
-http {{
-    access_log off;
-    client_body_temp_path {base / "body"};
-    proxy_temp_path {base / "proxy"};
-    fastcgi_temp_path {base / "fastcgi"};
-    uwsgi_temp_path {base / "uwsgi"};
-    scgi_temp_path {base / "scgi"};
+    servers = f"""
     default_type text/plain;
     absolute_redirect off;  # a relative Location stays relative
     server {{
@@ -246,25 +217,8 @@ http {{
         ssl_verify_client on;
         location = /whoami {{ return 200 "client=$ssl_client_s_dn\\n"; }}
     }}
-}}
 """
-    )
-    process = subprocess.Popen(
-        [binary, "-c", str(config), "-p", str(base), "-e", str(base / "error.log")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", tls), timeout=0.5).close()
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    error = process.stderr.read().decode() if process.stderr else ""
-                    pytest.fail(f"nginx did not start: {error}", pytrace=False)
-                time.sleep(0.05)
+    with running_nginx(base, servers, wait_port=tls):
         ports = (plain, single, tls, mtls)
         resolve = [f"{name}:{port}:127.0.0.1" for name in NAMES for port in ports]
         yield Nginx(
@@ -278,11 +232,6 @@ http {{
             str(base / "client.pem"),
             str(base / "client-key.pem"),
         )
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-        if process.stderr:
-            process.stderr.close()
 
 
 # -- running both clients ------------------------------------------------------------------

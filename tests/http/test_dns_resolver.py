@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -426,7 +427,7 @@ def test_no_nsswitch_file_is_the_c_librarys_default(tmp_path: Path) -> None:
 
 
 def test_without_pycares_the_system_backend(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cares, "pycares", None)
+    monkeypatch.setitem(sys.modules, "pycares", None)  # what an import finds when absent
     assert Resolver().backend == "system"
     with pytest.raises(UsageError, match="pycares"):
         Resolver(backend="cares")

@@ -20,12 +20,16 @@ import sys
 import threading
 import time
 import zlib
+from datetime import UTC, datetime
+from email.utils import format_datetime, parsedate_to_datetime
 from itertools import count
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 from tests.s3._buckets import Buckets
 
 import surge.s3
@@ -596,3 +600,28 @@ def test_a_download_s_ranges_grow_with_the_object() -> None:
     assert size_for(2048 * MiB, 8 * MiB) == 8 * MiB
     tebibyte = 1024 * 1024 * MiB
     assert size_for(tebibyte, None) == size_for(tebibyte, MiB) == -(-tebibyte // 10_000)
+
+
+@given(st.datetimes(min_value=datetime(1970, 1, 2), max_value=datetime(9999, 1, 1)))
+def test_http_dates_read_as_email_utils_reads_them(when: datetime) -> None:
+    # The IMF-fixdate fast path (no email.utils at start-up) agrees with it.
+    stamp = when.replace(microsecond=0, tzinfo=UTC)
+    text = format_datetime(stamp, usegmt=True)
+    assert transfer.http_date(text) == parsedate_to_datetime(text).timestamp()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Sun, 06 Nov 1994 08:49:37 GMT", 784111777.0),  # IMF-fixdate (RFC 9110 5.6.7)
+        ("Sunday, 06-Nov-94 08:49:37 GMT", 784111777.0),  # RFC 850, obsolete
+        ("Sun, 06 Nov 1994 08:49:37 +0000", 784111777.0),  # a numeric zone: email.utils
+        ("Sun, 31 Feb 1994 08:49:37 GMT", None),  # no such day
+        ("Sun, 06 Nov 1994 25:49:37 GMT", None),
+        ("not a date", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_http_date_table(text: str | None, expected: float | None) -> None:
+    assert transfer.http_date(text) == expected

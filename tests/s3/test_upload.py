@@ -37,7 +37,7 @@ from surge.errors import RequestError, UsageError
 from surge.http.client import AsyncClient
 from surge.s3 import transfer
 from surge.s3.minio import MinioServer
-from surge.s3.upload import MIN_PART_SIZE, part_size_for
+from surge.s3.uploads import MIN_PART_SIZE, part_size_for
 
 MiB = 1024 * 1024
 

@@ -30,8 +30,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any, ClassVar, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TextIO
 
 import click
 
@@ -46,7 +45,6 @@ from surge.bulk.inputs import (
 from surge.bulk.limits import fit_open_files, open_files_limit, raise_open_files_limit
 from surge.bulk.outputs import LineSet, RecordWriter, hold_output, open_writer
 from surge.bulk.summary import Summary
-from surge.bulk.warc import WarcWriter, rotation_index
 from surge.errors import LocalResourceError, UsageError
 from surge.http.client import parse_header
 from surge.http.headers import parse_user
@@ -59,10 +57,12 @@ from surge.sinks import (
     read_capped,
 )
 from surge.terminal import ProgressLine, die, tell
-from surge.trace.har import HarWriter
-from surge.trace.html import write_html
-from surge.trace.recorder import DEFAULT_ROWS, TraceRecorder
-from surge.trace.tracer import Tee, Tracer
+from surge.trace.tracer import DEFAULT_ROWS, Tee, Tracer
+
+if TYPE_CHECKING:  # loaded by the options that use them: --warc, --har, --trace
+    from surge.bulk.warc import WarcWriter
+    from surge.trace.har import HarWriter
+    from surge.trace.recorder import TraceRecorder
 
 
 class ByteSize(click.ParamType):  # type: ignore[type-arg]
@@ -392,8 +392,11 @@ def fetch_command(
             if trace_path is not None:
                 page = open_replacement(trace_path)
                 resources.callback(page.discard)
+            warc: WarcWriter | None = None
             har = None
             if har_path is not None:
+                from surge.trace.har import HarWriter  # --har only
+
                 har = HarWriter(har_path, method=opts.method)
                 resources.callback(har.discard)  # (after close: nothing)
             held = hold_output(
@@ -426,7 +429,7 @@ def fetch_command(
 
                 dask_client = resources.enter_context(connect(cluster))
             if warc_path is not None:
-                opts.warc = resources.enter_context(
+                opts.warc = warc = resources.enter_context(
                     _warc_writer(warc_path, warc_max_size, bool(resume), input_path)
                 )
             writer = open_writer(output, fmt, extras=opts.extras, held=held)
@@ -475,12 +478,14 @@ def fetch_command(
             # a trace, and a HAR left without its closing brackets is not JSON.
             if har is not None:
                 har.close()
-            if isinstance(opts.warc, WarcWriter):
+            if warc is not None:
                 try:
-                    opts.warc.close()  # its last exchanges, or the failure to write them
+                    warc.close()  # its last exchanges, or the failure to write them
                 except UsageError as e:
                     failure = failure or e
             if recorder is not None and page is not None:
+                from surge.trace.html import write_html  # --trace only
+
                 try:
                     write_html(recorder.data(), page)
                 except UsageError as e:
@@ -551,6 +556,8 @@ def _check_outputs(
             what = "records" if flag == "-o" else f"{flag} file"
             raise UsageError(f"{path}: is the input file; write the {what} elsewhere")
         if input_path != "-" and flag == "--warc" and warc_rotates:
+            from surge.bulk.warc import rotation_index  # --warc's module: loaded when given
+
             index = rotation_index(path, input_path)
             if index is not None:
                 raise UsageError(
@@ -583,6 +590,8 @@ def _tracers(
     """The --trace recorder; it and the --har writer hooked into ``opts``."""
     recorder = None
     if trace_path is not None:
+        from surge.trace.recorder import TraceRecorder  # --trace only
+
         recorder = TraceRecorder(rows=rows, title=f"surge fetch {input_path}")
     tracers: list[Tracer] = [t for t in (recorder, har) if t is not None]
     if tracers:
@@ -785,6 +794,8 @@ def _warc_writer(
     path: str, max_size: int | None, append: bool, input_path: str
 ) -> Iterator[WarcWriter]:
     """The --warc writer (appending under --resume), closed with the run."""
+    from surge.bulk.warc import WarcWriter  # --warc only: ISA-L, the WARC writer
+
     info = {"surge-arguments": " ".join(sys.argv) or f"surge fetch {input_path}"}
     # a file that cannot be written, another run's, or not a WARC: a UsageError
     writer = WarcWriter(path, max_size=max_size, append=append, info=info)
@@ -816,7 +827,7 @@ class Progress(ProgressLine):
     def __init__(self, input_path: str, stream: TextIO | None = None) -> None:
         super().__init__(stream)
         self.total: int | None = None
-        if input_path != "-" and Path(input_path).is_file():
+        if input_path != "-" and os.path.isfile(input_path):
             threading.Thread(target=self._count_lines, args=(input_path,), daemon=True).start()
 
     def _count_lines(self, path: str) -> None:

@@ -28,25 +28,26 @@ from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping, Sequenc
 from contextlib import aclosing, closing
 from dataclasses import MISSING, dataclass, fields
 from time import perf_counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from surge.bulk.bodies import BodyFiles, fetch_kept, return_large_buffers
 from surge.bulk.inputs import InputItem as Item
 from surge.bulk.inputs import NotReady, PrefetchedInputs
 from surge.bulk.limits import fit_open_files, open_files_limit
 from surge.bulk.pacing import HostPacer
-from surge.bulk.warc import WarcWriter
 from surge.errors import LocalResourceError, RequestError, UsageError
 from surge.gc_tuning import relaxed_gc
 from surge.http.client import AsyncClient
 from surge.http.headers import check_method, header_line
-from surge.http.proxy import parse_proxy
 from surge.http.resolver import parse_servers
 from surge.http.timings import RECORD_PHASES, Timings, ms3
 from surge.http.url import parse_url
 from surge.loops import iterate_in_thread
 from surge.retry import RETRY_AFTER_STATUSES, RetryPolicy, retry_after_seconds
 from surge.trace.tracer import LAG_EVERY, Tracer
+
+if TYPE_CHECKING:  # loaded by the options that use them: --output-dir, --warc
+    from surge.bulk.bodies import BodyFiles
+    from surge.bulk.warc import WarcWriter
 
 Record = dict[str, Any]
 
@@ -231,6 +232,8 @@ class FetchOptions:
             self.dns_servers = parse_servers(self.dns_servers)
         _seconds("retry-backoff", self.retry_backoff, zero=True)
         if self.proxy:  # a usage error now (exit 2), not when the client is made
+            from surge.http.proxy import parse_proxy  # --proxy only
+
             parse_proxy(self.proxy)
         if isinstance(self.resolve, str):  # one --resolve entry, not its characters
             self.resolve = [self.resolve]
@@ -541,15 +544,23 @@ class RunState:
     __slots__ = ("files", "own_warc", "pacer", "warc")
 
     def __init__(self, opts: FetchOptions) -> None:
-        self.files = BodyFiles(opts.output_dir) if opts.output_dir is not None else None
+        self.files: BodyFiles | None = None
+        if opts.output_dir is not None:
+            from surge.bulk.bodies import BodyFiles  # --output-dir only
+
+            self.files = BodyFiles(opts.output_dir)
         self.pacer = HostPacer(opts.rate_per_host) if opts.rate_per_host is not None else None
         self.own_warc = isinstance(opts.warc, str | os.PathLike)
         warc = opts.warc
         if isinstance(warc, str | os.PathLike):
+            from surge.bulk.warc import WarcWriter  # --warc only
+
             # a file that cannot be written (or another run's) is a SinkError naming it
             warc = WarcWriter(warc, max_size=opts.warc_max_size)
         self.warc = warc
         if self.files is not None or warc is not None:
+            from surge.bulk.bodies import return_large_buffers  # bodies kept: --output-dir, --warc
+
             return_large_buffers()
 
     @property
@@ -579,6 +590,8 @@ def _request(client: AsyncClient, item: Item, opts: FetchOptions, state: RunStat
         if not any(name.lower() == "content-type" for name, _ in own):
             headers = (*opts.data_headers, *own)
     if state is not None and state.keeps_bodies:
+        from surge.bulk.bodies import fetch_kept  # loaded by RunState already
+
         return fetch_kept(
             client, item.url, method, headers, body, opts.body_cap, state.files, state.warc
         )

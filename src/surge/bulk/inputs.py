@@ -49,7 +49,6 @@ import threading
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from itertools import chain, islice, repeat
-from pathlib import PurePath
 from typing import IO, Any, Final, NamedTuple, cast
 
 from surge.errors import UsageError
@@ -235,7 +234,7 @@ def _read(
             return  # no inputs at all
         replayed = chain(repeat("\n", leading_blank), (first,), lines)
 
-        fmt = input_format or _EXTENSION_FORMATS.get(PurePath(name).suffix.lower())
+        fmt = input_format or _EXTENSION_FORMATS.get(os.path.splitext(name)[1].lower())
         if fmt is None:
             fmt = _sniff(first)
         if fmt == "text":

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import importlib
 import time
 from collections.abc import Callable, Sequence
@@ -41,15 +42,18 @@ from surge.db._pool import (
     log,
     needs_ping,
     start_session_reset,
+    with_connect_timeout,
 )
 from surge.db._session import (
     COM_RESET_CONNECTION,
     FLUSH_AFTER,
+    RESET_WAIT,
     SESSION_PROBE,
     MySQLReset,
     may_change_database,
     ok_packet_status,
     sever_fd,
+    unresettable,
 )
 from surge.errors import UsageError
 from surge.extras import optional_import
@@ -104,7 +108,10 @@ class AsyncPsycopg(PsycopgState):
         await conn.close()
 
     async def finish_reset(self, conn: Any) -> None:
-        await conn.wait(self.finish_generator(conn))
+        try:
+            await asyncio.wait_for(conn.wait(self.finish_generator(conn)), RESET_WAIT)
+        except TimeoutError:  # its state is unknown: the pool severs it
+            raise self.module.OperationalError("the server took no reset") from None
 
     async def run(self, conn: Any, sql: str) -> None:
         self.raise_for(conn, await self._exec(conn, sql.encode()))
@@ -129,6 +136,7 @@ def _aiomysql_connection_class(base: Any) -> Any:
         _surge_db_changed = False
         _surge_prefix: bytes | None = None
         _surge_multi = False
+        _surge_unresettable = False
         _next_seq_id: int
         _result: Any
         #: Past this many bytes buffered unsent, the server is not reading.
@@ -138,6 +146,8 @@ def _aiomysql_connection_class(base: Any) -> Any:
             self._surge_used = self._surge_busy = True
             self._surge_unsure = True
             use = may_change_database(command, sql, self._surge_multi)
+            if unresettable(command, sql):
+                self._surge_unresettable = True
             if self._surge_unsent is not None or self._surge_pending is not None:
                 self._surge_take_reset()  # see the sync twin (one loop: no lock)
                 await super()._execute_command(command, sql)
@@ -201,6 +211,8 @@ def _aiomysql_connection_class(base: Any) -> Any:
             if reset is None or self._surge_busy or writer is None:
                 return False
             if result is not None and (result.unbuffered_active or result.has_next):
+                return False
+            if self._surge_unresettable:
                 return False
             self._surge_unsent = reset
             self._surge_used = self._surge_unsure = False
@@ -275,7 +287,16 @@ class AsyncMySQL(MySQLProtocolSession):
             params["ssl"] = self.ssl
         params.update(extra)
         conn = self.connection_class(**params)  # as aiomysql.connect, with surge's class
-        await conn._connect()
+        # aiomysql's connect_timeout bounds the TCP connect only; the greeting
+        # and the login are bounded by it here too (a server that accepts and
+        # says nothing held a connect for ever).
+        try:
+            await asyncio.wait_for(conn._connect(), conn.connect_timeout)
+        except TimeoutError:
+            conn.close()
+            raise importlib.import_module("pymysql.err").OperationalError(
+                2013, f"the server sent no greeting within {conn.connect_timeout:g} s"
+            ) from None
         return conn
 
     def in_transaction(self, conn: Any) -> bool:
@@ -318,7 +339,13 @@ class AsyncMySQL(MySQLProtocolSession):
 
     async def finish_reset(self, conn: Any) -> None:
         if conn._surge_pending is not None:
-            await conn._surge_read_reset()
+            try:
+                await asyncio.wait_for(conn._surge_read_reset(), RESET_WAIT)
+            except TimeoutError:  # a server silent that long is gone
+                conn.close()
+                raise importlib.import_module("pymysql.err").OperationalError(
+                    2013, "the server took no reset"
+                ) from None
 
     async def prepare_session(self, conn: Any, init_sql: tuple[str, ...]) -> None:
         """As the sync twin's (surge.db._drivers.PyMySQL.prepare_session)."""
@@ -363,6 +390,10 @@ class AsyncMySQL(MySQLProtocolSession):
 AsyncDriver = AsyncPsycopg | AsyncMySQL
 
 
+#: The acquire under way in this task: its timeout bounds a connect.
+_BUDGET: contextvars.ContextVar[float | None] = contextvars.ContextVar("budget", default=None)
+
+
 class AsyncDBPool(SessionResets):
     """``async with pool.connection() as conn:`` - options as :class:`surge.db.DBPool`."""
 
@@ -397,6 +428,7 @@ class AsyncDBPool(SessionResets):
         self.autocommit = autocommit
         self.check_idle_after = check_idle_after
         self._connect_args = dict(connect_args or {})
+        self.timeout = timeout
         self._lifetime_lock = asyncio.Lock()
         self.max_lifetime: float | Literal["auto"] | None = max_lifetime
         self.n_pings = self.n_rollbacks = 0
@@ -419,7 +451,14 @@ class AsyncDBPool(SessionResets):
             self.pool.set_max_lifetime(max_lifetime)
 
     async def acquire(self, timeout: float | None = None) -> Any:
-        return await self.pool.acquire(timeout)
+        """As :meth:`surge.db.DBPool.acquire`."""
+        if timeout is None:
+            return await self.pool.acquire()
+        token = _BUDGET.set(timeout)
+        try:
+            return await self.pool.acquire(timeout)
+        finally:
+            _BUDGET.reset(token)
 
     async def release(self, conn: Any) -> None:
         await self.pool.release(conn)
@@ -525,7 +564,9 @@ class AsyncDBPool(SessionResets):
             log.info("%r failed on %r; discarding it", error, conn)
 
     async def _create(self) -> Any:
-        conn = await self.driver.connect(self.url, self.autocommit, self._connect_args)
+        budget = _BUDGET.get() or self.timeout
+        args = with_connect_timeout(self.url, self.driver.name, self._connect_args, budget)
+        conn = await self.driver.connect(self.url, self.autocommit, args)
         try:
             if self.max_lifetime == "auto":
                 await self._learn_lifetime(conn)

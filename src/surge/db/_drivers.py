@@ -24,11 +24,15 @@ from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from surge.db._session import (
+    COM_QUERY,
     COM_RESET_CONNECTION,
+    RESET_WAIT,
     RESET_WRITER,
     SESSION_PROBE,
+    WATCHDOG,
     ClientState,
     MySQLReset,
+    drive_bounded,
     may_change_database,
     mysql_reset,
     ok_packet_status,
@@ -36,6 +40,7 @@ from surge.db._session import (
     pg_send_reset,
     send_without_waiting,
     sever_fd,
+    unresettable,
 )
 from surge.errors import UsageError
 from surge.extras import optional_import
@@ -341,6 +346,8 @@ def pymysql_connection_class(base: Any, preferred_tls: ssl.SSLContext | None) ->
         _surge_io: threading.Lock
         #: Bytes that the next write puts in front of its own.
         _surge_prefix: bytes | None = None
+        #: A statement went out whose effect the server's reset does not undo.
+        _surge_unresettable = False
         # PyMySQL's own, as used here.
         _next_seq_id: int
         _result: Any
@@ -351,6 +358,8 @@ def pymysql_connection_class(base: Any, preferred_tls: ssl.SSLContext | None) ->
             self._surge_used = self._surge_busy = True
             self._surge_unsure = True
             use = may_change_database(command, sql, self._surge_multi)
+            if unresettable(command, sql):
+                self._surge_unresettable = True
             if self._surge_unsent is not None or self._surge_pending is not None:
                 with self._surge_io:
                     self._surge_take_reset()
@@ -367,6 +376,19 @@ def pymysql_connection_class(base: Any, preferred_tls: ssl.SSLContext | None) ->
             self._surge_unsure = True
             if use:
                 self._surge_db_changed = True
+
+        def connect(self, sock: Any = None) -> None:
+            # PyMySQL's connect_timeout bounds the TCP connect only: the server's
+            # greeting and the login are read with the read timeout (none by
+            # default), so a server that accepts and says nothing held a connect
+            # for ever.  They are bounded by connect_timeout too.
+            read_timeout = self._read_timeout
+            if read_timeout is None and self.connect_timeout:
+                self._read_timeout = self.connect_timeout
+            try:
+                super().connect(sock)
+            finally:
+                self._read_timeout = read_timeout
 
         def _surge_take_reset(self) -> None:
             """Under ``_surge_io``: put an unwritten reset in front of the next write."""
@@ -432,6 +454,8 @@ def pymysql_connection_class(base: Any, preferred_tls: ssl.SSLContext | None) ->
                 return False
             if result is not None and (result.unbuffered_active or result.has_next):
                 return False  # results unread: never read them at return
+            if self._surge_unresettable:
+                return False  # closed instead: see _session.unresettable
             self._surge_unsent = reset
             self._surge_used = self._surge_unsure = False
             self._result = None
@@ -460,15 +484,18 @@ def pymysql_connection_class(base: Any, preferred_tls: ssl.SSLContext | None) ->
             finally:
                 self._surge_io.release()
 
-        def _surge_read_reset(self) -> None:
-            """Read the written reset's answers; a failure closes the connection."""
+        def _surge_read_reset(self, timeout: float | None = None) -> None:
+            """Read the written reset's answers, waiting at most ``timeout`` for
+            them (None: the driver's read timeout, as behind a command); a failure
+            closes the connection."""
             pending, self._surge_pending = self._surge_pending, None
             assert pending is not None
             n_ok, n_results = pending
             try:
-                if self._current_timeout != self._read_timeout:
-                    self._sock.settimeout(self._read_timeout)
-                    self._current_timeout = self._read_timeout
+                wait = self._read_timeout if timeout is None else timeout
+                if self._current_timeout != wait:
+                    self._sock.settimeout(wait)
+                    self._current_timeout = wait
                 read = self._read_bytes
                 for _ in range(n_ok):
                     header = read(4)
@@ -556,7 +583,7 @@ class MySQLProtocolSession:
         if "_surge_io" not in conn.__dict__:
             conn._surge_io = threading.Lock()
         conn._surge_multi = bool(conn.client_flag & MULTI_STATEMENTS)
-        conn._surge_used = conn._surge_db_changed = False
+        conn._surge_used = conn._surge_db_changed = conn._surge_unresettable = False
 
     def count_set_up(self, set_up: list[str]) -> None:
         """The set-up's reset counts as one written (its probes and statements as
@@ -662,9 +689,15 @@ class PyMySQL(MySQLProtocolSession, Driver):
         return mysql_idle_timeout(conn)
 
     def finish_reset(self, conn: Any) -> None:
-        with conn._surge_io:
+        """At checkout: the answers should be there; a server silent RESET_WAIT
+        is gone (2013, as PyMySQL says for a read that times out)."""
+        if not conn._surge_io.acquire(timeout=RESET_WAIT):  # RESET_WRITER stuck writing
+            raise self.module.err.OperationalError(2013, "the server took no reset")
+        try:
             if conn._surge_pending is not None:
-                conn._surge_read_reset()
+                conn._surge_read_reset(RESET_WAIT)
+        finally:
+            conn._surge_io.release()
 
     def prepare_session(self, conn: Any, init_sql: tuple[str, ...]) -> None:
         """What the session is now (its character set, autocommit, sql_mode) and,
@@ -787,9 +820,14 @@ class MySQLClient(Driver):
         class Connection(base):  # type: ignore[misc, valid-type]
             _surge_unsure = False
 
+            #: A statement went out whose effect the server's reset does not undo.
+            _surge_unresettable = False
+
             def query(self, sql: Any) -> None:
                 if not (_selects_only(sql) and self.get_autocommit()):
                     self._surge_unsure = True
+                if unresettable(COM_QUERY, sql):
+                    self._surge_unresettable = True
                 super().query(sql)
 
             def commit(self) -> None:
@@ -858,6 +896,7 @@ class MySQLClient(Driver):
         finally:
             cursor.close()
         conn._surge_session = (database, charset, collation, autocommit, init_sql)
+        conn._surge_unresettable = False
         if "_surge_io" not in conn.__dict__:
             conn._surge_io = threading.Lock()
             conn._surge_flush = functools.partial(self._flush, conn)
@@ -867,8 +906,8 @@ class MySQLClient(Driver):
         returning thread, unless a checkout comes first and does it itself.
         mysqlclient cannot write without reading, so either way it costs the
         thread that does it its round trips (libmariadb lets the GIL go)."""
-        if conn._surge_streaming:
-            return False  # rows left unread: never read them at return
+        if conn._surge_streaming or conn._surge_unresettable:
+            return False  # rows left unread (never read at return), or see unresettable
         conn._surge_due = True
         conn._surge_unsure = False
         self.restore_client(conn)
@@ -879,13 +918,24 @@ class MySQLClient(Driver):
         return bool(getattr(conn, "_surge_due", False))
 
     def finish_reset(self, conn: Any) -> None:
-        with conn._surge_io:
+        if not conn._surge_io.acquire(timeout=RESET_WAIT):  # RESET_WRITER's reset is stuck
+            self.sever(conn)  # which ends it
+            raise self.module.OperationalError(2013, "the server took no reset")
+        try:
             if conn._surge_due:
                 self._reset(conn)
+        finally:
+            conn._surge_io.release()
 
     def _reset(self, conn: Any) -> None:
         """Under the connection's lock: libmariadb's ``mysql_reset_connection``
-        (COM_RESET_CONNECTION), then the set-up."""
+        (COM_RESET_CONNECTION), then the set-up; a server silent for RESET_WAIT
+        has its socket severed under libmariadb's feet (it waits without a
+        timeout), which ends the call with an error."""
+        with WATCHDOG.guard(RESET_WAIT, lambda: self.sever(conn)):
+            self._reset_now(conn)
+
+    def _reset_now(self, conn: Any) -> None:
         database, charset, collation, autocommit, init_sql = conn._surge_session
         if self._reset_connection(conn) != 0:  # out of sync: never used again
             conn._surge_due = False
@@ -1119,7 +1169,10 @@ class Psycopg(PsycopgState, Driver):
     name = "psycopg"
 
     def finish_reset(self, conn: Any) -> None:
-        conn.wait(self.finish_generator(conn))
+        try:
+            drive_bounded(self.finish_generator(conn), conn.pgconn.socket, RESET_WAIT)
+        except TimeoutError as error:  # its state is unknown: the pool severs it
+            raise self.module.OperationalError(f"the server took no reset: {error}") from None
 
     def run(self, conn: Any, sql: str) -> None:
         """One statement without psycopg's BEGIN; its error as psycopg raises it."""

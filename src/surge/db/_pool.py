@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import ssl
 import threading
 import time
@@ -146,6 +147,9 @@ class DBPool(SessionResets):
         self.autocommit = autocommit
         self.check_idle_after = check_idle_after
         self._connect_args = dict(connect_args or {})
+        self.timeout = timeout
+        #: The acquire under way in this thread: its timeout bounds a connect.
+        self._budget = threading.local()
         self._lifetime_lock = threading.Lock()
         #: The lifetime in force; ``"auto"`` until the first connection has read it.
         self.max_lifetime: float | Literal["auto"] | None = max_lifetime
@@ -179,8 +183,15 @@ class DBPool(SessionResets):
     def acquire(self, timeout: float | None = None) -> Any:
         """A connection of the current generation, as fresh as a new one (see
         ``reset``), pinged first if it was idle long enough to doubt it; stale
-        ones found on the way are replaced."""
-        return self.pool.acquire(timeout)
+        ones found on the way are replaced.  A connection made for it has
+        ``timeout`` (default: the pool's) to connect, if the URL does not say."""
+        if timeout is None:
+            return self.pool.acquire()
+        self._budget.timeout = timeout
+        try:
+            return self.pool.acquire(timeout)
+        finally:
+            self._budget.timeout = None
 
     def release(self, conn: Any) -> None:
         """Take a connection back and reset its session (``reset="session"``: see
@@ -333,7 +344,9 @@ class DBPool(SessionResets):
             log.info("%r failed on %r; discarding it", error, conn)
 
     def _connect_to_url(self) -> Any:
-        return self.driver.connect(self.url, self.autocommit, self._connect_args)
+        budget = getattr(self._budget, "timeout", None) or self.timeout
+        args = with_connect_timeout(self.url, self.driver.name, self._connect_args, budget)
+        return self.driver.connect(self.url, self.autocommit, args)
 
     def _create(self) -> Any:
         conn = self.connector()
@@ -373,6 +386,25 @@ class DBPool(SessionResets):
             self._sever(conn)
         with contextlib.suppress(Exception):  # closing a dead connection may fail; it is gone
             conn.close()
+
+
+def with_connect_timeout(
+    url: DatabaseURL, driver: str, connect_args: dict[str, Any], budget: float
+) -> dict[str, Any]:
+    """``connect_args`` with a connect timeout no longer than ``budget`` (an
+    acquire's timeout), unless the URL or the arguments set one: a server that
+    accepts and then says nothing (a hung host) must not hold an acquire past
+    its timeout.  (libpq has no default at all; PyMySQL's is 10 s.)"""
+    if "connect_timeout" in connect_args or "connect_timeout" in url.options:
+        return connect_args
+    defaults = {"pymysql": 10.0, "aiomysql": 10.0, "mysqlclient": 10.0, "psycopg": None}
+    if driver not in defaults:
+        return connect_args
+    default = defaults[driver]
+    seconds = budget if default is None else min(default, budget)
+    if driver in ("psycopg", "mysqlclient"):  # whole seconds (libpq: 2 at least)
+        seconds = max(2 if driver == "psycopg" else 1, math.ceil(seconds))
+    return {**connect_args, "connect_timeout": seconds}
 
 
 def start_session_reset(driver: Any, conn: Any) -> bool | Exception | None:

@@ -296,6 +296,109 @@ def may_change_database(command: int, sql: Any, multi_statements: bool) -> bool:
     return _MAY_USE.match(text[:4096]) is not None  # USE comes first: no need to read on
 
 
+#: Statements whose effect COM_RESET_CONNECTION does not undo: an XA branch (a
+#: PREPAREd one outlives the reset and breaks the next user: MariaDB then fails
+#: its INSERT and can crash on its next snapshot), profiling (the reset turns it
+#: off but keeps the history, statement texts included), and SQL_CALC_FOUND_ROWS
+#: (FOUND_ROWS() keeps its total).  A session that ran one is closed, not reset
+#: (the server keeps a prepared XA branch for XA RECOVER, as it would for a
+#: client that disconnected).  Searched anywhere in the text: a match in a
+#: string or a comment costs a reconnect, never a leak.
+_UNRESETTABLE = re.compile(r"\bxa\b|\bprofiling\b|\bsql_calc_found_rows\b", re.IGNORECASE)
+
+
+def unresettable(command: int, sql: Any) -> bool:
+    """Whether a command may leave what the server's reset does not undo."""
+    if command != COM_QUERY:
+        return False
+    text = sql if isinstance(sql, str) else bytes(sql).decode("latin-1")
+    return _UNRESETTABLE.search(text) is not None
+
+
+#: How long a checkout waits for the answers of a reset written long enough ago
+#: to have them (seconds): a server silent past this is taken for gone.
+RESET_WAIT = 1.0
+
+
+class Watchdog:
+    """Calls ``on_timeout`` if a guarded block is still running ``timeout``
+    seconds after it began: for calls into C that no timeout reaches (libmariadb
+    polls without one), which severing the connection's socket ends.  One
+    daemon thread per process, started at first use."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._armed: dict[int, tuple[float, Any]] = {}
+        self._next = 0
+        self._pid: int | None = None
+
+    @contextlib.contextmanager
+    def guard(self, timeout: float, on_timeout: Any) -> Iterator[None]:
+        with self._cond:
+            if self._pid != os.getpid():
+                self._pid = os.getpid()
+                self._armed = {}
+                threading.Thread(target=self._run, name="surge.db watchdog", daemon=True).start()
+            self._next += 1
+            token = self._next
+            self._armed[token] = (time.monotonic() + timeout, on_timeout)
+            self._cond.notify()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._armed.pop(token, None)
+
+    def _run(self) -> None:
+        while True:
+            fire = []
+            with self._cond:
+                now = time.monotonic()
+                for token, (when, call) in list(self._armed.items()):
+                    if when <= now:
+                        fire.append(call)
+                        del self._armed[token]
+                soonest = min((when for when, _ in self._armed.values()), default=None)
+                if not fire:
+                    self._cond.wait(None if soonest is None else max(0.0, soonest - now))
+            for call in fire:
+                with contextlib.suppress(Exception):
+                    call()
+
+
+WATCHDOG = Watchdog()
+
+
+def drive_bounded(gen: Any, fileno: int, timeout: float) -> Any:
+    """Run a psycopg generator (it yields ``Wait`` values, is sent ``Ready``) with
+    at most ``timeout`` seconds of waiting; TimeoutError past it."""
+    import selectors
+
+    from psycopg.waiting import Ready, Wait
+
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as sel:
+        try:
+            wait = next(gen)
+            while True:
+                events = (selectors.EVENT_READ if wait & Wait.R else 0) | (
+                    selectors.EVENT_WRITE if wait & Wait.W else 0
+                )
+                sel.register(fileno, events)
+                left = deadline - time.monotonic()
+                ready = sel.select(left) if left > 0 else []
+                sel.unregister(fileno)
+                if not ready:
+                    raise TimeoutError(f"the server answered nothing for {timeout:g} s")
+                mask = ready[0][1]
+                got = (Ready.R if mask & selectors.EVENT_READ else 0) | (
+                    Ready.W if mask & selectors.EVENT_WRITE else 0
+                )
+                wait = gen.send(Ready(got))
+        except StopIteration as done:
+            return done.value
+
+
 def ok_packet_status(payload: bytes) -> int:
     """The server status of an OK packet's payload (after its two length-encoded
     integers: affected rows, last insert id)."""

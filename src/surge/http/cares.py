@@ -103,11 +103,6 @@ UDP_MAX_QUERIES = 256
 Answer = tuple[tuple[str, ...], float | None]  # addresses (IPv4 first), TTL in seconds
 
 
-def available() -> bool:
-    """Whether the c-ares backend can be used (pycares is importable)."""
-    return pycares is not None
-
-
 def _detail(host: str, status: int, timeout: float) -> str:
     """The ``dns_error`` detail for a c-ares status (``timeout``: the seconds
     the lookup actually waited, for a timeout's)."""

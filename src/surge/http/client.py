@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import ssl
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager as AsyncContextManager
 from contextvars import ContextVar
-from http.cookiejar import CookieJar
 from time import perf_counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from surge.errors import LocalResourceError, RequestError, StreamConsumed, UsageError
 from surge.http import redirects as redirect_policy
@@ -31,13 +31,11 @@ from surge.http.arguments import Params, Upload, prepare
 from surge.http.auth import Auth
 from surge.http.auth import check as check_auth
 from surge.http.auth import lines as auth_lines
-from surge.http.connection import HTTPConnection, WireResponse
-from surge.http.cookies import CookiesInput, CookieStore
+from surge.http.connection import HTTPConnection, WireResponse, sets_cookies
 from surge.http.deadlines import Deadlines, TaskDeadline
 from surge.http.decoding import ACCEPT_ENCODING, decode
 from surge.http.gate import Gate
 from surge.http.headers import HeaderInput, RequestHeaders, build, check_method
-from surge.http.proxy import PoolKey, Proxies, open_through
 from surge.http.resolver import DNS_TIMEOUT, Override, Resolver, parse_servers
 from surge.http.response import Response
 from surge.http.stream import BodyStream, drain
@@ -46,6 +44,12 @@ from surge.http.timeout import split as split_timeout
 from surge.http.timings import Timings
 from surge.http.url import parse_url
 from surge.pool import AsyncKeyedPool
+
+if TYPE_CHECKING:
+    from http.cookiejar import CookieJar
+
+    from surge.http.cookies import CookiesInput, CookieStore
+    from surge.http.proxy import PoolKey, Proxies
 
 #: The request whose connection is being opened, and its connect timeout (None:
 #: the client's): the pool calls ``create(key)`` in the acquiring task, so the
@@ -113,6 +117,20 @@ def _resolver(
         dns_timeout=min(dns_timeout, connect_timeout),
         family=_FAMILIES[ip_version],
     )
+
+
+def _proxies(proxy: str | None, noproxy: str | None, trust_env: bool) -> Proxies | None:
+    """The client's proxy routes (proxy.py decides them), or None: proxy.py is
+    loaded only when a proxy may be set - ``proxy=`` given, or ``trust_env`` and
+    a variable named ``*_proxy`` (any case) other than ``no_proxy`` set."""
+    if proxy is None and not (
+        trust_env
+        and any(n.lower().endswith("_proxy") and n.lower() != "no_proxy" for n in os.environ)
+    ):
+        return None
+    from surge.http.proxy import Proxies
+
+    return Proxies.configure(proxy, noproxy, trust_env)
 
 
 #: Request header sets a client keeps validated (bounded: callers make them).
@@ -234,7 +252,7 @@ class AsyncClient:
             )
         self.resolver = resolver
         #: Which requests go through which proxy (proxy.py); None: all direct.
-        self._proxies = Proxies.configure(proxy, noproxy, trust_env)
+        self._proxies = _proxies(proxy, noproxy, trust_env)
         self._ssl_context = ssl_context
         self._cafile = cafile
         self._insecure = insecure
@@ -255,10 +273,13 @@ class AsyncClient:
         self._auth_fn = auth if callable(auth) else None
         #: curl's --location-trusted: credentials follow redirects to any origin.
         self.location_trusted = location_trusted
-        #: What servers set, sent back where it belongs (cookies.py); False: none kept.
-        self._cookies = (
-            None if cookies is False else CookieStore(None if cookies is True else cookies)
-        )
+        #: What servers set, sent back where it belongs (cookies.py); made by the
+        #: first cookie (the caller's, or a response's Set-Cookie), so a run that
+        #: meets none never loads http.cookiejar.  cookies=False: none kept.
+        self._keeps_cookies = cookies is not False
+        self._cookies: CookieStore | None = None
+        if cookies is not None and not isinstance(cookies, bool):
+            self._cookie_store(cookies)
         self._connecting = Gate(max_connecting)  # O(1) FIFO; asyncio.Semaphore is O(waiters)
         self._pool: AsyncKeyedPool[PoolKey, HTTPConnection] = AsyncKeyedPool(
             self._open,
@@ -286,9 +307,17 @@ class AsyncClient:
     def cookies(self) -> CookieJar:
         """The cookies the client keeps (a ``http.cookiejar.CookieJar``): set by
         its responses, and by ``cookies=``; sent back by the jar's rules."""
-        if self._cookies is None:
+        if not self._keeps_cookies:
             raise UsageError("this client keeps no cookies (cookies=False)")
-        return self._cookies.jar
+        return self._cookie_store().jar
+
+    def _cookie_store(self, cookies: CookiesInput = None) -> CookieStore:
+        if self._cookies is None:
+            # Here, not at import: http.cookiejar costs ~15 ms, and most runs set no cookie.
+            from surge.http.cookies import CookieStore
+
+            self._cookies = CookieStore(cookies)
+        return self._cookies
 
     @property
     def ssl_context(self) -> ssl.SSLContext:
@@ -427,13 +456,13 @@ class AsyncClient:
         common = own.common
         host_header = own.host or target.host_header
         pool = self._pool
-        jar = self._cookies
         proxies = self._proxies
         key: PoolKey  # the pool's key for a hop: its origin's, or with a proxy in it
         deadline: float | None = None  # set when the first hop starts its network work
         redirects = 0
         history: list[Response] | None = None  # the redirect hops' responses, if any
         while True:  # a hop per turn
+            jar = self._cookies  # per hop: a response may have made it meanwhile
             cookie = b"" if jar is None else jar.header(target.url)
             if cookie and b"cookie:" in secret.lower():
                 cookie = b""  # the caller's own Cookie header wins, as in cookiejar
@@ -542,6 +571,8 @@ class AsyncClient:
                     raise
                 break
             timings.first_byte = wire.first_byte
+            if jar is None and self._keeps_cookies and sets_cookies(wire.head):
+                jar = self._cookie_store()
             if jar is not None:
                 jar.extract(target.url, wire.head)
             hop_body = wire.body  # the raw chunks, for _on_hop (streamed: drained below)
@@ -757,6 +788,8 @@ class AsyncClient:
             try:
                 with TaskDeadline(self._deadlines, loop.time() + remaining):
                     if proxy is not None:
+                        from surge.http.proxy import open_through  # loaded by _proxies
+
                         return await open_through(
                             proxy,
                             key,

@@ -1164,6 +1164,11 @@ def header_value(head: bytes, lower: bytes, marker: bytes) -> bytes:
     return head[at : end if end >= 0 else len(head)].strip()
 
 
+def sets_cookies(head: bytes) -> bool:
+    """Whether a response head has a Set-Cookie header (one search, no parse)."""
+    return head.lower().find(b"\nset-cookie:") >= 0
+
+
 def parse_head(head: bytes) -> list[tuple[bytes, bytes]]:
     """(name, value) pairs of a response head (status line first, then headers)."""
     headers = []

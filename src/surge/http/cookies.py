@@ -43,7 +43,7 @@ from collections.abc import Mapping
 from http.cookiejar import Cookie, CookieJar, DefaultCookiePolicy
 from typing import Any
 
-from surge.http.connection import parse_head
+from surge.http.connection import parse_head, sets_cookies
 
 #: RFC 6265 6.1: "at least 3000 cookies total".
 MAX_COOKIES = 3000
@@ -201,7 +201,7 @@ class CookieStore:
 
     def extract(self, url: str, head: bytes) -> None:
         """Keep what a response to ``url`` sets (if it sets anything)."""
-        if head.lower().find(b"\nset-cookie:") < 0:
+        if not sets_cookies(head):
             return
         self.jar.extract_cookies(_Headers(head), urllib.request.Request(url))  # type: ignore[arg-type]
         self._bound()

@@ -12,33 +12,35 @@ Codings: gzip (x-gzip), deflate (zlib-wrapped, or raw as some servers send),
 br (the ``brotli`` package) and zstd (``backports.zstd`` on 3.11-3.13, the
 standard library's ``compression.zstd`` from 3.14), applied last-first when a
 response lists several (``Content-Encoding: gzip, br``).  A coding surge did not
-ask for is handed over undecoded, as curl does.
+ask for is handed over undecoded, as curl does.  brotli and zstd are found at
+import and loaded by the first body that needs them (together ~1.5 ms of start-up).
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from surge.errors import RequestError
 
-try:  # br when the brotli package is installed
-    import brotli
-except ImportError:  # pragma: no cover - depends on the environment
-    brotli = None
-try:  # zstd: the standard library from 3.14, its backport before
-    from compression import zstd  # type: ignore[import-not-found,unused-ignore]
-except ImportError:  # pragma: no cover - depends on the Python version
+
+def _found(module: str) -> bool:
     try:
-        from backports import zstd  # type: ignore[no-redef,unused-ignore]
-    except ImportError:
-        zstd = None
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its parent package is not there
+        return False
+
+
+#: br when the brotli package is installed.
+_BROTLI = _found("brotli")
+#: zstd: the standard library's from 3.14, its backport before (None: neither).
+_ZSTD = next((name for name in ("compression.zstd", "backports.zstd") if _found(name)), None)
 
 #: What the client asks for (its Accept-Encoding): the codings it can decode.
-ACCEPT_ENCODING = ", ".join(
-    ["gzip", "deflate"] + ["br"] * (brotli is not None) + ["zstd"] * (zstd is not None)
-)
+ACCEPT_ENCODING = ", ".join(["gzip", "deflate"] + ["br"] * _BROTLI + ["zstd"] * bool(_ZSTD))
 
 #: A decoder stage: called with the next input (b"" at the end, to flush) and the
 #: most output one piece may hold; yields the output in pieces of at most that.
@@ -177,6 +179,8 @@ def _zlib_stage(wbits: int, raw_fallback: bool = False) -> Stage:
 
 
 def _brotli_stage() -> Stage:
+    import brotli
+
     d = brotli.Decompressor()
 
     def feed(data: bytes, step: int) -> Iterator[bytes]:
@@ -193,7 +197,8 @@ def _brotli_stage() -> Stage:
 
 
 def _zstd_stage() -> Stage:
-    d = zstd.ZstdDecompressor()
+    assert _ZSTD is not None
+    d = importlib.import_module(_ZSTD).ZstdDecompressor()
 
     def feed(data: bytes, step: int) -> Iterator[bytes]:
         if d.eof:  # bytes after the frame: ignored, as curl does
@@ -212,9 +217,9 @@ _DECODERS: dict[str, Callable[[], Stage]] = {
     "x-gzip": lambda: _zlib_stage(zlib.MAX_WBITS | 16),
     "deflate": lambda: _zlib_stage(zlib.MAX_WBITS, raw_fallback=True),
 }
-if brotli is not None:
+if _BROTLI:
     _DECODERS["br"] = _brotli_stage
-if zstd is not None:
+if _ZSTD is not None:
     _DECODERS["zstd"] = _zstd_stage
 
 #: The codings surge undoes (Content-Encoding, and Transfer-Encoding besides chunked).

@@ -26,7 +26,9 @@
   listener), where the C library asks systemd-resolved through its module.
   An absent file or ``hosts:`` line means the C library's default, ``dns
   files``.  ``servers=`` always uses c-ares: getaddrinfo cannot be pointed
-  elsewhere.  ``backend="cares"`` / ``"system"`` force one.
+  elsewhere.  ``backend="cares"`` / ``"system"`` force one.  pycares (and
+  surge.http.cares) load at the first lookup that needs them, not before: a
+  run that only meets addresses, overrides and ``localhost`` never loads them.
 * ``dns_timeout`` bounds each lookup from the moment its query is sent (for
   ``system``, from when a thread starts it): time spent waiting for a thread
   or a connection slot does not count.  The failure is ``dns_error`` with a
@@ -38,17 +40,21 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import importlib.util
 import ipaddress
 import socket
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from surge.errors import RequestError, UsageError
-from surge.http import cares
 from surge.http.dnscache import DEFAULT_MAX_ENTRIES, DNSCache
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from surge.http.cares import CaresBackend
 
 Address = tuple[str, int]  # (ip, family)
 Backend = Literal["auto", "cares", "system"]
@@ -131,7 +137,7 @@ def choose_backend(backend: Backend, servers: list[str] | None, nsswitch: str = 
         if servers:
             raise UsageError("--dns-servers needs the c-ares backend, not the system's")
         return "system"
-    if not cares.available():
+    if importlib.util.find_spec("pycares") is None:  # found, not loaded (see above)
         if backend == "cares" or servers:
             raise UsageError(
                 "--dns-servers and the c-ares backend need pycares: pip install pycares"
@@ -236,11 +242,7 @@ class Resolver:
         self._family = family
         self._threads = threads
         self._executor: ThreadPoolExecutor | None = None
-        self._cares = (
-            cares.CaresBackend(servers=self.servers, timeout=dns_timeout, family=family)
-            if self.backend == "cares"
-            else None
-        )
+        self._cares: CaresBackend | None = None  # made by the first lookup that asks c-ares
         self.cache = DNSCache(
             max_entries=cache_size,
             ttl=ttl,
@@ -308,8 +310,8 @@ class Resolver:
         self._inflight[host] = future
         self.lookups += 1
         try:  # the backend inline, not a coroutine of its own: one frame less a lookup
-            if self._cares is not None:
-                answer, ttl = await self._cares.lookup(host)
+            if self.backend == "cares":
+                answer, ttl = await (self._cares or self._cares_backend()).lookup(host)
             else:
                 answer, ttl = await self._system_lookup(host, port), None
         except RequestError as e:
@@ -327,8 +329,20 @@ class Resolver:
         future.set_result(answer)
         return answer
 
+    def _cares_backend(self) -> CaresBackend:
+        # Here, not at import: pycares costs ~8 ms to load, and most runs never ask it.
+        from surge.http.cares import CaresBackend
+
+        self._cares = CaresBackend(
+            servers=self.servers, timeout=self.dns_timeout, family=self._family
+        )
+        return self._cares
+
     async def _system_lookup(self, host: str, port: int) -> tuple[str, ...]:
         if self._executor is None:
+            # Here: only getaddrinfo needs threads (concurrent.futures.thread, ~0.7 ms).
+            from concurrent.futures import ThreadPoolExecutor
+
             self._executor = ThreadPoolExecutor(self._threads, thread_name_prefix="surge-dns")
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[list[tuple[Any, ...]]] = loop.create_future()

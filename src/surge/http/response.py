@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from surge.http.decoding import Decoder
     from surge.http.stream import BodyStream
 
-_CHARSET = re.compile(r";\s*charset\s*=\s*\"?([^\s;\"]+)", re.IGNORECASE)
+#: Compiled by ``re`` at the first ``.encoding``/``.text`` (re.IGNORECASE: ~0.25 ms).
+_CHARSET = r";\s*charset\s*=\s*\"?([^\s;\"]+)"
 
 
 class Headers(Mapping[str, str]):
@@ -169,7 +170,7 @@ class Response:
         """The charset of the Content-Type, if it names one Python knows; else UTF-8.
         Of several Content-Type headers the last counts (the Fetch standard's rule)."""
         types = self.headers.get_list("content-type")
-        found = _CHARSET.search(types[-1]) if types else None
+        found = re.search(_CHARSET, types[-1], re.IGNORECASE) if types else None
         if found is not None:
             name = found.group(1)
             try:

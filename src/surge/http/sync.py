@@ -25,13 +25,15 @@ import os
 import threading
 import weakref
 from collections.abc import Iterator
-from http.cookiejar import CookieJar
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from surge.http.client import AsyncClient
 from surge.http.portal import _ABANDONED, Portal, PortalClosed, PortalForked
 from surge.http.response import Response
+
+if TYPE_CHECKING:
+    from http.cookiejar import CookieJar
 
 T = TypeVar("T")
 

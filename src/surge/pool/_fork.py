@@ -17,7 +17,6 @@ but fork itself (redis-py instead compares the pid on every checkout).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import weakref
@@ -76,5 +75,7 @@ def _keep_forever(resource: Any) -> None:
     the fork - a read holding its buffered reader's lock, a TLS record half
     done: freeing it would close it, which waits for that lock for ever (no
     thread here will release it).  A child leaks at most a pool's size of them."""
+    import ctypes  # here: only a forked child needs it, and it costs ~1.5 ms to import
+
     with contextlib.suppress(Exception):
         ctypes.pythonapi.Py_IncRef(ctypes.py_object(resource))

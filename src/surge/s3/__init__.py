@@ -14,32 +14,41 @@ Errors: :class:`S3Error` (``code``: S3's own, or ``InvalidListing`` /
 recursively by default (``recursive=False`` for one level).
 
 See :mod:`surge.s3.api` for the options, :mod:`surge.s3.listing` for how it works.
+
+The names above load on first use (PEP 562): ``surge s3 ls`` imports the
+listing, not the transfers.
 """
 
-from surge.errors import S3Error, UsageError
-from surge.s3.api import (
-    EndpointOptions,
-    ListOptions,
-    list_all,
-    list_buckets,
-    list_objects,
-    list_pages,
-    list_versions,
-)
-from surge.s3.listing import CommonPrefix, Stats
-from surge.s3.parse import Bucket, S3Object, S3Version
-from surge.s3.sigv4 import Credentials
-from surge.s3.transfer import (
-    DownloadOptions,
-    Failure,
-    Result,
-    Summary,
-    TransferOptions,
-    download,
-    download_async,
-    open_object,
-)
-from surge.s3.upload import UploadOptions, sync, sync_async, upload, upload_async
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, __getattr__ loads them
+    from surge.errors import S3Error, UsageError
+    from surge.s3.api import (
+        EndpointOptions,
+        ListOptions,
+        list_all,
+        list_buckets,
+        list_objects,
+        list_pages,
+        list_versions,
+    )
+    from surge.s3.listing import CommonPrefix, Stats
+    from surge.s3.parse import Bucket, S3Object, S3Version
+    from surge.s3.sigv4 import Credentials
+    from surge.s3.transfer import (
+        DownloadOptions,
+        Failure,
+        Result,
+        Summary,
+        TransferOptions,
+        download,
+        download_async,
+        open_object,
+    )
+    from surge.s3.uploads import UploadOptions, sync, sync_async, upload, upload_async
 
 __all__ = [
     "Bucket",
@@ -71,3 +80,41 @@ __all__ = [
     "upload",
     "upload_async",
 ]
+
+#: name -> the module it is loaded from on first use.
+_EXPORTS = {
+    "S3Error": "surge.errors",
+    "UsageError": "surge.errors",
+    "EndpointOptions": "surge.s3.api",
+    "ListOptions": "surge.s3.api",
+    "list_all": "surge.s3.api",
+    "list_buckets": "surge.s3.api",
+    "list_objects": "surge.s3.api",
+    "list_pages": "surge.s3.api",
+    "list_versions": "surge.s3.api",
+    "CommonPrefix": "surge.s3.listing",
+    "Stats": "surge.s3.listing",
+    "Bucket": "surge.s3.parse",
+    "S3Object": "surge.s3.parse",
+    "S3Version": "surge.s3.parse",
+    "Credentials": "surge.s3.sigv4",
+    "DownloadOptions": "surge.s3.transfer",
+    "Failure": "surge.s3.transfer",
+    "Result": "surge.s3.transfer",
+    "Summary": "surge.s3.transfer",
+    "TransferOptions": "surge.s3.transfer",
+    "download": "surge.s3.transfer",
+    "download_async": "surge.s3.transfer",
+    "open_object": "surge.s3.transfer",
+    "UploadOptions": "surge.s3.uploads",
+    "sync": "surge.s3.uploads",
+    "sync_async": "surge.s3.uploads",
+    "upload": "surge.s3.uploads",
+    "upload_async": "surge.s3.uploads",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'surge.s3' has no attribute {name!r}")

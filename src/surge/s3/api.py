@@ -29,7 +29,6 @@ from typing import Any, cast
 from surge.errors import UsageError
 from surge.gc_tuning import relaxed_gc
 from surge.http.client import AsyncClient, make_ssl_context
-from surge.http.proxy import parse_proxy
 from surge.loops import iterate_in_thread
 from surge.s3.config import Target, make_target, resolve_timeouts, split_s3_url
 from surge.s3.listing import CommonPrefix, Lister, ParallelListing, Stats, invalid
@@ -70,6 +69,8 @@ class EndpointOptions:
 
     def __post_init__(self) -> None:
         if self.proxy:
+            from surge.http.proxy import parse_proxy  # --proxy only
+
             parse_proxy(self.proxy)  # a usage error now, not at the first request
         if self.proxy_cafile is not None:
             make_ssl_context(self.proxy_cafile)  # and an unreadable CA file

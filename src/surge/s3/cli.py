@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from contextlib import aclosing
 from datetime import datetime
 from json.encoder import encode_basestring
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -45,9 +45,11 @@ from surge.loops import new_event_loop
 from surge.s3.api import Entry, ListOptions, list_buckets, list_pages, list_versions
 from surge.s3.listing import CommonPrefix
 from surge.s3.parse import S3Version
-from surge.s3.paths import FilterRule
 from surge.sinks import names_stdout, stdout_sink
 from surge.terminal import ProgressLine, die, error_line, tell
+
+if TYPE_CHECKING:  # paths.py is the transfers' (a listing has no filters)
+    from surge.s3.paths import FilterRule
 
 
 def _proxy_tls(command: Callable[..., None]) -> Callable[..., None]:
@@ -721,7 +723,6 @@ def _transfer(
         run_cleanly,
         steady_heap,
     )
-    from surge.s3.upload import UploadOptions, upload_async
 
     steady_heap()  # this process is the transfer's: fewer page faults a GB
 
@@ -814,6 +815,8 @@ def _transfer(
             "on_progress": on_progress,
         }
         if uploading:
+            from surge.s3.uploads import UploadOptions, upload_async  # a download needs none
+
             options = UploadOptions(follow_symlinks=follow_symlinks, **common)
             work = upload_async(source, destination, options=options)
         else:

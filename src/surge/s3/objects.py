@@ -20,7 +20,6 @@ from contextlib import aclosing
 from datetime import UTC, datetime
 from typing import Any, Protocol
 from urllib.parse import quote
-from xml.sax.saxutils import escape, unescape
 
 from surge.errors import LocalResourceError, RequestError, S3Error, UsageError
 from surge.http.client import AsyncClient
@@ -28,7 +27,7 @@ from surge.http.response import Headers, Response
 from surge.http.timeout import Timeout
 from surge.retry import RetryPolicy, retry_after_seconds
 from surge.s3.config import Target, followed
-from surge.s3.parse import parse_error
+from surge.s3.parse import parse_error, unescape
 from surge.s3.region import redirect, region_note
 from surge.s3.sigv4 import EMPTY_SHA256, UNSIGNED_PAYLOAD, canonical_query
 
@@ -280,8 +279,10 @@ class Objects:
         in order), with the whole object's CRC-32 if given (the server checks
         it against the parts').  The object's ETag and the CRC-32 the server
         answers (None: it says none)."""
+        from html import escape  # here: only multipart uploads need it
+
         document = "".join(
-            f"<Part><PartNumber>{number}</PartNumber><ETag>{escape(etag)}</ETag>"
+            f"<Part><PartNumber>{number}</PartNumber><ETag>{escape(etag, quote=False)}</ETag>"
             + (f"<ChecksumCRC32>{checksum}</ChecksumCRC32>" if checksum else "")
             + "</Part>"
             for number, etag, checksum in parts
@@ -484,7 +485,8 @@ def _element(document: bytes, name: str) -> str | None:
     found = re.search(rb"<%s>([^<]*)</%s>" % (name.encode(), name.encode()), document)
     if found is None:
         return None
-    return unescape(found.group(1).decode("utf-8", "replace"), {"&quot;": '"', "&apos;": "'"})
+    text = found.group(1).decode("utf-8", "replace")
+    return unescape(text) if "&" in text else text
 
 
 def _status_message(status: int, key: str) -> str:

@@ -35,7 +35,7 @@ How it runs:
   is a :class:`Failure` in the summary; the others go on.  SlowDown, 5xx and
   transient transport errors are retried as the shared retry policy says.
 
-Uploads (:mod:`surge.s3.upload`) share the options (:class:`TransferOptions`),
+Uploads (:mod:`surge.s3.uploads`) share the options (:class:`TransferOptions`),
 the summary, the filters and the client's setup.
 """
 
@@ -58,7 +58,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Iter
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import aclosing, contextmanager, suppress
 from dataclasses import dataclass, field
-from email.utils import parsedate_to_datetime
+from datetime import UTC, datetime
 from queue import SimpleQueue
 from resource import RUSAGE_THREAD, getrusage
 from time import perf_counter
@@ -1650,10 +1650,31 @@ def same_file(path: str, size: int, modified: float) -> bool:
     return info.st_size == size and int(info.st_mtime) <= int(modified)
 
 
+#: IMF-fixdate's month names (RFC 9110 5.6.7).
+_MONTHS = {
+    month: number
+    for number, month in enumerate(
+        ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1
+    )
+}
+
+
 def http_date(value: str | None) -> float | None:
-    """An HTTP date (Last-Modified) as epoch seconds, or None."""
+    """An HTTP date (Last-Modified) as epoch seconds, or None.  IMF-fixdate,
+    the form S3 and every current server send, is read here; email.utils reads
+    the obsolete forms (and is loaded only then: ~2 ms of a download's start)."""
     if not value:
         return None
+    parts = value.split()
+    if len(parts) == 6 and parts[5] == "GMT" and parts[2] in _MONTHS:
+        try:
+            hour, minute, second = map(int, parts[4].split(":"))
+            when = datetime(int(parts[3]), _MONTHS[parts[2]], int(parts[1]), hour, minute, second)
+            return when.replace(tzinfo=UTC).timestamp()
+        except ValueError:
+            pass
+    from email.utils import parsedate_to_datetime
+
     try:
         return parsedate_to_datetime(value).timestamp()
     except (TypeError, ValueError):

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from surge.histogram import LogHistogram
 from surge.http.timings import Timings
 from surge.trace.phases import PHASES, Segment, hops, present
+from surge.trace.tracer import DEFAULT_ROWS
 
 if TYPE_CHECKING:
     from surge.errors import RequestError
@@ -38,8 +39,6 @@ if TYPE_CHECKING:
 MAX_BUCKETS = 1000
 #: The first bucket width, seconds: a run shorter than a second gets 1 ms buckets.
 FIRST_WIDTH = 0.001
-#: Requests drawn in the waterfall, by default; a sample beyond.
-DEFAULT_ROWS = 2000
 #: The slowest requests, listed apart from the sample.
 SLOWEST = 20
 

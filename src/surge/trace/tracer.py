@@ -9,6 +9,9 @@ from surge.http.timings import Timings
 
 #: How often a traced run measures its event loop's lag, seconds.
 LAG_EVERY = 0.05
+#: Requests a trace page draws in its waterfall, by default; a sample beyond
+#: (recorder.py's; here so that ``surge fetch``'s options need no recorder).
+DEFAULT_ROWS = 2000
 
 
 class Tracer(Protocol):

@@ -17,6 +17,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from tests.conftest import memory_device
 
 from surge.errors import LocalResourceError, SinkError, UsageError
 from surge.sinks import (
@@ -40,17 +41,8 @@ def child(script: str, **options: object) -> subprocess.CompletedProcess[str]:
     )
 
 
-def device(directory: Path, name: str) -> Path:
-    """A character device of the memory driver (``null`` 1,3 or ``full`` 1,7)
-    made in the test's directory: no test names the machine's /dev as a
-    destination, so a bug that replaced one replaces only this node."""
-    path = directory / name
-    os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, {"null": 3, "full": 7}[name]))
-    return path
-
-
 def test_a_full_disk_is_one_error_naming_the_file(tmp_path: Path) -> None:
-    full = device(tmp_path, "full")
+    full = memory_device(tmp_path, "full")
     sink = open_output(full)
     assert not sink.regular
     with pytest.raises(SinkError) as caught:
@@ -168,7 +160,7 @@ def test_the_same_file_for_two_outputs_of_one_run_is_refused(tmp_path: Path) -> 
 
 
 def test_devices_and_fifos_are_not_locked_or_cut(tmp_path: Path) -> None:
-    null = device(tmp_path, "null")
+    null = memory_device(tmp_path, "null")
     with open_output(null) as one, open_output(null) as two:
         one.write(b"a")
         two.write(b"b")
@@ -246,7 +238,7 @@ def test_a_replacement_through_a_symlink_replaces_its_target(tmp_path: Path) -> 
     sink.commit()
     assert link.is_symlink() and target.read_bytes() == b"new"
     full = tmp_path / "full.har"
-    device_ = device(tmp_path, "full")
+    device_ = memory_device(tmp_path, "full")
     full.symlink_to(device_)  # a device behind a link: written in place, never replaced
     sink = open_replacement(full)
     with pytest.raises(SinkError, match=r"full.har: cannot write: \[Errno 28\]"):
@@ -386,7 +378,7 @@ def test_parts_written_at_their_offsets_by_threads(tmp_path: Path) -> None:
         thread.join()
     sink.commit()
     assert path.read_bytes() == b"".join(parts)
-    full = open_output(device(tmp_path, "full"))
+    full = open_output(memory_device(tmp_path, "full"))
     with pytest.raises(SinkError, match=r"full: cannot write: \[Errno 28\]"):
         full.write_at([b"x"], 0)
     full.close()

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.conftest import memory_device
 from tests.hostile.conftest import SURGE, bucket, run, s3_env
 
 __all__ = ["bucket", "s3_env"]  # the hostile round's fixtures, for this file too
@@ -152,14 +153,6 @@ def test_stderr_full_is_no_error_of_the_run(
 # -- local files ---------------------------------------------------------------------------
 
 
-def _device(path: Path, minor: int) -> Path:
-    """A character device of the memory driver (1, ``minor``: 3 null, 7 full)
-    made in the test's directory: a test never names the machine's /dev, so a
-    bug that replaced the destination replaces only this node."""
-    os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, minor))
-    return path
-
-
 def test_a_device_is_written_in_place_never_replaced(
     listed: str, s3_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -167,7 +160,7 @@ def test_a_device_is_written_in_place_never_replaced(
     old code renamed a regular file over the device); a full one is one line."""
     devices = tmp_path / "dev"
     devices.mkdir()
-    null = _device(devices / "null", 3)
+    null = memory_device(devices, "null")
     before = os.stat(null)
     done = run(["s3", "cp", f"s3://{listed}/d/f1", str(null)], env=s3_env)
     assert done.returncode == 0, done.stderr.decode()
@@ -175,7 +168,7 @@ def test_a_device_is_written_in_place_never_replaced(
     assert stat.S_ISCHR(after.st_mode)
     assert (after.st_ino, after.st_rdev) == (before.st_ino, before.st_rdev)
     assert sorted(os.listdir(devices)) == ["null"]
-    full = _device(devices / "full", 7)
+    full = memory_device(devices, "full")
     done = run(["s3", "cp", f"s3://{listed}/d/f1", str(full)], env=s3_env)
     assert done.returncode == 2
     assert str(full) in one_clean_line(done.stderr)

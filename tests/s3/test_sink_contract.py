@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import errno
 import os
+import select
 import stat
 import subprocess
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -180,17 +182,35 @@ def test_a_fifo_destination_is_streamed_into(
     listed: str, s3_env: dict[str, str], tmp_path: Path
 ) -> None:
     """``cp s3://b/k fifo``: written into the FIFO (its reader gets the
-    object), which stays a FIFO."""
+    object), which stays a FIFO.  The reader never blocks (a surge that
+    replaced the FIFO instead would leave a blocking open waiting for ever):
+    it polls, for 60 s at most."""
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    process = subprocess.Popen(
-        [*SURGE, "s3", "cp", f"s3://{listed}/d/f3", str(fifo)],
-        env=s3_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    with open(fifo, "rb") as reader:
-        got = reader.read()
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    got = bytearray()
+    try:
+        process = subprocess.Popen(
+            [*SURGE, "s3", "cp", f"s3://{listed}/d/f3", str(fifo)],
+            env=s3_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            select.select([reader], [], [], 0.1)
+            try:
+                chunk = os.read(reader, 1 << 16)
+            except BlockingIOError:
+                continue
+            if chunk:
+                got += chunk
+            elif process.poll() is not None:
+                break  # no writer and none to come: all read
+            else:
+                time.sleep(0.05)  # no writer yet: the end of nothing
+    finally:
+        os.close(reader)
     _, err = process.communicate(timeout=60)
     assert process.returncode == 0, err.decode()
     assert got == OBJECTS["d/f3"]

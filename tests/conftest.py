@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import stat
 import subprocess
 import sys
 import tarfile
@@ -40,6 +41,17 @@ from surge.testing import DBServer, ServerNotInstalled, mariadb, postgresql
 RESOLVE = "*.sim:*:127.0.0.1"
 
 StartServer = Callable[..., DBServer]
+
+
+def memory_device(directory: Path, name: str) -> Path:
+    """A character device of the memory driver - ``null`` (1, 3) or ``full``
+    (1, 7) - made in ``directory`` (the tests run as root in CI).  A test that
+    gives surge a device to write names one of these, never the machine's
+    /dev: a sink bug that replaced its destination with a file would replace
+    /dev/null itself (it has)."""
+    path = directory / name
+    os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, {"null": 3, "full": 7}[name]))
+    return path
 
 
 #: Packages the tests use that ``pip install -e '.[all]'`` does not install, by

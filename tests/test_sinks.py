@@ -17,10 +17,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from tests.conftest import memory_device
 
 from surge.errors import LocalResourceError, SinkError, UsageError
 from surge.sinks import (
     lock_holder,
+    names_stdout,
     open_output,
     open_replacement,
     read_capped,
@@ -39,12 +41,13 @@ def child(script: str, **options: object) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_a_full_disk_is_one_error_naming_the_file() -> None:
-    sink = open_output("/dev/full")
+def test_a_full_disk_is_one_error_naming_the_file(tmp_path: Path) -> None:
+    full = memory_device(tmp_path, "full")
+    sink = open_output(full)
     assert not sink.regular
     with pytest.raises(SinkError) as caught:
         sink.write(b"record\n")
-    assert str(caught.value) == "/dev/full: cannot write: [Errno 28] No space left on device"
+    assert str(caught.value) == f"{full}: cannot write: [Errno 28] No space left on device"
     with pytest.raises(SinkError):  # and so is every write after it: nothing after a gap
         sink.write(b"x")
     sink.close()
@@ -157,7 +160,8 @@ def test_the_same_file_for_two_outputs_of_one_run_is_refused(tmp_path: Path) -> 
 
 
 def test_devices_and_fifos_are_not_locked_or_cut(tmp_path: Path) -> None:
-    with open_output("/dev/null") as one, open_output("/dev/null") as two:
+    null = memory_device(tmp_path, "null")
+    with open_output(null) as one, open_output(null) as two:
         one.write(b"a")
         two.write(b"b")
     fifo = tmp_path / "fifo"
@@ -234,12 +238,13 @@ def test_a_replacement_through_a_symlink_replaces_its_target(tmp_path: Path) -> 
     sink.commit()
     assert link.is_symlink() and target.read_bytes() == b"new"
     full = tmp_path / "full.har"
-    full.symlink_to("/dev/full")  # a device behind a link: written in place, never replaced
+    device_ = memory_device(tmp_path, "full")
+    full.symlink_to(device_)  # a device behind a link: written in place, never replaced
     sink = open_replacement(full)
     with pytest.raises(SinkError, match=r"full.har: cannot write: \[Errno 28\]"):
         sink.write(b"x")
     sink.discard()
-    assert full.is_symlink() and stat.S_ISCHR(os.stat("/dev/full").st_mode)
+    assert full.is_symlink() and stat.S_ISCHR(os.stat(device_).st_mode)
 
 
 def test_out_of_descriptors_when_opening_is_a_local_shortage(tmp_path: Path) -> None:
@@ -373,7 +378,24 @@ def test_parts_written_at_their_offsets_by_threads(tmp_path: Path) -> None:
         thread.join()
     sink.commit()
     assert path.read_bytes() == b"".join(parts)
-    full = open_output("/dev/full")
-    with pytest.raises(SinkError, match=r"/dev/full: cannot write: \[Errno 28\]"):
+    full = open_output(memory_device(tmp_path, "full"))
+    with pytest.raises(SinkError, match=r"full: cannot write: \[Errno 28\]"):
         full.write_at([b"x"], 0)
     full.close()
+
+
+@pytest.mark.parametrize(
+    ("path", "is_stdout"),
+    [
+        ("-", True),
+        ("/dev/stdout", True),
+        ("/dev/fd/1", True),
+        ("/proc/self/fd/1", True),
+        ("/dev/stdin", False),
+        ("out.jsonl", False),
+        ("./-", False),
+    ],
+)
+def test_the_names_of_stdout(path: str, is_stdout: bool) -> None:
+    """What ``cp s3://b/k PATH`` streams to stdout, by name (nothing written)."""
+    assert names_stdout(path) is is_stdout

@@ -40,7 +40,12 @@ class SinkError(UsageError):
     """A file surge writes (or the stdout it writes to) failed: it could not be
     opened, locked or written - a full disk, a size limit, a closed pipe or
     descriptor.  The message names the file and the error; what was written
-    before the failure is kept (surge.sinks).  Exit status 2 on the command line."""
+    before the failure is kept (surge.sinks).  Exit status 2 on the command line.
+    ``errno``: the system's error number, when one said why (else None)."""
+
+    def __init__(self, message: str, *, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno
 
 
 class LocalResourceError(SurgeError):

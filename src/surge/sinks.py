@@ -1,9 +1,9 @@
 """Every file surge writes, and the inputs it reads whole: one contract, one place.
 
 ``surge fetch`` writes records (``-o`` or stdout), a WARC, a HAR, a trace page
-and saved bodies; ``surge trace`` writes stdout; ``surge s3`` writes listings
-and downloaded objects.  Each goes through a :class:`Sink`, so one set of rules
-holds for all of them:
+and saved bodies; ``surge trace`` writes stdout; ``surge s3`` writes listings,
+its lines and downloaded objects (stdout too: ``cp s3://b/k -``).  Each goes
+through a :class:`Sink`, so one set of rules holds for all of them:
 
 * **A write is whole, or it is an error.**  A short write is continued (a
   signal, a full pipe, Linux's 2 GiB cap per call), a non-blocking descriptor
@@ -11,8 +11,11 @@ holds for all of them:
   limit: Python ignores SIGXFSZ, so the write fails instead of the process
   dying), EIO, EPIPE, EBADF - is a :class:`~surge.errors.SinkError` (a
   ``UsageError``: one line and exit status 2 on the command line) naming the
-  file and the error.  The sink then refuses further writes, so nothing lands
-  after a gap.
+  file and the error, its ``errno`` kept.  The sink then refuses further
+  writes, so nothing lands after a gap.  Where a run writes many files (an S3
+  download) the errors no other file would escape (:data:`ENDS_RUN`: a full
+  disk, a size limit, EIO, a reader gone) end the run - one line - rather
+  than fail each file left.
 * **What was written before stays.**  A regular file the sink owns is cut back
   to where the failed write began, or to the end of the last whole line it got
   out, so it still ends at a whole record (the records, a WARC's exchange);
@@ -23,16 +26,26 @@ holds for all of them:
   the holder's pid (from ``/proc/locks`` where there is one).  The same file
   given for two outputs of one run is refused the same way.
 * **A file written whole is replaced whole** (a saved body, a HAR, the trace
-  page: :func:`open_replacement`): written to a hidden temporary file beside it
-  and renamed over it when complete, so a failure leaves the old file (or none)
-  and no half file.  A symlink's target is replaced, not the link; a device or
-  a FIFO (``/dev/null``, ``/dev/full``, a pipe) is written in place.
+  page, an S3 download: :func:`open_replacement`): written to a hidden
+  temporary file beside it (:mod:`surge.temps`: locked by its run and marked
+  as surge's, so that a file merely *named* like one is never taken for one)
+  and renamed over it when complete, so a failure leaves the old file (or
+  none) and no half file.  A symlink's target is replaced, not the link (or,
+  for S3's keys, the link); a device or a FIFO (``/dev/null``, ``/dev/full``,
+  a pipe) is written in place - never replaced by a file, which as root would
+  replace ``/dev/null`` itself.
+* **No output is an input** (:func:`protect_input`): a file the run reads is
+  refused by every sink, by what it is (device and inode), not by its name -
+  a hard link, a symlink, a rotated WARC's next name.
 * **An output deleted or replaced during the run stops it** (one line), rather
   than go on writing into a file nobody can reach.
-* **A closed stdin or stdout is a usage error.**  :func:`guard_standard_streams`
-  (run first by the ``surge`` command) puts ``/dev/null`` on a closed 0, 1 or 2,
-  so that no file the run opens takes that number and receives what was meant
-  for the stream, and remembers which were closed.
+* **A closed stdin or stdout is a usage error; a closed stderr is none.**
+  :func:`guard_standard_streams` (run first by every entry point of the
+  command line) puts ``/dev/null`` on a closed 0, 1 or 2, so that no file the
+  run opens takes that number and receives what was meant for the stream,
+  gives ``sys.stdin``/``sys.stdout``/``sys.stderr`` a stream where Python left
+  None, and remembers which were closed.  ``-`` is stdout (``names_stdout``)
+  or stdin (``names_stdin``), as is any other name of the same stream.
 * **An input read whole is capped** (:func:`read_capped`: ``-d @FILE``), never
   slurped: ``/dev/zero`` is an error after ``cap`` bytes, not after the memory.
 
@@ -45,7 +58,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import itertools
 import os
 import select
 import stat
@@ -61,16 +73,22 @@ except ImportError:  # pragma: no cover - not POSIX: no locks
     fcntl = None  # type: ignore[assignment]
 
 __all__ = [
+    "ENDS_RUN",
+    "NotRegular",
     "Sink",
     "guard_standard_streams",
     "names_stdin",
+    "names_stdout",
     "open_output",
     "open_replacement",
+    "protect_input",
     "read_capped",
     "read_lines",
+    "read_up_to",
     "reason",
     "stdin_closed",
     "stdout_sink",
+    "write_error",
 ]
 
 #: The most one write system call is asked for (Linux writes at most 0x7ffff000
@@ -79,9 +97,26 @@ _WRITE_MAX: Final = 1 << 30
 #: errno values that mean this process is out of descriptors, not that the file is
 #: bad: opening one is a LocalResourceError, which the engine waits out.
 LOCAL_SHORTAGE: Final = frozenset({errno.EMFILE, errno.ENFILE})
-_TEMP_NUMBERS = itertools.count()
+#: errno values of a failed write that no other file of the run would escape:
+#: the disk is full (or the quota spent), a size limit, the device failing, a
+#: read-only file system, the reader gone, the descriptor bad.  Where a run
+#: writes many files (an S3 download) one of these ends it - one line, exit 2 -
+#: rather than fail every file left one by one.
+ENDS_RUN: Final = frozenset(
+    {
+        errno.ENOSPC,
+        errno.EDQUOT,
+        errno.EFBIG,
+        errno.EIO,
+        errno.EROFS,
+        errno.EPIPE,
+        errno.EBADF,
+    }
+)
 #: Standard descriptors (0, 1, 2) that were closed when the command started.
 _closed_at_start: set[int] = set()
+#: The run's input files, by (st_dev, st_ino) -> the name given: no sink opens one.
+_inputs: dict[tuple[int, int], str] = {}
 
 
 def reason(exc: OSError) -> str:
@@ -89,6 +124,12 @@ def reason(exc: OSError) -> str:
     if exc.errno is not None and exc.strerror:
         return f"[Errno {exc.errno}] {exc.strerror}"
     return str(exc)
+
+
+def write_error(name: str, exc: OSError, doing: str = "write") -> SinkError:
+    """The :class:`SinkError` of a failed write (or open, or read) of ``name``:
+    one line naming it and the error, the errno kept."""
+    return SinkError(f"{name}: cannot {doing}: {reason(exc)}", errno=exc.errno)
 
 
 class Sink:
@@ -102,6 +143,7 @@ class Sink:
 
     __slots__ = (
         "_broken",
+        "_broken_errno",
         "_closed",
         "_identity",
         "_owned",
@@ -146,6 +188,7 @@ class Sink:
         #: the program: Jupyter's, a test's).
         self._stream: IO[str] | None = None
         self._broken: str | None = None
+        self._broken_errno: int | None = None
         self._closed = False
         #: The open created the file: :meth:`abandon` removes it again.
         self.created = False
@@ -158,7 +201,7 @@ class Sink:
         """Write all of ``data``, or raise :class:`SinkError` (after cutting a
         regular file back to where this write began)."""
         if self._broken is not None:
-            raise SinkError(self._broken)
+            raise self._broken_error()
         if self._closed:
             raise ValueError(f"{self.name}: write to a closed sink")
         whole = view = memoryview(data).cast("B")
@@ -185,7 +228,9 @@ class Sink:
                 view = view[written:]
                 self.position += written
         except OSError as exc:
-            self._fail(f"{self.name}: cannot write: {reason(exc)}", self._keep(whole, start))
+            self._fail(
+                f"{self.name}: cannot write: {reason(exc)}", self._keep(whole, start), exc.errno
+            )
         except BaseException:
             # interrupted mid-write (KeyboardInterrupt from a signal handler): the
             # file must not keep half of what this write was given
@@ -208,7 +253,7 @@ class Sink:
         Nothing is cut back: a part that failed is written again or the file
         is discarded."""
         if self._broken is not None:
-            raise SinkError(self._broken)
+            raise self._broken_error()
         pending = [memoryview(chunk).cast("B") for chunk in chunks if len(chunk)]
         try:
             while pending:
@@ -222,7 +267,12 @@ class Sink:
                     pending[0] = pending[0][written:]
         except OSError as exc:
             self._broken = f"{self.name}: cannot write: {reason(exc)}"
-            raise SinkError(self._broken) from None
+            self._broken_errno = exc.errno
+            raise self._broken_error() from None
+
+    def _broken_error(self) -> SinkError:
+        assert self._broken is not None
+        return SinkError(self._broken, errno=self._broken_errno)
 
     def _write_stream(self, view: memoryview) -> None:
         stream = self._stream
@@ -236,12 +286,16 @@ class Sink:
                 stream.write(bytes(view).decode("utf-8", "surrogateescape"))
                 stream.flush()
         except (OSError, ValueError) as exc:  # ValueError: the stream was closed
-            detail = reason(exc) if isinstance(exc, OSError) else str(exc)
-            self._fail(f"{self.name}: cannot write: {detail}", self.position)
+            if isinstance(exc, OSError):
+                self._fail(f"{self.name}: cannot write: {reason(exc)}", self.position, exc.errno)
+            self._fail(f"{self.name}: cannot write: {exc}", self.position, errno.EBADF)
         self.position += len(view)
 
-    def _fail(self, message: str, keep: int, *, raise_it: bool = True) -> None:
+    def _fail(
+        self, message: str, keep: int, number: int | None = None, *, raise_it: bool = True
+    ) -> None:
         self._broken = message
+        self._broken_errno = number
         if self._rollback is not None and self.position != keep:
             with contextlib.suppress(OSError):
                 if self.regular:
@@ -251,7 +305,7 @@ class Sink:
                 else:
                     self._cut_shared(keep)
         if raise_it:
-            raise SinkError(message) from None
+            raise SinkError(message, errno=number) from None
 
     def _cut_shared(self, keep: int) -> None:
         """stdout redirected to a file (``> out.jsonl``): cut what this write
@@ -277,7 +331,7 @@ class Sink:
                 f"{self.name}: deleted or replaced during the run (what was written to it went"
                 " with it)"
             )
-            raise SinkError(self._broken)
+            raise SinkError(self._broken, errno=errno.ENOENT)
 
     def truncate(self, size: int) -> None:
         """Cut a regular file to ``size`` bytes and write on from there."""
@@ -287,7 +341,7 @@ class Sink:
             os.ftruncate(self.fd, size)
             self.position = os.lseek(self.fd, size, os.SEEK_SET)
         except OSError as exc:
-            raise SinkError(f"{self.name}: cannot write: {reason(exc)}") from None
+            raise write_error(self.name, exc) from None
 
     def seek_end(self) -> int:
         """Write on from the file's end (after it was cut through another
@@ -295,7 +349,7 @@ class Sink:
         try:
             self.position = os.lseek(self.fd, 0, os.SEEK_END)
         except OSError as exc:
-            raise SinkError(f"{self.name}: cannot write: {reason(exc)}") from None
+            raise write_error(self.name, exc) from None
         return self.position
 
     def read_lines(self, limit: int) -> Iterator[tuple[bytes, bool, int]]:
@@ -318,10 +372,21 @@ class Sink:
             except OSError as exc:  # NFS reports a failed write here
                 if self._broken is None:
                     self._broken = f"{self.name}: cannot write: {reason(exc)}"
-                    raise SinkError(self._broken) from None
+                    self._broken_errno = exc.errno
+                    raise self._broken_error() from None
 
     def commit(self) -> None:
-        """Close; a replacement is then renamed over the file it replaces."""
+        """Close; a replacement is then renamed over the file it replaces (its
+        temporary file's marker taken off first: from then on it is a file of
+        the user's, whatever its name)."""
+        if self._temp is not None:
+            try:
+                from surge.temps import unmark  # loaded with the replacement that made _temp
+
+                unmark(self._temp if self._closed else self.fd)
+            except OSError as exc:
+                self.discard()
+                raise write_error(self.name, exc) from None
         self.close()
         temp, self._temp = self._temp, None
         if temp is None:
@@ -332,7 +397,7 @@ class Sink:
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.unlink(temp)
-            raise SinkError(f"{self.name}: cannot write: {reason(exc)}") from None
+            raise write_error(self.name, exc) from None
 
     def discard(self) -> None:
         """Close without complaint; a replacement's temporary file is removed,
@@ -372,6 +437,7 @@ def open_output(
     append: bool = False,
     lock: bool = True,
     rollback: str | None = "write",
+    wait_for_reader: bool = True,
 ) -> Sink:
     """The sink of an output file (``None`` or ``"-"``: :func:`stdout_sink`).
 
@@ -382,12 +448,15 @@ def open_output(
     reader, as the shell's ``>`` does).  A failed write cuts a regular file back
     (``rollback``): to where the write began ("write": a WARC's exchanges), to
     the end of the last whole line it got out ("line": records), or not (None).
+    ``wait_for_reader=False``: a FIFO without a reader is a ``SinkError`` with
+    errno ENXIO at once (an event loop retries it rather than block).  A file
+    that is one of the run's inputs (:func:`protect_input`) is refused.
     """
     if path is None or os.fspath(path) == "-":
         return stdout_sink()
     name = os.fspath(path)
     if 1 in _closed_at_start and name in _STD_NAMES[1]:
-        raise SinkError(f"{name}: cannot write: stdout is closed")
+        raise SinkError(f"{name}: cannot write: stdout is closed", errno=errno.EBADF)
     # Read access for a regular file: --resume reads what it appends to through
     # the descriptor it locked.  A FIFO opened for reading and writing would be
     # its own reader, so anything else is opened for writing only.
@@ -396,6 +465,8 @@ def open_output(
     except OSError:
         existing = None  # missing (created below), or the open says why not
     mode = os.O_RDWR if existing is None or stat.S_ISREG(existing.st_mode) else os.O_WRONLY
+    if existing is not None and not wait_for_reader and stat.S_ISFIFO(existing.st_mode):
+        mode |= os.O_NONBLOCK  # ENXIO if nobody reads; cleared once open
     created = False
     if existing is None:
         try:  # exclusively, to know whether this open made the file
@@ -409,8 +480,11 @@ def open_output(
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             if stat.S_ISDIR(info.st_mode):  # pragma: no cover - O_WRONLY fails with EISDIR first
-                raise SinkError(f"{name}: cannot write: [Errno {errno.EISDIR}] Is a directory")
+                raise write_error(name, IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR)))
+            if mode & os.O_NONBLOCK:
+                os.set_blocking(fd, True)
             return Sink(fd, name, path=name, regular=False, owned=True, rollback=None)
+        _refuse_input(name, info)
         if lock:
             _lock(fd, name, info)
         if append:
@@ -432,37 +506,65 @@ def open_output(
         return sink
     except OSError as exc:
         os.close(fd)
-        raise SinkError(f"{name}: cannot write: {reason(exc)}") from None
+        raise write_error(name, exc) from None
     except BaseException:
         os.close(fd)
         raise
 
 
-def open_replacement(path: str | os.PathLike[str]) -> Sink:
-    """The sink of a file written whole (a saved body, a HAR, the trace page):
-    a temporary file beside it, renamed over it by :meth:`Sink.commit`, removed
-    by :meth:`Sink.discard`.  An existing file's permission bits are kept.  A
-    device or FIFO is written in place (renaming over ``/dev/full`` would
-    replace the device)."""
+def open_replacement(
+    path: str | os.PathLike[str], *, in_place: bool = True, follow_links: bool = True
+) -> Sink:
+    """The sink of a file written whole (a saved body, a HAR, the trace page, an
+    S3 download): a temporary file beside it (:func:`surge.temps.create`:
+    locked and marked as surge's, opened for reading too), renamed over it by
+    :meth:`Sink.commit`, removed by :meth:`Sink.discard`.  An existing file's
+    permission bits are kept.  A device or FIFO is written in place (renaming
+    over ``/dev/full`` would replace the device) - or, with ``in_place=False``,
+    refused with :class:`NotRegular`.  A symbolic link's target is replaced;
+    with ``follow_links=False`` the link itself is (nothing is written where
+    it points).  A file that is one of the run's inputs is refused."""
     name = os.fspath(path)
     try:
-        existing: os.stat_result | None = os.stat(name)
+        existing: os.stat_result | None = os.stat(name) if follow_links else os.lstat(name)
     except FileNotFoundError:
         existing = None
     except OSError as exc:  # ENOTDIR, ELOOP, EACCES on a directory above it
-        raise SinkError(f"{name}: cannot write: {reason(exc)}") from None
-    if existing is not None and not stat.S_ISREG(existing.st_mode):
+        raise write_error(name, exc) from None
+    if existing is not None and stat.S_ISLNK(existing.st_mode):
+        existing = None  # the link is replaced, whatever it points to
+    elif existing is not None and not stat.S_ISREG(existing.st_mode):
         if stat.S_ISDIR(existing.st_mode):
-            raise SinkError(f"{name}: cannot write: [Errno {errno.EISDIR}] Is a directory")
+            raise write_error(name, IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR)))
+        if not in_place:
+            raise NotRegular(name, existing.st_mode)
         return open_output(name, lock=False, rollback=None)
-    target = os.path.realpath(name)  # a symlink's target is replaced, not the link
+    elif existing is not None:
+        _refuse_input(name, existing)
+    # a symlink's target is replaced (follow_links), not the link
+    target = os.path.realpath(name) if follow_links else os.path.abspath(name)
     folder, base = os.path.split(target)
-    temp = os.path.join(folder, f".{base}.{os.getpid()}.{next(_TEMP_NUMBERS)}.part")
-    fd = _open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, at=temp)
+    try:
+        from surge.temps import create  # a run that replaces no file never loads it
+
+        temp, fd = create(folder, base)
+    except OSError as exc:
+        if exc.errno in LOCAL_SHORTAGE:
+            raise LocalResourceError(f"{name}: cannot open: {reason(exc)}") from None
+        raise write_error(name, exc) from None
     if existing is not None:
         with contextlib.suppress(OSError):
             os.fchmod(fd, stat.S_IMODE(existing.st_mode))
     return Sink(fd, name, path=target, regular=True, owned=True, rollback=None, temp=temp)
+
+
+class NotRegular(SinkError):
+    """:func:`open_replacement` with ``in_place=False`` found a device, a FIFO or
+    a socket where the file would go: ``mode`` is its ``st_mode``."""
+
+    def __init__(self, name: str, mode: int) -> None:
+        super().__init__(f"{name}: not a regular file", errno=errno.EINVAL)
+        self.mode = mode
 
 
 def stdout_sink() -> Sink:
@@ -481,7 +583,9 @@ def stdout_sink() -> Sink:
         sink._stream = stream
         return sink
     if not _open_for(1, write=True):
-        raise SinkError("stdout: cannot write: it is closed (or not open for writing)")
+        raise SinkError(
+            "stdout: cannot write: it is closed (or not open for writing)", errno=errno.EBADF
+        )
     try:
         redirected = stat.S_ISREG(os.fstat(1).st_mode)  # > out.jsonl
     except OSError:  # pragma: no cover - checked open just above
@@ -490,6 +594,25 @@ def stdout_sink() -> Sink:
     # back to its last whole line when a write fails, if it still ends there.
     rollback = "line" if redirected else None
     return Sink(1, "stdout", path=None, regular=False, owned=False, rollback=rollback)
+
+
+def protect_input(path: str | os.PathLike[str]) -> None:
+    """Make ``path`` (an input file of the run) a file no sink of this process
+    opens - by what it is, not by its name: a hard link, a symlink, a rotated
+    WARC's next name that happens to be it, are all refused (a ``SinkError``:
+    "is the input file") before anything is truncated or renamed over it."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return  # not there (or stdin): nothing to protect; the read says why
+    if stat.S_ISREG(info.st_mode):
+        _inputs[(info.st_dev, info.st_ino)] = os.fspath(path)
+
+
+def _refuse_input(name: str, info: os.stat_result) -> None:
+    given = _inputs.get((info.st_dev, info.st_ino))
+    if given is not None:
+        raise SinkError(f"{name}: is the input file ({given}); write elsewhere", errno=errno.EINVAL)
 
 
 def _wait_for(fd: int, event: int) -> None:
@@ -505,7 +628,7 @@ def _open(name: str, flags: int, *, at: str | None = None) -> int:
     except OSError as exc:
         if exc.errno in LOCAL_SHORTAGE:
             raise LocalResourceError(f"{name}: cannot open: {reason(exc)}") from None
-        raise SinkError(f"{name}: cannot write: {reason(exc)}") from None
+        raise write_error(name, exc) from None
 
 
 def _lock(fd: int, name: str, info: os.stat_result) -> None:
@@ -567,7 +690,7 @@ def read_lines(fd: int, limit: int, name: str) -> Iterator[tuple[bytes, bool, in
                 line_start = offset + at
             offset += len(block)
     except OSError as exc:
-        raise SinkError(f"{name}: cannot read: {reason(exc)}") from None
+        raise write_error(name, exc, "read") from None
     if pending:
         yield bytes(pending), False, line_start
 
@@ -579,7 +702,12 @@ def guard_standard_streams() -> None:
     """Put ``/dev/null`` on each of descriptors 0, 1 and 2 that is closed, and
     remember which were: a closed stdin or stdout is then a usage error when
     the run needs it (:func:`stdin_closed`, :func:`stdout_sink`), and no file
-    the run opens gets descriptor 1 and the records meant for stdout."""
+    the run opens gets descriptor 1 and the records meant for stdout.  Python
+    leaves ``sys.stdin``/``sys.stdout``/``sys.stderr`` None for a descriptor
+    closed at its start; each gets a stream on its ``/dev/null`` here, so that
+    no code of the run trips on None (``sys.stderr.isatty()``) - a run with
+    stderr closed (cron, a daemon) does its work.  Run first by every entry
+    point of the command line; again: nothing."""
     for fd in (0, 1, 2):
         try:
             os.fstat(fd)
@@ -592,6 +720,18 @@ def guard_standard_streams() -> None:
             if null != fd:
                 os.dup2(null, fd)
                 os.close(null)
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        if getattr(sys, name) is None and fd in _closed_at_start:
+            stream = open(  # noqa: SIM115 - the process's, for its life
+                fd,
+                "r" if fd == 0 else "w",
+                encoding="utf-8",
+                errors="backslashreplace" if fd == 2 else "strict",
+                closefd=False,
+                buffering=1 if fd else -1,
+            )
+            setattr(sys, name, stream)
+            setattr(sys, f"__{name}__", stream)
 
 
 #: Paths that name a standard descriptor of the process itself.
@@ -605,14 +745,28 @@ def names_stdin(path: str | os.PathLike[str]) -> bool:
     """Whether reading ``path`` reads stdin's stream: ``-``, ``/dev/stdin``,
     ``/dev/fd/0``, or another name of the pipe, FIFO or terminal open as
     descriptor 0 (a regular file opened by name is read on its own)."""
+    return _names(0, path)
+
+
+def names_stdout(path: str | os.PathLike[str]) -> bool:
+    """Whether writing ``path`` writes stdout's stream: ``-``, ``/dev/stdout``,
+    ``/dev/fd/1``, or another name of the pipe, FIFO, terminal or device open
+    as descriptor 1 (a regular file is written on its own)."""
+    return _names(1, path)
+
+
+def _names(fd: int, path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a name of standard descriptor ``fd``'s stream: one of
+    its names, or another path to the pipe, FIFO, terminal or device it is (a
+    regular file opened by name is read or written on its own)."""
     name = os.fspath(path)
-    if name in _STD_NAMES[0]:
+    if name in _STD_NAMES[fd]:
         return True
-    if 0 in _closed_at_start:
+    if fd in _closed_at_start:
         return False  # /dev/null stands in for it: no other path is it
     try:
-        stdin = os.fstat(0)
-        return not stat.S_ISREG(stdin.st_mode) and os.path.samestat(os.stat(name), stdin)
+        stream = os.fstat(fd)
+        return not stat.S_ISREG(stream.st_mode) and os.path.samestat(os.stat(name), stream)
     except OSError:
         return False
 
@@ -636,6 +790,31 @@ def _open_for(fd: int, *, write: bool) -> bool:
 
 
 # -- inputs read whole -----------------------------------------------------------------
+
+
+def read_up_to(fd: int, size: int, name: str) -> bytes:
+    """``size`` bytes of the file open at ``fd`` from where it stands - fewer
+    only at its end (a pipe's short reads are read on); a descriptor someone
+    made non-blocking is waited for.  A read error is a :class:`SinkError`
+    naming ``name``; stdin closed at the start is one too."""
+    if fd == 0 and 0 in _closed_at_start:
+        raise SinkError(f"{name}: cannot read: stdin is closed", errno=errno.EBADF)
+    parts: list[bytes] = []
+    got = 0
+    try:
+        while got < size:
+            try:
+                part = os.read(fd, min(size - got, 1 << 20))
+            except BlockingIOError:
+                _wait_for(fd, select.POLLIN)
+                continue
+            if not part:
+                break
+            parts.append(part)
+            got += len(part)
+    except OSError as exc:
+        raise write_error(name, exc, "read") from None
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def read_capped(name: str, cap: int, what: str) -> bytes:

@@ -70,9 +70,20 @@ class ProgressLine:
         return now - self.started
 
     def show(self, line: str) -> None:
-        self.stream.write("\r\x1b[K" + line)
-        self.stream.flush()
+        self._draw("\r\x1b[K" + line)
 
     def close(self) -> None:
-        self.stream.write("\r\x1b[K")
-        self.stream.flush()
+        self._draw("\r\x1b[K")
+
+    def _draw(self, text: str) -> None:
+        """Progress is no output of the run: a stderr that fails (a closed
+        terminal) is given up on, as :func:`tell` gives it up."""
+        if self.next_draw == float("inf"):
+            return
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):
+            self.next_draw = float("inf")  # never due again
+            if self.stream is sys.stderr:
+                _silence_stderr()

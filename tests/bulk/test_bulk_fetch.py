@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.conftest import RESOLVE
+from tests.conftest import RESOLVE, memory_device
 
 import surge
 from surge.sim import SimInfo, behaviour, hosts
@@ -387,10 +387,11 @@ def test_the_output_may_not_be_the_input(tmp_path: Path) -> None:
 def test_a_full_disk_is_one_line_and_exit_2(tmp_path: Path) -> None:
     source = tmp_path / "urls.txt"
     source.write_text("http://127.0.0.1:9/\n" * 3)
-    done = surge_fetch(str(source), "-o", "/dev/full", "-q")
+    full = memory_device(tmp_path, "full")
+    done = surge_fetch(str(source), "-o", str(full), "-q")
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "surge fetch: error: /dev/full: cannot write: [Errno 28] No space left on device"
+        f"surge fetch: error: {full}: cannot write: [Errno 28] No space left on device"
     ]
 
 

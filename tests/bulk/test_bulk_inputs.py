@@ -78,6 +78,27 @@ def test_crlf_and_byte_order_mark_are_not_part_of_the_input(tmp_path: Path) -> N
     ]
 
 
+@pytest.mark.parametrize("kind", ["file", "bytes", "text"])
+def test_a_long_first_line_loses_its_byte_order_mark_too(tmp_path: Path, kind: str) -> None:
+    """A JSONL input whose first line is past the bound, after a byte-order
+    mark: the line is one error item and the input is still sniffed as JSONL
+    (the mark was kept on a long line, so ``{"url": null}`` on the next line
+    became a text input).  Whatever the source: a file, a byte stream (stdin),
+    a text stream."""
+    data = b'\xef\xbb\xbf{"url": "http://a.example/' + b"a" * 200 + b'"}\n{"url": null}\n'
+    source: object
+    if kind == "file":
+        source = write(tmp_path, "in", data)
+    elif kind == "bytes":
+        source = io.BytesIO(data)
+    else:
+        source = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", newline="\n")
+    got = list(read_inputs(source, max_line=100))  # type: ignore[arg-type]
+    assert [item.line for item in got] == [1]
+    assert got[0].problem is not None and "--max-input-line" in got[0].problem
+    assert got[0].input.startswith('{"url"')
+
+
 def test_template_applies_to_inputs_without_a_scheme(tmp_path: Path) -> None:
     path = write(tmp_path, "urls.txt", "google.com\nhttp://keep.me/\n")
     assert items(path, template="https://www.{}/") == [

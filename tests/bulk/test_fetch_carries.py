@@ -148,7 +148,7 @@ def test_output_dir_names_files_by_url_and_saves_decoded_bodies(
     assert Path(got[3]["body_path"]).resolve().is_relative_to(folder.resolve())
     assert got[4]["status"] == 500 and Path(got[4]["body_path"]).exists()
     assert got[5]["body_path"] is None and got[5]["body_sha256"] is None
-    leftovers = [p for p in folder.rglob("*") if p.name.endswith(".part")]
+    leftovers = [p for p in folder.rglob("*") if p.name.startswith(".surge-")]
     assert leftovers == []
 
 
@@ -373,7 +373,7 @@ def test_the_same_url_twice_in_flight_saves_one_file(httpbin: str, tmp_path: Pat
     got = records(out)
     assert {r["body_path"] for r in got.values()} == {str(FilesFor(folder).path_for(url))}
     assert Path(got[1]["body_path"]).read_bytes() == b"*" * 2000
-    assert [p for p in folder.rglob("*") if p.name.endswith(".part")] == []
+    assert [p for p in folder.rglob("*") if p.name.startswith(".surge-")] == []
 
 
 async def test_a_records_only_request_holds_no_body(httpbin: str) -> None:  # noqa: F811

@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.conftest import RESOLVE
+from tests.conftest import RESOLVE, memory_device
 
 from surge.sim import SimInfo
 from surge.testing.servers import free_port, wait_listening
@@ -254,7 +254,7 @@ def test_a_fault_in_any_sink_loses_nothing_and_resume_completes(
         regular = str(tmp / file_name)
         path = regular
         if name == sink and fault == "full":
-            path = "/dev/full"
+            path = str(memory_device(tmp, "full"))  # never the machine's /dev/full
         elif name == sink and fault == "pipe":
             readers.append(FifoReader(tmp / f"fifo-{file_name}", at))
             path = str(tmp / f"fifo-{file_name}")

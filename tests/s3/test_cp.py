@@ -34,7 +34,7 @@ from tests.s3._buckets import Buckets
 
 import surge.s3
 from surge.cli import main
-from surge.errors import RequestError
+from surge.errors import RequestError, SinkError
 from surge.http.client import AsyncClient
 from surge.s3 import transfer
 from surge.s3.checksums import ALGORITHMS, Digest, Expected
@@ -457,14 +457,21 @@ def test_filters_are_relative_to_the_prefix() -> None:
 class SlowDisk:
     """``os.pwritev`` as a page cache under writeback pressure: the first
     ``blocked`` writes sleep ``delay`` seconds (a blocked write sleeps in the
-    kernel); writes from ``failing_from`` bytes on fail with ENOSPC.  It
-    records which threads wrote.  (The bytes are written for real.)"""
+    kernel); writes from ``failing_from`` bytes on fail with ``error`` (ENOSPC).
+    It records which threads wrote.  (The bytes are written for real.)"""
 
-    def __init__(self, blocked: int, delay: float, failing_from: int | None = None) -> None:
+    def __init__(
+        self,
+        blocked: int,
+        delay: float,
+        failing_from: int | None = None,
+        error: int = errno.ENOSPC,
+    ) -> None:
         self.real = os.pwritev
         self.blocked = blocked
         self.delay = delay
         self.failing_from = failing_from
+        self.error = error
         self.lock = threading.Lock()
         self.writes = 0
         self.threads: set[str] = set()
@@ -477,7 +484,7 @@ class SlowDisk:
         if slow:
             time.sleep(self.delay)
         if self.failing_from is not None and offset >= self.failing_from:
-            raise OSError(errno.ENOSPC, "No space left on device")
+            raise OSError(self.error, os.strerror(self.error))
         return self.real(fd, buffers, offset)
 
 
@@ -526,15 +533,46 @@ def test_blocked_writes_move_off_the_event_loop_within_a_budget(
 def test_a_write_failing_on_a_thread_is_a_local_error(
     server: Buckets, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writers: list[Any]
 ) -> None:
+    """A write that only this file fails (EINVAL here) is the object's
+    LocalError; the others go on."""
     data = os.urandom(16 * MiB)
     bucket = new_bucket(server, {"big": data, "small": b"small"})
-    monkeypatch.setattr(os, "pwritev", SlowDisk(blocked=4, delay=0.005, failing_from=8 * MiB))
+    disk = SlowDisk(blocked=4, delay=0.005, failing_from=8 * MiB, error=errno.EINVAL)
+    monkeypatch.setattr(os, "pwritev", disk)
     summary = surge.s3.download(
         f"s3://{bucket}/", str(tmp_path), recursive=True, part_size=MiB, **server.options()
     )
     assert [(f.source, f.code) for f in summary.failures] == [(f"s3://{bucket}/big", "LocalError")]
-    assert "No space left on device" in summary.failures[0].message
+    assert "Invalid argument" in summary.failures[0].message
     assert sorted(os.listdir(tmp_path)) == ["small"]  # no partial file, no temporary one
+    assert writers[0].held == 0
+
+
+@pytest.mark.parametrize("error", [errno.ENOSPC, errno.EFBIG, errno.EIO, errno.EDQUOT])
+def test_a_write_failing_as_every_file_would_ends_the_run(
+    server: Buckets,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    writers: list[Any],
+    error: int,
+) -> None:
+    """A full disk (a quota, a size limit, the device failing) would fail
+    every object left: the run ends with one SinkError naming the file and
+    the error (the command line: one line, exit 2), not a LocalError per
+    object; no partial file, no temporary one; what was complete stays."""
+    objects = {"big": os.urandom(16 * MiB), **{f"small{i}": b"small %d" % i for i in range(20)}}
+    bucket = new_bucket(server, objects)
+    disk = SlowDisk(blocked=4, delay=0.005, failing_from=8 * MiB, error=error)
+    monkeypatch.setattr(os, "pwritev", disk)
+    with pytest.raises(SinkError, match=os.strerror(error)) as raised:
+        surge.s3.download(
+            f"s3://{bucket}/", str(tmp_path), recursive=True, part_size=MiB, **server.options()
+        )
+    assert raised.value.errno == error
+    assert str(tmp_path / "big") in str(raised.value)
+    left = os.listdir(tmp_path)
+    assert "big" not in left and not [name for name in left if name.startswith(".surge-")]
+    assert all((tmp_path / name).read_bytes() == objects[name] for name in left)
     assert writers[0].held == 0
 
 

@@ -148,10 +148,10 @@ def test_a_link_loop_is_one_line_naming_its_destination(
 def test_a_live_run_s_temporary_file_is_its_own_and_a_dead_one_s_is_garbage(
     tmp_path: Path,
 ) -> None:
-    from surge.s3 import temps
+    from surge import temps
 
     path, fd = temps.create(str(tmp_path), "name")
-    assert temps.is_temporary(os.path.basename(path))
+    assert temps.named_like(os.path.basename(path)) and temps.is_ours(path)
     assert temps.remove_stale(str(tmp_path)) == 0  # its run holds it: left alone
     assert os.path.exists(path)
     # another process's, killed outright: its lock went with it
@@ -159,7 +159,7 @@ def test_a_live_run_s_temporary_file_is_its_own_and_a_dead_one_s_is_garbage(
         [
             sys.executable,
             "-c",
-            "import os, sys; from surge.s3 import temps;"
+            "import os, sys; from surge import temps;"
             " temps.create(sys.argv[1], 'other'); os.kill(os.getpid(), 9)",
             str(tmp_path),
         ],
@@ -167,11 +167,14 @@ def test_a_live_run_s_temporary_file_is_its_own_and_a_dead_one_s_is_garbage(
     )
     assert child.returncode == -signal.SIGKILL
     (tmp_path / ".surge-user-file").write_bytes(b"not ours: no hex id")
-    assert len(os.listdir(tmp_path)) == 3
+    # named as surge names them, but no marker: a user's file (or an object's)
+    (tmp_path / ".surge-0123abcd-user-file").write_bytes(b"not ours: unmarked")
+    assert not temps.is_ours(str(tmp_path / ".surge-0123abcd-user-file"))
+    assert len(os.listdir(tmp_path)) == 4
     assert temps.remove_stale(str(tmp_path)) == 1
     os.close(fd)  # this run's ends
     assert temps.remove_stale(str(tmp_path)) == 1
-    assert os.listdir(tmp_path) == [".surge-user-file"]
+    assert sorted(os.listdir(tmp_path)) == [".surge-0123abcd-user-file", ".surge-user-file"]
 
 
 def test_a_killed_download_s_files_are_removed_by_the_rerun_and_never_uploaded(
@@ -203,7 +206,7 @@ def test_a_killed_download_s_files_are_removed_by_the_rerun_and_never_uploaded(
     assert code == 0, err
     assert tree(down) == data  # complete, and nothing else
     # a temporary file of a run still alive is not uploaded either
-    from surge.s3 import temps
+    from surge import temps
 
     _, fd = temps.create(str(down / "d0"), "half")
     try:

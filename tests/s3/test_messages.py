@@ -25,7 +25,7 @@ from surge.s3.minio import MinioServer
     [
         ("plain/key.txt", "plain/key.txt"),
         ("with space and ümlaut 日本", "with space and ümlaut 日本"),
-        ("back\\slash", "back\\slash"),  # as the AWS CLI prints it: unchanged
+        ("back\\slash", "back\\\\slash"),  # as ls -b: the escape character escaped
         ("new\nline", "new\\nline"),
         ("tab\tcr\rbell\a", "tab\\tcr\\rbell\\a"),
         ("esc\x1b[31mred", "esc\\033[31mred"),
@@ -96,11 +96,35 @@ def test_cp_help_says_what_an_upload_carries() -> None:
         assert flag in text
 
 
+def _unescape(shown: str) -> str:
+    """What ``ls -b``'s escapes stand for, undone: the key again."""
+    named = {"a": "\a", "b": "\b", "t": "\t", "n": "\n", "v": "\v", "f": "\f", "r": "\r"}
+    out = bytearray()
+    i = 0
+    while i < len(shown):
+        char = shown[i]
+        if char != "\\":
+            out += char.encode()
+            i += 1
+        elif shown[i + 1] in named:
+            out += named[shown[i + 1]].encode()
+            i += 2
+        elif shown[i + 1] == "\\":
+            out += b"\\"
+            i += 2
+        else:
+            out.append(int(shown[i + 1 : i + 4], 8))
+            i += 4
+    return out.decode()
+
+
 @given(st.text())
 def test_an_escaped_key_has_no_control_character_and_others_are_untouched(key: str) -> None:
     from surge.s3.cli import escape_key
 
     shown = escape_key(key)
     assert not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in shown)
-    if not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in key):
+    if not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F or c == "\\" for c in key):
         assert shown == key
+    # unambiguous: the line gives back the one key it was made of
+    assert _unescape(shown) == key

@@ -37,7 +37,7 @@ DOWNLOAD = frozenset(
         "surge.s3.checksums",
         "surge.s3.objects",
         "surge.s3.paths",
-        "surge.s3.temps",
+        "surge.temps",  # moved out of surge.s3: every replacement sink's
         "surge.s3.transfer",
     }
 )

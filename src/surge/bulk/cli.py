@@ -49,7 +49,13 @@ from surge.errors import LocalResourceError, UsageError
 from surge.http.client import parse_header
 from surge.http.headers import parse_user
 from surge.loops import loop_descriptors, new_event_loop, require_descriptors
-from surge.sinks import names_stdin, open_replacement, read_capped
+from surge.sinks import (
+    guard_standard_streams,
+    names_stdin,
+    open_replacement,
+    protect_input,
+    read_capped,
+)
 from surge.terminal import ProgressLine, die, tell
 from surge.trace.tracer import DEFAULT_ROWS, Tee, Tracer
 
@@ -366,7 +372,11 @@ def fetch_command(
             _check_outputs(
                 input_path,
                 {"-o": output, "--warc": warc_path, "--har": har_path, "--trace": trace_path},
+                warc_rotates=warc_max_size is not None,
             )
+            if input_path != "-":
+                # No output of the run - a body, a WARC's next part - may be it.
+                protect_input(input_path)
             if cluster is None:
                 # Below what the loop and the files take, at once: one line, exit 2.
                 raise_open_files_limit()
@@ -530,9 +540,14 @@ def _keep_first(writer: RecordWriter) -> Iterator[_WriteFailure]:
         failure.error = e
 
 
-def _check_outputs(input_path: str, outputs: dict[str, str | None]) -> None:
-    """No output may be the input file (it would be emptied before it is read),
-    nor two outputs one file (each would cut the other)."""
+def _check_outputs(
+    input_path: str, outputs: dict[str, str | None], *, warc_rotates: bool = False
+) -> None:
+    """No output may be the input file (it would be emptied before it is read) -
+    nor any name a rotating WARC will take (``w-00001.warc.gz``...) - nor two
+    outputs one file (each would cut the other).  (What a name cannot tell - a
+    body's file, a hard link - the sinks refuse as they open it:
+    :func:`surge.sinks.protect_input`.)"""
     seen: list[tuple[str, str]] = []
     for flag, path in outputs.items():
         if not path or path == "-":
@@ -540,6 +555,15 @@ def _check_outputs(input_path: str, outputs: dict[str, str | None]) -> None:
         if input_path != "-" and _same_file(path, input_path):
             what = "records" if flag == "-o" else f"{flag} file"
             raise UsageError(f"{path}: is the input file; write the {what} elsewhere")
+        if input_path != "-" and flag == "--warc" and warc_rotates:
+            from surge.bulk.warc import rotation_index  # --warc's module: loaded when given
+
+            index = rotation_index(path, input_path)
+            if index is not None:
+                raise UsageError(
+                    f"{input_path}: is the input file, and part {index} of the --warc"
+                    f" {path} rotation would overwrite it; write the WARC elsewhere"
+                )
         for other_flag, other in seen:
             if _same_file(path, other):
                 raise UsageError(f"{path}: given for both {other_flag} and {flag}")
@@ -824,4 +848,5 @@ class Progress(ProgressLine):
 
 
 def main(args: list[str] | None = None) -> Any:  # pragma: no cover - for python -m
+    guard_standard_streams()  # as `surge fetch`: a closed 0, 1 or 2 gets /dev/null
     return fetch_command.main(args)

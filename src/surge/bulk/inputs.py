@@ -498,15 +498,17 @@ def _binary_lines(
     try:
         while raw := stream.readline(size):
             lineno += 1
+            # the byte-order mark goes whatever the line's length: a long first
+            # line's start is what the format is sniffed from ("{": JSONL)
+            skip = len(_BOM) if lineno == 1 and raw.startswith(_BOM) else 0
             if raw[-1:] != b"\n" and len(raw) == size:  # past the bound: read past the rest
                 rest = raw
                 while rest and rest[-1:] != b"\n":
                     rest = stream.readline(1 << 20)
-                start = raw[: KEPT_OF_LONG_LINE * 4].decode("utf-8", "replace")
+                start = raw[skip : skip + KEPT_OF_LONG_LINE * 4].decode("utf-8", "replace")
                 yield LongLine(start[:KEPT_OF_LONG_LINE])
                 continue
-            if lineno == 1 and raw.startswith(_BOM):
-                raw = raw[len(_BOM) :]
+            raw = raw[skip:]
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
@@ -525,7 +527,10 @@ def _text_stream_lines(stream: IO[str], name: str, max_line: int) -> Iterator[st
     lineno = 0
     try:
         for lineno, line in enumerate(_bounded(stream.readline, max_line), 1):
-            yield line[1:] if lineno == 1 and line.startswith("\ufeff") else line
+            if lineno == 1 and line.startswith("\ufeff"):
+                # a long line stays one (its slice would be a plain str)
+                line = LongLine(line[1:]) if isinstance(line, LongLine) else line[1:]
+            yield line
     except UnicodeDecodeError as exc:
         raise UsageError(
             f"{name}:{lineno + 1}: not {exc.encoding} text ({exc.reason}, "

@@ -98,6 +98,7 @@ __all__ = [
     "recover",
     "rotated_path",
     "rotated_paths",
+    "rotation_index",
 ]
 
 #: Buffered exchanges reach the file at least this often (seconds) while exchanges
@@ -347,12 +348,32 @@ def rotated_path(path: str | os.PathLike[str], index: int) -> Path:
     path = Path(path)
     if index == 0:
         return path
-    name = path.name
-    if name.lower().endswith(".warc.gz"):
-        stem, suffix = name[:-8], name[-8:]
-    else:
-        stem, suffix = os.path.splitext(name)
+    stem, suffix = _stem_and_suffix(path.name)
     return path.with_name(f"{stem}-{index:05d}{suffix}")
+
+
+def _stem_and_suffix(name: str) -> tuple[str, str]:
+    if name.lower().endswith(".warc.gz"):
+        return name[:-8], name[-8:]
+    return os.path.splitext(name)
+
+
+def rotation_index(path: str | os.PathLike[str], other: str | os.PathLike[str]) -> int | None:
+    """Which file of ``path``'s rotated series ``other`` is (1, 2, ...; the
+    series' own directory, a symlink to it, any number of digits past five),
+    or None if it is none of them (0, ``path`` itself, is not counted)."""
+    base, candidate = Path(os.path.realpath(path)), Path(os.path.realpath(other))
+    if base.parent != candidate.parent:
+        return None
+    head, tail = _stem_and_suffix(base.name)
+    name = candidate.name
+    if not (name.startswith(head + "-") and name.endswith(tail)):
+        return None
+    digits = name[len(head) + 1 : len(name) - len(tail)]
+    if len(digits) < 5 or not digits.isascii() or not digits.isdigit():
+        return None
+    index = int(digits)
+    return index if index >= 1 and rotated_path(base, index).name == name else None
 
 
 def rotated_paths(path: str | os.PathLike[str]) -> list[Path]:

@@ -7,12 +7,18 @@ prefixes) so that scripts and fingers carry over; ``--json`` writes one JSON
 object per line instead, as s5cmd does. Data goes to stdout; progress to stderr,
 and only on a terminal.
 
+Every line to stdout goes through one sink (:mod:`surge.sinks`), every line to
+stderr through :func:`surge.terminal.tell`: a stdout that is full, closed, or
+whose reader went away (``| head``) is one line naming stdout and the error
+and exit status 2, as for ``surge fetch``; a full or closed stderr is no error
+of the run.
+
 Exit status: 0 when the listing completed (1 if a prefix was given and matched
-nothing, as aws s3 ls); 2 for a usage error, and for an
-error that is the caller's to fix (no such bucket, access denied, bad
-credentials) - the message names the bucket; 1 for a listing that failed
-otherwise (the server kept failing after the retries); 130 when interrupted;
-141 when the reader of stdout went away (``| head``), as a shell reports SIGPIPE.
+nothing, as aws s3 ls); 2 for a usage error, for a stdout that cannot be
+written, and for an error that is the caller's to fix (no such bucket, access
+denied, bad credentials) - the message names the bucket; 1 for a listing that
+failed otherwise (the server kept failing after the retries); 130 when
+interrupted.
 """
 
 from __future__ import annotations
@@ -30,16 +36,17 @@ from collections.abc import Callable, Iterator
 from contextlib import aclosing
 from datetime import datetime
 from json.encoder import encode_basestring
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from surge.errors import S3Error, UsageError
+from surge.errors import S3Error, SinkError, UsageError
 from surge.loops import new_event_loop
 from surge.s3.api import Entry, ListOptions, list_buckets, list_pages, list_versions
 from surge.s3.listing import CommonPrefix
 from surge.s3.parse import S3Version
-from surge.terminal import ProgressLine, die, error_line
+from surge.sinks import names_stdout, stdout_sink
+from surge.terminal import ProgressLine, die, error_line, tell
 
 if TYPE_CHECKING:  # paths.py is the transfers' (a listing has no filters)
     from surge.s3.paths import FilterRule
@@ -85,6 +92,34 @@ def _timeouts_and_debug(command: Callable[..., None]) -> Callable[..., None]:
         help="Longest a connection may take to open. 0: no limit.  [default: the"
         " profile's cli_connect_timeout, else 60]",
     )(command)
+
+
+class Out:
+    """stdout for text: lines encoded as UTF-8 (a local path's undecodable
+    bytes as they were) and written whole through the one stdout sink, or a
+    :class:`SinkError` naming stdout (a full disk, a reader gone: one line and
+    exit 2)."""
+
+    def __init__(self) -> None:
+        self.sink = stdout_sink()
+
+    def write(self, text: str) -> None:
+        try:
+            data = text.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:  # a lone surrogate no file name holds
+            data = text.encode("utf-8", "backslashreplace")
+        self.sink.write(data)
+
+    def line(self, text: str) -> None:
+        self.write(text + "\n")
+
+
+def _stdout(command: str) -> Out:
+    """stdout, or the usage error of a closed one."""
+    try:
+        return Out()
+    except SinkError as e:
+        die(command, str(e))
 
 
 def _debug(on: bool) -> None:
@@ -181,23 +216,23 @@ def ls_command(
             proxy_insecure=proxy_insecure,
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
-            notice=lambda message: click.echo(f"surge s3 ls: {message}", err=True),
+            notice=lambda message: tell(f"surge s3 ls: {message}"),
         )
     except UsageError as e:
         _die(str(e))
     _debug(debug)
+    if url is None and all_versions:
+        _die("--all-versions needs s3://BUCKET[/PREFIX]")
+    out = _stdout("surge s3 ls")
     if url is None:
-        if all_versions:
-            _die("--all-versions needs s3://BUCKET[/PREFIX]")
-        _list_buckets(options, as_json)
+        _list_buckets(options, as_json, out)
         return
     if all_versions:
-        _list_versions(url, options, as_json, human_readable)
+        _list_versions(url, options, as_json, human_readable, out)
         return
     prefix = url[5:].partition("/")[2] if url.startswith("s3://") else ""
     # Without --recursive, aws s3 ls shows names relative to the prefix's "directory".
     strip = 0 if recursive else prefix.rfind("/") + 1
-    out = sys.stdout
     progress = Progress() if sys.stderr.isatty() and not no_progress else None
     writer = JsonWriter(out) if as_json else TextWriter(out, strip, human_readable)
     loop = new_event_loop()
@@ -207,7 +242,6 @@ def ls_command(
             if progress is not None:
                 progress.close()
                 progress = None
-            out.flush()
             if summarize:
                 writer.summary()
     finally:
@@ -222,26 +256,33 @@ def ls_command(
 @contextlib.contextmanager
 def _exit_statuses() -> Iterator[None]:
     """What ends a listing early, as the exit status the module docstring lists:
-    130 interrupted, 141 for a reader gone (``| head``), 2 or 1 for an error."""
+    130 interrupted, 2 or 1 for an error (a stdout that cannot be written -
+    full, closed, its reader gone - is a SinkError: 2)."""
     try:
         yield
     except KeyboardInterrupt:
-        click.echo("surge s3 ls: interrupted", err=True)
+        tell("surge s3 ls: interrupted")
         sys.exit(130)
-    except BrokenPipeError:
-        # The reader went away (`| head`): stop quietly, as ls does. Python would
-        # otherwise complain again when it flushes stdout at exit.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(141)
     except (UsageError, S3Error) as e:
         _fail(e)
 
 
-#: Control characters: C0, DEL and C1.  A key may hold any of them; printed
-#: raw, a newline splits one object's line in two and an escape sequence
-#: talks to the terminal.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_NAMED = {"\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\v": "\\v", "\f": "\\f", "\r": "\\r"}
+#: What is escaped: control characters (C0, DEL and C1) - a key may hold any
+#: of them; printed raw, a newline splits one object's line in two and an
+#: escape sequence talks to the terminal - and the backslash, the escape
+#: character itself: without it ``a\\tb`` (a backslash, a t) and ``a<TAB>b``
+#: would print the same line.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\\]")
+_NAMED = {
+    "\a": "\\a",
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\v": "\\v",
+    "\f": "\\f",
+    "\r": "\\r",
+    "\\": "\\\\",
+}
 
 
 def _escaped(found: re.Match[str]) -> str:
@@ -250,11 +291,12 @@ def _escaped(found: re.Match[str]) -> str:
 
 
 def escape_key(text: str) -> str:
-    """``text`` (a key, a URL, a path) with its control characters escaped as
-    ``ls -b`` (GNU ls's escape quoting) escapes them in file names: ``\\n``,
-    ``\\t``, ... and the others as octal bytes (``\\033``), so that a line per
-    object stays one line.  Nothing else changes - a key without control
-    characters prints exactly as the AWS CLI prints it."""
+    """``text`` (a key, a URL, a path) escaped as ``ls -b`` (GNU ls's escape
+    quoting) escapes file names: control characters as ``\\n``, ``\\t``, ...
+    and the others as octal bytes (``\\033``), so that a line per object stays
+    one line; a backslash as ``\\\\``, so that the line says one key only
+    (read back by undoing each escape).  Nothing else changes - a key without
+    control characters or backslashes prints exactly as the AWS CLI prints it."""
     return text if _CONTROL.search(text) is None else _CONTROL.sub(_escaped, text)
 
 
@@ -268,7 +310,7 @@ def _local_stamp(epoch_second: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch_second))
 
 
-def _list_versions(url: str, options: ListOptions, as_json: bool, human: bool) -> None:
+def _list_versions(url: str, options: ListOptions, as_json: bool, human: bool, out: Out) -> None:
     """Every version under ``url``: text lines ``date time size key version-id``
     (``DELETE`` for the size of a delete marker, ``(latest)`` after the current
     version), or JSON lines."""
@@ -279,13 +321,12 @@ def _list_versions(url: str, options: ListOptions, as_json: bool, human: bool) -
         async with aclosing(list_versions(url, options=options)) as pages:
             async for page in pages:
                 found += len(page)
-                sys.stdout.write("".join(_version_line(v, as_json, human) for v in page))
+                out.write("".join(_version_line(v, as_json, human) for v in page))
 
     loop = new_event_loop()
     try:
         with _exit_statuses():
             loop.run_until_complete(run())
-            sys.stdout.flush()
     finally:
         loop.close()
     if not found and url[5:].partition("/")[2]:
@@ -309,10 +350,11 @@ def _version_line(version: S3Version, as_json: bool, human: bool) -> str:
     if human and not version.delete_marker:
         size = human_size(version.size)
     latest = " (latest)" if version.is_latest else ""
-    return f"{stamp} {size:>10} {escape_key(version.key)} {version.version_id}{latest}\n"
+    # the version id is the server's to say: escaped as the key is
+    return f"{stamp} {size:>10} {escape_key(f'{version.key} {version.version_id}')}{latest}\n"
 
 
-def _list_buckets(options: ListOptions, as_json: bool) -> None:
+def _list_buckets(options: ListOptions, as_json: bool, out: Out) -> None:
     """``aws s3 ls`` with no bucket: each bucket's creation time and name."""
     loop = new_event_loop()
     try:
@@ -323,8 +365,8 @@ def _list_buckets(options: ListOptions, as_json: bool) -> None:
                     created = _utc_stamp(bucket.created)
                     line = f'{{"name": {encode_basestring(bucket.name)}, "created": "{created}"}}'
                 else:
-                    line = f"{_local_stamp(bucket.created.timestamp())} {bucket.name}"
-                click.echo(line)
+                    line = f"{_local_stamp(bucket.created.timestamp())} {escape_key(bucket.name)}"
+                out.line(line)
     finally:
         loop.close()
 
@@ -340,7 +382,7 @@ async def _run(url: str, options: ListOptions, writer: Writer, progress: Progres
 
 
 class Writer:
-    def __init__(self, out: TextIO) -> None:
+    def __init__(self, out: Out) -> None:
         self.out = out
         self.objects = 0
         self.prefixes = 0
@@ -354,13 +396,12 @@ class Writer:
         # as aws s3 ls --summarize prints it, on stdout
         size = human_size(self.bytes) if self.human else self.bytes
         self.out.write(f"\nTotal Objects: {self.objects}\n   Total Size: {size}\n")
-        self.out.flush()
 
 
 class TextWriter(Writer):
     """``aws s3 ls`` lines: local date and time, size right-aligned in ten, key."""
 
-    def __init__(self, out: TextIO, strip: int, human: bool = False) -> None:
+    def __init__(self, out: Out, strip: int, human: bool = False) -> None:
         super().__init__(out)
         self.strip = strip
         self.human = human
@@ -400,7 +441,7 @@ class JsonWriter(Writer):
     """One object per line: key, size, last_modified (ISO 8601, UTC), etag,
     storage_class; a common prefix is ``{"prefix": ...}``."""
 
-    def __init__(self, out: TextIO) -> None:
+    def __init__(self, out: Out) -> None:
         super().__init__(out)
         self._stamps: dict[datetime, str] = {}
 
@@ -427,7 +468,7 @@ class JsonWriter(Writer):
 
     def summary(self) -> None:
         # stdout carries JSON lines only: the summary goes to stderr
-        click.echo(f"Total Objects: {self.objects}\n   Total Size: {self.bytes}", err=True)
+        tell(f"Total Objects: {self.objects}\n   Total Size: {self.bytes}")
 
 
 class Progress(ProgressLine):
@@ -463,7 +504,7 @@ def _fail(error: UsageError | S3Error) -> NoReturn:
     """One line; exit 2 for what is the caller's to fix (a usage error, no such
     bucket, access denied), 1 for a listing that failed otherwise."""
     if isinstance(error, S3Error) and not error.is_usage:
-        click.echo(error_line("surge s3 ls", str(error)), err=True)
+        tell(error_line("surge s3 ls", str(error)))
         sys.exit(1)
     _die(str(error))
 
@@ -634,10 +675,9 @@ def _fit_descriptors(command: str, concurrency: int, quiet: bool) -> int:
 
     fitted = max(1, fit_open_files(2 * concurrency) // 2)
     if fitted < concurrency and not quiet:
-        click.echo(
-            f"surge s3 {command}: the open-files limit is {open_files_limit()}; lowering "
-            f"--concurrency from {concurrency} to {fitted} (raise it with 'ulimit -n')",
-            err=True,
+        tell(
+            f"{command}: the open-files limit is {open_files_limit()}; lowering "
+            f"--concurrency from {concurrency} to {fitted} (raise it with 'ulimit -n')"
         )
     return min(fitted, concurrency)
 
@@ -690,8 +730,15 @@ def _transfer(
     if not uploading and not source.startswith("s3://"):
         die(command, f"{source!r} to {destination!r}: one of the two must be s3://bucket/...")
     verb = "upload" if uploading else "download"
-    lines = not (quiet or only_show_errors or json_summary)
+    # `cp s3://b/k -`: the object is stdout's, as the AWS CLI's; no line joins it
+    streaming = not uploading and not sync and names_stdout(destination)
+    if streaming and json_summary:
+        die(command, f"--json-summary and the destination {destination!r} are both stdout")
+    lines = not (quiet or only_show_errors or json_summary or streaming)
     errors = not quiet
+    # stdout is opened first if anything goes there: a closed one is a usage
+    # error before anything is done
+    out = _stdout(command) if lines or json_summary else None
     progress = Progress() if sys.stderr.isatty() and not (no_progress or quiet) else None
 
     def on_result(result: Result) -> None:
@@ -700,10 +747,7 @@ def _transfer(
             if errors:
                 if progress is not None:
                     progress.close()
-                click.echo(
-                    f"warning: skipping {escape_key(str(result.source))}: {result.skipped}",
-                    err=True,
-                )
+                tell(escape_key(f"warning: skipping {result.source}: {result.skipped}"))
         elif failure is not None:
             if not errors:
                 return
@@ -716,15 +760,16 @@ def _transfer(
                 )
             if progress is not None:
                 progress.close()
-            click.echo(escape_key(line), err=True)
-        elif lines:
+            tell(escape_key(line))
+        elif out is not None and lines:
             prefix = "(dryrun) " if result.dryrun else ""
             if progress is not None:
                 progress.close()
+            # a SinkError here (stdout full, its reader gone) ends the run
             if result.deleted:
-                click.echo(escape_key(f"{prefix}delete: {result.destination}"))
+                out.line(escape_key(f"{prefix}delete: {result.destination}"))
             else:
-                click.echo(escape_key(f"{prefix}{verb}: {result.source} to {result.destination}"))
+                out.line(escape_key(f"{prefix}{verb}: {result.source} to {result.destination}"))
 
     seen: dict[str, Any] = {}  # the run's summary, as progress shows it
 
@@ -785,10 +830,8 @@ def _transfer(
         what may be left (temporary files are removed by the next run)."""
         if progress is not None:
             progress.close()
-        click.echo(f"{command}: interrupted again: stopping now", err=True)
+        tell(f"{command}: interrupted again: stopping now")
         _left(command, seen.get("summary"))
-        with contextlib.suppress(OSError, ValueError):
-            sys.stdout.flush()
         os._exit(Interrupted(signum).status)
 
     loop = new_event_loop()
@@ -797,7 +840,7 @@ def _transfer(
     except Interrupted as e:
         if progress is not None:
             progress.close()
-        click.echo(f"{command}: interrupted", err=True)
+        tell(f"{command}: interrupted")
         _left(command, seen.get("summary"))
         sys.exit(e.status)
     except UsageError as e:
@@ -805,14 +848,18 @@ def _transfer(
     except S3Error as e:
         if e.is_usage:
             die(command, str(e))
-        click.echo(error_line(command, str(e)), err=True)
+        tell(error_line(command, str(e)))
         sys.exit(1)
     finally:
         loop.close()
     if progress is not None:
         progress.close()
     if json_summary:
-        click.echo(json.dumps(summary.as_dict()))
+        assert out is not None
+        try:
+            out.line(json.dumps(summary.as_dict()))
+        except SinkError as e:  # what was copied stays; one line says stdout failed
+            die(command, str(e))
     if not quiet:
         what = f"would {verb}" if summary.dryrun else f"{verb}ed"
         rate = (
@@ -826,10 +873,9 @@ def _transfer(
             deleted = "would delete" if summary.dryrun else "deleted"
             notes = f", {summary.unchanged:,} unchanged, {deleted} {summary.deleted:,}{notes}"
         skipped = f", {summary.skipped:,} skipped" if summary.skipped else ""
-        click.echo(
+        tell(
             f"{command}: {what} {summary.objects:,} objects, {_bytes(summary.bytes)}{rate}, "
-            f"{summary.failed} failed{skipped}{notes}",
-            err=True,
+            f"{summary.failed} failed{skipped}{notes}"
         )
     sys.exit(1 if summary.failed else 0)
 
@@ -844,11 +890,10 @@ def _left(command: str, summary: Any) -> None:
     """One line for each multipart upload an interrupted run could not abort."""
     for upload_id, url in sorted((summary.open_uploads if summary else {}).items()):
         bucket, _, key = url[5:].partition("/")
-        click.echo(
+        tell(
             f"{command}: the incomplete multipart upload of {escape_key(url)} is left"
             f" (upload id {upload_id}): aws s3api abort-multipart-upload --bucket"
-            f" {shlex.quote(bucket)} --key {shlex.quote(key)} --upload-id {shlex.quote(upload_id)}",
-            err=True,
+            f" {shlex.quote(bucket)} --key {shlex.quote(key)} --upload-id {shlex.quote(upload_id)}"
         )
 
 

@@ -15,7 +15,8 @@ import asyncio
 import base64
 import hashlib
 import re
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from contextlib import aclosing
 from datetime import UTC, datetime
 from typing import Any, Protocol
 from urllib.parse import quote
@@ -504,18 +505,43 @@ async def stream_object(
     """The object's bytes in order, a ranged GET of ``part_size`` at a time
     (each retried on its own; the ETag pinned with If-Match, so an object
     replaced half-way fails with PreconditionFailed rather than mixing two
-    versions).  Memory: one part at most."""
+    versions).  Memory: two parts at most (the next one's GET is under way
+    while this one is taken: :func:`stream_parts`)."""
     head = await objects.head(key, checksums=False)
+    async with aclosing(stream_parts(objects, key, head, part_size=part_size)) as parts:
+        async for chunks in parts:
+            for chunk in chunks:
+                yield chunk
+
+
+async def stream_parts(
+    objects: Objects, key: str, head: Mapping[str, str], *, part_size: int
+) -> AsyncGenerator[list[bytes], None]:
+    """The object that ``head`` (its HEAD's headers) describes, in order, one
+    part's chunks at a time: ranged GETs of ``part_size`` pinned to its ETag,
+    the next part's under way while the caller takes this one (a stream's
+    writes and reads overlap; memory: two parts)."""
     size = int(head.get("content-length") or 0)
     etag = head.get("etag")
-    offset = 0
-    while offset < size:
-        last = min(offset + part_size, size) - 1
-        sink = _Part(offset, last)
-        await objects.get(key, sink, first=offset, last=last, if_match=etag)
-        for chunk in sink.chunks:
-            yield chunk
-        offset = last + 1
+    starts = iter(range(0, size, part_size))
+
+    async def fetch(first: int) -> list[bytes]:
+        part = _Part(first, min(first + part_size, size) - 1)
+        await objects.get(key, part, first=part.first, last=part.last, if_match=etag)
+        return part.chunks
+
+    first = next(starts, None)
+    pending = asyncio.ensure_future(fetch(first)) if first is not None else None
+    try:
+        while pending is not None:
+            chunks = await pending
+            first = next(starts, None)
+            pending = asyncio.ensure_future(fetch(first)) if first is not None else None
+            yield chunks
+    finally:
+        if pending is not None:
+            pending.cancel()
+            await asyncio.gather(pending, return_exceptions=True)
 
 
 class _Part:

@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import ctypes
+import errno
 import itertools
 import logging
 import os
@@ -63,12 +64,12 @@ from resource import RUSAGE_THREAD, getrusage
 from time import perf_counter
 from typing import Any, Protocol, TypeVar
 
-from surge.errors import S3Error, UsageError
+from surge import temps
+from surge.errors import LocalResourceError, S3Error, SinkError, UsageError
 from surge.http.client import AsyncClient
 from surge.http.response import Headers, Response
 from surge.loops import new_event_loop
 from surge.retry import RetryPolicy
-from surge.s3 import temps
 from surge.s3.api import EndpointOptions, ListOptions, list_pages
 from surge.s3.checksums import (
     COMPOSITE,
@@ -85,7 +86,7 @@ from surge.s3.checksums import (
     part_digests,
 )
 from surge.s3.config import Target, split_s3_url
-from surge.s3.objects import INCOMPLETE, Objects, check_range, stream_object
+from surge.s3.objects import INCOMPLETE, Objects, check_range, stream_object, stream_parts
 from surge.s3.parse import S3Object
 from surge.s3.paths import (
     FilterRule,
@@ -96,6 +97,17 @@ from surge.s3.paths import (
     prefix_dir,
     stays_inside,
     walk_files,
+)
+from surge.sinks import (
+    ENDS_RUN,
+    NotRegular,
+    Sink,
+    names_stdout,
+    open_output,
+    open_replacement,
+    read_up_to,
+    stdout_sink,
+    write_error,
 )
 
 T = TypeVar("T")
@@ -353,16 +365,20 @@ RUN_ENDING = frozenset({"NoSuchBucket", "InvalidBucketName"})
 
 
 class RunStop:
-    """How a transfer's run ends at once on a :data:`RUN_ENDING` answer to any
-    of its requests: the first such error cancels the run's task where it
-    waits (its in-flight work is cancelled as on Ctrl-C: temporary files
-    removed, multipart uploads aborted), and the run then raises that error
-    instead of :class:`asyncio.CancelledError` - unless the run was cancelled
-    from outside (Ctrl-C) too, which wins."""
+    """How a transfer's run ends at once, for what every other object of the
+    run would meet too: a :data:`RUN_ENDING` answer to any of its requests, or
+    a local write that fails as no other file would escape (a full disk, a
+    size limit, the device failing, the reader of stdout gone: the errno
+    values of :data:`surge.sinks.ENDS_RUN`).  The first such error cancels the
+    run's task where it waits (its in-flight work is cancelled as on Ctrl-C:
+    temporary files removed, multipart uploads aborted), and the run then
+    raises that error (an :class:`S3Error`, or a :class:`SinkError`: one line,
+    exit 2 on the command line) instead of :class:`asyncio.CancelledError` -
+    unless the run was cancelled from outside (Ctrl-C) too, which wins."""
 
     def __init__(self) -> None:
         #: the first run-ending error
-        self.error: S3Error | None = None
+        self.error: S3Error | SinkError | None = None
         #: the run's task while it may still be cancelled for that
         self.task: asyncio.Task[Any] | None = None
         self.cancelled = False
@@ -372,12 +388,24 @@ class RunStop:
         error is the run's, not a failure line)."""
         if error.code not in RUN_ENDING:
             return False
+        self.end(error)
+        return True
+
+    def local(self, error: OSError | SinkError, name: str, doing: str = "write") -> bool:
+        """Whether a local ``error`` on the file ``name`` ends the run (see
+        :data:`surge.sinks.ENDS_RUN`); then it is being stopped."""
+        if error.errno not in ENDS_RUN:
+            return False
+        self.end(error if isinstance(error, SinkError) else write_error(name, error, doing))
+        return True
+
+    def end(self, error: S3Error | SinkError) -> None:
+        """End the run with ``error`` (the first one given wins)."""
         if self.error is None:
             self.error = error
             if self.task is not None:
                 self.cancelled = True
                 self.task.cancel()
-        return True
 
     def settle(self) -> None:
         """The run is cleaning up: no cancelling it from here on."""
@@ -385,8 +413,9 @@ class RunStop:
 
     @contextmanager
     def watching(self) -> Iterator[None]:
-        """Around the run, in its task: the cancellation :meth:`ends_run`
-        made, raised as the error that made it."""
+        """Around the run, in its task: the cancellation :meth:`end` made,
+        raised as the error that made it - or that error once the run is
+        done, if it came while the run was cleaning up."""
         task = asyncio.current_task()
         self.task = task
         try:
@@ -399,6 +428,18 @@ class RunStop:
             raise
         finally:
             self.task = None
+        if self.error is not None:
+            raise self.error
+
+    def tell(self, on_result: Callable[[Result], None] | None, result: Result) -> None:
+        """``on_result(result)``; a :class:`SinkError` it raises (the command
+        line's stdout is full, or its reader gone) ends the run."""
+        if on_result is None:
+            return
+        try:
+            on_result(result)
+        except SinkError as e:
+            self.end(e)
 
 
 @dataclass
@@ -415,8 +456,7 @@ class _Big:
     """A big object being read in parts into its temporary file."""
 
     job: _Job
-    temp: str
-    fd: int
+    file: Sink  # the temporary file (surge.sinks.open_replacement)
     size: int
     etag: str | None
     expected: Expected
@@ -446,6 +486,22 @@ class _Plan:
     destination: str  # a directory (recursive, or a single object into a dir) or a file
     into_directory: bool
     filters: Filters
+    #: A single object to a stream: stdout (``-``), a FIFO, a device - written
+    #: in place, in order (see :func:`is_stream`).
+    stream: bool = False
+
+
+def is_stream(destination: str) -> bool:
+    """Whether a single object's ``destination`` is written as a stream, in
+    place and in order: stdout (``-``, ``/dev/stdout``), or a FIFO or a device
+    (``/dev/null``: never replaced by a file, as root would)."""
+    if names_stdout(destination):
+        return True
+    try:
+        mode = os.stat(destination).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
 def plan(source: str, destination: str, opts: DownloadOptions) -> _Plan:
@@ -460,12 +516,18 @@ def plan(source: str, destination: str, opts: DownloadOptions) -> _Plan:
     if opts.recursive:
         if prefix and not prefix.endswith("/"):
             prefix += "/"  # as the AWS CLI: a recursive source is a "directory"
+        if names_stdout(destination):
+            what = "a sync" if opts.sync else "--recursive"
+            raise UsageError(f"{destination!r} is stdout: {what} needs a directory")
         if os.path.exists(destination) and not os.path.isdir(destination):
             raise UsageError(f"destination {destination!r} exists and is not a directory")
         _check_writable(destination)
         return _Plan(bucket, prefix, destination, True, Filters(bucket, prefix, rules))
     if not prefix or prefix.endswith("/"):
         raise UsageError(f"{source!r} names no object: give a key, or --recursive for a prefix")
+    if is_stream(destination):
+        filters = Filters(bucket, prefix_dir(prefix), rules)
+        return _Plan(bucket, prefix, destination, False, filters, stream=True)
     into = destination.endswith(("/", os.sep)) or os.path.isdir(destination)
     _check_writable(destination if into else os.path.dirname(os.path.abspath(destination)))
     return _Plan(bucket, prefix, destination, into, Filters(bucket, prefix_dir(prefix), rules))
@@ -512,7 +574,7 @@ class _Download:
         self.done = asyncio.Event()
         self.crash: BaseException | None = None
         #: temporary files not yet renamed into place: removed if the run stops
-        self.temps: dict[str, int] = {}
+        self.files: set[Sink] = set()
         #: a sync with --delete: every listed object's path, relative to the destination
         self.seen: set[str] | None = set() if opts.delete else None
         #: directories a file may be written into (stays_inside said so)
@@ -553,9 +615,9 @@ class _Download:
                 worker.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
             self.writer.close()  # no descriptor closed under a write
-            for temp, fd in list(self.temps.items()):
-                _discard(temp, fd)
-            self.temps.clear()
+            for file in list(self.files):
+                file.discard()
+            self.files.clear()
 
     async def _list(self) -> None:
         options = ListOptions(
@@ -583,7 +645,8 @@ class _Download:
             except UnsafeKey as e:
                 self._failed(key, None, "UnsafeKey", f"skipping: {e}")
                 return
-        self._clean(os.path.dirname(destination) or ".")
+        if not self.plan.stream:
+            self._clean(os.path.dirname(destination) or ".")
         try:
             head = await self.objects.head(key, checksums=self.opts.verify)
         except S3Error as e:
@@ -595,7 +658,56 @@ class _Download:
             return
         size = int(head.get("content-length") or 0)
         modified = http_date(head.get("last-modified"))
-        await self._enqueue(_Job(key, size, destination, head, modified))
+        job = _Job(key, size, destination, head, modified)
+        if self.plan.stream:
+            await self._stream(job)
+            return
+        await self._enqueue(job)
+
+    async def _stream(self, job: _Job) -> None:
+        """A single object to a stream (stdout, a FIFO, a device): written in
+        place and in order, part by part (the next part's GET under way while
+        this one is written, on a thread: a reader that stalls holds neither
+        the event loop nor Ctrl-C).  Its bytes are checked as they pass - the
+        length, and the MD5 or whole-object checksum where the server gives
+        one - so a mismatch is known once they are out: a failure all the
+        same.  A write that fails (the reader gone, a full device) ends the
+        run: one line, exit 2."""
+        assert job.head is not None
+        expected = Expected.from_headers(job.size, job.head)
+        verify = self.opts.verify and (expected.whole or expected.md5 is not None)
+        digest = Digest(expected) if verify else None
+        try:
+            out = _StreamOut(await _open_stream(job.path))
+        except SinkError as e:
+            self._local(job.key, job.path, e)
+            return
+        part_size = self.opts.part_size or DEFAULT_PART_SIZE
+        try:
+            parts = stream_parts(self.objects, job.key, job.head, part_size=part_size)
+            async with aclosing(parts):
+                async for chunks in parts:
+                    self.summary.parts += 1
+                    for chunk in chunks:
+                        self.summary.received += len(chunk)
+                        if digest is not None:
+                            digest.update(chunk)
+                    await out.write(chunks)
+                    self._progress()
+            await out.drain()
+            mismatch = digest.mismatch() if digest is not None else None
+            if mismatch is not None and (expected.checksum is None or expected.kind == FULL):
+                raise S3Error("BadDigest", mismatch, status=200, bucket=self.plan.bucket)
+            # a checksum of unknown kind that is not the whole object's may be
+            # a composite one: the parts cannot be read back from a stream
+            self._succeeded(job, job.size, expected, digest is not None and mismatch is None)
+        except S3Error as e:
+            if not self.stop.ends_run(e):
+                self._failed(job.key, job.path, e.code, e.message)
+        except SinkError as e:
+            self._local(job.key, job.path, e)
+        finally:
+            out.close()
 
     async def _why_missing(self, key: str, error: S3Error) -> S3Error:
         """A HEAD's bare 404 cannot say whether the object or the bucket is
@@ -648,9 +760,9 @@ class _Download:
         for path, relative in walk_files(root, follow_links=False, errors=errors):
             if relative in self.seen:
                 continue
-            if temps.is_temporary(os.path.basename(path)):
-                # a download's, not a copy of any object: a live run's is its
-                # own, a dead run's is garbage
+            if temps.is_ours(path):
+                # a download's (marked so), not a copy of any object: a live
+                # run's is its own, a dead run's is garbage
                 if not self.opts.dryrun:
                     temps.remove_if_stale(path)
                 continue
@@ -732,8 +844,12 @@ class _Download:
         if self.crash is not None:
             raise self.crash
 
-    def _create(self, path: str) -> tuple[str, int]:
-        directory, name = os.path.split(path)
+    def _create(self, path: str) -> Sink:
+        """The object's file, as a replacement (surge.sinks): a temporary file
+        beside ``path``, locked and marked as this run's while it lives.  A
+        FIFO or a device at ``path`` is :class:`NotRegular` (skipped: never
+        opened, never replaced); a symbolic link is replaced, not followed."""
+        directory = os.path.dirname(path)
         if directory:
             try:
                 os.makedirs(directory, exist_ok=True)
@@ -741,9 +857,9 @@ class _Download:
                 if self.blocked is None:
                     raise
                 raise _Blocked from None
-        temp, fd = temps.create(directory, name)  # locked: this run's while it lives
-        self.temps[temp] = fd
-        return temp, fd
+        file = open_replacement(path, in_place=False, follow_links=False)
+        self.files.add(file)
+        return file
 
     def _clean(self, directory: str) -> None:
         """The first time the run meets a directory of the destination: the
@@ -754,46 +870,64 @@ class _Download:
         if removed:
             _log.debug("removed %d temporary files of a run that is gone in %s", removed, directory)
 
-    def _install(self, temp: str, fd: int, path: str, modified: float | None) -> None:
-        del self.temps[temp]
+    def _install(self, file: Sink, path: str, modified: float | None) -> None:
+        self.files.discard(file)
         try:
             if modified is not None:  # as the AWS CLI: the file's mtime is the object's
-                os.utime(fd, (modified, modified))
-            os.close(fd)
+                os.utime(file.fd, (modified, modified))
             if os.path.isdir(path):
                 raise IsADirectoryError(21, "a directory has the file's name", path)
-            os.replace(temp, path)
+            file.commit()
         except BaseException:
-            _discard(temp, None)
+            file.discard()
             raise
 
+    def _local(self, key: str, path: str, error: OSError | SinkError | LocalResourceError) -> None:
+        """A local failure of one object: the run's end if no other file would
+        escape it (a full disk: :meth:`RunStop.local`), else its failure line.
+        A FIFO or a device where the file would go is skipped, as an upload
+        skips one."""
+        if isinstance(error, NotRegular):
+            self.summary.skipped += 1
+            why = f"{path} is {not_regular(error.mode)}"
+            self._tell(Result(self.url(key), path, 0, skipped=why))
+            return
+        if isinstance(error, (OSError, SinkError)) and self.stop.local(error, path):
+            return
+        if isinstance(error, OSError):
+            message = os_message(error)
+        elif isinstance(error, SinkError) and error.errno is not None:
+            message = os.strerror(error.errno)
+        else:
+            message = str(error)
+        self._failed(key, path, "LocalError", message)
+
     async def _whole(self, job: _Job) -> None:
-        temp = None
-        fd = -1
+        file = None
         sink = None
         try:
-            temp, fd = self._create(job.path)
-            sink = _WholeFile(self.writer, fd, self.opts.verify, self.summary)
+            file = self._create(job.path)
+            sink = _WholeFile(self.writer, file.fd, self.opts.verify, self.summary)
             await self.objects.get(job.key, sink, checksums=self.opts.verify)
-            verified = await self._verdict(job.key, sink.expected, fd, sink.mismatch)
-            self._install(temp, fd, job.path, job.modified)
-            temp = None
+            verified = await self._verdict(job.key, sink.expected, file.fd, sink.mismatch)
+            self._install(file, job.path, job.modified)
+            file = None
             self._succeeded(job, sink.received, sink.expected, verified)
         except S3Error as e:
             if not self.stop.ends_run(e):
                 self._failed(job.key, job.path, e.code, e.message)
-        except OSError as e:
-            self._failed(job.key, job.path, "LocalError", os_message(e))
+        except (OSError, SinkError, LocalResourceError) as e:
+            self._local(job.key, job.path, e)
         except _Blocked:
             assert self.blocked is not None
             self.blocked.append(job)
         finally:
             try:
-                if temp is not None and temp in self.temps:
+                if file is not None and file in self.files:
                     if sink is not None:
                         await sink.batches.settle()  # cancelled here: run() closes it
-                    del self.temps[temp]
-                    _discard(temp, fd)
+                    self.files.discard(file)
+                    file.discard()
             finally:
                 self.pending -= 1
                 self._check_done()
@@ -803,16 +937,16 @@ class _Download:
             head = job.head or await self.objects.head(job.key, checksums=self.opts.verify)
             size = int(head.get("content-length") or 0)
             expected = Expected.from_headers(size, head)
-            temp, fd = self._create(job.path)
-            os.ftruncate(fd, size)
+            file = self._create(job.path)
+            os.ftruncate(file.fd, size)
         except S3Error as e:
             if not self.stop.ends_run(e):
                 self._failed(job.key, job.path, e.code, e.message)
             self.pending -= 1
             self._check_done()
             return
-        except OSError as e:
-            self._failed(job.key, job.path, "LocalError", os_message(e))
+        except (OSError, SinkError, LocalResourceError) as e:
+            self._local(job.key, job.path, e)
             self.pending -= 1
             self._check_done()
             return
@@ -826,9 +960,8 @@ class _Download:
         starts = range(0, size, part_size)
         ranges = ((i, first, min(first + part_size, size) - 1) for i, first in enumerate(starts))
         etag = head.get("etag")
-        big = _Big(
-            job, temp, fd, size, etag, expected, len(starts), ranges, next(self.order), part_size
-        )
+        order = next(self.order)
+        big = _Big(job, file, size, etag, expected, len(starts), ranges, order, part_size)
         checksum = expected.checksum
         if self.opts.verify and expected.whole and checksum is not None and checksum[0] == "crc32":
             big.crcs = [0] * len(starts)
@@ -844,7 +977,9 @@ class _Download:
     async def _part(self, part: _Part) -> None:
         big = part.big
         if big.failure is None:
-            sink = _RangeFile(self.writer, big.fd, part.first, part.last, big.size, self.summary)
+            sink = _RangeFile(
+                self.writer, big.file.fd, part.first, part.last, big.size, self.summary
+            )
             sink.crc = 0 if big.crcs is not None else None
             try:
                 self.summary.parts += 1
@@ -857,6 +992,7 @@ class _Download:
                 self.stop.ends_run(e)
                 big.failure = big.failure or (e.code, e.message)
             except OSError as e:
+                self.stop.local(e, big.job.path)  # a full disk: the run's end
                 big.failure = big.failure or ("LocalError", os_message(e))
             finally:
                 await sink.batches.settle()  # cancelled here: run() closes it
@@ -878,25 +1014,27 @@ class _Download:
                 # read back: an MD5 or a SHA cannot be built from parts that
                 # arrived out of order (the file is in the page cache still)
                 try:
-                    mismatch = await off_loop(file_mismatch, big.fd, expected)
+                    mismatch = await off_loop(file_mismatch, big.file.fd, expected)
                 except OSError as e:
+                    self.stop.local(e, job.path, "read")
                     big.failure = ("LocalError", os_message(e))
             if big.failure is None:
                 try:
-                    verified = await self._verdict(job.key, expected, big.fd, mismatch)
+                    verified = await self._verdict(job.key, expected, big.file.fd, mismatch)
                 except S3Error as e:
                     big.failure = (e.code, e.message)
                 except OSError as e:
+                    self.stop.local(e, job.path, "read")
                     big.failure = ("LocalError", os_message(e))
             if big.failure is not None:
-                del self.temps[big.temp]
-                _discard(big.temp, big.fd)
+                self.files.discard(big.file)
+                big.file.discard()
                 self._failed(job.key, job.path, *big.failure)
                 return
             try:
-                self._install(big.temp, big.fd, job.path, job.modified)
-            except OSError as e:
-                self._failed(job.key, job.path, "LocalError", os_message(e))
+                self._install(big.file, job.path, job.modified)
+            except (OSError, SinkError) as e:
+                self._local(job.key, job.path, e)
                 return
             self._succeeded(job, big.size, expected, verified)
         finally:
@@ -1048,8 +1186,7 @@ class _Download:
         self._tell(Result(failure.source, path, 0, failure))
 
     def _tell(self, result: Result) -> None:
-        if self.opts.on_result is not None:
-            self.opts.on_result(result)
+        self.stop.tell(self.opts.on_result, result)
 
     def _progress(self) -> None:
         if self.opts.on_progress is not None:
@@ -1363,6 +1500,106 @@ class _RangeFile:
         await self.batches.finish()
 
 
+async def _open_stream(path: str) -> Sink:
+    """The sink of a stream destination: stdout, or a FIFO or device written
+    in place (a FIFO without a reader is waited for, as the shell's ``>``
+    waits - here without blocking the event loop)."""
+    if names_stdout(path):
+        return stdout_sink()
+    while True:
+        try:
+            return open_output(path, lock=False, rollback=None, wait_for_reader=False)
+        except SinkError as e:
+            if e.errno != errno.ENXIO:
+                raise
+        await asyncio.sleep(0.05)
+
+
+def in_daemon_thread(work: Callable[[], T], name: str) -> asyncio.Future[T]:
+    """``work()`` on a daemon thread of its own; a future of its result.  For
+    a read or write that may block for ever (a silent stdin, a reader of
+    stdout that stalls): it holds neither the event loop, nor Ctrl-C, nor the
+    interpreter's exit (asyncio.to_thread's threads are joined at exit).  A
+    task awaiting it may be cancelled; the thread then ends on its own."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(value: Any, error: BaseException | None) -> None:
+        if done.done():
+            return
+        if error is None:
+            done.set_result(value)
+        else:
+            done.set_exception(error)
+
+    def run() -> None:
+        value: Any = None
+        error: BaseException | None = None
+        try:
+            value = work()
+        except BaseException as e:  # told to the awaiting task
+            error = e
+        with suppress(RuntimeError):  # the loop is closed: nobody waits
+            loop.call_soon_threadsafe(settle, value, error)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return done
+
+
+async def read_stdin(size: int) -> bytes:
+    """Up to ``size`` bytes of stdin, fewer only at its end (on a daemon
+    thread: :func:`in_daemon_thread`); a read error is a SinkError."""
+    return await in_daemon_thread(lambda: read_up_to(0, size, "stdin"), "surge-s3-stdin")
+
+
+class _StreamOut:
+    """A stream's writes, in order, one at a time, each on a daemon thread
+    (:func:`in_daemon_thread`: a reader that stalls blocks that thread only).
+    The sink is closed by :meth:`close`, or - if a write is still under way (a
+    run cancelled while the reader stalls) - by that write's thread when it
+    ends: never a descriptor closed under a write."""
+
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
+        self.writing: asyncio.Future[None] | None = None
+        self._lock = threading.Lock()
+        self._running = False
+        self._close_after = False
+
+    async def write(self, chunks: list[bytes]) -> None:
+        """Wait for the previous write (raising its SinkError), start this one."""
+        await self.drain()
+
+        def work() -> None:
+            try:
+                for chunk in chunks:
+                    self.sink.write(chunk)
+            finally:
+                with self._lock:
+                    self._running = False
+                    close = self._close_after
+                if close:
+                    with suppress(SinkError):
+                        self.sink.close()
+
+        self._running = True
+        self.writing = in_daemon_thread(work, "surge-s3-stream")
+
+    async def drain(self) -> None:
+        """Wait for the write under way; raise its error."""
+        writing, self.writing = self.writing, None
+        if writing is not None:
+            await writing
+
+    def close(self) -> None:
+        with self._lock:
+            if self._running:
+                self._close_after = True
+                return
+        with suppress(SinkError):
+            self.sink.close()
+
+
 def _crc32_mismatch(big: _Big) -> str | None:
     """A parted object's CRC-32, combined from its parts' in order, against
     the server's whole-object one."""
@@ -1398,14 +1635,6 @@ def _write_at(fd: int, chunks: Sequence[bytes | memoryview], offset: int) -> Non
         if written:
             rest[0] = memoryview(rest[0])[written:]
         chunks = rest
-
-
-def _discard(temp: str, fd: int | None) -> None:
-    if fd is not None:
-        with suppress(OSError):
-            os.close(fd)
-    with suppress(OSError):
-        os.unlink(temp)
 
 
 def same_file(path: str, size: int, modified: float) -> bool:

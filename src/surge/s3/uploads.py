@@ -54,16 +54,16 @@ import mimetypes
 import os
 import stat
 import threading
-from collections.abc import Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
-from surge.errors import S3Error, UsageError
+from surge import temps
+from surge.errors import S3Error, SinkError, UsageError
 from surge.http.arguments import FileRange
 from surge.http.client import AsyncClient
 from surge.http.response import Headers
-from surge.s3 import temps
 from surge.s3.api import ListOptions, list_pages
 from surge.s3.checksums import Expected, blocks, crc32, crc32_combine, crc32_header, off_loop
 from surge.s3.config import Target, split_s3_url
@@ -84,9 +84,17 @@ from surge.s3.transfer import (
     despite_cancel,
     download_async,
     os_message,
+    read_stdin,
     run_sync,
     run_transfer,
 )
+from surge.sinks import names_stdin, stdin_closed
+
+#: What ``cp - s3://...`` reads stands for: stdin.
+STDIN = "-"
+#: Parts of stdin read and not yet sent, at most: memory is this many parts
+#: (the AWS CLI's max_in_memory_upload_chunks is 10).
+STDIN_PARTS_HELD = 8
 
 _log = logging.getLogger("surge.s3")
 #: S3's limits: a part (but the last) is at least 5 MiB and at most 5 GiB.
@@ -143,6 +151,15 @@ def plan_upload(source: str, destination: str, opts: UploadOptions) -> UploadPla
         raise UsageError(f"{source!r}: copies between buckets are not supported yet")
     bucket, prefix = split_s3_url(destination)
     rules = opts.rules()
+    if names_stdin(source):
+        if opts.recursive:
+            what = "a sync" if opts.sync else "--recursive"
+            raise UsageError(f"{source!r} is stdin: {what} uploads a directory")
+        if not prefix or prefix.endswith("/"):
+            raise UsageError(f"{destination!r}: an upload of stdin needs the object's key")
+        if stdin_closed():
+            raise UsageError(f"{source!r}: cannot read: stdin is closed")
+        return UploadPlan(bucket, prefix, STDIN, False, Filters("", "", rules))
     if opts.recursive:
         if not os.path.isdir(source):
             what = "sync" if opts.sync else "--recursive"
@@ -251,6 +268,9 @@ class _Upload:
         a regular one is skipped as it is opened.)"""
         plan = self.plan
         follow = self.opts.follow_symlinks
+        if plan.source == STDIN:
+            yield _File(STDIN, plan.key)  # no name to filter, no file to look at
+            return
         if not plan.recursive:
             name = os.path.basename(plan.source)
             if plan.filters and not plan.filters.takes(name):
@@ -271,7 +291,7 @@ class _Upload:
             while reported < len(errors):  # as the walk meets them
                 yield self._walk_failure(*errors[reported])
                 reported += 1
-            if temps.is_temporary(relative.rpartition("/")[2]):
+            if temps.named_like(relative.rpartition("/")[2]) and temps.is_ours(path):
                 continue  # a download's temporary file (maybe a dead one's): no object
             key = plan.key + relative
             if self.seen is not None:
@@ -364,6 +384,10 @@ class _Upload:
             self._progress()
 
     def _dryrun(self, item: _File) -> None:
+        if item.path == STDIN:  # not read: its size is known only once it is
+            self.summary.objects += 1
+            self._tell(Result(item.path, self.url(item.key), 0, dryrun=True))
+            return
         try:
             info = os.stat(item.path)
         except OSError as e:
@@ -384,6 +408,9 @@ class _Upload:
         """One file, holding one of the open files' slots; a request slot per request."""
         fd = -1
         try:
+            if item.path == STDIN:
+                await self._upload_stdin(item)
+                return
             # What it is before it is opened: opening a FIFO waits for a
             # writer, a socket cannot be opened, a device may act on it.
             _regular(os.stat(item.path))
@@ -393,20 +420,24 @@ class _Upload:
             size = info.st_size
             content_type = self.opts.content_type or mimetypes.guess_type(item.path)[0]
             if size > self.opts.threshold:
-                etag = await self._multipart(item, fd, size, content_type, info)
-            else:
-                crc = await self._crc32(fd, 0, size)
-                async with self.slots:
-                    headers = await self.objects.put(
-                        item.key,
-                        lambda: FileRange(fd, 0, size),
-                        crc32=crc,
-                        content_type=content_type,
+                part_size = part_size_for(size, self.opts.part_size)
+                if part_size > MAX_PART_SIZE:
+                    raise S3Error(
+                        "EntityTooLarge",
+                        f"{size:,} bytes need parts over S3's 5 GiB",
+                        status=None,
+                        bucket=self.plan.bucket,
                     )
-                etag = headers.get("etag") or ""
-                await self._check(headers, crc, fd, 0, size, f"the object {item.key!r}")
+                etag, _ = await self._multipart(
+                    item,
+                    _file_parts(fd, size, part_size),
+                    part_size,
+                    content_type,
+                    lambda: _unchanged(fd, info, "the multipart upload is aborted"),
+                )
+            else:
+                etag = await self._put(item, _Body(size, fd=fd), content_type)
                 _unchanged(fd, info, "the object was stored, maybe with bytes of both")
-                self.summary.sent += size
             self._succeeded(item, size, etag)
         except _NotAFile as e:
             self._skipped(item, str(e))
@@ -415,6 +446,8 @@ class _Upload:
         except S3Error as e:
             if not self.stop.ends_run(e):
                 self._failed(item.path, self.url(item.key), e.code, e.message)
+        except SinkError as e:  # stdin could not be read
+            self.stop.end(e)
         except OSError as e:
             self._failed(item.path, self.url(item.key), "LocalError", os_message(e))
         finally:
@@ -423,17 +456,55 @@ class _Upload:
             self.open_files.release()
             self._progress()
 
-    async def _multipart(
-        self, item: _File, fd: int, size: int, content_type: str | None, info: os.stat_result
-    ) -> str:
-        part_size = part_size_for(size, self.opts.part_size)
-        if part_size > MAX_PART_SIZE:
-            raise S3Error(
-                "EntityTooLarge",
-                f"{size:,} bytes need parts over S3's 5 GiB",
-                status=None,
-                bucket=self.plan.bucket,
+    async def _put(self, item: _File, body: _Body, content_type: str | None) -> str:
+        """One PutObject of ``body``, checked: its ETag."""
+        crc = await self._crc32(body)
+        async with self.slots:
+            headers = await self.objects.put(
+                item.key, body.make, crc32=crc, content_type=content_type
             )
+        await self._check(headers, crc, body, f"the object {item.key!r}")
+        self.summary.sent += body.length
+        return headers.get("etag") or ""
+
+    async def _upload_stdin(self, item: _File) -> None:
+        """``cp - s3://bucket/key``, as the AWS CLI: stdin's bytes, read as
+        they come (on a thread: a silent producer holds neither the loop nor
+        Ctrl-C) in parts of the part size.  Up to the threshold they are one
+        PutObject; past it a multipart upload whose parts go as they are read,
+        :data:`STDIN_PARTS_HELD` at most in memory.  The length is not known
+        ahead, so the part size cannot grow to fit: past 10,000 parts the
+        upload is aborted (a bigger ``--part-size`` takes a longer stream)."""
+        threshold = self.opts.threshold
+        content_type = self.opts.content_type or mimetypes.guess_type(item.key)[0]
+        first = await read_stdin(threshold + 1)
+        if len(first) <= threshold:
+            etag = await self._put(item, _Body(len(first), data=first), content_type)
+            self._succeeded(item, len(first), etag)
+            return
+        part_size = self.opts.part_size or DEFAULT_PART_SIZE
+        parts = _stdin_parts(first, part_size, self.plan.bucket)
+        window = asyncio.Semaphore(STDIN_PARTS_HELD)
+        etag, size = await self._multipart(
+            item, parts, part_size, content_type, lambda: None, window=window
+        )
+        self._succeeded(item, size, etag)
+
+    async def _multipart(
+        self,
+        item: _File,
+        bodies: AsyncIterator[_Body],
+        part_size: int,
+        content_type: str | None,
+        unchanged: Callable[[], None],
+        *,
+        window: asyncio.Semaphore | None = None,
+    ) -> tuple[str, int]:
+        """A multipart upload of ``bodies`` (each ``part_size`` bytes but the
+        last), sent in parallel; ``unchanged()`` raises if the source moved
+        meanwhile; ``window``: parts read and not yet sent, at most (a
+        stream's, held in memory).  Aborted if anything fails.  The object's
+        ETag and size."""
         key = item.key
         verify = self.opts.verify
         async with self.slots:
@@ -448,44 +519,60 @@ class _Upload:
                 raise
         self.summary.open_uploads[upload_id] = self.url(key)
         self._progress()
-        starts = range(0, size, part_size)
-        etags: list[str] = [""] * len(starts)
-        crcs: list[str | None] = [None] * len(starts)
-        digests: list[bytes | None] = [None] * len(starts)
+        etags: list[str] = []
+        crcs: list[str | None] = []
+        digests: list[bytes | None] = []
         failures: list[S3Error | OSError] = []
         parts: list[asyncio.Task[None]] = []
+        size = 0
 
-        async def send(index: int, first: int) -> None:
-            length = min(part_size, size - first)
+        async def send(index: int, body: _Body) -> None:
             try:
-                crc = await self._crc32(fd, first, length)
+                crc = await self._crc32(body)
                 headers = await self.objects.upload_part(
-                    key, upload_id, index + 1, lambda: FileRange(fd, first, length), None, crc
+                    key, upload_id, index + 1, body.make, None, crc
                 )
-                md5 = await self._check(headers, crc, fd, first, length, f"part {index + 1}")
+                md5 = await self._check(headers, crc, body, f"part {index + 1}")
                 etags[index] = headers.get("etag") or ""
                 crcs[index] = crc
                 digests[index] = md5
                 self.summary.parts += 1
-                self.summary.sent += length
+                self.summary.sent += body.length
             except (S3Error, OSError) as e:
                 failures.append(e)
             finally:
                 self.slots.release()
+                if window is not None:
+                    window.release()
                 self._progress()
 
         try:
-            for index, first in enumerate(starts):
+            index = 0
+            while not failures:
+                if window is not None:
+                    await window.acquire()
+                body = await anext(bodies, None)
+                if body is None:
+                    if window is not None:
+                        window.release()
+                    break
                 await self.slots.acquire()
                 if failures:
                     self.slots.release()
+                    if window is not None:
+                        window.release()
                     break
-                parts.append(self._spawn(send(index, first)))
+                etags.append("")
+                crcs.append(None)
+                digests.append(None)
+                size += body.length
+                parts.append(self._spawn(send(index, body)))
+                index += 1
             await asyncio.gather(*parts)
             if failures:
                 raise failures[0]
             whole_crc = _combined(crcs, part_size, size) if verify else None
-            _unchanged(fd, info, "the multipart upload is aborted")
+            unchanged()
             async with self.slots:
                 etag, said = await self.objects.complete_multipart(
                     key,
@@ -503,7 +590,7 @@ class _Upload:
             if verify and said is None and all(digests):
                 # a server that says no checksum: the ETag, the MD5 of the parts' MD5s
                 whole = hashlib.md5(b"".join(d or b"" for d in digests), usedforsecurity=False)
-                expected = f"{whole.hexdigest()}-{len(starts)}"
+                expected = f"{whole.hexdigest()}-{len(etags)}"
                 if etag.strip('"') != expected and _is_multipart_etag(etag):
                     raise S3Error(
                         "BadDigest",
@@ -512,7 +599,7 @@ class _Upload:
                         bucket=self.plan.bucket,
                     )
             self.summary.open_uploads.pop(upload_id, None)
-            return etag
+            return etag, size
         except BaseException as e:
             # Not cut short by a second cancel (the run's own, or Ctrl-C's
             # after a failure): the upload would be left stored.  Interrupted,
@@ -551,16 +638,16 @@ class _Upload:
         else:
             self.summary.open_uploads.pop(upload_id, None)
 
-    async def _crc32(self, fd: int, offset: int, length: int) -> str | None:
+    async def _crc32(self, body: _Body) -> str | None:
         """The body's CRC-32 as x-amz-checksum-crc32 says it (None: not verifying)."""
         if not self.opts.verify:
             return None
-        if length <= HASH_INLINE:
-            return crc32_header(_crc32_of(fd, offset, length))
-        return crc32_header(await off_loop(_crc32_of, fd, offset, length))
+        if body.length <= HASH_INLINE:
+            return crc32_header(body.crc32())
+        return crc32_header(await off_loop(body.crc32))
 
     async def _check(
-        self, headers: Headers, crc: str | None, fd: int, offset: int, length: int, what: str
+        self, headers: Headers, crc: str | None, body: _Body, what: str
     ) -> bytes | None:
         """The end-to-end check of a body sent with its CRC-32: the checksum the
         server answers (it checked the bytes against it before it stored them:
@@ -580,10 +667,10 @@ class _Upload:
                     bucket=self.plan.bucket,
                 )
             return None
-        etag_md5 = Expected.from_headers(length, headers).md5
+        etag_md5 = Expected.from_headers(body.length, headers).md5
         if etag_md5 is None:
             return None
-        md5 = await off_loop(_md5_of, fd, offset, length)
+        md5 = await off_loop(body.md5)
         if etag_md5 != md5.hex():
             raise S3Error(
                 "BadDigest",
@@ -616,8 +703,7 @@ class _Upload:
         self._tell(Result(path, url, 0, failure))
 
     def _tell(self, result: Result) -> None:
-        if self.opts.on_result is not None:
-            self.opts.on_result(result)
+        self.stop.tell(self.opts.on_result, result)
 
     def _progress(self) -> None:
         if self.opts.on_progress is not None:
@@ -648,12 +734,72 @@ class _Changed(Exception):
     pass
 
 
-def _crc32_of(fd: int, offset: int, length: int, stop: threading.Event | None = None) -> int:
-    """The CRC-32 of ``length`` bytes of the file from ``offset`` (blocking)."""
-    value = 0
-    for block in blocks(fd, offset, length, stop):
-        value = crc32(block, value)
-    return value
+@dataclass(frozen=True)
+class _Body:
+    """What one request sends: ``length`` bytes of the open file ``fd`` from
+    ``offset``, read as they are sent - or ``data``, held (a part of stdin)."""
+
+    length: int
+    fd: int = -1
+    offset: int = 0
+    data: bytes | None = None
+
+    def make(self) -> bytes | FileRange:
+        """The body for one try (made afresh for each)."""
+        return self.data if self.data is not None else FileRange(self.fd, self.offset, self.length)
+
+    def _blocks(self, stop: threading.Event | None) -> Iterator[bytes | memoryview]:
+        if self.data is not None:
+            return iter((self.data,))
+        return iter(blocks(self.fd, self.offset, self.length, stop))
+
+    def crc32(self, stop: threading.Event | None = None) -> int:
+        """Its CRC-32 (blocking: a thread for a big one)."""
+        value = 0
+        for block in self._blocks(stop):
+            value = crc32(block, value)
+        return value
+
+    def md5(self, stop: threading.Event | None = None) -> bytes:
+        """Its MD5 (blocking: a thread for a big one)."""
+        md5 = hashlib.md5(usedforsecurity=False)
+        for block in self._blocks(stop):
+            md5.update(block)
+        return md5.digest()
+
+
+async def _file_parts(fd: int, size: int, part_size: int) -> AsyncIterator[_Body]:
+    """A file's parts, each read as it is sent."""
+    for first in range(0, size, part_size):
+        yield _Body(min(part_size, size - first), fd=fd, offset=first)
+
+
+async def _stdin_parts(first: bytes, part_size: int, bucket: str) -> AsyncIterator[_Body]:
+    """stdin's parts, ``first`` (what was read to tell a small stream from a big
+    one) and then what comes, read as they are wanted."""
+    held = first
+    count = 0
+    while True:
+        while len(held) < part_size:
+            more = await read_stdin(part_size - len(held))
+            if not more:
+                break
+            held += more
+        if not held:
+            return
+        count += 1
+        if count > MAX_PARTS:
+            raise S3Error(
+                "EntityTooLarge",
+                f"stdin is longer than {MAX_PARTS:,} parts of {part_size:,} bytes: give a"
+                " bigger --part-size",
+                status=None,
+                bucket=bucket,
+            )
+        part, held = held[:part_size], held[part_size:]
+        yield _Body(len(part), data=part)
+        if len(part) < part_size:
+            return
 
 
 def _combined(crcs: list[str | None], part_size: int, size: int) -> str:
@@ -665,14 +811,6 @@ def _combined(crcs: list[str | None], part_size: int, size: int) -> str:
         length = min(part_size, size - index * part_size)
         value = crc32_combine(value, int.from_bytes(base64.b64decode(header), "big"), length)
     return crc32_header(value)
-
-
-def _md5_of(fd: int, offset: int, length: int, stop: threading.Event | None = None) -> bytes:
-    """The MD5 of ``length`` bytes of the file from ``offset`` (blocking)."""
-    md5 = hashlib.md5(usedforsecurity=False)
-    for block in blocks(fd, offset, length, stop):
-        md5.update(block)
-    return md5.digest()
 
 
 def _is_multipart_etag(etag: str) -> bool:

@@ -32,6 +32,7 @@ from surge.db._session import (
     WATCHDOG,
     ClientState,
     MySQLReset,
+    cut_fd,
     drive_bounded,
     may_change_database,
     mysql_reset,
@@ -841,6 +842,23 @@ class MySQLClient(Driver):
             #: Rows of an unbuffered result (use_result: SSCursor) are unread.
             _surge_streaming = False
 
+            def close(self) -> None:
+                # Never free the MYSQL* under RESET_WRITER's mysql_reset_connection
+                # (a call without the GIL): that was a use after free, a segfault.
+                # A reset stuck on a silent server is ended by severing its socket.
+                lock = self.__dict__.get("_surge_io")
+                if lock is None:
+                    super().close()
+                    return
+                if not lock.acquire(timeout=RESET_WAIT):
+                    with contextlib.suppress(Exception):
+                        cut_fd(self.fileno())
+                    lock.acquire()
+                try:
+                    super().close()
+                finally:
+                    lock.release()
+
             def use_result(self) -> Any:
                 result = super().use_result()
                 if result is not None:
@@ -898,7 +916,9 @@ class MySQLClient(Driver):
         conn._surge_session = (database, charset, collation, autocommit, init_sql)
         conn._surge_unresettable = False
         if "_surge_io" not in conn.__dict__:
-            conn._surge_io = threading.Lock()
+            # Re-entrant: RESET_WRITER closes a connection whose reset failed
+            # while it holds the lock, and close takes it (Connection.close).
+            conn._surge_io = threading.RLock()
             conn._surge_flush = functools.partial(self._flush, conn)
 
     def send_reset(self, conn: Any) -> bool:
@@ -919,7 +939,7 @@ class MySQLClient(Driver):
 
     def finish_reset(self, conn: Any) -> None:
         if not conn._surge_io.acquire(timeout=RESET_WAIT):  # RESET_WRITER's reset is stuck
-            self.sever(conn)  # which ends it
+            cut_fd(self.socket_fd(conn))  # which ends it
             raise self.module.OperationalError(2013, "the server took no reset")
         try:
             if conn._surge_due:
@@ -930,9 +950,9 @@ class MySQLClient(Driver):
     def _reset(self, conn: Any) -> None:
         """Under the connection's lock: libmariadb's ``mysql_reset_connection``
         (COM_RESET_CONNECTION), then the set-up; a server silent for RESET_WAIT
-        has its socket severed under libmariadb's feet (it waits without a
+        has its socket shut down under libmariadb's feet (it waits without a
         timeout), which ends the call with an error."""
-        with WATCHDOG.guard(RESET_WAIT, lambda: self.sever(conn)):
+        with WATCHDOG.guard(RESET_WAIT, lambda: cut_fd(self.socket_fd(conn))):
             self._reset_now(conn)
 
     def _reset_now(self, conn: Any) -> None:

@@ -165,6 +165,23 @@ def sever_fd(fd: int | None) -> None:
         os.dup2(_dead_fd(), fd)
 
 
+def cut_fd(fd: int | None) -> None:
+    """End the connection on ``fd`` now, in the process that opened it: shut the
+    socket down (a thread blocked reading or polling it in C - libmariadb's
+    reset - wakes with EOF; dup2 alone leaves it waiting on the old socket),
+    then point ``fd`` at a dead socket (``sever_fd``).  Never in a forked child:
+    shutdown would end the parent's session too."""
+    if fd is None or fd < 0:
+        return
+    with contextlib.suppress(OSError):
+        sock = socket.socket(fileno=fd)
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        finally:
+            sock.detach()
+    sever_fd(fd)
+
+
 # -- MySQL: what the reset writes ---------------------------------------------------------
 
 COM_INIT_DB = 0x02

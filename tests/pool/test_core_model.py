@@ -205,6 +205,7 @@ class CoreMachine(RuleBasedStateMachine):
         key = data.draw(st.sampled_from(sorted(m.out, key=lambda k: self._out_objects[k].n)))
         res = self._out_objects.pop(key)
         m.out.discard(key)
+        self._handed.pop(key, None)  # used (and discarded) by whoever it was handed to
         waiter = self.core.discard(res, self.now)
         self._drain_garbage()
         assert res in self.garbage

@@ -794,14 +794,18 @@ class AsyncClient:
         has read ahead), so that its answer is ready when a slot frees.  A lookup
         made inside the slot makes every wave of a crawl over many names wait a
         DNS round trip before its first byte.  Nothing happens if a proxy may
-        carry the request (then it is not this client that resolves the name);
-        the resolver decides the rest (Resolver.prefetch).  A failure is kept by
-        the resolver's cache as any lookup's is, and the request reports it."""
+        carry the request (then it is not this client that resolves the name)
+        or if the pool has a connection to the origin (the request will likely
+        reuse one and resolve nothing); the resolver decides the rest
+        (Resolver.prefetch: an answer is held for the request, a failure is not:
+        the request asks again)."""
         if self._proxies is not None:
             return
         try:
             parsed = parse_url(url)
         except (RequestError, UsageError, ValueError):  # the request reports it
+            return
+        if self._pool._holds(parsed.key):  # a connection to reuse: likely no lookup
             return
         self.resolver.prefetch(parsed.host, parsed.port)
 

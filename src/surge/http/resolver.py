@@ -44,6 +44,7 @@ import importlib.util
 import ipaddress
 import socket
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -201,6 +202,11 @@ def _zone_index(address: str) -> str:
         raise RequestError("dns_error", detail) from None
 
 
+#: How long an answer that ``Resolver.prefetch`` got waits for its request
+#: (seconds): past it, the request asks again.
+HELD_FOR = 60.0
+
+
 class Resolver:
     """Resolves host names to addresses, asynchronously and with a cache."""
 
@@ -258,6 +264,11 @@ class Resolver:
             clock=clock,
         )
         self._inflight: dict[str, asyncio.Future[tuple[str, ...]]] = {}
+        #: Answers that prefetch got, held for the request they were asked for
+        #: (taken by its resolve), whatever the cache keeps: name -> (addresses,
+        #: until).  At most 2 x concurrency, the oldest dropped first.
+        self._held: OrderedDict[str, tuple[tuple[str, ...], float]] = OrderedDict()
+        self._clock = clock
         self.lookups = 0  # lookups sent to the backend (c-ares or getaddrinfo)
 
     def add_override(self, spec: str | Override) -> None:
@@ -305,12 +316,17 @@ class Resolver:
         return self.cache.get(host)
 
     def prefetch(self, host: str, port: int) -> None:
-        """Start a lookup of ``host`` and return at once: its answer (or failure)
-        goes into the cache, and a ``resolve`` meanwhile joins it.  For c-ares
-        only (a lookup is a callback, no task: ~free beside the datagrams); a
-        no-op for the system's resolver, for a name that needs no lookup or is
-        being looked up, and past twice ``concurrency`` lookups in flight."""
-        if self.backend != "cares" or host in self._inflight:
+        """Start a lookup of ``host`` for a request that will come, and return at
+        once.  The answer goes into the cache and is also held for that request
+        (``HELD_FOR`` seconds at most), so that its ``resolve`` asks no second
+        time whatever the cache did meanwhile (a TTL run out, a small cache).  A
+        failure is neither cached nor held: the request asks again when its turn
+        comes, as it would have (a name fixed meanwhile answers; a timeout states
+        the request's own wait), and only a resolve that joined the lookup in
+        flight shares it.  For c-ares only (a lookup is a callback, no task); a
+        no-op for the system's resolver, for a name that needs no lookup, is
+        held or is being looked up, and past 2 x ``concurrency`` in flight."""
+        if self.backend != "cares" or host in self._inflight or host in self._held:
             return
         if len(self._inflight) >= 2 * self.concurrency:
             return
@@ -327,21 +343,20 @@ class Resolver:
         def settle(done: asyncio.Future[Any]) -> None:
             if self._inflight.get(host) is future:
                 del self._inflight[host]
-            if done.cancelled():
-                error: BaseException | None = asyncio.CancelledError()
-            else:
-                error = done.exception()
+            error = asyncio.CancelledError() if done.cancelled() else done.exception()
             if error is None:
                 addresses, ttl = done.result()
                 self.cache.put(host, addresses, ttl)
+                held = self._held
+                held[host] = (addresses, self._clock() + HELD_FOR)
+                if len(held) > 2 * self.concurrency:
+                    held.popitem(last=False)
                 future.set_result(addresses)
                 return
-            if isinstance(error, RequestError):
-                self.cache.put_failure(host, error.detail)
-            else:
+            if not isinstance(error, RequestError):
                 error = RequestError("dns_error", f"{host}: lookup abandoned ({error!r})")
             future.set_exception(error)
-            future.exception()  # retrieved: nobody may join it
+            future.exception()  # retrieved: nobody may have joined it
 
         answer.add_done_callback(settle)
 
@@ -350,6 +365,10 @@ class Resolver:
         found = self.cached(host, port)
         if found is not None:
             return found
+        if self._held:
+            held = self._held.pop(host, None)
+            if held is not None and held[1] > self._clock():
+                return held[0]
         inflight = self._inflight.get(host)
         if inflight is not None:
             return await asyncio.shield(inflight)

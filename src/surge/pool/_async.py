@@ -462,6 +462,13 @@ class AsyncKeyedPool(_AsyncFrontEnd[K, R]):
             max_size, max_per_key, lifo=lifo, max_idle=max_idle, make_wake=_new_wake
         )
 
+    def _holds(self, key: K) -> bool:
+        """Whether a resource of ``key`` exists or is being created (idle or in use):
+        for the HTTP client's DNS look-ahead (not public: the front-ends share one
+        public surface)."""
+        core = self._core.cores.get(key)
+        return core is not None and core.open > 0
+
     def acquire_nowait(self, key: K) -> R | None:
         """An idle resource of ``key`` at once, or None (then ``await acquire(key)``):
         never creates, waits or queues.  For a pool with no ``check`` callback."""

@@ -579,3 +579,33 @@ def test_without_a_global_ipv6_address_only_a_is_asked(monkeypatch: pytest.Monke
     monkeypatch.setattr(cares, "has_global_ipv6", lambda: False)
     assert cares.CaresBackend().family == socket.AF_INET
     assert cares.CaresBackend(family=socket.AF_INET6).family == socket.AF_INET6  # -6
+
+
+async def test_a_prefetched_answer_serves_one_request_and_never_outlives_its_ttl(
+    make, server: DNSServer, clock: Clock
+) -> None:
+    """prefetch holds its answer for the request it was asked for, past the
+    cache's TTL if that request comes late; the first ask takes it, so a later
+    request after the TTL asks again instead of getting the held copy."""
+    r = make(min_ttl=5)
+
+    async def prefetched(host: str) -> None:
+        r.prefetch(host, 80)
+        deadline = time.monotonic() + 10
+        while host in r._inflight and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+
+    await prefetched("ttl5.test")
+    asked = server.count("ttl5.test")
+    assert asked >= 1
+    assert r.cached("ttl5.test", 80) == (V4,)  # its request, in time
+    clock.now += 6  # past the TTL
+    assert r.cached("ttl5.test", 80) is None  # the held copy went with the first ask
+    # Its request late: the TTL ran out first, and the held answer serves it, once.
+    await prefetched("ttl5.test")
+    assert server.count("ttl5.test") == 2 * asked
+    clock.now += 6
+    assert r.cached("ttl5.test", 80) == (V4,)
+    assert r.cached("ttl5.test", 80) is None
+    assert await r.resolve("ttl5.test", 80) == (V4,)
+    assert server.count("ttl5.test") == 3 * asked

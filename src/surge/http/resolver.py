@@ -265,7 +265,8 @@ class Resolver:
         )
         self._inflight: dict[str, asyncio.Future[tuple[str, ...]]] = {}
         #: Answers that prefetch got, held for the request they were asked for
-        #: (taken by its resolve), whatever the cache keeps: name -> (addresses,
+        #: (taken by the first ask for the name: cached, or a resolve that joined
+        #: the lookup; never served twice), whatever the cache keeps: name -> (addresses,
         #: until).  At most 2 x concurrency, the oldest dropped first.
         self._held: OrderedDict[str, tuple[tuple[str, ...], float]] = OrderedDict()
         self._clock = clock
@@ -313,6 +314,10 @@ class Resolver:
             return ("127.0.0.1", "::1")
         if host == "invalid" or host.endswith(".invalid"):
             raise RequestError("dns_error", f"{host}: reserved name, never resolves (RFC 6761)")
+        if self._held:  # an answer prefetch got for this name's next request: its, once
+            held = self._held.pop(host, None)
+            if held is not None and held[1] > self._clock():
+                return held[0]
         return self.cache.get(host)
 
     def prefetch(self, host: str, port: int) -> None:
@@ -365,13 +370,11 @@ class Resolver:
         found = self.cached(host, port)
         if found is not None:
             return found
-        if self._held:
-            held = self._held.pop(host, None)
-            if held is not None and held[1] > self._clock():
-                return held[0]
         inflight = self._inflight.get(host)
         if inflight is not None:
-            return await asyncio.shield(inflight)
+            answer = await asyncio.shield(inflight)
+            self._held.pop(host, None)  # prefetch's answer, taken by this request
+            return answer
         future: asyncio.Future[tuple[str, ...]] = asyncio.get_running_loop().create_future()
         self._inflight[host] = future
         self.lookups += 1

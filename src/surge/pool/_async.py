@@ -25,7 +25,7 @@ from surge.errors import PoolClosed
 from surge.pool import _fork
 from surge.pool._core import Entry, PoolCore, Waiter
 from surge.pool._keyed_core import KeyedCore
-from surge.pool._options import Generations, Options, check_passed, log, timeout_error
+from surge.pool._options import FrontEnd, check_passed, front_end_options, log, timeout_error
 
 R = TypeVar("R")
 K = TypeVar("K", bound=Hashable)
@@ -54,38 +54,15 @@ def _wake(waiter: Waiter[Any]) -> None:
         future.set_result(None)
 
 
-class _AsyncFrontEnd(Generations, Generic[K, R]):
+class _AsyncFrontEnd(FrontEnd, Generic[K, R]):
     """The acquire loop, waiting, checks and resets shared by both async pools.
 
     Subclasses adapt it to their core; ``key`` is None for the plain pool.
     """
 
-    def __init__(
-        self,
-        create: Callable[..., Any],
-        *,
-        timeout: float,
-        max_idle: float | None,
-        max_lifetime: float | None,
-        lifetime_jitter: float,
-        check: Callable[[R, float], Any] | None,
-        check_idle_after: float,
-        reset: Callable[[R], Any] | None,
-        close: Callable[[R], Any] | None,
-        sever: Callable[[R], object] | None,
-        clock: Callable[[], float],
-    ) -> None:
-        self._options = Options(timeout, max_idle, max_lifetime, lifetime_jitter, check_idle_after)
+    def __init__(self, create: Callable[..., Any], **options: Any) -> None:
+        super().__init__(**options)  # FrontEnd's keyword arguments
         self._create = create
-        self._check = check
-        #: Seconds idle below which a reused resource skips ``check`` (inf: no check).
-        self._unchecked_below = check_idle_after if check is not None else float("inf")
-        self._reset = reset
-        self._close = close
-        self._sever = sever
-        self._clock = clock
-        #: In a forked child: the parent's checked-out resources (see the thread pools').
-        self._inherited: dict[int, R] = {}
         _fork.track(self)
 
     def _forked(self) -> None:
@@ -145,7 +122,12 @@ class _AsyncFrontEnd(Generations, Generic[K, R]):
         deadline = None
         now = self._clock()
         while True:
-            await self._dispose()
+            if self._core_has_garbage():
+                try:
+                    await self._dispose()
+                except BaseException:  # cancelled while closing: what it holds goes back
+                    self._give_back(got, key)
+                    raise
             if isinstance(got, Entry):
                 if self._check is None or await self._passes_check(got, now):
                     return got.resource
@@ -163,6 +145,17 @@ class _AsyncFrontEnd(Generations, Generic[K, R]):
                 return entry.resource
             now = self._clock()
             got = self._core_acquire(key, now)
+
+    def _give_back(self, got: Entry[R] | Waiter[R] | None, key: K | None) -> None:
+        """What a checkout cancelled between two steps holds goes back: an entry
+        checked out to it and not used (no reset), a slot, a waiter."""
+        now = self._clock()
+        if isinstance(got, Entry):
+            self._core_release(got.resource, now)
+        elif got is None:
+            self._core_create_failed(key, now)
+        else:
+            self._core_abandon(got)
 
     async def _wait(
         self, waiter: Waiter[R], deadline: float, timeout: float, key: K | None
@@ -215,11 +208,17 @@ class _AsyncFrontEnd(Generations, Generic[K, R]):
         garbage = self._core_take_garbage()
         if not garbage or self._close is None:
             return
-        for entry in garbage:
-            try:
-                await _call(self._close, entry.resource)
-            except Exception:
-                log.warning("closing %r failed", entry.resource, exc_info=True)
+        done = 0  # the one being closed counts: a cancellation inside it leaves it
+        try:
+            for entry in garbage:
+                done += 1
+                try:
+                    await _call(self._close, entry.resource)
+                except Exception:
+                    log.warning("closing %r failed", entry.resource, exc_info=True)
+        except BaseException:  # cancelled: the rest waits in the core for the next one
+            self._core.garbage += garbage[done:]
+            raise
 
     # -- public ---------------------------------------------------------------------------
 
@@ -295,19 +294,7 @@ class AsyncPool(_AsyncFrontEnd[Any, R]):
         lifo: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        super().__init__(
-            create,
-            timeout=timeout,
-            max_idle=max_idle,
-            max_lifetime=max_lifetime,
-            lifetime_jitter=lifetime_jitter,
-            check=check,
-            check_idle_after=check_idle_after,
-            reset=reset,
-            close=close,
-            sever=sever,
-            clock=clock,
-        )
+        super().__init__(create, **front_end_options(locals()))
         self._core: PoolCore[R] = PoolCore(
             max_size,
             max_overflow,
@@ -445,19 +432,7 @@ class AsyncKeyedPool(_AsyncFrontEnd[K, R]):
         lifo: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        super().__init__(
-            create,
-            timeout=timeout,
-            max_idle=max_idle,
-            max_lifetime=max_lifetime,
-            lifetime_jitter=lifetime_jitter,
-            check=check,
-            check_idle_after=check_idle_after,
-            reset=reset,
-            close=close,
-            sever=sever,
-            clock=clock,
-        )
+        super().__init__(create, **front_end_options(locals()))
         self._core: KeyedCore[K, R] = KeyedCore(
             max_size, max_per_key, lifo=lifo, max_idle=max_idle, make_wake=_new_wake
         )

@@ -23,6 +23,19 @@ Every operation is O(1), amortised where noted:
 This is the lesson of boto's HostConnectionPool (``list.pop(0)`` in a loop: a
 drain of N connections was O(N^2)) and of httpcore's pool (a scan of the
 connection and request lists per request).
+
+Interruptions: a signal handler that raises (KeyboardInterrupt, a timeout's
+exception) runs between bytecodes, and CPython runs it only at a call, at a
+function's first instruction or at a loop's back edge - never at a subscript,
+an attribute store, ``del x[i]``, ``+=`` or a comparison.  So each operation
+makes its calls (``id()``, a lookup, a new Entry or Waiter) first and then
+changes the state with those alone (``del idle[-1]``, not ``idle.pop()``;
+``idle += (entry,)``, not ``idle.append(entry)``): an interruption finds the
+state before the operation or after it, never half-way, and what the
+operation returned is the caller's to give back (see surge.pool._sync).  Where
+an operation ends by calling another (a freed slot passed to a waiter), an
+interruption between them can at worst leave a waiter unwoken until its
+timeout, never a resource or a slot lost.
 """
 
 from __future__ import annotations
@@ -197,14 +210,16 @@ class PoolCore(Generic[R]):
         # The hot path, inlined: the method calls it saves are a third of a
         # checkout's cost.  (A closed pool has nothing idle.)
         if self.n_idle and self.fast:
-            hot = self.idle.pop()
+            hot = self.idle[-1]
             if hot.state == IDLE:
+                key = id(hot.resource)
+                del self.idle[-1]  # from here on, no call: see "Interruptions" above
                 self.n_idle -= 1
                 hot.state = IN_USE
-                self.checked_out[id(hot.resource)] = hot
+                self.checked_out[key] = hot
                 self.n_reused += 1
                 return hot
-            self.idle.append(hot)  # dead: let the general path skip it
+            # dead: the general path skips it
         if self.closed:
             raise PoolClosed("the pool is closed")
         entry = self.take_idle(now)
@@ -234,7 +249,8 @@ class PoolCore(Generic[R]):
         elif generation != self.generation:
             expires_at = -INF
         entry: Entry[R] = Entry(resource, now, expires_at, self.key, generation)
-        self.checked_out[id(resource)] = entry
+        key = id(resource)
+        self.checked_out[key] = entry
         self.n_created += 1
         return entry
 
@@ -246,32 +262,46 @@ class PoolCore(Generic[R]):
     def release(self, resource: R, now: float) -> Waiter[R] | None:
         """Return a checked-out resource: to the oldest waiter, to the idle deque, or to
         ``garbage`` (pool closed, lifetime over, or an overflow resource)."""
-        entry = self.checked_out.pop(id(resource), None)
+        key = id(resource)
+        checked_out = self.checked_out
+        entry = checked_out.get(key)
         if entry is None:
             raise ValueError(f"{resource!r} is not checked out from this pool")
         if entry.expires_at <= now:
+            del checked_out[key]
             self.n_expired += 1
-            self.retire(entry)
+            entry.state = GONE  # retire(), inlined: no call until the state adds up
+            self.open -= 1
+            self.garbage += (entry,)
             return self.grant_slot(now)
         if self.n_waiting:
-            return self.hand_over(entry, now)
+            return self.hand_over(entry, now)  # it stays checked out, to the waiter
+        del checked_out[key]
         if self.open > self.keep:  # an overflow resource, or the pool is closed
-            self.retire(entry)
+            entry.state = GONE
+            self.open -= 1
+            self.garbage += (entry,)
             return None
         # put_idle(), inlined for the hot path.
         entry.state = IDLE
         entry.idle_since = now
-        self.idle.append(entry)
         self.n_idle += 1
+        self.idle += (entry,)
         if self.max_idle != INF:
             self.expire(now)
         return None
 
     def discard(self, resource: R, now: float) -> Waiter[R] | None:
         """Drop a checked-out resource (it failed); its slot passes to the oldest waiter."""
-        entry = self.pop_checked_out(resource)
+        key = id(resource)
+        entry = self.checked_out.get(key)
+        if entry is None:
+            raise ValueError(f"{resource!r} is not checked out from this pool")
+        del self.checked_out[key]
         self.n_discarded += 1
-        self.retire(entry)
+        entry.state = GONE
+        self.open -= 1
+        self.garbage += (entry,)
         return self.grant_slot(now)
 
     def cancel(self, waiter: Waiter[R], *, timed_out: bool) -> None:
@@ -287,7 +317,7 @@ class PoolCore(Generic[R]):
         if timed_out:
             self.n_timeouts += 1
         if self.waiters and self.waiters[-1] is waiter:
-            self.waiters.pop()
+            del self.waiters[-1]
         elif len(self.waiters) > 2 * self.n_waiting + _COMPACT_SLACK:
             self.waiters = deque(w for w in self.waiters if not w.cancelled)
 
@@ -305,18 +335,46 @@ class PoolCore(Generic[R]):
             self.cancel(waiter, timed_out=False)
         return None
 
+    def rescue(self, waiter: Waiter[R], now: float) -> bool:
+        """What a waiter still waiting is owed, if an interrupted operation left it
+        unserved (one that ends by passing a freed slot on was cut short between
+        the two, see "Interruptions"): an idle resource or a slot, when one is free
+        now.  True if it was granted; it is off the queue then (marked cancelled
+        there, as :meth:`cancel` does).  Where every operation ran to its end this
+        finds nothing: a waiter waits only while nothing is free."""
+        if waiter.granted or waiter.cancelled or waiter.closed:
+            return False
+        if self.closed:  # a close cut short before it woke this waiter
+            waiter.closed = True
+            return True
+        entry = self.take_idle(now)
+        if entry is not None:
+            waiter.entry = entry  # from here on, no call
+            waiter.cancelled = True
+            self.n_waiting -= 1
+            return True
+        if self.open >= self.limit:
+            return False
+        self.open += 1
+        waiter.may_create = True
+        waiter.cancelled = True
+        self.n_waiting -= 1
+        return True
+
     def expire(self, now: float) -> None:
         """Retire resources idle for ``max_idle`` or more, from the cold end."""
         idle = self.idle
         while idle:
             entry = idle[0]
             if entry.state == GONE:
-                idle.popleft()
+                del idle[0]
             elif entry.idle_since + self.max_idle <= now:
-                idle.popleft()
+                del idle[0]
                 self.n_idle -= 1
                 self.n_expired += 1
-                self.retire(entry)
+                entry.state = GONE
+                self.open -= 1
+                self.garbage += (entry,)
             else:
                 break
 
@@ -425,18 +483,25 @@ class PoolCore(Generic[R]):
         if self.max_idle != INF:
             self.expire(now)
         idle = self.idle
-        pop = idle.pop if self.lifo else idle.popleft
+        end = -1 if self.lifo else 0
         while self.n_idle:
-            entry = pop()
+            entry = idle[end]
             if entry.state == GONE:
+                del idle[end]
                 continue
-            self.n_idle -= 1
             if entry.expires_at <= now:
+                del idle[end]
+                self.n_idle -= 1
                 self.n_expired += 1
-                self.retire(entry)
+                entry.state = GONE
+                self.open -= 1
+                self.garbage += (entry,)
                 continue
+            key = id(entry.resource)
+            del idle[end]
+            self.n_idle -= 1
             entry.state = IN_USE
-            self.checked_out[id(entry.resource)] = entry
+            self.checked_out[key] = entry
             self.n_reused += 1
             return entry
         if idle:
@@ -446,33 +511,26 @@ class PoolCore(Generic[R]):
     def put_idle(self, entry: Entry[R], now: float) -> None:
         entry.state = IDLE
         entry.idle_since = now
-        self.idle.append(entry)
         self.n_idle += 1
+        self.idle += (entry,)
         if self.max_idle != INF:
             self.expire(now)
-
-    def remove_idle(self, entry: Entry[R]) -> None:
-        """Retire an idle entry wherever it stands (lazily: it is skipped later)."""
-        entry.state = GONE
-        self.n_idle -= 1
-        self.open -= 1
-        self.garbage.append(entry)
-        if len(self.idle) > 2 * self.n_idle + _COMPACT_SLACK:
-            self.idle = deque(e for e in self.idle if e.state == IDLE)
 
     def enqueue(self, now: float) -> Waiter[R]:
         make_wake = self.make_wake
         waiter: Waiter[R] = Waiter(now, self.key, None if make_wake is None else make_wake())
-        self.waiters.append(waiter)
         self.n_waiting += 1
         self.n_waits += 1
+        self.waiters += (waiter,)
         return waiter
 
     def pop_waiter(self, now: float) -> Waiter[R] | None:
-        """The oldest live waiter, removed from the queue, with its wait recorded."""
+        """The oldest live waiter, removed from the queue, with its wait recorded
+        (no call once it is removed: the caller's next steps are all that remain)."""
         waiters = self.waiters
         while waiters:
-            waiter = waiters.popleft()
+            waiter = waiters[0]
+            del waiters[0]
             if waiter.cancelled:
                 continue
             self.n_waiting -= 1
@@ -485,13 +543,12 @@ class PoolCore(Generic[R]):
 
     def hand_over(self, entry: Entry[R], now: float) -> Waiter[R] | None:
         """Give a checked-out entry straight to the oldest waiter."""
-        waiter = self.pop_waiter(now)
-        if waiter is None:  # pragma: no cover - callers check n_waiting first
-            self.put_idle(entry, now)
-            return None
-        waiter.entry = entry
+        key = id(entry.resource)
+        waiter = self.pop_waiter(now)  # callers check n_waiting first: a live one is there
+        assert waiter is not None
+        waiter.entry = entry  # from here on, no call: see "Interruptions" above
         entry.idle_since = now  # it was in use until this instant: as hot as can be
-        self.checked_out[id(entry.resource)] = entry
+        self.checked_out[key] = entry
         self.n_reused += 1
         return waiter
 
@@ -500,21 +557,15 @@ class PoolCore(Generic[R]):
         if not self.n_waiting or self.closed or self.open >= self.limit:
             return None
         waiter = self.pop_waiter(now)
-        if waiter is not None:
-            waiter.may_create = True
-            self.open += 1
+        assert waiter is not None
+        waiter.may_create = True  # from here on, no call: see "Interruptions" above
+        self.open += 1
         return waiter
-
-    def pop_checked_out(self, resource: R) -> Entry[R]:
-        entry = self.checked_out.pop(id(resource), None)
-        if entry is None:
-            raise ValueError(f"{resource!r} is not checked out from this pool")
-        return entry
 
     def retire(self, entry: Entry[R]) -> None:
         entry.state = GONE
         self.open -= 1
-        self.garbage.append(entry)
+        self.garbage += (entry,)
 
 
 def end_lifetimes(checked_out: dict[int, Entry[Any]]) -> None:

@@ -12,6 +12,15 @@ runs, each pool forgets everything it held and hands each resource to its
 so that whatever later touches the object reaches nothing).  The parent's
 pools are not touched.  ``os.register_at_fork`` makes this free on every path
 but fork itself (redis-py instead compares the pid on every checkout).
+
+Every lock and Condition that a pool, a connection or surge.db's process-wide
+threads (the reset writer, the watchdog) hold is made by ``lock()``,
+``rlock()`` or ``condition()`` here, and re-initialised in the child before
+anything else: a fork while another thread held one (a ``ProcessPoolExecutor``
+forking while the reset writer was in a connection's reset) left it held for
+ever in the child, which then hung at its first checkout.  ``cached_property``
+is the lock-free form of ``functools.cached_property``, which on Python 3.11
+holds one RLock per class while computing: the same hang.
 """
 
 from __future__ import annotations
@@ -19,8 +28,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import weakref
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, Generic, Protocol, TypeVar, overload
 
 log = logging.getLogger("surge.pool")
 
@@ -38,7 +49,69 @@ def track(pool: Forkable) -> None:
     _pools.add(pool)
 
 
+#: Every lock and Condition made here (weakly: a connection's dies with it).
+_primitives: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def lock() -> threading.Lock:
+    """A ``threading.Lock`` that a forked child finds free."""
+    made = threading.Lock()
+    _primitives.add(made)
+    return made
+
+
+def rlock() -> threading.RLock:
+    """A ``threading.RLock`` that a forked child finds free."""
+    made = threading.RLock()
+    _primitives.add(made)
+    return made
+
+
+def condition() -> threading.Condition:
+    """A ``threading.Condition`` that a forked child finds free, with no waiter."""
+    made = threading.Condition(threading.Lock())
+    _primitives.add(made)
+    return made
+
+
+T = TypeVar("T")
+
+
+class cached_property(Generic[T]):
+    """``functools.cached_property`` without its lock: computed on first access and
+    kept in the instance's ``__dict__``.  Two threads racing may both compute it;
+    the first to finish wins (``dict.setdefault`` is atomic), so every reader sees
+    one value.  Nothing to be held at a fork."""
+
+    def __init__(self, func: Callable[[Any], T]) -> None:
+        self.func = func
+        self.name = func.__name__
+        self.__doc__ = func.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, instance: None, owner: type | None = None) -> cached_property[T]: ...
+    @overload
+    def __get__(self, instance: object, owner: type | None = None) -> T: ...
+    def __get__(self, instance: object, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        cache = instance.__dict__
+        try:
+            return cache[self.name]
+        except KeyError:
+            return cache.setdefault(self.name, self.func(instance))
+
+
+def _reinit_primitives() -> None:
+    for primitive in list(_primitives):
+        primitive._at_fork_reinit()  # CPython's own, as threading and logging use it
+
+
 def _after_fork_in_child() -> None:
+    _reinit_primitives()  # first: a pool's _forked may take its lock
     for pool in list(_pools):
         try:
             pool._forked()

@@ -23,6 +23,17 @@ Waiters come in two queues: a waiter whose key is at ``max_per_key`` waits on
 that key's core (only that key's releases can serve it); a waiter blocked by
 the global limit waits in the global queue, served in arrival order by any slot
 freed anywhere.  Operations that wake waiters append them to ``woken``.
+
+Interruptions follow the single core's rule (surge.pool._core): each operation
+makes its calls first, and from the step that gives a resource away (to a
+waiter, to the idle set, to the garbage) to its return it calls nothing, so the
+front-end's "did it happen?" after an interruption has one answer.  The global
+counts (``open``, ``n_idle``) change in the same call-free step as the key's,
+never afterwards from a difference: the key cores' own helpers that call as
+they go (take_idle, release, discard, create_failed, remove_idle) are not used
+here.  A step that only serves waiters may be cut short: the waiters left
+unserved take what is free themselves (:meth:`rescue`, which the front-ends run
+while they wait).
 """
 
 from __future__ import annotations
@@ -34,6 +45,7 @@ from typing import Any, Generic, TypeVar
 from surge.errors import PoolClosed
 from surge.pool._core import (
     _COMPACT_SLACK,
+    GONE,
     IDLE,
     IN_USE,
     INF,
@@ -104,10 +116,7 @@ class KeyedCore(Generic[K, R]):
         if log and log[0][2] + self.max_idle <= now:
             self.expire(now)
         core = self.core(key)
-        open_before, idle_before = core.open, core.n_idle
-        entry = core.take_idle(now)
-        self.open += core.open - open_before
-        self.n_idle += core.n_idle - idle_before
+        entry = self._take_idle(core, now)
         if entry is not None:
             return entry
         if core.open >= core.limit:
@@ -120,7 +129,7 @@ class KeyedCore(Generic[K, R]):
         make_wake = self.make_wake
         waiter: Waiter[R] = Waiter(now, key, None if make_wake is None else make_wake())
         waiter.in_global_queue = True
-        self.global_waiters.append(waiter)
+        self.global_waiters += (waiter,)  # not append(): no call until it is counted
         self.n_global_waiting += 1
         self.n_global_waits += 1
         return waiter
@@ -142,7 +151,7 @@ class KeyedCore(Generic[K, R]):
             # the idle ones changes.
             entry = core.idle[-1]  # n_idle > 0: the deque is not empty
             if entry.state == IDLE and entry.expires_at > now:
-                core.idle.pop()
+                del core.idle[-1]  # not pop(): from here on, no call
                 core.n_idle -= 1
                 self.n_idle -= 1
                 entry.state = IN_USE
@@ -151,12 +160,9 @@ class KeyedCore(Generic[K, R]):
                 if log and log[-1][0] is entry:
                     # Its idle record is the newest (the usual case when one key
                     # is reused): drop it now, not in a later compaction.
-                    log.pop()
+                    del log[-1]  # not pop(): no call once it is handed out
                 return entry
-        open_before, idle_before = core.open, core.n_idle
-        taken = core.take_idle(now)
-        self.open += core.open - open_before
-        self.n_idle += core.n_idle - idle_before
+        taken = self._take_idle(core, now)
         if core.open == 0:
             self._drop_if_empty(core)
         return taken
@@ -173,87 +179,109 @@ class KeyedCore(Generic[K, R]):
 
     def create_failed(self, key: K, now: float) -> None:
         core = self.core(key)
-        open_before = core.open
-        waiter = core.create_failed(now)
-        self.open += core.open - open_before
-        self._after_slot_change(core, waiter, now)
+        core.open -= 1
+        self.open -= 1
+        self._slot_freed(core, now)
 
     def release(self, resource: R, now: float) -> None:
-        # Popped at once (one dict operation on the hot path); put back for the
-        # paths below that look it up again.
-        entry = self.checked_out.pop(id(resource), None)
-        if entry is None:
-            raise ValueError(f"{resource!r} is not checked out from this pool")
+        # No call from the step that gives the resource away to the return (see
+        # the module's docstring): an interruption leaves it checked out (to this
+        # caller) or given away, whole, never handed on while the caller thinks
+        # it still holds it.
+        key = id(resource)
+        checked_out = self.checked_out
+        try:
+            entry = checked_out[key]
+        except KeyError:
+            raise ValueError(f"{resource!r} is not checked out from this pool") from None
         core = self.cores[entry.key]
-        if not (core.n_waiting or self.n_global_waiting or self.closed) and entry.expires_at > now:
-            # The hot path, inlined (PoolCore.release + _log_idle): nobody waits,
-            # so the resource goes idle on its key and into the global log.
-            entry.state = IDLE
-            entry.idle_since = now
-            core.idle.append(entry)
-            core.n_idle += 1
-            self.n_idle += 1
-            entry.idle_turn += 1
-            log = self.idle_log
-            log.append((entry, entry.idle_turn, now))
-            if len(log) > 2 * self.n_idle + _COMPACT_SLACK:
-                self.idle_log = _compacted(log)
+        if entry.expires_at <= now or self.closed:
+            del checked_out[key]  # retired: from here on, no call until the counts add up
+            if entry.expires_at <= now:
+                core.n_expired += 1
+            entry.state = GONE
+            core.open -= 1
+            self.open -= 1
+            self.garbage += (entry,)
+            self._slot_freed(core, now)  # the resource is gone: only waiters are left to serve
             return
-        self.checked_out[id(resource)] = entry
-        if (
-            not core.n_waiting
-            and self.n_global_waiting
-            and entry.expires_at > now
-            and not self.closed
-            and self._serve_global_waiter(entry, now)
-        ):
+        if core.n_waiting:
+            waiter = core.hand_over(entry, now)  # it stays checked out, to the waiter
+            assert waiter is not None  # n_waiting counts live waiters only
+            self.woken += (waiter,)
             return
-        open_before, idle_before = core.open, core.n_idle
-        waiter = core.release(resource, now)
-        self.open += core.open - open_before
-        self.n_idle += core.n_idle - idle_before
-        if entry.state == IDLE:
-            self._log_idle(entry)
-        self._after_slot_change(core, waiter, now)
+        if self.n_global_waiting and self._serve_global_waiter(entry, now):
+            return
+        log = self.idle_log
+        if len(log) > 2 * self.n_idle + _COMPACT_SLACK:  # the calls, before the change
+            self.idle_log = log = _compacted(log)
+        # The hot path: it goes idle on its key and into the global log.
+        del checked_out[key]
+        entry.state = IDLE
+        entry.idle_since = now
+        core.idle += (entry,)
+        core.n_idle += 1
+        self.n_idle += 1
+        entry.idle_turn += 1
+        log += ((entry, entry.idle_turn, now),)
 
     def _serve_global_waiter(self, entry: Entry[R], now: float) -> bool:
         """A released resource nobody of its key waits for, while others wait for room:
         it goes to the oldest global waiter if that one wants the same key, else it is
         closed to make room for the waiter's own.  Waiters whose key filled up while
         they waited move to that key's queue.  False if no global waiter could use it.
-        """
+
+        Interrupt-safe as the hot paths are: every call (a core made for the
+        waiter's key, the clock's arithmetic) comes before the waiter leaves the
+        queue, and nothing between its leaving and its arrival calls."""
         core = self.cores[entry.key]
-        while self.n_global_waiting:
-            waiter = self._pop_global_waiter(now)
-            if waiter is None:
-                break
+        waiters = self.global_waiters
+        while self.n_global_waiting and waiters:
+            waiter = waiters[0]
+            if waiter.cancelled:
+                del waiters[0]
+                continue
+            same = waiter.key == entry.key
+            other = core if same else self.core(waiter.key)
+            waited = now - waiter.queued_at
+            resource_id = id(entry.resource)
+            del waiters[0]
+            self.n_global_waiting -= 1
+            self.global_wait_total += waited
+            if waited > self.global_wait_max:
+                self.global_wait_max = waited
             waiter.in_global_queue = False
-            if waiter.key == entry.key:
+            if same:
                 waiter.entry = entry
                 entry.idle_since = now
                 core.n_reused += 1
-                self.woken.append(waiter)
+                self.woken += (waiter,)
                 return True
-            other = self.core(waiter.key)
             if other.open < other.limit:
-                core.pop_checked_out(entry.resource)
-                core.retire(entry)
+                del self.checked_out[resource_id]
+                entry.state = GONE
+                core.open -= 1
+                core.garbage += (entry,)
                 waiter.may_create = True
                 other.open += 1
-                self.woken.append(waiter)
+                self.woken += (waiter,)
                 self._drop_if_empty(core)
                 return True
-            other.waiters.append(waiter)
+            other.waiters += (waiter,)
             other.n_waiting += 1
         return False
 
     def discard(self, resource: R, now: float) -> None:
+        key = id(resource)
         entry = self._lookup(resource)
         core = self.cores[entry.key]
-        open_before = core.open
-        waiter = core.discard(resource, now)
-        self.open += core.open - open_before
-        self._after_slot_change(core, waiter, now)
+        del self.checked_out[key]  # from here on, no call until the counts add up
+        core.n_discarded += 1
+        entry.state = GONE
+        core.open -= 1
+        self.open -= 1
+        self.garbage += (entry,)
+        self._slot_freed(core, now)
 
     def cancel(self, waiter: Waiter[R], *, timed_out: bool) -> None:
         if waiter.granted or waiter.cancelled or waiter.closed:
@@ -277,29 +305,22 @@ class KeyedCore(Generic[K, R]):
         log = self.idle_log
         while log:
             entry, turn, since = log[0]
-            if not _live(entry, turn):
-                log.popleft()
-            elif since + self.max_idle <= now:
-                log.popleft()
-                core = self.cores[entry.key]
-                core.remove_idle(entry)
-                core.n_expired += 1
-                self.open -= 1
-                self.n_idle -= 1
-                self._drop_if_empty(core)
-            else:
-                break
+            if entry.state == IDLE and entry.idle_turn == turn:
+                if since + self.max_idle > now:
+                    break
+                self.cores[entry.key].n_expired += 1  # before: the retire may drop the core
+                self._retire_idle(entry)
+            del log[0]
 
     def clear(self, now: float) -> None:
         """Retire every idle resource of every key (their servers went away, or the
         process needs the descriptors they hold); slots freed go to global waiters."""
         for core in list(self.cores.values()):
-            if core.n_idle:
-                self.open -= core.n_idle
-                self.n_idle -= core.n_idle
-                core.clear()
-                self._after_slot_change(core, None, now)
+            for entry in list(core.idle):
+                if entry.state == IDLE:
+                    self._retire_idle(entry)
         self.idle_log.clear()
+        self._serve_global(now)
 
     def invalidate(self, now: float, generation: int | None = None) -> bool:
         """As :meth:`PoolCore.invalidate`, for every key (a proxy or a certificate
@@ -320,26 +341,100 @@ class KeyedCore(Generic[K, R]):
         """Close the coldest idle resource of any key; False if nothing is idle."""
         log = self.idle_log
         while log:
-            entry, turn, _ = log.popleft()
-            if not _live(entry, turn):
-                continue
-            core = self.cores[entry.key]
-            core.remove_idle(entry)
-            self.open -= 1
-            self.n_idle -= 1
-            self.n_evicted += 1
-            self._drop_if_empty(core)
-            return True
+            entry, turn, _ = log[0]
+            del log[0]
+            if entry.state == IDLE and entry.idle_turn == turn:
+                self._retire_idle(entry)
+                self.n_evicted += 1
+                return True
         return False
+
+    def _retire_idle(self, entry: Entry[R]) -> None:
+        """Retire an idle entry where it stands in its key's deque (skipped there
+        later), counts global and per key together: no call before they add up."""
+        core = self.cores[entry.key]
+        entry.state = GONE
+        core.n_idle -= 1
+        core.open -= 1
+        self.n_idle -= 1
+        self.open -= 1
+        self.garbage += (entry,)
+        if len(core.idle) > 2 * core.n_idle + _COMPACT_SLACK:
+            core.idle = deque([e for e in core.idle if e.state == IDLE])
+        self._drop_if_empty(core)
+
+    def _take_idle(self, core: PoolCore[R], now: float) -> Entry[R] | None:
+        """PoolCore.take_idle for a key's core, with the global counts changed in
+        the same steps (each pass of the loop is whole when the next begins)."""
+        idle = core.idle
+        end = -1 if core.lifo else 0
+        while core.n_idle:
+            entry = idle[end]
+            if entry.state == GONE:
+                del idle[end]
+                continue
+            resource_id = id(entry.resource)  # the call, before the changes
+            del idle[end]
+            core.n_idle -= 1
+            self.n_idle -= 1
+            if entry.expires_at <= now:
+                core.n_expired += 1
+                entry.state = GONE
+                core.open -= 1
+                self.open -= 1
+                self.garbage += (entry,)
+                continue
+            entry.state = IN_USE
+            self.checked_out[resource_id] = entry
+            core.n_reused += 1
+            return entry
+        if idle:
+            idle.clear()  # only dead entries remain
+        return None
+
+    def rescue(self, waiter: Waiter[R], now: float) -> bool:
+        """What a waiter still waiting is owed, if an interrupted operation left it
+        unserved (the step that serves waiters was cut short): an idle resource of
+        its key, or a slot, when one is free now.  True if it was granted; it is
+        off its queue then (marked cancelled there, as :meth:`cancel` does).  In a
+        pool whose operations all ran to their end this finds nothing: a waiter
+        waits only while nothing is free for it."""
+        if waiter.granted or waiter.cancelled or waiter.closed:
+            return False
+        if self.closed:  # a close cut short before it woke this waiter
+            waiter.closed = True
+            return True
+        core = self.core(waiter.key)  # the calls, before any change
+        # Its key's idle resource first: the eviction below must not find one of
+        # them (it would drop the very core it then grants a slot in).
+        entry = self._take_idle(core, now)
+        if entry is None:
+            if core.open >= core.limit:
+                return False
+            if self.open >= self.max_size and not self.evict_coldest():
+                return False
+            core.open += 1  # from here on, no call
+            self.open += 1
+            waiter.may_create = True
+        else:
+            waiter.entry = entry
+        waiter.cancelled = True
+        if waiter.in_global_queue:
+            waiter.in_global_queue = False
+            self.n_global_waiting -= 1
+        else:
+            core.n_waiting -= 1
+        return True
 
     def close(self) -> list[Waiter[R]]:
         self.closed = True
         woken: list[Waiter[R]] = []
         for core in list(self.cores.values()):
-            self.open -= core.n_idle
-            woken.extend(core.close())
+            for entry in list(core.idle):
+                if entry.state == IDLE:
+                    self._retire_idle(entry)  # counts global and per key together
+            woken.extend(core.close())  # nothing idle is left: it marks its waiters
             self._drop_if_empty(core)
-        self.n_idle = 0
         self.idle_log.clear()
         for waiter in self.global_waiters:
             if not waiter.cancelled:
@@ -444,49 +539,49 @@ class KeyedCore(Generic[K, R]):
             raise ValueError(f"{resource!r} is not checked out from this pool")
         return entry
 
-    def _log_idle(self, entry: Entry[R]) -> None:
-        entry.idle_turn += 1
-        self.idle_log.append((entry, entry.idle_turn, entry.idle_since))
-        if len(self.idle_log) > 2 * self.n_idle + _COMPACT_SLACK:
-            self.idle_log = _compacted(self.idle_log)
+    def _slot_freed(self, core: PoolCore[R], now: float) -> None:
+        """A slot of ``core`` was freed (its counts already add up): to the key's
+        oldest waiter, else to the global waiters, oldest first."""
+        if (
+            core.n_waiting
+            and not self.closed
+            and core.open < core.limit
+            and self.open < self.max_size
+        ):
+            waiter = core.pop_waiter(now)  # the call; the grant after it calls nothing
+            if waiter is not None:
+                waiter.may_create = True
+                core.open += 1
+                self.open += 1
+                self.woken += (waiter,)
+        self._serve_global(now)
+        self._drop_if_empty(core)
 
-    def _pop_global_waiter(self, now: float) -> Waiter[R] | None:
+    def _serve_global(self, now: float) -> None:
+        """Give the room under the global limit to the global waiters, oldest first."""
         waiters = self.global_waiters
-        while waiters:
-            waiter = waiters.popleft()
-            if waiter.cancelled:
+        while self.n_global_waiting and self.open < self.max_size and not self.closed and waiters:
+            global_waiter = waiters[0]
+            if global_waiter.cancelled:
+                del waiters[0]
                 continue
+            its_core = self.core(global_waiter.key)  # the call, before it leaves the queue
+            waited = now - global_waiter.queued_at
+            del waiters[0]
             self.n_global_waiting -= 1
-            waited = now - waiter.queued_at
             self.global_wait_total += waited
             if waited > self.global_wait_max:
                 self.global_wait_max = waited
-            return waiter
-        return None
-
-    def _grant_global(self, waiter: Waiter[R], now: float) -> None:
-        """Give a global waiter a slot to create in, or move it to its key's queue if
-        that key filled up while it waited."""
-        waiter.in_global_queue = False
-        core = self.core(waiter.key)
-        if core.open < core.limit:
-            waiter.may_create = True
-            core.open += 1
-            self.open += 1
-            self.woken.append(waiter)
-        else:
-            core.waiters.append(waiter)
-            core.n_waiting += 1
-
-    def _after_slot_change(self, core: PoolCore[R], waiter: Waiter[R] | None, now: float) -> None:
-        if waiter is not None:
-            self.woken.append(waiter)
-        while self.n_global_waiting and self.open < self.max_size and not self.closed:
-            global_waiter = self._pop_global_waiter(now)
-            if global_waiter is None:
-                break
-            self._grant_global(global_waiter, now)
-        self._drop_if_empty(core)
+            # _grant_global, inlined: no call until the waiter is granted or queued
+            global_waiter.in_global_queue = False
+            if its_core.open < its_core.limit:
+                global_waiter.may_create = True
+                its_core.open += 1
+                self.open += 1
+                self.woken += (global_waiter,)
+            else:
+                its_core.waiters += (global_waiter,)
+                its_core.n_waiting += 1
 
     def _drop_if_empty(self, core: PoolCore[R]) -> None:
         if core.open == 0 and not core.n_waiting and self.cores.get(core.key) is core:

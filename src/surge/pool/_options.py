@@ -50,10 +50,59 @@ class Options:
         return now - idle_since >= self.check_idle_after
 
 
-class Generations:
-    """``generation`` and ``generation_of``, read from the front-end's core."""
+#: FrontEnd's keyword arguments, which every public constructor takes.
+FRONT_END_OPTIONS = (
+    "timeout",
+    "max_idle",
+    "max_lifetime",
+    "lifetime_jitter",
+    "check",
+    "check_idle_after",
+    "reset",
+    "close",
+    "sever",
+    "clock",
+)
+
+
+def front_end_options(arguments: dict[str, Any]) -> dict[str, Any]:
+    """FrontEnd's arguments out of a public constructor's (its ``locals()``)."""
+    return {name: arguments[name] for name in FRONT_END_OPTIONS}
+
+
+class FrontEnd:
+    """What every front-end (thread or asyncio, plain or keyed) keeps of its
+    options and callbacks, set once here; ``generation`` and ``generation_of``,
+    read from its core."""
 
     _core: Any
+
+    def __init__(
+        self,
+        *,
+        timeout: float,
+        max_idle: float | None,
+        max_lifetime: float | None,
+        lifetime_jitter: float,
+        check: Callable[[Any, float], object] | None,
+        check_idle_after: float,
+        reset: Callable[[Any], object] | None,
+        close: Callable[[Any], object] | None,
+        sever: Callable[[Any], object] | None,
+        clock: Callable[[], float],
+    ) -> None:
+        self._options = Options(timeout, max_idle, max_lifetime, lifetime_jitter, check_idle_after)
+        self._check = check
+        #: Seconds idle below which a reused resource skips ``check`` (inf: no check).
+        self._unchecked_below = check_idle_after if check is not None else float("inf")
+        self._reset = reset
+        self._close = close
+        self._sever = sever
+        self._clock = clock
+        #: In a forked child: the parent's checked-out resources, by id (kept
+        #: alive so that no new resource takes an id), which release and discard
+        #: drop without a word.
+        self._inherited: dict[int, Any] = {}
 
     @property
     def generation(self) -> int:

@@ -4,6 +4,17 @@ They wrap the pure cores with one lock, read the clock, call the user's
 ``create``/``check``/``reset``/``close`` outside the lock, and park waiters on a
 private lock each (released by whoever grants them), so a release wakes exactly
 the waiter it served - no thundering herd, and the oldest waiter goes first.
+
+Interruptions (a signal handler that raises, anywhere: see surge.pool._core):
+a checkout keeps what it holds at every moment - an entry checked out to it, a
+slot reserved for it (None), a waiter, a resource it created - in one place
+(``held``), and its one ``except BaseException`` gives that back
+(``_give_back``), whatever the step: a wait, a connect, a check, the
+bookkeeping between them.  Giving an entry back is a no-op once the pool no
+longer counts it as this checkout's (a failed check discarded it).  A return
+or a discard that is interrupted discards the resource (its state is unknown).
+The lock is only ever taken by ``with``, which CPython never interrupts
+between the acquire and the block.
 """
 
 from __future__ import annotations
@@ -19,12 +30,18 @@ from surge.errors import PoolClosed
 from surge.pool import _fork
 from surge.pool._core import Entry, PoolCore, Waiter
 from surge.pool._keyed_core import KeyedCore
-from surge.pool._options import Generations, Options, check_passed, log, timeout_error
+from surge.pool._options import FrontEnd, check_passed, front_end_options, log, timeout_error
 
 R = TypeVar("R")
 K = TypeVar("K", bound=Hashable)
 
 _allocate_lock = threading.Lock
+
+#: Seconds between a waiter's looks for orphaned resources (see Owner).
+ORPHAN_LOOK = 0.05
+
+#: ``held[0]`` when a checkout holds nothing (None there means a slot).
+_NOTHING: Any = object()
 
 
 def _armed_lock() -> threading.Lock:
@@ -34,36 +51,14 @@ def _armed_lock() -> threading.Lock:
     return wake
 
 
-class _SyncFrontEnd(Generations, Generic[R]):
+class _SyncFrontEnd(FrontEnd, Generic[R]):
     """Lock, clock, callbacks and waiting: what Pool and KeyedPool share."""
 
-    def __init__(
-        self,
-        *,
-        timeout: float,
-        max_idle: float | None,
-        max_lifetime: float | None,
-        lifetime_jitter: float,
-        check: Callable[[R, float], object] | None,
-        check_idle_after: float,
-        reset: Callable[[R], object] | None,
-        close: Callable[[R], object] | None,
-        sever: Callable[[R], object] | None,
-        clock: Callable[[], float],
-    ) -> None:
-        self._options = Options(timeout, max_idle, max_lifetime, lifetime_jitter, check_idle_after)
-        self._check = check
-        #: Seconds idle below which a reused resource skips ``check`` (inf: no check).
-        self._unchecked_below = check_idle_after if check is not None else float("inf")
-        self._reset = reset
-        self._close = close
-        self._sever = sever
-        self._clock = clock
-        self._lock = threading.Lock()
-        #: In a forked child: the parent's checked-out resources, by id (kept
-        #: alive so that no new resource takes an id), which release and discard
-        #: drop without a word.
-        self._inherited: dict[int, R] = {}
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)  # FrontEnd's keyword arguments
+        self._lock = _fork.lock()
+        #: Resources of ``with`` checkouts interrupted on their way back (see Owner).
+        self._orphans: list[R] = []
         _fork.track(self)
 
     # -- shared steps -----------------------------------------------------------------
@@ -72,37 +67,66 @@ class _SyncFrontEnd(Generations, Generic[R]):
         """Close retired resources; a close that fails is logged, never raised."""
         if self._close is None:
             return
-        for entry in garbage:
-            try:
-                self._close(entry.resource)
-            except Exception:
-                log.warning("closing %r failed", entry.resource, exc_info=True)
+        done = 0  # the one being closed counts: an interruption inside it leaves it
+        try:
+            for entry in garbage:
+                done += 1
+                try:
+                    self._close(entry.resource)
+                except Exception:
+                    log.warning("closing %r failed", entry.resource, exc_info=True)
+        except BaseException:  # interrupted: the rest waits in the core for the next one
+            with self._lock:
+                self._core.garbage += garbage[done:]
+            raise
 
-    def _acquire(self, key: Any, timeout: float | None, got: Entry[R] | Waiter[R] | None) -> R:
-        """The general acquire, from the core's first answer ``got`` (the one loop
-        both thread pools run: ``key`` is None for the plain pool)."""
+    def _acquire(self, key: Any, timeout: float | None, held: list[Any]) -> R:
+        """The general acquire, from the core's first answer in ``held[0]`` (the one
+        loop both thread pools run: ``key`` is None for the plain pool).  ``held``
+        is what the checkout holds (see the module's docstring): the caller's
+        ``except BaseException`` gives it back (in the caller's frame: an
+        interruption at this call's entry is then covered too)."""
         deadline = None
         while True:
+            got = held[0]
             now = self._clock()
             if self._core.garbage:
                 self._settle()
             if type(got) is Entry:
                 if self._passes_check(got, now):
-                    return got.resource
+                    return got.resource  # type: ignore[no-any-return]
             elif got is None:
-                return self._create_in_slot(key)
+                return self._create_in_slot(key, held)
             else:
                 assert isinstance(got, Waiter)
                 if timeout is None:
                     timeout = self._options.timeout
                 if deadline is None:
                     deadline = now + timeout
-                entry = self._wait(got, deadline, timeout, key)
-                if entry is None:
-                    return self._create_in_slot(key)
-                if self._passes_check(entry, self._clock()):
-                    return entry.resource
-            got = self._locked_acquire(key)
+                held[0] = self._wait(got, deadline, timeout, key)  # an entry, or None: a slot
+                continue
+            self._locked_acquire(key, held)  # the last entry failed its check
+
+    def _give_back(self, held: list[Any], key: Any) -> None:
+        """An interrupted or failed checkout gives back what ``held`` holds: an
+        entry still checked out to it is returned as it is (it was not used), a
+        slot passes on, a waiter leaves the queue (or passes on its grant), a
+        resource created but not yet the pool's is closed."""
+        got, made = held
+        held[0], held[1] = _NOTHING, None  # given back once, whatever calls again
+        if type(got) is Entry:
+            if made is got.resource:
+                made = None
+            self._return_unused(got)
+        elif got is None:
+            self._slot_back(key)
+        elif isinstance(got, Waiter):
+            self._abandon(got)
+        if made is not None and self._close is not None:
+            try:
+                self._close(made)
+            except Exception:
+                log.warning("closing %r failed", made, exc_info=True)
 
     def _acquire_nowait(self, key: Any) -> R | None:
         if self._check is not None:
@@ -124,12 +148,28 @@ class _SyncFrontEnd(Generations, Generic[R]):
     ) -> Entry[R] | None:
         """Block until ``waiter`` is granted; the entry it was handed, or None if it
         may create.  Raises PoolTimeout at ``deadline``, PoolClosed on close."""
-        remaining = deadline - self._clock()
-        try:
-            woke = remaining > 0 and waiter.wake.acquire(True, remaining)
-        except BaseException:  # interrupted (KeyboardInterrupt): the grant is not lost
-            self._abandon(waiter)
-            raise
+        # Interrupted (KeyboardInterrupt): the caller gives the waiter back, and
+        # with it whatever it was granted meanwhile.  Every ORPHAN_LOOK seconds a
+        # waiter looks for orphans (resources of ``with`` blocks interrupted on
+        # their way back, which only a pool call can reclaim: the one it waits
+        # for may be one), and for what an interrupted operation freed without
+        # serving it (the core's rescue).
+        end = time.monotonic() + (deadline - self._clock())  # the pool's clock may be a test's
+        while True:
+            remaining = end - time.monotonic()
+            woke = remaining > 0 and waiter.wake.acquire(True, min(remaining, ORPHAN_LOOK))
+            if woke or remaining <= ORPHAN_LOOK:
+                break
+            if self._orphans:
+                self._reclaim_orphans()
+            if not (waiter.granted or waiter.closed):
+                # An operation interrupted before it served the waiters (its own
+                # steps done, the grant not made) leaves what it freed unserved.
+                with self._lock:
+                    self._core.rescue(waiter, self._clock())
+            if waiter.granted or waiter.closed:  # granted, its wake maybe never released
+                woke = True
+                break
         if not woke:
             with self._lock:
                 if not waiter.granted and not waiter.closed:
@@ -187,11 +227,11 @@ class _SyncFrontEnd(Generations, Generic[R]):
         self._settle()  # the keyed core keeps a list of them
 
     def _forked(self) -> None:
-        """In a forked child: a new lock (the parent's may have been held by a
-        thread that does not exist here), and nothing of the parent's reused or
-        closed - each resource goes to ``sever`` instead (see surge.pool._fork)."""
-        self._lock = threading.Lock()
+        """In a forked child (its lock re-initialised by surge.pool._fork: the
+        parent's may have been held by a thread that does not exist here), nothing
+        of the parent's reused or closed - each resource goes to ``sever``."""
         self._inherited = _fork.forget(self._core, self._sever)
+        self._orphans = []
 
     def _drop_inherited(self, resource: R) -> bool:
         """Whether ``resource`` is the parent's (in a forked child): then it is
@@ -202,14 +242,32 @@ class _SyncFrontEnd(Generations, Generic[R]):
 
     _core: Any  # PoolCore or KeyedCore
 
-    def _locked_acquire(self, key: Any) -> Entry[R] | Waiter[R] | None:
-        """The core's acquire, under the lock, with the clock read there."""
+    def _locked_acquire(self, key: Any, held: list[Any]) -> None:
+        """The core's acquire, under the lock, with the clock read there, its
+        answer put in ``held[0]``."""
         raise NotImplementedError
 
-    def _create_in_slot(self, key: Any) -> R:
-        """Create a resource in the slot the core reserved; give the slot back if
-        creating raises anything."""
+    def _create_in_slot(self, key: Any, held: list[Any]) -> R:
+        """Create a resource in the slot the core reserved (``held[0]`` is None):
+        the resource goes to ``held[1]`` as it is made, its entry to ``held[0]``
+        once the pool counts it (the caller gives either back if interrupted)."""
         raise NotImplementedError
+
+    def _slot_back(self, key: Any) -> None:
+        """A reserved slot produced nothing: it passes to the next waiter."""
+        raise NotImplementedError
+
+    def _return_unused(self, entry: Entry[R]) -> None:
+        """Take back an entry checked out but never used, if it still is (no reset)."""
+        raise NotImplementedError
+
+    def _discard_if_mine(self, resource: R) -> None:
+        """Discard ``resource`` if it is still checked out: what an interrupted
+        return or discard does, whatever step it was at."""
+        with self._lock:
+            mine = id(resource) in self._core.checked_out
+        if mine:
+            self.discard(resource)
 
     def _settle(self) -> None:
         """Wake whoever the last operations granted, and close what they retired."""
@@ -233,24 +291,67 @@ class _SyncFrontEnd(Generations, Generic[R]):
 
     def stats(self) -> dict[str, Any]:
         """Counters and gauges; see the README for the fields."""
+        if self._orphans:
+            self._reclaim_orphans()
         with self._lock:
             return self._stats()
+
+    def _reclaim_orphans(self) -> None:
+        """Discard the orphans' resources (see Owner).  Interrupt-safe: an orphan
+        leaves the list only once its discard is done (a pop() first and an
+        interruption at its return would lose it, and its slot, for good);
+        reclaiming one twice is harmless (the second finds it is not checked out)."""
+        orphans = self._orphans
+        self._orphans = []  # no call between: a finaliser's append lands in one list or the other
+        done = 0
+        try:
+            for resource in orphans:
+                self._discard_if_mine(resource)
+                done += 1
+        except BaseException:
+            self._orphans += orphans[done:]
+            raise
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._core.describe()}>"
 
 
+class Owner:
+    """A ``with`` checkout's claim on its resource, from ``__enter__`` until the
+    pool takes it back.  An interruption at the first instruction of ``__exit__``
+    (or of a call on the way to the pool) raises out of the ``with`` before any
+    code of the pool runs: the claim is then still ``pending`` when the checkout
+    object dies, and the pool reclaims the resource (discarded: its state is
+    unknown) at its next checkout that finds nothing idle, or at ``stats()``.
+    The pool clears ``pending`` as its first step of a return or a discard."""
+
+    __slots__ = ("pending",)
+
+    def __init__(self) -> None:
+        self.pending: Any = None
+
+
+def orphaned(pool: Any, owner: Owner) -> None:
+    """From a checkout's ``__del__``: never the lock here (a finaliser may run
+    anywhere, the pool's own code included); a list append is atomic."""
+    resource = owner.pending
+    if resource is not None:
+        owner.pending = None
+        pool._orphans.append(resource)
+
+
 class _Checkout(Generic[R]):
     """``with pool.connection() as r``: release on success, discard if the block raised."""
 
-    __slots__ = ("_pool", "_resource", "_timeout")
+    __slots__ = ("_owner", "_pool", "_resource", "_timeout")
 
     def __init__(self, pool: Pool[R], timeout: float | None) -> None:
         self._pool = pool
         self._timeout = timeout
+        self._owner = Owner()
 
     def __enter__(self) -> R:
-        self._resource = self._pool.acquire(self._timeout)
+        self._owner.pending = self._resource = self._pool.acquire(self._timeout)
         return self._resource
 
     def __exit__(
@@ -260,9 +361,14 @@ class _Checkout(Generic[R]):
         tb: TracebackType | None,
     ) -> None:
         if exc_type is None:
-            self._pool.release(self._resource)
+            self._pool.release(self._resource, self._owner)
         else:
-            self._pool.discard(self._resource)
+            self._pool.discard(self._resource, self._owner)
+
+    def __del__(self) -> None:
+        owner = getattr(self, "_owner", None)  # None: __init__ did not finish
+        if owner is not None:
+            orphaned(self._pool, owner)
 
 
 class Pool(_SyncFrontEnd[R]):
@@ -303,18 +409,7 @@ class Pool(_SyncFrontEnd[R]):
         lifo: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        super().__init__(
-            timeout=timeout,
-            max_idle=max_idle,
-            max_lifetime=max_lifetime,
-            lifetime_jitter=lifetime_jitter,
-            check=check,
-            check_idle_after=check_idle_after,
-            reset=reset,
-            close=close,
-            sever=sever,
-            clock=clock,
-        )
+        super().__init__(**front_end_options(locals()))
         self._create = create
         self._core: PoolCore[R] = PoolCore(
             max_size,
@@ -333,55 +428,85 @@ class Pool(_SyncFrontEnd[R]):
         # The hot path: an idle resource, nothing to check, nothing to close.
         # (lock.acquire/try/finally costs half of `with lock` on CPython 3.11.)
         core = self._core
-        lock = self._lock
-        lock.acquire()
+        got: Entry[R] | Waiter[R] | None = _NOTHING
+        held: list[Any] | None = None
         try:
-            now = self._clock() if self._timed else 0.0
-            got = core.acquire(now)
-            if type(got) is Waiter:
-                self._arm(got)
-        finally:
-            lock.release()
-        if type(got) is Entry and now - got.idle_since < self._unchecked_below and not core.garbage:
-            return got.resource
-        return self._acquire(None, timeout, got)
+            with self._lock:
+                now = self._clock() if self._timed else 0.0
+                got = core.acquire(now)
+                if type(got) is Waiter:
+                    self._arm(got)
+            if (
+                type(got) is Entry
+                and now - got.idle_since < self._unchecked_below
+                and not core.garbage
+            ):
+                return got.resource
+            # The slow path, in this frame's try: an interruption at the entry of
+            # the call (before its code runs) is given back here too.
+            held = [got, None]
+            if self._orphans:
+                self._reclaim_orphans()
+            return self._acquire(None, timeout, held)
+        except BaseException:
+            self._give_back(held or [got, None], None)  # what it holds, once
+            raise
 
-    def _locked_acquire(self, key: Any) -> Entry[R] | Waiter[R] | None:
+    def _locked_acquire(self, key: Any, held: list[Any]) -> None:
         with self._lock:
-            got = self._core.acquire(self._clock())
+            held[0] = got = self._core.acquire(self._clock())
             if type(got) is Waiter:
                 self._arm(got)
-        return got
 
-    def release(self, resource: R) -> None:
+    def release(self, resource: R, owner: Owner | None = None) -> None:
         """Return a resource: to the oldest waiter if any, else to the idle set."""
+        if owner is not None:
+            owner.pending = None  # the first step: from here on this call answers for it
         if self._inherited and self._drop_inherited(resource):
             return
-        now = self._clock()  # before reset: a slow reset makes it look idle longer
-        if self._reset is not None and not self._returns_clean(resource, now):
-            return
-        lock = self._lock
-        lock.acquire()
+        back = False
+        waiter = None
         try:
-            waiter = self._core.release(resource, now)
-        finally:
-            lock.release()
+            now = self._clock()  # before reset: a slow reset makes it look idle longer
+            if self._reset is not None and not self._returns_clean(resource, now):
+                return
+            with self._lock:
+                waiter = self._core.release(resource, now)
+                back = True
+        except BaseException:
+            if not back:  # interrupted: its state is unknown
+                self._discard_if_mine(resource)
+            elif waiter is not None:
+                waiter.wake.release()
+            raise
         if waiter is not None:
             waiter.wake.release()
         if self._core.garbage:
             self._settle()
 
-    def discard(self, resource: R) -> None:
+    def discard(self, resource: R, owner: Owner | None = None) -> None:
         """Close a checked-out resource instead of returning it (it failed)."""
+        if owner is not None:
+            owner.pending = None
         if self._inherited and self._drop_inherited(resource):
             return
         core = self._core
-        with self._lock:
-            waiter = core.discard(resource, self._clock())
-            garbage = core.take_garbage()
+        done = False
+        waiter = None
+        try:
+            with self._lock:
+                waiter = core.discard(resource, self._clock())
+                done = True
+        except BaseException:
+            if not done:  # a signal handler's Exception too (a timeout's); a bad
+                # argument (not ours: ValueError) finds nothing to discard
+                self._discard_if_mine(resource)  # interrupted before it: once more
+            elif waiter is not None:
+                waiter.wake.release()
+            raise  # what it retired stays in the core's garbage: the next checkout closes it
         if waiter is not None:
             waiter.wake.release()
-        self._dispose(garbage)
+        self._settle()
 
     def connection(self, timeout: float | None = None) -> _Checkout[R]:
         """``with pool.connection() as r:`` - returned after the block, discarded if it raised."""
@@ -451,20 +576,31 @@ class Pool(_SyncFrontEnd[R]):
             garbage = self._core.take_garbage()
         self._dispose(garbage)
 
-    def _create_in_slot(self, key: Any = None) -> R:
+    def _create_in_slot(self, key: Any, held: list[Any]) -> R:
         generation = self._core.generation
-        try:
-            resource = self._create()
-        except BaseException:
-            with self._lock:
-                waiter = self._core.create_failed(self._clock())
-            if waiter is not None:
-                waiter.wake.release()
-            raise
+        held[1] = resource = self._create()
         now = self._clock()
         with self._lock:
-            self._core.created(resource, now, self._options.expires_at(now), generation)
+            expires_at = self._options.expires_at(now)
+            held[0] = self._core.created(resource, now, expires_at, generation)
         return resource
+
+    def _slot_back(self, key: Any) -> None:
+        with self._lock:
+            waiter = self._core.create_failed(self._clock())
+        if waiter is not None:
+            waiter.wake.release()
+
+    def _return_unused(self, entry: Entry[R]) -> None:
+        resource = entry.resource
+        with self._lock:
+            if self._core.checked_out.get(id(resource)) is not entry:
+                return
+            waiter = self._core.release(resource, self._clock())
+        if waiter is not None:
+            waiter.wake.release()
+        if self._core.garbage:
+            self._settle()
 
     def _arm(self, waiter: Waiter[R]) -> None:
         """Time a waiter the core just queued (its wake lock the core made): the hot
@@ -506,18 +642,7 @@ class KeyedPool(_SyncFrontEnd[R], Generic[K, R]):
         lifo: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        super().__init__(
-            timeout=timeout,
-            max_idle=max_idle,
-            max_lifetime=max_lifetime,
-            lifetime_jitter=lifetime_jitter,
-            check=check,
-            check_idle_after=check_idle_after,
-            reset=reset,
-            close=close,
-            sever=sever,
-            clock=clock,
-        )
+        super().__init__(**front_end_options(locals()))
         self._create = create
         self._core: KeyedCore[K, R] = KeyedCore(
             max_size, max_per_key, lifo=lifo, max_idle=max_idle, make_wake=_armed_lock
@@ -526,20 +651,31 @@ class KeyedPool(_SyncFrontEnd[R], Generic[K, R]):
     def acquire(self, key: K, timeout: float | None = None) -> R:
         """Check out a resource for ``key``, waiting up to ``timeout`` (default: the pool's)."""
         core = self._core
-        lock = self._lock
-        lock.acquire()
+        got: Entry[R] | Waiter[R] | None = _NOTHING
+        held: list[Any] | None = None
         try:
-            now = self._clock()
-            got = core.acquire(key, now)
-        finally:
-            lock.release()
-        if type(got) is Entry and now - got.idle_since < self._unchecked_below and not core.garbage:
-            return got.resource
-        return self._acquire(key, timeout, got)
+            with self._lock:
+                now = self._clock()
+                got = core.acquire(key, now)
+            if (
+                type(got) is Entry
+                and now - got.idle_since < self._unchecked_below
+                and not core.garbage
+            ):
+                return got.resource
+            # The slow path, in this frame's try: an interruption at the entry of
+            # the call (before its code runs) is given back here too.
+            held = [got, None]
+            if self._orphans:
+                self._reclaim_orphans()
+            return self._acquire(key, timeout, held)
+        except BaseException:
+            self._give_back(held or [got, None], key)  # what it holds, once
+            raise
 
-    def _locked_acquire(self, key: K) -> Entry[R] | Waiter[R] | None:
+    def _locked_acquire(self, key: K, held: list[Any]) -> None:
         with self._lock:
-            return self._core.acquire(key, self._clock())
+            held[0] = self._core.acquire(key, self._clock())
 
     def acquire_nowait(self, key: K) -> R | None:
         """An idle resource of ``key`` at once, or None: never creates, waits or
@@ -553,21 +689,40 @@ class KeyedPool(_SyncFrontEnd[R], Generic[K, R]):
         """Change ``max_lifetime`` for resources created from now on."""
         self._options = dataclasses.replace(self._options, max_lifetime=seconds)
 
-    def release(self, resource: R) -> None:
+    def release(self, resource: R, owner: Owner | None = None) -> None:
+        if owner is not None:
+            owner.pending = None  # the first step (see Pool.release)
         if self._inherited and self._drop_inherited(resource):
             return
-        now = self._clock()
-        if self._reset is not None and not self._returns_clean(resource, now):
-            return
-        with self._lock:
-            self._core.release(resource, now)
+        back = False
+        try:
+            now = self._clock()
+            if self._reset is not None and not self._returns_clean(resource, now):
+                return
+            with self._lock:
+                self._core.release(resource, now)
+                back = True
+        except BaseException:
+            if not back:  # interrupted (see Pool.release)
+                self._discard_if_mine(resource)
+            raise
         self._settle()
 
-    def discard(self, resource: R) -> None:
+    def discard(self, resource: R, owner: Owner | None = None) -> None:
+        if owner is not None:
+            owner.pending = None
         if self._inherited and self._drop_inherited(resource):
             return
-        with self._lock:
-            self._core.discard(resource, self._clock())
+        done = False
+        try:
+            with self._lock:
+                self._core.discard(resource, self._clock())
+                done = True
+        except BaseException:
+            if not done:  # a signal handler's Exception too (a timeout's); a bad
+                # argument (not ours: ValueError) finds nothing to discard
+                self._discard_if_mine(resource)
+            raise
         self._settle()
 
     def connection(self, key: K, timeout: float | None = None) -> _KeyedCheckout[K, R]:
@@ -614,19 +769,27 @@ class KeyedPool(_SyncFrontEnd[R], Generic[K, R]):
         if garbage:
             self._dispose(list(garbage))
 
-    def _create_in_slot(self, key: K) -> R:
+    def _create_in_slot(self, key: K, held: list[Any]) -> R:
         generation = self._core.generation
-        try:
-            resource = self._create(key)
-        except BaseException:
-            with self._lock:
-                self._core.create_failed(key, self._clock())
-            self._settle()
-            raise
+        held[1] = resource = self._create(key)
         now = self._clock()
         with self._lock:
-            self._core.created(key, resource, now, self._options.expires_at(now), generation)
+            expires_at = self._options.expires_at(now)
+            held[0] = self._core.created(key, resource, now, expires_at, generation)
         return resource
+
+    def _slot_back(self, key: K) -> None:
+        with self._lock:
+            self._core.create_failed(key, self._clock())
+        self._settle()
+
+    def _return_unused(self, entry: Entry[R]) -> None:
+        resource = entry.resource
+        with self._lock:
+            if self._core.checked_out.get(id(resource)) is not entry:
+                return
+            self._core.release(resource, self._clock())
+        self._settle()
 
     def _cancel(self, waiter: Waiter[R]) -> None:
         self._core.cancel(waiter, timed_out=True)
@@ -636,15 +799,18 @@ class KeyedPool(_SyncFrontEnd[R], Generic[K, R]):
 
 
 class _KeyedCheckout(Generic[K, R]):
-    __slots__ = ("_key", "_pool", "_resource", "_timeout")
+    """``with pool.connection(key) as r``, as ``_Checkout`` (its Owner too)."""
+
+    __slots__ = ("_key", "_owner", "_pool", "_resource", "_timeout")
 
     def __init__(self, pool: KeyedPool[K, R], key: K, timeout: float | None) -> None:
         self._pool = pool
         self._key = key
         self._timeout = timeout
+        self._owner = Owner()
 
     def __enter__(self) -> R:
-        self._resource = self._pool.acquire(self._key, self._timeout)
+        self._owner.pending = self._resource = self._pool.acquire(self._key, self._timeout)
         return self._resource
 
     def __exit__(
@@ -654,6 +820,11 @@ class _KeyedCheckout(Generic[K, R]):
         tb: TracebackType | None,
     ) -> None:
         if exc_type is None:
-            self._pool.release(self._resource)
+            self._pool.release(self._resource, self._owner)
         else:
-            self._pool.discard(self._resource)
+            self._pool.discard(self._resource, self._owner)
+
+    def __del__(self) -> None:
+        owner = getattr(self, "_owner", None)  # None: __init__ did not finish
+        if owner is not None:
+            orphaned(self._pool, owner)

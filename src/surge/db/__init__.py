@@ -11,7 +11,7 @@
         await conn.execute("SELECT 1")
 
 Drivers: PyMySQL for MySQL/MariaDB, psycopg 3 for PostgreSQL, sqlite3; for
-asyncio, psycopg's AsyncConnection and aiomysql.  What
+asyncio, psycopg's AsyncConnection, asyncpg (``driver="asyncpg"``) and aiomysql.  What
 the pool does and does not do on each checkout and return: see
 :mod:`surge.db._pool` and docs/architecture.md.
 """
@@ -43,7 +43,7 @@ def pool(url: str, **options: Any) -> DBPool:
 
 
 def async_pool(url: str, **options: Any) -> AsyncDBPool:
-    """The asyncio variant (``postgresql://``: psycopg's AsyncConnection;
-    ``mysql://``: aiomysql): ``async with pool.connection() as conn:``; options
-    as :class:`DBPool`."""
+    """The asyncio variant (``postgresql://``: psycopg's AsyncConnection, or
+    asyncpg's Connection with ``driver="asyncpg"``; ``mysql://``: aiomysql):
+    ``async with pool.connection() as conn:``; options as :class:`DBPool`."""
     return AsyncDBPool(url, **options)

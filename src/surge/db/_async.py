@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Literal
 
+from surge.db._asyncpg import AsyncAsyncpg
 from surge.db._drivers import (
     AUTOCOMMIT,
     DatabaseURL,
@@ -106,6 +107,9 @@ class AsyncPsycopg(PsycopgState):
 
     async def close(self, conn: Any) -> None:
         await conn.close()
+
+    async def rollback(self, conn: Any) -> None:
+        await conn.rollback()
 
     async def finish_reset(self, conn: Any) -> None:
         try:
@@ -337,6 +341,9 @@ class AsyncMySQL(MySQLProtocolSession):
     async def close(self, conn: Any) -> None:
         conn.close()  # closes the socket; no COM_QUIT round trip
 
+    async def rollback(self, conn: Any) -> None:
+        await conn.rollback()
+
     async def finish_reset(self, conn: Any) -> None:
         if conn._surge_pending is not None:
             try:
@@ -387,7 +394,22 @@ class AsyncMySQL(MySQLProtocolSession):
             await cursor.close()
 
 
-AsyncDriver = AsyncPsycopg | AsyncMySQL
+AsyncDriver = AsyncPsycopg | AsyncAsyncpg | AsyncMySQL
+
+
+def async_driver_for(url: DatabaseURL, name: str | None, given: str) -> AsyncDriver:
+    """The asyncio driver for ``url``: psycopg (the default) or asyncpg for
+    PostgreSQL, aiomysql for MySQL/MariaDB."""
+    if url.scheme == "postgresql" and name in (None, "psycopg"):
+        return AsyncPsycopg()
+    if url.scheme == "postgresql" and name == "asyncpg":
+        return AsyncAsyncpg()
+    if url.scheme == "mysql" and name in (None, "aiomysql"):
+        return AsyncMySQL(url)
+    if url.scheme not in ("postgresql", "mysql"):
+        raise UsageError(f"the asyncio pool takes postgresql:// or mysql://, not {given!r}")
+    choices = "psycopg or asyncpg" if url.scheme == "postgresql" else "aiomysql"
+    raise UsageError(f"driver {name!r} for the asyncio pool on {url.scheme}: use {choices}")
 
 
 #: The acquire under way in this task: its timeout bounds a connect.
@@ -413,16 +435,11 @@ class AsyncDBPool(SessionResets):
         connect_args: dict[str, Any] | None = None,
         reset: Literal["session", "none"] = "session",
         init_sql: Sequence[str] = (),
+        driver: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.url = DatabaseURL.parse(url)
-        self.driver: AsyncDriver
-        if self.url.scheme == "postgresql":
-            self.driver = AsyncPsycopg()
-        elif self.url.scheme == "mysql":
-            self.driver = AsyncMySQL(self.url)
-        else:
-            raise UsageError(f"the asyncio pool takes postgresql:// or mysql://, not {url!r}")
+        self.driver: AsyncDriver = async_driver_for(self.url, driver, url)
         self.reset = check_reset_mode(reset, self.driver)
         self.init_sql = check_init_sql(init_sql)
         self.autocommit = autocommit
@@ -432,6 +449,8 @@ class AsyncDBPool(SessionResets):
         self._lifetime_lock = asyncio.Lock()
         self.max_lifetime: float | Literal["auto"] | None = max_lifetime
         self.n_pings = self.n_rollbacks = 0
+        #: Called with each connection the pool closes (SQLAlchemy's records forget it).
+        self.on_close: list[Callable[[Any], object]] = []
         self.pool: AsyncPool[Any] = AsyncPool(
             self._create,
             max_size=max_size,
@@ -468,6 +487,10 @@ class AsyncDBPool(SessionResets):
 
     def connection(self, timeout: float | None = None) -> _AsyncCheckout:
         return _AsyncCheckout(self, timeout)
+
+    async def clear(self) -> None:
+        """Close every idle connection now (in-use ones are unaffected)."""
+        await self.pool.clear()
 
     async def server_gone(self, generation: int | None = None) -> None:
         """As :meth:`surge.db.DBPool.server_gone`."""
@@ -550,7 +573,7 @@ class AsyncDBPool(SessionResets):
         try:
             if driver.in_transaction(conn):
                 self.n_rollbacks += 1
-                await conn.rollback()
+                await driver.rollback(conn)
             await driver.restore_autocommit(conn, self.autocommit)
         except Exception as error:
             await self._failed(conn, error)
@@ -597,6 +620,8 @@ class AsyncDBPool(SessionResets):
                 self.max_lifetime = None
 
     async def _close(self, conn: Any) -> None:
+        for forget in self.on_close:
+            forget(conn)
         if not self.driver.protocol_idle(conn):  # a polite close could wait on the server
             self._sever(conn)
         with contextlib.suppress(Exception):

@@ -19,6 +19,7 @@ import select
 import ssl
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -32,19 +33,24 @@ from surge.db._session import (
     WATCHDOG,
     ClientState,
     MySQLReset,
+    cut,
     cut_fd,
     drive_bounded,
     may_change_database,
     mysql_reset,
     ok_packet_status,
     pg_finish_reset,
+    pg_ping,
     pg_send_reset,
+    release_owned,
     send_without_waiting,
     sever_fd,
+    socket_identity,
     unresettable,
 )
 from surge.errors import UsageError
 from surge.extras import optional_import
+from surge.pool import _fork
 
 #: MySQL/MariaDB client errors that mean the connection is gone: 2006 server has
 #: gone away, 2013 lost connection during query, 2055 lost connection at
@@ -99,6 +105,23 @@ class DatabaseURL:
         )
 
 
+@contextlib.contextmanager
+def pool_cursor(conn: Any) -> Iterator[Any]:
+    """A cursor for the pool's own statements, closed after them - unless they
+    were interrupted (a BaseException that is not an Exception): a cursor's
+    close then reads the rest of an answer that may never be complete
+    (mysqlclient raises "2014 Commands out of sync" in place of the
+    interruption), and the connection is discarded anyway."""
+    cursor = conn.cursor()
+    try:
+        yield cursor
+    except Exception:
+        with contextlib.suppress(Exception):
+            cursor.close()
+        raise
+    cursor.close()
+
+
 def readable(fd: int) -> bool:
     """Whether ``fd`` has bytes (or EOF) to read now; one poll, no waiting."""
     try:
@@ -141,8 +164,9 @@ class Driver:
         sends notices and notifications.  Either way worth a ping before use."""
         return False
 
-    def ping(self, conn: Any) -> None:
-        """One round trip that changes no state; raises if the server is gone."""
+    def ping(self, conn: Any, within: float = RESET_WAIT) -> None:
+        """One round trip that changes no state, its answer waited for at most
+        ``within`` seconds; raises if the server is gone or silent."""
         raise NotImplementedError
 
     def is_disconnect(self, error: BaseException, conn: Any) -> bool:
@@ -165,11 +189,8 @@ class Driver:
 
     def run(self, conn: Any, sql: str) -> None:
         """Run one statement of the pool's session set-up (a round trip)."""
-        cursor = conn.cursor()
-        try:
+        with pool_cursor(conn) as cursor:
             cursor.execute(sql)
-        finally:
-            cursor.close()
 
     def prepare_session(self, conn: Any, init_sql: tuple[str, ...]) -> None:
         """Learn what the session reset must set again (I/O, once per connection
@@ -200,8 +221,9 @@ class Driver:
         """A reset was written whose answers are still to be read."""
         return False
 
-    def finish_reset(self, conn: Any) -> None:
-        """Read the answers of the pending reset; raises if it failed."""
+    def finish_reset(self, conn: Any, within: float = RESET_WAIT) -> None:
+        """Read the answers of the pending reset, waiting at most ``within`` seconds
+        for them; raises if it failed or the server is silent."""
 
     def protocol_idle(self, conn: Any) -> bool:
         """Whether the connection is between commands (safe to close politely)."""
@@ -487,17 +509,23 @@ def pymysql_connection_class(base: Any, preferred_tls: ssl.SSLContext | None) ->
 
         def _surge_read_reset(self, timeout: float | None = None) -> None:
             """Read the written reset's answers, waiting at most ``timeout`` for
-            them (None: the driver's read timeout, as behind a command); a failure
-            closes the connection."""
+            them (None, behind a command: RESET_WAIT, or the driver's read timeout
+            if shorter - a session silent that long is gone, and the command
+            fails as the connection's end); a failure closes the connection."""
             pending, self._surge_pending = self._surge_pending, None
             assert pending is not None
             n_ok, n_results = pending
+            own = self._read_timeout
+            if timeout is None:  # behind a command: as long as the command may wait, or
+                timeout = RESET_WAIT if own is None else min(own, RESET_WAIT)  # RESET_WAIT
             try:
-                wait = self._read_timeout if timeout is None else timeout
-                if self._current_timeout != wait:
-                    self._sock.settimeout(wait)
-                    self._current_timeout = wait
+                # Every read of the answers (the init statements' results too,
+                # which PyMySQL reads with _read_timeout) waits at most ``timeout``.
+                self._read_timeout = timeout
                 read = self._read_bytes
+                if self._current_timeout != timeout:
+                    self._sock.settimeout(timeout)
+                    self._current_timeout = timeout
                 for _ in range(n_ok):
                     header = read(4)
                     payload = read(header[0] | header[1] << 8 | header[2] << 16)
@@ -513,7 +541,9 @@ def pymysql_connection_class(base: Any, preferred_tls: ssl.SSLContext | None) ->
                     self._next_seq_id = 1
                     super()._read_query_result()
                     self._result = None
+                self._read_timeout = own
             except BaseException as error:
+                self._read_timeout = own
                 self._force_close()
                 if isinstance(error, self._surge_err.MySQLError) and not mysql_is_disconnect(error):
                     raise self._surge_err.OperationalError(
@@ -561,7 +591,7 @@ class MySQLProtocolSession:
     reset_answers: Literal["at return", "at checkout", "lazily"] = "lazily"
     client_attributes: tuple[str, ...] = MYSQL_CLIENT_ATTRIBUTES
 
-    @functools.cached_property
+    @_fork.cached_property
     def written(self) -> list[int]:
         """Resets written by this driver's (this pool's) connections, and the
         commands they held (a reset is one to four)."""
@@ -582,7 +612,8 @@ class MySQLProtocolSession:
             written=self.written,
         )
         if "_surge_io" not in conn.__dict__:
-            conn._surge_io = threading.Lock()
+            # An RLock: release_owned asks whether this thread holds it.
+            conn._surge_io = _fork.rlock()
         conn._surge_multi = bool(conn.client_flag & MULTI_STATEMENTS)
         conn._surge_used = conn._surge_db_changed = conn._surge_unresettable = False
 
@@ -679,8 +710,9 @@ class PyMySQL(MySQLProtocolSession, Driver):
         sock = conn._sock  # PyMySQL's socket; None once closed
         return sock is None or readable(sock.fileno())
 
-    def ping(self, conn: Any) -> None:
-        conn.ping(reconnect=False)  # COM_PING: no statement, no transaction
+    def ping(self, conn: Any, within: float = RESET_WAIT) -> None:
+        with read_timeout(conn, within):  # PyMySQL's own has no limit by default
+            conn.ping(reconnect=False)  # COM_PING: no statement, no transaction
 
     def is_disconnect(self, error: BaseException, conn: Any) -> bool:
         # _surge_gone: RESET_WRITER could not write to it (see _surge_flush)
@@ -689,16 +721,16 @@ class PyMySQL(MySQLProtocolSession, Driver):
     def server_idle_timeout(self, conn: Any) -> float | None:
         return mysql_idle_timeout(conn)
 
-    def finish_reset(self, conn: Any) -> None:
-        """At checkout: the answers should be there; a server silent RESET_WAIT
-        is gone (2013, as PyMySQL says for a read that times out)."""
-        if not conn._surge_io.acquire(timeout=RESET_WAIT):  # RESET_WRITER stuck writing
-            raise self.module.err.OperationalError(2013, "the server took no reset")
+    def finish_reset(self, conn: Any, within: float = RESET_WAIT) -> None:
+        """At checkout: the answers should be there; a server silent ``within``
+        seconds is gone (2013, as PyMySQL says for a read that times out)."""
         try:
+            if not conn._surge_io.acquire(timeout=within):  # RESET_WRITER stuck writing
+                raise self.module.err.OperationalError(2013, "the server took no reset")
             if conn._surge_pending is not None:
-                conn._surge_read_reset(RESET_WAIT)
+                conn._surge_read_reset(within)
         finally:
-            conn._surge_io.release()
+            release_owned(conn._surge_io)
 
     def prepare_session(self, conn: Any, init_sql: tuple[str, ...]) -> None:
         """What the session is now (its character set, autocommit, sql_mode) and,
@@ -721,12 +753,9 @@ class PyMySQL(MySQLProtocolSession, Driver):
         conn._surge_wanted = wanted
 
     def _probe(self, conn: Any) -> tuple[Any, ...]:
-        cursor = conn.cursor()
-        try:
+        with pool_cursor(conn) as cursor:
             cursor.execute(SESSION_PROBE)
             return tuple(cursor.fetchone())
-        finally:
-            cursor.close()
 
     def socket_fd(self, conn: Any) -> int | None:
         sock = conn._sock
@@ -739,6 +768,18 @@ class PyMySQL(MySQLProtocolSession, Driver):
         if result is not None:  # a cursor's close must not read the rest
             result.unbuffered_active = result.has_next = False
         conn._force_close()  # closes the dead descriptor: the connection reads closed
+
+
+@contextlib.contextmanager
+def read_timeout(conn: Any, seconds: float) -> Iterator[None]:
+    """A PyMySQL connection's reads wait at most ``seconds`` (or its own read
+    timeout, if shorter) inside the block."""
+    own = conn._read_timeout
+    conn._read_timeout = seconds if own is None else min(own, seconds)
+    try:
+        yield
+    finally:
+        conn._read_timeout = own
 
 
 def mysql_is_disconnect(error: BaseException) -> bool:
@@ -757,12 +798,9 @@ def mysql_is_disconnect(error: BaseException) -> bool:
 
 def mysql_idle_timeout(conn: Any) -> float | None:
     # The session value: what the server applies to this (non-interactive) client.
-    cursor = conn.cursor()
-    try:
+    with pool_cursor(conn) as cursor:
         cursor.execute("SELECT @@wait_timeout")
         row = cursor.fetchone()
-    finally:
-        cursor.close()
     return float(row[0]) if row else None
 
 
@@ -824,12 +862,33 @@ class MySQLClient(Driver):
             #: A statement went out whose effect the server's reset does not undo.
             _surge_unresettable = False
 
+            #: A statement's answer is not read yet (set until its result is
+            #: stored or known to be none): an interruption there leaves the
+            #: protocol state unknown, and the pool cuts the connection (as
+            #: PyMySQL's class does) instead of handing it on.
+            _surge_busy = False
+
             def query(self, sql: Any) -> None:
                 if not (_selects_only(sql) and self.get_autocommit()):
                     self._surge_unsure = True
                 if unresettable(COM_QUERY, sql):
                     self._surge_unresettable = True
+                self._surge_busy = True
                 super().query(sql)
+                if not self.field_count():  # answered by an OK packet: nothing to read
+                    self._surge_busy = False
+
+            def store_result(self) -> Any:
+                result = super().store_result()
+                self._surge_busy = False
+                return result
+
+            def next_result(self) -> int:
+                self._surge_busy = True
+                more = int(super().next_result())
+                if more != 0 or not self.field_count():
+                    self._surge_busy = False
+                return more
 
             def commit(self) -> None:
                 super().commit()
@@ -850,17 +909,18 @@ class MySQLClient(Driver):
                 if lock is None:
                     super().close()
                     return
-                if not lock.acquire(timeout=RESET_WAIT):
-                    with contextlib.suppress(Exception):
-                        cut_fd(self.fileno())
-                    lock.acquire()
                 try:
+                    if not lock.acquire(timeout=RESET_WAIT):
+                        with contextlib.suppress(Exception):
+                            cut_fd(self.fileno())
+                        lock.acquire()
                     super().close()
                 finally:
-                    lock.release()
+                    release_owned(lock)
 
             def use_result(self) -> Any:
                 result = super().use_result()
+                self._surge_busy = False  # the rows left unread are _surge_streaming
                 if result is not None:
                     self._surge_streaming = True
                     result = _StreamedResult(result, self)
@@ -893,8 +953,13 @@ class MySQLClient(Driver):
         except Exception:  # closed: nothing to read but the news
             return True
 
-    def ping(self, conn: Any) -> None:
-        conn.ping()  # COM_PING; mysqlclient 2.x does not reconnect
+    def ping(self, conn: Any, within: float = RESET_WAIT) -> None:
+        # COM_PING (mysqlclient 2.x does not reconnect); libmariadb waits for the
+        # answer without a limit: a server silent ``within`` has its socket cut.
+        # now: mysqlclient's fileno() fails during a call
+        sock = socket_identity(self.socket_fd(conn))
+        with WATCHDOG.guard(within, lambda: cut(sock)):
+            conn.ping()
 
     def is_disconnect(self, error: BaseException, conn: Any) -> bool:
         return mysql_is_disconnect(error) or getattr(conn, "_surge_gone", False)
@@ -907,18 +972,15 @@ class MySQLClient(Driver):
 
     def session_ready(self, conn: Any, autocommit: bool, init_sql: tuple[str, ...]) -> None:
         super().session_ready(conn, autocommit, init_sql)
-        cursor = conn.cursor()
-        try:
+        with pool_cursor(conn) as cursor:
             cursor.execute("SELECT DATABASE(), @@character_set_client, @@collation_connection")
             database, charset, collation = cursor.fetchone()
-        finally:
-            cursor.close()
         conn._surge_session = (database, charset, collation, autocommit, init_sql)
         conn._surge_unresettable = False
         if "_surge_io" not in conn.__dict__:
             # Re-entrant: RESET_WRITER closes a connection whose reset failed
             # while it holds the lock, and close takes it (Connection.close).
-            conn._surge_io = threading.RLock()
+            conn._surge_io = _fork.rlock()
             conn._surge_flush = functools.partial(self._flush, conn)
 
     def send_reset(self, conn: Any) -> bool:
@@ -926,8 +988,9 @@ class MySQLClient(Driver):
         returning thread, unless a checkout comes first and does it itself.
         mysqlclient cannot write without reading, so either way it costs the
         thread that does it its round trips (libmariadb lets the GIL go)."""
-        if conn._surge_streaming or conn._surge_unresettable:
-            return False  # rows left unread (never read at return), or see unresettable
+        if conn._surge_streaming or conn._surge_unresettable or conn._surge_busy:
+            return False  # an answer or rows left unread (never read at return), or
+            # see unresettable: the pool severs it
         conn._surge_due = True
         conn._surge_unsure = False
         self.restore_client(conn)
@@ -937,22 +1000,23 @@ class MySQLClient(Driver):
     def reset_pending(self, conn: Any) -> bool:
         return bool(getattr(conn, "_surge_due", False))
 
-    def finish_reset(self, conn: Any) -> None:
-        if not conn._surge_io.acquire(timeout=RESET_WAIT):  # RESET_WRITER's reset is stuck
-            cut_fd(self.socket_fd(conn))  # which ends it
-            raise self.module.OperationalError(2013, "the server took no reset")
+    def finish_reset(self, conn: Any, within: float = RESET_WAIT) -> None:
         try:
+            if not conn._surge_io.acquire(timeout=within):  # RESET_WRITER's reset is stuck
+                cut_fd(self.socket_fd(conn))  # which ends it
+                raise self.module.OperationalError(2013, "the server took no reset")
             if conn._surge_due:
-                self._reset(conn)
+                self._reset(conn, within)
         finally:
-            conn._surge_io.release()
+            release_owned(conn._surge_io)
 
-    def _reset(self, conn: Any) -> None:
+    def _reset(self, conn: Any, within: float = RESET_WAIT) -> None:
         """Under the connection's lock: libmariadb's ``mysql_reset_connection``
-        (COM_RESET_CONNECTION), then the set-up; a server silent for RESET_WAIT
+        (COM_RESET_CONNECTION), then the set-up; a server silent for ``within``
         has its socket shut down under libmariadb's feet (it waits without a
         timeout), which ends the call with an error."""
-        with WATCHDOG.guard(RESET_WAIT, lambda: cut_fd(self.socket_fd(conn))):
+        sock = socket_identity(self.socket_fd(conn))
+        with WATCHDOG.guard(within, lambda: cut(sock)):
             self._reset_now(conn)
 
     def _reset_now(self, conn: Any) -> None:
@@ -990,12 +1054,12 @@ class MySQLClient(Driver):
         finally:
             conn._surge_io.release()
 
-    @functools.cached_property
+    @_fork.cached_property
     def written(self) -> list[int]:
         """Resets done, and the commands in them (as MySQLProtocolSession's)."""
         return [0, 0]
 
-    @functools.cached_property
+    @_fork.cached_property
     def _reset_connection(self) -> Any:
         """``mysql_reset_connection`` of the client library mysqlclient is linked
         with, called on the connection's ``MYSQL*`` (mysqlclient does not wrap it)."""
@@ -1014,7 +1078,7 @@ class MySQLClient(Driver):
         return reset_connection
 
     def protocol_idle(self, conn: Any) -> bool:
-        return not getattr(conn, "_surge_streaming", False)
+        return not (getattr(conn, "_surge_streaming", False) or getattr(conn, "_surge_busy", False))
 
     def socket_fd(self, conn: Any) -> int | None:
         try:
@@ -1188,9 +1252,9 @@ def _adapters_changed(adapters: Any) -> bool:
 class Psycopg(PsycopgState, Driver):
     name = "psycopg"
 
-    def finish_reset(self, conn: Any) -> None:
+    def finish_reset(self, conn: Any, within: float = RESET_WAIT) -> None:
         try:
-            drive_bounded(self.finish_generator(conn), conn.pgconn.socket, RESET_WAIT)
+            drive_bounded(self.finish_generator(conn), conn.pgconn.socket, within)
         except TimeoutError as error:  # its state is unknown: the pool severs it
             raise self.module.OperationalError(f"the server took no reset: {error}") from None
 
@@ -1210,11 +1274,16 @@ class Psycopg(PsycopgState, Driver):
         if self.autocommit_differs(conn, autocommit):
             conn.autocommit = autocommit  # client-side in psycopg: no round trip
 
-    def ping(self, conn: Any) -> None:
-        # An empty query: one round trip, no statement run, no transaction opened.
+    def ping(self, conn: Any, within: float = RESET_WAIT) -> None:
+        # An empty query: one round trip, no statement run, no transaction opened;
+        # its answer waited for at most ``within`` (libpq's exec waits for ever).
         if conn.closed:
             raise self.module.OperationalError("the connection is closed")
-        result = conn.pgconn.exec_(b"")
+        pgconn = conn.pgconn
+        try:
+            result = drive_bounded(pg_ping(pgconn), pgconn.socket, within)
+        except TimeoutError as error:  # a query in flight: the pool severs it
+            raise self.module.OperationalError(f"the server answered no ping: {error}") from None
         if conn.pgconn.status != self.ok or result.status == self.module.pq.ExecStatus.FATAL_ERROR:
             raise self.module.OperationalError(
                 "the connection is broken: "
@@ -1264,7 +1333,7 @@ class SQLite(Driver):
             return True
         return False
 
-    def ping(self, conn: Any) -> None:
+    def ping(self, conn: Any, within: float = RESET_WAIT) -> None:
         conn.execute("SELECT 1")
 
     def is_disconnect(self, error: BaseException, conn: Any) -> bool:

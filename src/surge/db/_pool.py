@@ -41,9 +41,10 @@ from types import TracebackType
 from typing import Any, Literal
 
 from surge.db._drivers import DatabaseURL, Driver, driver_for
-from surge.db._session import next_session
+from surge.db._session import RESET_WAIT, next_session
 from surge.errors import UsageError
-from surge.pool import Pool
+from surge.pool import Pool, _fork
+from surge.pool._sync import Owner, orphaned
 
 log = logging.getLogger("surge.db")
 
@@ -150,7 +151,7 @@ class DBPool(SessionResets):
         self.timeout = timeout
         #: The acquire under way in this thread: its timeout bounds a connect.
         self._budget = threading.local()
-        self._lifetime_lock = threading.Lock()
+        self._lifetime_lock = _fork.lock()
         #: The lifetime in force; ``"auto"`` until the first connection has read it.
         self.max_lifetime: float | Literal["auto"] | None = max_lifetime
         self.n_pings = 0
@@ -193,13 +194,13 @@ class DBPool(SessionResets):
         finally:
             self._budget.timeout = None
 
-    def release(self, conn: Any) -> None:
+    def release(self, conn: Any, owner: Owner | None = None) -> None:
         """Take a connection back and reset its session (``reset="session"``: see
         surge.db._session; ``"none"``: roll back an open transaction and put
         autocommit back).  A connection that is closed, of an old generation, or
         whose protocol state is unknown (results unread, a COPY in progress) is
         discarded, never waited on."""
-        self.pool.release(conn)
+        self.pool.release(conn, owner)
 
     def session_ready(self, conn: Any) -> None:
         """Glue that sets a checked-out connection up once (SQLAlchemy's connect
@@ -209,9 +210,9 @@ class DBPool(SessionResets):
         self.driver.prepare_session(conn, self.init_sql)
         self.driver.session_ready(conn, self.autocommit, self.init_sql)
 
-    def discard(self, conn: Any) -> None:
+    def discard(self, conn: Any, owner: Owner | None = None) -> None:
         """Close a checked-out connection instead of returning it."""
-        self.pool.discard(conn)
+        self.pool.discard(conn, owner)
 
     def connection(self, timeout: float | None = None) -> _Checkout:
         """``with pool.connection() as conn:``.  After the block the connection goes
@@ -240,11 +241,11 @@ class DBPool(SessionResets):
         """The generation ``conn`` was made in (None if it is not checked out)."""
         return self.pool.generation_of(conn)
 
-    def lost(self, conn: Any) -> None:
+    def lost(self, conn: Any, owner: Owner | None = None) -> None:
         """A checked-out connection found the server gone: discard it and move the
         generation on (once per generation)."""
         generation = self.pool.generation_of(conn)
-        self.pool.discard(conn)
+        self.pool.discard(conn, owner)
         self.pool.invalidate(generation)
 
     @property
@@ -291,11 +292,12 @@ class DBPool(SessionResets):
         then ping if ``needs_ping``; a reset or ping that fails discards the
         connection, and a disconnect moves the generation on."""
         driver = self.driver
+        within = self._answer_wait()
         if driver.reset_pending(conn) and not (
             driver.reset_answers == "lazily" and idle < SOCKET_CHECK_AFTER
         ):
             try:
-                driver.finish_reset(conn)
+                driver.finish_reset(conn, within)
             except Exception as error:
                 self._failed(conn, error)
                 return False
@@ -303,11 +305,18 @@ class DBPool(SessionResets):
             return True
         self.n_pings += 1
         try:
-            self.driver.ping(conn)
+            self.driver.ping(conn, within)
         except Exception as error:
             self._failed(conn, error)
             return False
         return True
+
+    def _answer_wait(self) -> float:
+        """How long a checkout waits for one answer (a reset's, a ping's): RESET_WAIT,
+        or the acquire's timeout if shorter.  A session silent that long is cut
+        and replaced, within the acquire's timeout."""
+        budget = getattr(self._budget, "timeout", None) or self.timeout
+        return min(RESET_WAIT, budget)
 
     def _reset(self, conn: Any) -> bool:
         """The pool's reset on return (see ``release``).  False (discard) for a
@@ -397,7 +406,13 @@ def with_connect_timeout(
     its timeout.  (libpq has no default at all; PyMySQL's is 10 s.)"""
     if "connect_timeout" in connect_args or "connect_timeout" in url.options:
         return connect_args
-    defaults = {"pymysql": 10.0, "aiomysql": 10.0, "mysqlclient": 10.0, "psycopg": None}
+    defaults = {
+        "pymysql": 10.0,
+        "aiomysql": 10.0,
+        "mysqlclient": 10.0,
+        "psycopg": None,
+        "asyncpg": None,
+    }
     if driver not in defaults:
         return connect_args
     default = defaults[driver]
@@ -460,14 +475,15 @@ def checkout_check_after(check_idle_after: float, reset: str, driver: Any) -> fl
 class _Checkout:
     """``with pool.connection() as conn``: see :meth:`DBPool.connection`."""
 
-    __slots__ = ("_conn", "_pool", "_timeout")
+    __slots__ = ("_conn", "_owner", "_pool", "_timeout")
 
     def __init__(self, pool: DBPool, timeout: float | None) -> None:
         self._pool = pool
         self._timeout = timeout
+        self._owner = Owner()  # see surge.pool._sync.Owner: an interrupted __exit__
 
     def __enter__(self) -> Any:
-        self._conn = self._pool.acquire(self._timeout)
+        self._owner.pending = self._conn = self._pool.acquire(self._timeout)
         return self._conn
 
     def __exit__(
@@ -476,12 +492,17 @@ class _Checkout:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        pool, conn = self._pool, self._conn
+        pool, conn, owner = self._pool, self._conn, self._owner
         if exc is None:
-            pool.release(conn)
+            pool.release(conn, owner)
         elif pool.driver.is_disconnect(exc, conn):
-            pool.lost(conn)
+            pool.lost(conn, owner)
         elif isinstance(exc, Exception):
-            pool.release(conn)
+            pool.release(conn, owner)
         else:
-            pool.discard(conn)
+            pool.discard(conn, owner)
+
+    def __del__(self) -> None:
+        owner = getattr(self, "_owner", None)  # None: __init__ did not finish
+        if owner is not None:
+            orphaned(self._pool.pool, owner)

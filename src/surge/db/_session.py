@@ -55,7 +55,6 @@ a polite close, reaches its parent's sessions.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import math
 import operator
@@ -66,11 +65,12 @@ import struct
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from surge.errors import UsageError
+from surge.pool import _fork
 
 # -- the driver's side of the session --------------------------------------------------
 
@@ -165,21 +165,59 @@ def sever_fd(fd: int | None) -> None:
         os.dup2(_dead_fd(), fd)
 
 
-def cut_fd(fd: int | None) -> None:
-    """End the connection on ``fd`` now, in the process that opened it: shut the
-    socket down (a thread blocked reading or polling it in C - libmariadb's
-    reset - wakes with EOF; dup2 alone leaves it waiting on the old socket),
-    then point ``fd`` at a dead socket (``sever_fd``).  Never in a forked child:
-    shutdown would end the parent's session too."""
+def socket_identity(fd: int | None) -> tuple[int, int] | None:
+    """``fd`` and the inode of the socket it names now: what a cut made later
+    (by the watchdog, after an interruption) checks, so that it never ends the
+    socket that has since taken the same number (another connection's)."""
     if fd is None or fd < 0:
+        return None
+    try:
+        return fd, os.fstat(fd).st_ino
+    except OSError:
+        return None
+
+
+def cut_fd(fd: int | None) -> None:
+    """``cut`` of the socket on ``fd`` now."""
+    cut(socket_identity(fd))
+
+
+def cut(identity: tuple[int, int] | None) -> None:
+    """End the connection whose socket ``identity`` names (``socket_identity``),
+    in the process that opened it, if that socket is still on its descriptor:
+    shut it down (a thread blocked reading or polling it in C - libmariadb's
+    reset - wakes with EOF; dup2 alone leaves it waiting on the old socket),
+    then point the descriptor at a dead socket (``sever_fd``).  A descriptor
+    that names another socket by now is left alone.  Never in a forked child:
+    shutdown would end the parent's session too."""
+    if identity is None:
         return
-    with contextlib.suppress(OSError):
-        sock = socket.socket(fileno=fd)
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        finally:
-            sock.detach()
-    sever_fd(fd)
+    fd, inode = identity
+    # Through a descriptor of its own, which pins the socket while it is checked
+    # (shutdown(2) ends the socket, whichever descriptor names it); a socket
+    # object on ``fd`` itself, left undetached by an interruption, would close
+    # ``fd`` when collected - when that number may be another connection's.
+    try:
+        own = os.dup(fd)
+    except OSError:
+        return  # closed: nothing to cut
+    with contextlib.suppress(OSError), socket.socket(fileno=own) as sock:
+        if os.fstat(own).st_ino != inode:
+            return  # the number is another socket's now
+        sock.shutdown(socket.SHUT_RDWR)
+        if os.fstat(fd).st_ino == inode:
+            sever_fd(fd)
+
+
+def release_owned(lock: threading.RLock) -> None:
+    """Release ``lock`` if this thread holds it (an RLock: a Lock cannot say who
+    holds it): the ``finally`` of an ``acquire(timeout=...)`` made inside its
+    ``try``, so that an interruption landing anywhere - before the lock is
+    taken, or after it is and before the caller could note it - never leaves it
+    held (a held connection lock stops every later checkout and close of that
+    connection)."""
+    if lock._is_owned():  # type: ignore[attr-defined]
+        lock.release()
 
 
 # -- MySQL: what the reset writes ---------------------------------------------------------
@@ -243,7 +281,7 @@ class MySQLReset:
         self.written[1] += composed[1] + self.n_init
         return composed
 
-    @functools.cached_property
+    @_fork.cached_property
     def _composed(self) -> tuple[tuple[bytes, int, int], tuple[bytes, int, int]]:
         """Both forms, without and with COM_INIT_DB, built once."""
         forms = []
@@ -345,27 +383,45 @@ class Watchdog:
     daemon thread per process, started at first use."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        self._cond = _fork.condition()  # free in a forked child (see surge.pool._fork)
         self._armed: dict[int, tuple[float, Any]] = {}
         self._next = 0
         self._pid: int | None = None
 
     @contextlib.contextmanager
     def guard(self, timeout: float, on_timeout: Any) -> Iterator[None]:
-        with self._cond:
-            if self._pid != os.getpid():
-                self._pid = os.getpid()
-                self._armed = {}
-                threading.Thread(target=self._run, name="surge.db watchdog", daemon=True).start()
-            self._next += 1
-            token = self._next
-            self._armed[token] = (time.monotonic() + timeout, on_timeout)
-            self._cond.notify()
+        """Arm ``on_timeout`` for the block.  Interrupt-safe: a signal handler that
+        raises anywhere in here (or in the block) leaves nothing armed - an armed
+        call left behind would fire later, on a connection back in the pool or
+        in another user's hands."""
+        token = None
         try:
+            with self._cond:
+                if self._pid != os.getpid():
+                    self._pid = os.getpid()
+                    self._armed = {}
+                    watcher = threading.Thread(target=self._run, name="surge.db watchdog")
+                    watcher.daemon = True
+                    watcher.start()
+                self._next += 1
+                token = self._next
+                self._armed[token] = (time.monotonic() + timeout, on_timeout)
+                self._cond.notify()
             yield
         finally:
-            with self._cond:
+            self._disarm(token)
+
+    def _disarm(self, token: int | None) -> None:
+        """Take ``token`` off, even if an interruption lands while it does (the
+        interruption is raised once it is off).  A dict's pop is atomic: no lock."""
+        interrupted: BaseException | None = None
+        while token in self._armed:
+            try:
                 self._armed.pop(token, None)
+            except BaseException as error:
+                interrupted = error
+        if interrupted is not None:
+            raise interrupted
 
     def _run(self) -> None:
         while True:
@@ -448,7 +504,7 @@ class ResetWriter:
 
     def __init__(self) -> None:
         self._due: deque[tuple[float, Any]] = deque()
-        self._cond = threading.Condition(threading.Lock())
+        self._cond = _fork.condition()
         self._idle = False
         self._started = False
         if hasattr(os, "register_at_fork"):  # a forked child has no thread: start anew
@@ -456,7 +512,6 @@ class ResetWriter:
 
     def _forked(self) -> None:
         self._due = deque()
-        self._cond = threading.Condition(threading.Lock())
         self._idle = self._started = False
 
     def due(self, conn: Any, now: float) -> None:
@@ -578,6 +633,26 @@ def _pg_flush(pgconn: Any, timeout: float = 1.0) -> bool:
         _, writable, _ = select.select([], [pgconn.socket], [], timeout)
         if not writable:
             return False
+
+
+def pg_ping(pgconn: Any) -> Generator[Any, Any, Any]:
+    """psycopg generator (driven by ``drive_bounded``): an empty query, one round
+    trip; returns its result."""
+    from psycopg.waiting import Wait
+
+    pgconn.send_query(b"")
+    while pgconn.flush() > 0:
+        yield Wait.W
+    result = None
+    while True:
+        if pgconn.is_busy():
+            yield Wait.R
+            pgconn.consume_input()
+            continue
+        got = pgconn.get_result()
+        if got is None:
+            return result
+        result = got
 
 
 def pg_finish_reset(pgconn: Any, syncs: int, psycopg: Any) -> Iterator[Any]:

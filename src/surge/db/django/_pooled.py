@@ -27,15 +27,15 @@ What this adds to Django's wrapper, and why:
 
 from __future__ import annotations
 
-import functools
 import os
 import threading
 from typing import Any
 
 from surge.db._pool import DBPool
+from surge.pool import _fork
 
 _pools: dict[tuple[str, str, str], DBPool] = {}
-_pools_lock = threading.Lock()
+_pools_lock = _fork.lock()  # free in a forked child
 
 #: Per pool: id(connection) -> (the thread that checked it out, the connection),
 #: for every connection a wrapper holds.  Django's connections are per thread; a
@@ -171,7 +171,7 @@ class PooledWrapper:
             _capacity.pop(pool, None)
             pool.close()  # a connection a wrapper holds is closed when it comes back
 
-    @functools.cached_property
+    @_fork.cached_property
     def _surge_returned(self) -> _Returned:
         return _Returned(self.Database.InterfaceError)
 

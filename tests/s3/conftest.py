@@ -113,6 +113,13 @@ def server(request: pytest.FixtureRequest) -> Buckets:
     return Buckets(minio.endpoint_url, Credentials(minio.access_key, minio.secret_key), s3)
 
 
+@pytest.fixture
+def minio_buckets(minio: MinioServer, s3: Any) -> Buckets:
+    """MinIO alone, the shape of ``server``: for what moto cannot show (it
+    checks no signature, refuses no key in a DeleteObjects)."""
+    return Buckets(minio.endpoint_url, Credentials(minio.access_key, minio.secret_key), s3)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_aws_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     """No credentials, profiles or regions from the machine's environment or

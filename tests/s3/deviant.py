@@ -13,7 +13,9 @@ Content-MD5 checked, its ETag the body's MD5) in the buckets ``throttle``,
 which answers 503 SlowDown to the next ``throttles`` object requests,
 ``throttle-always``, which always does, and ``wrong-etag``, which stores a PUT
 but answers an ETag that is not its body's MD5 (as a body corrupted on the way
-would be, on a server that ignores Content-MD5 as moto does).
+would be, on a server that ignores Content-MD5 as moto does), and
+``copy-error``, which answers a copy (a PUT with ``x-amz-copy-source``) 200
+with an ``<Error>`` document, as S3 documents it may.
 """
 
 from __future__ import annotations
@@ -194,7 +196,11 @@ class DeviantServer:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if method == "PUT" else b""
                 status, headers, out = server.object(
-                    method, self.path, body, self.headers.get("Content-MD5")
+                    method,
+                    self.path,
+                    body,
+                    self.headers.get("Content-MD5"),
+                    self.headers.get("x-amz-copy-source"),
                 )
                 self.send_response(status)
                 for name, value in headers:
@@ -211,7 +217,12 @@ class DeviantServer:
         return "/" in urlsplit(path).path.strip("/")
 
     def object(
-        self, method: str, path: str, body: bytes, content_md5: str | None
+        self,
+        method: str,
+        path: str,
+        body: bytes,
+        content_md5: str | None,
+        copy_source: str | None = None,
     ) -> tuple[int, list[tuple[str, str]], bytes]:
         """(status, headers, body) of an object request."""
         name = unquote(urlsplit(path).path.lstrip("/"))
@@ -224,6 +235,13 @@ class DeviantServer:
         xml = [("Content-Type", "application/xml")]
         if throttled:
             return 503, xml, b"<Error><Code>SlowDown</Code><Message>Please reduce</Message></Error>"
+        if bucket == "copy-error" and method == "PUT" and copy_source:
+            error = b"<Error><Code>InternalError</Code><Message>We encountered an internal error."
+            return (
+                200,
+                xml,
+                b'<?xml version="1.0" encoding="UTF-8"?>\n\n' + error + b"</Message></Error>",
+            )
         if bucket not in ("throttle", "throttle-always", "wrong-etag"):
             return 404, xml, b"<Error><Code>NoSuchBucket</Code><Message>no</Message></Error>"
         if method == "PUT":

@@ -128,3 +128,69 @@ def test_an_escaped_key_has_no_control_character_and_others_are_untouched(key: s
         assert shown == key
     # unambiguous: the line gives back the one key it was made of
     assert _unescape(shown) == key
+
+
+def _transfer_cli(server: Buckets, *args: str) -> tuple[int, str, str]:
+    env = {
+        "AWS_ACCESS_KEY_ID": server.credentials.access_key,
+        "AWS_SECRET_ACCESS_KEY": server.credentials.secret_key,
+    }
+    command = [args[0], "--endpoint-url", server.endpoint_url, "--no-progress", *args[1:]]
+    result = CliRunner().invoke(main, ["s3", *command], env=env)
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("count", "summary"),
+    [(1, "1 object,"), (2, "2 objects,"), (0, "0 objects,")],
+)
+@pytest.mark.parametrize("way", ["cp up", "cp down", "sync up", "sync down"])
+def test_a_summary_counts_in_english(
+    moto_s3: Buckets, tmp_path: Path, way: str, count: int, summary: str
+) -> None:
+    """ "uploaded 1 object", never "1 objects" - up and down, cp and sync."""
+    files = {f"f{i}.txt": b"x" for i in range(count)}
+    local = tmp_path / "local"
+    local.mkdir()
+    command, direction = way.split()
+    if direction == "up":
+        for name, body in files.items():
+            (local / name).write_bytes(body)
+        bucket = new_bucket(moto_s3, {})
+        args = [str(local), f"s3://{bucket}/"]
+    else:
+        bucket = new_bucket(moto_s3, files)
+        args = [f"s3://{bucket}/", str(local)]
+    recursive = ["--recursive"] if command == "cp" else []
+    code, _out, err = _transfer_cli(moto_s3, command, *args, *recursive)
+    assert code == 0, err
+    assert f"loaded {summary}" in err, err
+    if count == 1:
+        assert "1 objects" not in err
+
+
+@pytest.mark.parametrize("way", ["cp up", "cp down", "sync up", "sync down"])
+def test_only_show_errors_prints_no_summary(moto_s3: Buckets, tmp_path: Path, way: str) -> None:
+    """The AWS CLI's --only-show-errors: errors and warnings only - no line
+    per object and no summary; an error still shows."""
+    local = tmp_path / "local"
+    local.mkdir()
+    command, direction = way.split()
+    if direction == "up":
+        (local / "f.txt").write_bytes(b"x")
+        bucket = new_bucket(moto_s3, {})
+        args = [str(local), f"s3://{bucket}/"]
+    else:
+        bucket = new_bucket(moto_s3, {"f.txt": b"x", "../escape": b"e"})
+        args = [f"s3://{bucket}/", str(local)]
+    recursive = ["--recursive"] if command == "cp" else []
+    code, out, err = _transfer_cli(moto_s3, command, *args, *recursive, "--only-show-errors")
+    assert out == ""
+    if direction == "up":
+        assert (code, err) == (0, "")
+    else:  # the key that would escape is an error line, and the only line
+        assert code == 1
+        assert err.splitlines() == [f"skipping s3://{bucket}/../escape: {_ESCAPES}"], err
+
+
+_ESCAPES = "the key would be written outside the destination directory"

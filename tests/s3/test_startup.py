@@ -21,6 +21,7 @@ LISTING = frozenset(
         "surge.s3",
         "surge.s3.api",
         "surge.s3.cli",
+        "surge.s3.interrupts",  # a signal stops every command the same way
         "surge.s3.config",
         "surge.s3.keyspace",
         "surge.s3.listing",
@@ -39,6 +40,7 @@ DOWNLOAD = frozenset(
         "surge.s3.paths",
         "surge.temps",  # moved out of surge.s3: every replacement sink's
         "surge.s3.transfer",
+        "surge.s3.putoptions",  # a download's SSE-C key (small: no imports of its own)
     }
 )
 

@@ -21,10 +21,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import AsyncGenerator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from contextlib import aclosing, closing
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from surge.errors import UsageError
 from surge.gc_tuning import relaxed_gc
@@ -32,10 +32,11 @@ from surge.http.client import AsyncClient, make_ssl_context
 from surge.loops import iterate_in_thread
 from surge.s3.config import Target, make_target, resolve_timeouts, split_s3_url
 from surge.s3.listing import CommonPrefix, Lister, ParallelListing, Stats, invalid
-from surge.s3.parse import Bucket, S3Object, S3Version, parse_buckets
+from surge.s3.parse import Bucket, S3Object, S3Version, Upload, parse_buckets
 from surge.s3.sigv4 import Credentials
 
 Entry = S3Object | CommonPrefix
+Item = TypeVar("Item")
 _log = logging.getLogger("surge.s3")
 
 
@@ -222,7 +223,7 @@ async def list_pages(
                 await client.close()
 
 
-async def list_versions(
+def list_versions(
     url: str,
     *,
     options: ListOptions | None = None,
@@ -232,6 +233,33 @@ async def list_versions(
     """Every version and delete marker under ``url`` (ListObjectVersions), a page
     at a time, in key order (newest version first within a key), as s5cmd's
     ``ls --all-versions``; ``prefix=`` as :func:`list_pages`."""
+    return _marked_pages(url, Lister.versions, options, client, kwargs)
+
+
+def list_uploads(
+    url: str,
+    *,
+    options: ListOptions | None = None,
+    client: AsyncClient | None = None,
+    **kwargs: Any,
+) -> AsyncGenerator[list[Upload], None]:
+    """Every multipart upload in progress under ``url`` (ListMultipartUploads:
+    begun, neither completed nor aborted - what a killed run leaves), a page
+    at a time, in the server's order (S3's: key order): :class:`surge.s3.parse.Upload` (key, upload
+    id, initiated), as ``surge s3 ls --incomplete``; ``prefix=`` as
+    :func:`list_pages`."""
+    return _marked_pages(url, Lister.uploads, options, client, kwargs)
+
+
+async def _marked_pages(
+    url: str,
+    pages: Callable[[Lister, str], AsyncIterator[list[Item]]],
+    options: ListOptions | None,
+    client: AsyncClient | None,
+    kwargs: dict[str, Any],
+) -> AsyncGenerator[list[Item], None]:
+    """A sequential listing's pages (``pages`` of the Lister: versions,
+    uploads), with this call's client or one of its own."""
     opts = options or ListOptions(**kwargs)
     bucket, prefix = _bucket_and_prefix(url, opts)
     own_client = client is None
@@ -240,7 +268,7 @@ async def list_versions(
     lister = Lister(opts.target(bucket), client, page_size=opts.page_size, retries=opts.retries)
     lister.stats = opts.stats
     try:
-        async for page in lister.versions(prefix):
+        async for page in pages(lister, prefix):
             yield page
     finally:
         if own_client:

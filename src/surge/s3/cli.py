@@ -23,33 +23,52 @@ interrupted.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
 import os
 import re
 import shlex
-import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import aclosing
 from datetime import datetime
 from json.encoder import encode_basestring
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
 from surge.errors import S3Error, SinkError, UsageError
 from surge.loops import new_event_loop
-from surge.s3.api import Entry, ListOptions, list_buckets, list_pages, list_versions
-from surge.s3.listing import CommonPrefix
-from surge.s3.parse import S3Version
-from surge.sinks import names_stdout, stdout_sink
-from surge.terminal import ProgressLine, die, error_line, tell
+from surge.s3 import interrupts
+
+# Loaded by the surge command to run an s3 command (not by a program that
+# imports it): a signal while the rest loads is held, and stops the command
+# cleanly as it starts (surge.s3.interrupts).
+_loading_for = click.get_current_context(silent=True)
+if _loading_for is not None and getattr(_loading_for.find_root().command, "owns_process", False):
+    interrupts.hold()
+
+from surge.s3.api import (  # noqa: E402
+    Entry,
+    ListOptions,
+    list_buckets,
+    list_pages,
+    list_uploads,
+    list_versions,
+)
+from surge.s3.interrupts import STOP_SIGNALS, Interrupted, run_cleanly, stopping  # noqa: E402
+from surge.s3.listing import CommonPrefix  # noqa: E402
+from surge.s3.parse import S3Version, Upload  # noqa: E402
+from surge.sinks import names_stdout, stdout_sink  # noqa: E402
+from surge.terminal import ProgressLine, die, error_line, tell  # noqa: E402
 
 if TYPE_CHECKING:  # paths.py is the transfers' (a listing has no filters)
     from surge.s3.paths import FilterRule
+
+T = TypeVar("T")
 
 
 def _proxy_tls(command: Callable[..., None]) -> Callable[..., None]:
@@ -133,7 +152,24 @@ def _debug(on: bool) -> None:
     logger.setLevel(logging.DEBUG)
 
 
-@click.group("s3")
+class _Stopping(click.Group):
+    """The s3 commands, each stopped by a signal as :mod:`surge.s3.interrupts`
+    says from its first line on: one line and 128 + the signal's number (130
+    for Ctrl-C, 143 for SIGTERM), never click's "Aborted!" and status 1, nor a
+    SIGTERM that kills the process before its cleanup."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            with stopping():
+                return super().invoke(ctx)
+        except Interrupted as e:
+            # the subcommand is named once resolved; before, it is the first argument
+            sub = ctx.invoked_subcommand or next(iter(getattr(ctx, "_protected_args", [])), None)
+            tell(f"{f'surge s3 {sub}' if sub else 'surge s3'}: interrupted")
+            sys.exit(e.status)
+
+
+@click.group("s3", cls=_Stopping)
 def s3_group() -> None:
     """S3 (and S3-compatible) storage."""
 
@@ -172,6 +208,12 @@ def s3_group() -> None:
     is_flag=True,
     help="Every version and delete marker under the prefix, in key order (s5cmd's flag).",
 )
+@click.option(
+    "--incomplete",
+    is_flag=True,
+    help="The multipart uploads in progress under the prefix (begun, neither completed nor"
+    " aborted), in key order: aws s3api list-multipart-uploads.",
+)
 @click.option("--summarize", is_flag=True, help="Object count and total size at the end.")
 @click.option("--no-progress", is_flag=True, help="No progress line, even on a terminal.")
 @_timeouts_and_debug
@@ -190,6 +232,7 @@ def ls_command(
     page_size: int,
     human_readable: bool,
     all_versions: bool,
+    incomplete: bool,
     summarize: bool,
     no_progress: bool,
     connect_timeout: float | None,
@@ -221,14 +264,17 @@ def ls_command(
     except UsageError as e:
         _die(str(e))
     _debug(debug)
-    if url is None and all_versions:
-        _die("--all-versions needs s3://BUCKET[/PREFIX]")
+    if all_versions and incomplete:
+        _die("--all-versions and --incomplete: give one of the two")
+    for flag, given in (("--all-versions", all_versions), ("--incomplete", incomplete)):
+        if url is None and given:
+            _die(f"{flag} needs s3://BUCKET[/PREFIX]")
     out = _stdout("surge s3 ls")
     if url is None:
         _list_buckets(options, as_json, out)
         return
-    if all_versions:
-        _list_versions(url, options, as_json, human_readable, out)
+    if all_versions or incomplete:
+        _list_marked(url, options, as_json, human_readable, incomplete, out)
         return
     prefix = url[5:].partition("/")[2] if url.startswith("s3://") else ""
     # Without --recursive, aws s3 ls shows names relative to the prefix's "directory".
@@ -238,7 +284,7 @@ def ls_command(
     loop = new_event_loop()
     try:
         with _exit_statuses():
-            loop.run_until_complete(_run(url, options, writer, progress))
+            _run_listing(loop, _run(url, options, writer, progress))
             if progress is not None:
                 progress.close()
                 progress = None
@@ -253,16 +299,29 @@ def ls_command(
         sys.exit(1)
 
 
+def _run_listing(loop: asyncio.AbstractEventLoop, work: Coroutine[Any, Any, T]) -> T:
+    """A listing run to its end, or stopped by a signal: its tasks cancelled
+    and awaited (no "Task was destroyed but it is pending!"), then
+    :class:`Interrupted`; a second signal exits at once."""
+
+    def stop_now(signum: int) -> None:
+        tell("surge s3 ls: interrupted again: stopping now")
+        os._exit(Interrupted(signum).status)
+
+    return run_cleanly(loop, work, signals=STOP_SIGNALS, again=stop_now)
+
+
 @contextlib.contextmanager
 def _exit_statuses() -> Iterator[None]:
     """What ends a listing early, as the exit status the module docstring lists:
-    130 interrupted, 2 or 1 for an error (a stdout that cannot be written -
-    full, closed, its reader gone - is a SinkError: 2)."""
+    128 + the signal's number when interrupted (130 Ctrl-C, 143 SIGTERM), 2 or
+    1 for an error (a stdout that cannot be written - full, closed, its
+    reader gone - is a SinkError: 2)."""
     try:
         yield
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         tell("surge s3 ls: interrupted")
-        sys.exit(130)
+        sys.exit(e.status if isinstance(e, Interrupted) else 130)
     except (UsageError, S3Error) as e:
         _fail(e)
 
@@ -310,27 +369,51 @@ def _local_stamp(epoch_second: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch_second))
 
 
-def _list_versions(url: str, options: ListOptions, as_json: bool, human: bool, out: Out) -> None:
-    """Every version under ``url``: text lines ``date time size key version-id``
-    (``DELETE`` for the size of a delete marker, ``(latest)`` after the current
-    version), or JSON lines."""
+def _list_marked(
+    url: str, options: ListOptions, as_json: bool, human: bool, uploads: bool, out: Out
+) -> None:
+    """Every version under ``url`` (text lines ``date time size key
+    version-id``, ``DELETE`` for the size of a delete marker, ``(latest)``
+    after the current version), or (``uploads``) every multipart upload in
+    progress (``date time key upload-id``, the date its upload began); or
+    JSON lines.  A page printed as it comes."""
     found = 0
 
     async def run() -> None:
         nonlocal found
-        async with aclosing(list_versions(url, options=options)) as pages:
-            async for page in pages:
-                found += len(page)
-                out.write("".join(_version_line(v, as_json, human) for v in page))
+        if uploads:
+            async with aclosing(list_uploads(url, options=options)) as pages:
+                async for page in pages:
+                    found += len(page)
+                    out.write("".join(_upload_line(u, as_json) for u in page))
+            return
+        async with aclosing(list_versions(url, options=options)) as versions:
+            async for listed in versions:
+                found += len(listed)
+                out.write("".join(_version_line(v, as_json, human) for v in listed))
 
     loop = new_event_loop()
     try:
         with _exit_statuses():
-            loop.run_until_complete(run())
+            _run_listing(loop, run())
     finally:
         loop.close()
     if not found and url[5:].partition("/")[2]:
-        sys.exit(1)  # a prefix that matches nothing, as without --all-versions
+        sys.exit(1)  # a prefix that matches nothing, as a listing of objects
+
+
+def _upload_line(upload: Upload, as_json: bool) -> str:
+    if as_json:
+        return (
+            f'{{"key": {encode_basestring(upload.key)}, '
+            f'"upload_id": {encode_basestring(upload.upload_id)}, '
+            f'"initiated": {encode_basestring(upload.initiated)}}}\n'
+        )
+    try:
+        stamp = _local_stamp(datetime.fromisoformat(upload.initiated).timestamp())
+    except ValueError:  # not a time the server should send: as it sent it
+        stamp = upload.initiated
+    return f"{stamp} {escape_key(f'{upload.key} {upload.upload_id}')}\n"
 
 
 def _version_line(version: S3Version, as_json: bool, human: bool) -> str:
@@ -359,7 +442,7 @@ def _list_buckets(options: ListOptions, as_json: bool, out: Out) -> None:
     loop = new_event_loop()
     try:
         with _exit_statuses():
-            buckets = loop.run_until_complete(list_buckets(options=options))
+            buckets = _run_listing(loop, list_buckets(options=options))
             for bucket in buckets:
                 if as_json:
                     created = _utc_stamp(bucket.created)
@@ -479,7 +562,7 @@ class Progress(ProgressLine):
         if elapsed is None:
             return
         rate = objects / elapsed if elapsed > 0 else 0.0
-        self.show(f"{objects:,} objects  {rate:,.0f}/s")
+        self.show(f"{counted(objects, 'object')}  {rate:,.0f}/s")
 
 
 def human_size(size: int) -> str:
@@ -560,18 +643,156 @@ def parse_size(text: str) -> int:
     return int(number) * units[unit]
 
 
+#: Options of every command that sends object requests (cp, sync, rm, mv).
+_ENDPOINT_OPTIONS: list[Any] = [
+    click.option(
+        "--retries",
+        type=click.IntRange(0, 100),
+        default=5,
+        show_default=True,
+        help="Retries of a request that failed transiently (SlowDown, 5xx, a reset "
+        "or timeout), with jittered back-off.",
+    ),
+    click.option("--endpoint-url", metavar="URL", help="An S3-compatible server (path-style)."),
+    click.option("--region", help="Default: from the environment or the profile, else us-east-1."),
+    click.option("--profile", help="A profile of the AWS config files."),
+    click.option("--no-sign-request", is_flag=True, help="Anonymous requests (public buckets)."),
+    click.option(
+        "-x",
+        "--proxy",
+        metavar="[SCHEME://][USER:PASSWORD@]HOST[:PORT]",
+        help="Go through this proxy (as surge fetch). Default: $https_proxy, $all_proxy.",
+    ),
+    _proxy_tls,
+    _timeouts_and_debug,
+    click.option(
+        "--delete-batch",
+        type=click.IntRange(1, 1000),
+        default=1000,
+        hidden=True,  # S3's 1,000 is the fastest; a smaller batch is for tests
+        help="Keys a DeleteObjects request.",
+    ),
+]
+#: The AWS CLI's filters and --dryrun (cp, sync, rm, mv).
+_FILTER_OPTIONS: list[Any] = [
+    click.option(
+        "--include", multiple=True, metavar="GLOB", help="Take keys matching (aws's rule)."
+    ),
+    click.option(
+        "--exclude", multiple=True, metavar="GLOB", help="Leave keys matching (aws's rule)."
+    ),
+    click.option("--dryrun", is_flag=True, help="Print what would be copied; write nothing."),
+]
+_OUTPUT_OPTIONS: list[Any] = [
+    click.option("--quiet", "-q", is_flag=True, help="Print nothing but usage errors."),
+    click.option("--only-show-errors", is_flag=True, help="No line per object; errors only."),
+]
+
+
+def _sse_c(name: str, what: str) -> list[Any]:
+    """An SSE-C pair of options as the AWS CLI's: ``--NAME [AES256]`` and ``--NAME-key``."""
+    return [
+        click.option(
+            f"--{name}",
+            is_flag=False,
+            flag_value="AES256",
+            default=None,
+            metavar="[AES256]",
+            help=f"SSE-C: {what} encrypted with a key of yours (AES256, the only choice).",
+        ),
+        click.option(
+            f"--{name}-key",
+            metavar="KEY|fileb://PATH",
+            help=f"The SSE-C key of {what}: its 32 bytes, or fileb:// a file holding them.",
+        ),
+    ]
+
+
+#: How uploaded and copied objects are stored (surge.s3.putoptions), and SSE-C
+#: keys; the AWS CLI's names.  A download takes --sse-c and --sse-c-key only
+#: (the others, as the AWS CLI's, do nothing there).
+_PUT_OPTIONS: list[Any] = [
+    click.option(
+        "--storage-class",
+        metavar="CLASS",
+        help="STANDARD, REDUCED_REDUNDANCY, STANDARD_IA, ONEZONE_IA, INTELLIGENT_TIERING,"
+        " GLACIER, DEEP_ARCHIVE, GLACIER_IR or EXPRESS_ONEZONE.",
+    ),
+    click.option(
+        "--sse",
+        is_flag=False,
+        flag_value="AES256",
+        default=None,
+        metavar="[AES256|aws:kms|aws:kms:dsse]",
+        help="Server-side encryption (alone: AES256).",
+    ),
+    click.option("--sse-kms-key-id", metavar="ID", help="The KMS key of --sse aws:kms."),
+    *_sse_c("sse-c", "the objects written or read"),
+    *_sse_c("sse-c-copy-source", "a copy's source objects"),
+    click.option("--content-type", metavar="TYPE", help="Default: guessed from the file's name."),
+    click.option(
+        "--guess-mime-type/--no-guess-mime-type",
+        default=True,
+        show_default=True,
+        help="Guess a Content-Type from the file's name when none is given.",
+    ),
+    *(
+        click.option(f"--{header}", metavar="VALUE", help=f"The objects' {title} header.")
+        for header, title in (
+            ("cache-control", "Cache-Control"),
+            ("content-disposition", "Content-Disposition"),
+            ("content-encoding", "Content-Encoding"),
+            ("content-language", "Content-Language"),
+        )
+    ),
+    click.option("--expires", metavar="TIME", help="An ISO 8601 time, e.g. 2030-01-31T12:00:00Z."),
+    click.option(
+        "--metadata",
+        metavar="KEY=VALUE,...|JSON",
+        help="User metadata (x-amz-meta-*); on a copy between buckets it implies"
+        " --metadata-directive REPLACE.",
+    ),
+    click.option(
+        "--acl",
+        metavar="ACL",
+        help="A canned ACL: private, public-read, public-read-write, authenticated-read,"
+        " aws-exec-read, bucket-owner-read, bucket-owner-full-control, log-delivery-write.",
+    ),
+    click.option(
+        "--checksum-algorithm",
+        metavar="ALGORITHM",
+        help="The checksum each upload is sent with and checked by: CRC32 (the default),"
+        " CRC32C, SHA1, SHA256 or CRC64NVME.",
+    ),
+]
+#: The flags of _PUT_OPTIONS that a download takes too.
+_READ_FLAGS = ("sse_c", "sse_c_key")
+
+
+def _put_keywords(flags: dict[str, Any], copying: bool) -> dict[str, Any]:
+    """The _PUT_OPTIONS flags given, as :class:`PutOptions` keywords (the
+    copy-source key for a copy only)."""
+    from surge.s3.putoptions import parse_metadata, read_key
+
+    out = {name: value for name, value in flags.items() if value is not None}
+    for name in ("sse_c_key", "sse_c_copy_source_key"):
+        if name in out:
+            out[name] = read_key(out[name])
+    if "metadata" in out:
+        out["metadata"] = parse_metadata(out["metadata"])
+    if not copying:
+        for name in ("sse_c_copy_source", "sse_c_copy_source_key"):
+            if name in out:
+                raise UsageError(f"--{name.replace('_', '-')} is for a copy between buckets")
+    return out
+
+
 def _transfer_options(command: Callable[..., None]) -> Callable[..., None]:
     """The options cp and sync share (the AWS CLI's names, s5cmd's defaults)."""
     options: list[Any] = [
         click.argument("source"),
         click.argument("destination"),
-        click.option(
-            "--include", multiple=True, metavar="GLOB", help="Take keys matching (aws's rule)."
-        ),
-        click.option(
-            "--exclude", multiple=True, metavar="GLOB", help="Leave keys matching (aws's rule)."
-        ),
-        click.option("--dryrun", is_flag=True, help="Print what would be copied; write nothing."),
+        *_FILTER_OPTIONS,
         click.option(
             "--concurrency",
             type=click.IntRange(1, 4096),
@@ -591,30 +812,15 @@ def _transfer_options(command: Callable[..., None]) -> Callable[..., None]:
             default=None,
             help="Objects larger than this go in parts (default: the part size).",
         ),
+        *_ENDPOINT_OPTIONS,
         click.option(
-            "--retries",
-            type=click.IntRange(0, 100),
-            default=5,
-            show_default=True,
-            help="Retries of a request that failed transiently (SlowDown, 5xx, a reset "
-            "or timeout), with jittered back-off.",
+            "--metadata-directive",
+            type=click.Choice(["COPY", "REPLACE"], case_sensitive=False),
+            help="Copies between buckets: keep the source's metadata (COPY, the default)"
+            " or replace it (REPLACE: what the options below give, no Content-Type"
+            " guessed, as the AWS CLI).",
         ),
-        click.option("--endpoint-url", metavar="URL", help="An S3-compatible server (path-style)."),
-        click.option(
-            "--region", help="Default: from the environment or the profile, else us-east-1."
-        ),
-        click.option("--profile", help="A profile of the AWS config files."),
-        click.option(
-            "--no-sign-request", is_flag=True, help="Anonymous requests (public buckets)."
-        ),
-        click.option(
-            "-x",
-            "--proxy",
-            metavar="[SCHEME://][USER:PASSWORD@]HOST[:PORT]",
-            help="Go through this proxy (as surge fetch). Default: $https_proxy, $all_proxy.",
-        ),
-        _proxy_tls,
-        _timeouts_and_debug,
+        *_PUT_OPTIONS,
         click.option(
             "--follow-symlinks/--no-follow-symlinks",
             default=True,
@@ -622,8 +828,7 @@ def _transfer_options(command: Callable[..., None]) -> Callable[..., None]:
             help="Uploads: follow symbolic links to files and directories (as the AWS"
             " CLI), or leave every link out.",
         ),
-        click.option("--quiet", "-q", is_flag=True, help="Print nothing but usage errors."),
-        click.option("--only-show-errors", is_flag=True, help="No line per object; errors only."),
+        *_OUTPUT_OPTIONS,
         click.option(
             "--json-summary", is_flag=True, help="A JSON summary on stdout (no object lines)."
         ),
@@ -666,6 +871,250 @@ def sync_command(ctx: click.Context, **flags: Any) -> None:
     _transfer(ctx, "surge s3 sync", sync=True, recursive=True, **flags)
 
 
+def _with(options: list[Any], command: Callable[..., None]) -> Callable[..., None]:
+    """``command`` with each of ``options`` (click decorators), in their order."""
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+@s3_group.command("rm", cls=_OrderedFilters)
+@click.argument("urls", nargs=-1, required=True, metavar="s3://BUCKET/KEY...")
+@click.option("--recursive", "-r", is_flag=True, help="Every object under each prefix.")
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 4096),
+    default=256,
+    show_default=True,
+    help="Requests in flight at most (DeleteObjects: 8 at most; aborts: 32).",
+)
+@click.option(
+    "--all-versions",
+    is_flag=True,
+    help="Every version and delete marker of each key (s5cmd's flag): nothing of it is left.",
+)
+@click.option(
+    "--incomplete",
+    is_flag=True,
+    help="Abort each key's multipart uploads in progress (with --recursive: every one under"
+    " the prefix); the objects stay.",
+)
+@lambda command: _with(_FILTER_OPTIONS + _ENDPOINT_OPTIONS + _OUTPUT_OPTIONS, command)
+@click.pass_context
+def rm_command(
+    ctx: click.Context,
+    /,
+    urls: tuple[str, ...],
+    recursive: bool,
+    concurrency: int,
+    all_versions: bool,
+    incomplete: bool,
+    include: tuple[str, ...],
+    exclude: tuple[str, ...],
+    dryrun: bool,
+    quiet: bool,
+    only_show_errors: bool,
+    debug: bool,
+    **endpoint: Any,
+) -> None:
+    """Delete s3://BUCKET/KEY (one or many), or (--recursive) every object under
+    s3://BUCKET/PREFIX/, as aws s3 rm: one "delete: s3://..." line per object
+    once the server confirms it.  Deleted 1,000 keys a DeleteObjects request,
+    as the listing goes.  --all-versions: every version and delete marker
+    (a "delete: s3://... (version ID)" line each); --incomplete: the multipart
+    uploads in progress aborted (an "abort: s3://... (upload id ID)" line
+    each).  Exit status: 0 all deleted, 1 some key failed (each named on
+    stderr), 2 usage error, 130 interrupted (every key deleted is printed)."""
+    from surge.s3.deletes import RemoveOptions, remove_async
+    from surge.s3.transfer import Result
+
+    command = "surge s3 rm"
+    out = None if quiet or only_show_errors else _stdout(command)
+
+    verb = "abort" if incomplete else "delete"
+
+    def on_result(result: Result) -> None:
+        # the version or upload id is the server's to say: escaped as the key is
+        what = f"{result.destination}{_version_or_upload(result)}"
+        if result.failure is not None:
+            if not quiet:
+                failure = result.failure
+                tell(escape_key(f"{verb} failed: {what}: {failure.code}: {failure.message}"))
+        elif out is not None:
+            out.line(escape_key(f"{'(dryrun) ' if result.dryrun else ''}{verb}: {what}"))
+
+    try:
+        options = RemoveOptions(
+            recursive=recursive,
+            filters=filter_order(ctx.meta.get("surge.argv", []), include, exclude),
+            dryrun=dryrun,
+            concurrency=concurrency,
+            all_versions=all_versions,
+            incomplete=incomplete,
+            proxy_cafile=endpoint.pop("proxy_cacert"),
+            on_result=on_result,
+            **endpoint,
+        )
+        work = remove_async(list(urls), options=options)
+    except UsageError as e:
+        die(command, str(e))
+    _debug(debug)
+    summary = _run_command(command, work)
+    sys.exit(1 if summary.failed else 0)
+
+
+def _version_or_upload(result: Any) -> str:
+    """What a line says after the URL of a version deleted or an upload aborted."""
+    if result.version_id is not None:
+        return f" (version {result.version_id})"
+    if result.upload_id is not None:
+        return f" (upload id {result.upload_id})"
+    return ""
+
+
+def _run_command(
+    command: str, work: Coroutine[Any, Any, T], stopped: Callable[[str], None] = tell
+) -> T:
+    """A command's run on its own loop, stopped by a signal as
+    :func:`run_cleanly` says: one line (``stopped(line)`` says it, and what
+    is left) and 128 + the signal's number; a usage error (and an S3 error
+    that is the caller's to fix) one line and exit 2, another S3 error one
+    line and exit 1."""
+    try:
+        loop = new_event_loop()
+    except BaseException:
+        work.close()  # never started: no "coroutine was never awaited"
+        raise
+
+    def stop_now(signum: int) -> None:
+        """A second signal, or a cleanup past its bound: exit at once, saying
+        what may be left (temporary files are removed by the next run)."""
+        stopped(f"{command}: interrupted again: stopping now")
+        os._exit(Interrupted(signum).status)
+
+    try:
+        return run_cleanly(loop, work, signals=STOP_SIGNALS, again=stop_now)
+    except Interrupted as e:
+        stopped(f"{command}: interrupted")
+        sys.exit(e.status)
+    except (UsageError, SinkError) as e:
+        die(command, str(e))
+    except S3Error as e:
+        if e.is_usage:
+            die(command, str(e))
+        tell(error_line(command, str(e)))
+        sys.exit(1)
+    finally:
+        loop.close()
+
+
+@s3_group.command("mv", cls=_OrderedFilters)
+@click.option("--recursive", "-r", is_flag=True, help="Every file or object under it.")
+@_transfer_options
+def mv_command(ctx: click.Context, **flags: Any) -> None:
+    """Move a file or object (or, --recursive, every one under a directory or
+    prefix) to S3, from S3, or between buckets, as aws s3 mv: each copied as
+    cp copies it, and its source deleted only once its copy is confirmed
+    (objects in batches of DeleteObjects).  One "move: SRC to DST" line per
+    source deleted.  Interrupted, a source not yet deleted stays.  Exit
+    status as cp."""
+    _transfer(ctx, "surge s3 mv", sync=False, delete=False, move=True, **flags)
+
+
+def _endpoint(endpoint: dict[str, Any]) -> dict[str, Any]:
+    """The endpoint options' flags as :class:`EndpointOptions` keywords."""
+    out = dict(endpoint)
+    out["proxy_cafile"] = out.pop("proxy_cacert")
+    for name in ("retries", "delete_batch", "debug"):
+        out.pop(name, None)
+    return out
+
+
+@s3_group.command("presign")
+@click.argument("url", metavar="s3://BUCKET/KEY")
+@click.option(
+    "--expires-in",
+    type=click.IntRange(1, 7 * 24 * 3600),
+    default=3600,
+    show_default=True,
+    help="Seconds the URL is valid (7 days at most).",
+)
+@lambda command: _with(_ENDPOINT_OPTIONS, command)
+def presign_command(url: str, expires_in: int, **endpoint: Any) -> None:
+    """Print a URL that GETs s3://BUCKET/KEY without credentials until it
+    expires, as aws s3 presign (SigV4 query signing; nothing is sent)."""
+    from surge.s3.api import EndpointOptions
+    from surge.s3.presigning import presign
+
+    command = "surge s3 presign"
+    out = _stdout(command)
+    try:
+        signed = presign(url, expires_in=expires_in, options=EndpointOptions(**_endpoint(endpoint)))
+        out.line(signed)
+    except (UsageError, SinkError) as e:
+        die(command, str(e))
+
+
+@s3_group.command("mb")
+@click.argument("url", metavar="s3://BUCKET")
+@lambda command: _with(_ENDPOINT_OPTIONS, command)
+def mb_command(url: str, **endpoint: Any) -> None:
+    """Make a bucket (in --region, or the profile's), as aws s3 mb."""
+    from surge.s3.buckets import make_bucket_async
+    from surge.s3.transfer import TransferOptions
+
+    command = "surge s3 mb"
+    out = _stdout(command)
+    try:
+        options = TransferOptions(retries=endpoint["retries"], **_endpoint(endpoint))
+    except UsageError as e:
+        die(command, str(e))
+    _debug(endpoint["debug"])
+    bucket = _run_command(command, make_bucket_async(url, options=options))
+    out.line(escape_key(f"make_bucket: {bucket}"))
+
+
+@s3_group.command("rb")
+@click.argument("url", metavar="s3://BUCKET")
+@click.option("--force", is_flag=True, help="Delete every object first (as rm --recursive).")
+@lambda command: _with(_ENDPOINT_OPTIONS, command)
+def rb_command(url: str, force: bool, **endpoint: Any) -> None:
+    """Remove a bucket, as aws s3 rb; --force deletes its objects first
+    (a "delete: ..." line each)."""
+    from surge.s3.buckets import remove_bucket_async
+    from surge.s3.transfer import Result, TransferOptions
+
+    command = "surge s3 rb"
+    out = _stdout(command)
+
+    def on_result(result: Result) -> None:
+        if result.failure is not None:
+            failure = result.failure
+            tell(
+                escape_key(
+                    f"delete failed: {result.destination}: {failure.code}: {failure.message}"
+                )
+            )
+        else:
+            out.line(escape_key(f"delete: {result.destination}"))
+
+    try:
+        options = TransferOptions(
+            retries=endpoint["retries"],
+            delete_batch=endpoint["delete_batch"],
+            on_result=on_result,
+            **_endpoint(endpoint),
+        )
+    except UsageError as e:
+        die(command, str(e))
+    _debug(endpoint["debug"])
+    summary = _run_command(command, remove_bucket_async(url, force=force, options=options))
+    if summary is not None and summary.failed:
+        tell(f"{command}: not removed: {counted(summary.failed, 'object')} could not be deleted")
+        sys.exit(1)
+    out.line(escape_key(f"remove_bucket: {url[5:].rstrip('/')}"))
+
+
 def _fit_descriptors(command: str, concurrency: int, quiet: bool) -> int:
     """The concurrency the open-files limit holds: a slot holds a socket and a
     file.  The soft limit is raised to the hard one first (surge.bulk.limits,
@@ -688,6 +1137,7 @@ def _transfer(
     *,
     sync: bool,
     delete: bool,
+    move: bool = False,
     source: str,
     destination: str,
     recursive: bool,
@@ -708,28 +1158,33 @@ def _transfer(
     connect_timeout: float | None,
     read_timeout: float | None,
     debug: bool,
+    delete_batch: int,
+    metadata_directive: str | None,
     follow_symlinks: bool,
     quiet: bool,
     only_show_errors: bool,
     json_summary: bool,
     no_progress: bool,
+    **put: Any,
 ) -> None:
-    """cp and sync: the options built, the run, its lines and summary, the exit."""
+    """cp and sync: the options built, the run, its lines and summary, the exit;
+    ``put``: the :data:`_PUT_OPTIONS` flags."""
     from surge.s3.transfer import (
         DownloadOptions,
-        Interrupted,
         Result,
+        TransferOptions,
         download_async,
-        run_cleanly,
         steady_heap,
     )
 
     steady_heap()  # this process is the transfer's: fewer page faults a GB
 
-    uploading = destination.startswith("s3://") and not source.startswith("s3://")
+    copying = destination.startswith("s3://") and source.startswith("s3://")
+    uploading = destination.startswith("s3://") and not copying
     if not uploading and not source.startswith("s3://"):
         die(command, f"{source!r} to {destination!r}: one of the two must be s3://bucket/...")
-    verb = "upload" if uploading else "download"
+    verb = "move" if move else "copy" if copying else "upload" if uploading else "download"
+    done = {"move": "moved", "copy": "copied"}.get(verb, f"{verb}ed")
     # `cp s3://b/k -`: the object is stdout's, as the AWS CLI's; no line joins it
     streaming = not uploading and not sync and names_stdout(destination)
     if streaming and json_summary:
@@ -743,7 +1198,18 @@ def _transfer(
 
     def on_result(result: Result) -> None:
         failure = result.failure
-        if result.skipped is not None:  # as the AWS CLI: a warning, and no failure
+        if result.left_aborted is not None:  # what a killed run left: said unless --quiet
+            if errors:
+                if progress is not None:
+                    progress.close()
+                tell(
+                    escape_key(
+                        f"{command}: aborted the incomplete multipart upload of"
+                        f" {result.destination} that an earlier run left"
+                        f" (upload id {result.left_aborted})"
+                    )
+                )
+        elif result.skipped is not None:  # as the AWS CLI: a warning, and no failure
             if errors:
                 if progress is not None:
                     progress.close()
@@ -780,10 +1246,10 @@ def _transfer(
         elapsed = progress.due()
         if elapsed is None:
             return
-        moved = summary.sent if uploading else summary.received
+        moved = summary.sent if uploading or copying else summary.received
         rate = moved / elapsed if elapsed > 0 else 0.0
         progress.show(
-            f"{summary.objects:,} objects  {_bytes(moved)}  {_bytes(rate)}/s"
+            f"{counted(summary.objects, 'object')}  {_bytes(moved)}  {_bytes(rate)}/s"
             f"  {summary.failed} failed"
         )
 
@@ -802,6 +1268,7 @@ def _transfer(
                 parse_size(multipart_threshold) if multipart_threshold else None
             ),
             "retries": retries,
+            "delete_batch": delete_batch,
             "endpoint_url": endpoint_url,
             "region": region,
             "profile": profile,
@@ -814,44 +1281,42 @@ def _transfer(
             "on_result": on_result,
             "on_progress": on_progress,
         }
-        if uploading:
+        options: TransferOptions
+        run: Callable[..., Coroutine[Any, Any, Any]] = download_async
+        stored = _put_keywords(put, copying)
+        if copying:
+            from surge.s3.copies import CopyOptions, copy_async
+
+            options = CopyOptions(metadata_directive=metadata_directive, **stored, **common)
+            run = copy_async
+        elif uploading:
             from surge.s3.uploads import UploadOptions, upload_async  # a download needs none
 
-            options = UploadOptions(follow_symlinks=follow_symlinks, **common)
-            work = upload_async(source, destination, options=options)
+            options = UploadOptions(follow_symlinks=follow_symlinks, **stored, **common)
+            run = upload_async
         else:
-            work = download_async(source, destination, options=DownloadOptions(**common))
+            read = {name: value for name, value in stored.items() if name in _READ_FLAGS}
+            options = DownloadOptions(**read, **common)
+        if move:
+            from surge.s3.moves import move_async
+
+            run = move_async  # the copy, then each source deleted
+        work = run(source, destination, options=options)
     except UsageError as e:
         die(command, str(e))
-    _debug(debug)
-
-    def stop_now(signum: int) -> None:
-        """A second signal, or a cleanup past its bound: exit at once, saying
-        what may be left (temporary files are removed by the next run)."""
-        if progress is not None:
-            progress.close()
-        tell(f"{command}: interrupted again: stopping now")
-        _left(command, seen.get("summary"))
-        os._exit(Interrupted(signum).status)
-
-    loop = new_event_loop()
     try:
-        summary = run_cleanly(loop, work, signals=STOP_SIGNALS, again=stop_now)
-    except Interrupted as e:
+        _debug(debug)
+    except BaseException:
+        work.close()  # never started: no "coroutine was never awaited"
+        raise
+
+    def stopped(line: str) -> None:
         if progress is not None:
             progress.close()
-        tell(f"{command}: interrupted")
+        tell(line)
         _left(command, seen.get("summary"))
-        sys.exit(e.status)
-    except UsageError as e:
-        die(command, str(e))
-    except S3Error as e:
-        if e.is_usage:
-            die(command, str(e))
-        tell(error_line(command, str(e)))
-        sys.exit(1)
-    finally:
-        loop.close()
+
+    summary = _run_command(command, work, stopped)
     if progress is not None:
         progress.close()
     if json_summary:
@@ -860,30 +1325,24 @@ def _transfer(
             out.line(json.dumps(summary.as_dict()))
         except SinkError as e:  # what was copied stays; one line says stdout failed
             die(command, str(e))
-    if not quiet:
-        what = f"would {verb}" if summary.dryrun else f"{verb}ed"
+    if not (quiet or only_show_errors):  # the AWS CLI's: errors and warnings only
+        what = f"would {verb}" if summary.dryrun else done
         rate = (
             ""
             if summary.dryrun
             else f" in {summary.seconds:.2f} s ({_bytes(summary.bytes_per_second)}/s)"
         )
-        unverified = "" if uploading else ": not verified"
+        unverified = "" if uploading or copying else ": not verified"
         notes = "".join(f"; {note}{unverified}" for note in sorted(summary.notes))
         if sync:
             deleted = "would delete" if summary.dryrun else "deleted"
             notes = f", {summary.unchanged:,} unchanged, {deleted} {summary.deleted:,}{notes}"
         skipped = f", {summary.skipped:,} skipped" if summary.skipped else ""
         tell(
-            f"{command}: {what} {summary.objects:,} objects, {_bytes(summary.bytes)}{rate}, "
-            f"{summary.failed} failed{skipped}{notes}"
+            f"{command}: {what} {counted(summary.objects, 'object')},"
+            f" {_bytes(summary.bytes)}{rate}, {summary.failed} failed{skipped}{notes}"
         )
     sys.exit(1 if summary.failed else 0)
-
-
-#: The signals that stop a cp or sync cleanly (as Ctrl-C does): a terminal
-#: closed (SIGHUP) or a service stopped (SIGTERM) must not leave multipart
-#: uploads stored and billed either.
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def _left(command: str, summary: Any) -> None:
@@ -895,6 +1354,11 @@ def _left(command: str, summary: Any) -> None:
             f" (upload id {upload_id}): aws s3api abort-multipart-upload --bucket"
             f" {shlex.quote(bucket)} --key {shlex.quote(key)} --upload-id {shlex.quote(upload_id)}"
         )
+
+
+def counted(count: int, noun: str) -> str:
+    """``1 object``, ``2 objects``, ``1,024 objects``: a count and its noun."""
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
 
 
 def _bytes(count: float) -> str:

@@ -36,7 +36,8 @@ import asyncio
 import time
 from bisect import bisect_right
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import islice, pairwise
@@ -52,12 +53,15 @@ from surge.s3.parse import (
     Page,
     S3Object,
     S3Version,
+    Upload,
     is_truncated,
     last_key,
     next_token,
     parse_error,
     parse_page,
+    parse_uploads,
     parse_versions,
+    upload_markers,
     version_markers,
 )
 from surge.s3.region import redirect, region_note
@@ -86,6 +90,7 @@ INVALID_LISTING = "InvalidListing"
 MAX_EMPTY_PAGES = 100
 
 _T = TypeVar("_T")
+Item = TypeVar("Item")
 
 
 def invalid(bucket: str, message: str) -> S3Error:
@@ -252,35 +257,86 @@ class Lister:
             params["start-after"] = start_after
         return await self.get(params, "ListBucketResult")
 
-    async def versions(self, prefix: str) -> AsyncIterator[list[S3Version]]:
+    def versions(self, prefix: str) -> AsyncIterator[list[S3Version]]:
         """Every version and delete marker under ``prefix`` (ListObjectVersions),
         in key order, each page asked for as soon as the last one's markers are
         read - before its versions are parsed."""
         params = {"versions": "", "encoding-type": "url", "max-keys": str(self.page_size)}
         if prefix:
             params["prefix"] = prefix
-        seen: set[tuple[str, str]] = set()
-        pending: asyncio.Future[bytes] | None = await started(
-            self.get(params, "ListVersionsResult")
+        return self._marked(
+            params, "ListVersionsResult", version_markers, parse_versions, "version"
         )
+
+    async def uploads(self, prefix: str) -> AsyncIterator[list[Upload]]:
+        """Every multipart upload in progress under ``prefix``
+        (ListMultipartUploads), in the server's order (S3's: key order),
+        pipelined as :meth:`versions`.
+
+        Only keys under ``prefix`` are yielded, whatever the server sends.
+        MinIO lists nothing for a prefix that is not a whole key (and ignores
+        ``max-uploads`` and ``key-marker``): when the listing of a prefix
+        finds nothing, the uploads from ``key-marker=prefix`` on are asked
+        for instead, up to the first key past the prefix - on S3 one more
+        request, whose first key is past it."""
+        params = {"uploads": "", "encoding-type": "url", "max-uploads": str(self.page_size)}
+        if not prefix:
+            async for page in self._marked_uploads(params):
+                yield page
+            return
+        found = False
+        async for page in self._marked_uploads({**params, "prefix": prefix}):
+            page = [u for u in page if u.key.startswith(prefix)]
+            if page:
+                found = True
+                yield page
+        if found:
+            return
+        async with aclosing(self._marked_uploads({**params, "key-marker": prefix})) as pages:
+            async for page in pages:
+                under = [u for u in page if u.key.startswith(prefix)]
+                if under:
+                    yield under
+                if any(u.key > prefix and not u.key.startswith(prefix) for u in page):
+                    return  # past the prefix: what follows is not under it
+
+    def _marked_uploads(self, params: dict[str, str]) -> AsyncGenerator[list[Upload], None]:
+        return self._marked(
+            params, "ListMultipartUploadsResult", upload_markers, parse_uploads, "upload"
+        )
+
+    async def _marked(
+        self,
+        params: dict[str, str],
+        answer: str,
+        markers_of: Callable[[bytes], tuple[str, str] | None],
+        parse: Callable[[bytes], list[Item]],
+        what: str,
+    ) -> AsyncGenerator[list[Item], None]:
+        """The pages of a listing that goes on from a key marker and a second
+        one (``{what}-id-marker``): ListObjectVersions', ListMultipartUploads'.
+        The next page is asked for as soon as this one's markers are read;
+        markers that repeat end it as an invalid answer, not a loop."""
+        seen: set[tuple[str, str]] = set()
+        pending: asyncio.Future[bytes] | None = await started(self.get(params, answer))
         try:
             while pending is not None:
                 body = await pending
                 pending = None
                 try:
-                    markers = version_markers(body)
+                    markers = markers_of(body)
                 except ValueError as e:
                     raise invalid(self.target.bucket, str(e)) from None
                 if markers is not None:
                     if markers in seen:
-                        raise invalid(self.target.bucket, f"the version markers repeat: {markers}")
+                        raise invalid(self.target.bucket, f"the {what} markers repeat: {markers}")
                     seen.add(markers)
                     follow = {**params, "key-marker": markers[0]}
                     if markers[1]:
-                        follow["version-id-marker"] = markers[1]
-                    pending = await started(self.get(follow, "ListVersionsResult"))
+                        follow[f"{what}-id-marker"] = markers[1]
+                    pending = await started(self.get(follow, answer))
                 try:
-                    page = parse_versions(body)
+                    page = parse(body)
                 except ValueError as e:
                     raise invalid(self.target.bucket, str(e)) from None
                 if page:

@@ -18,8 +18,7 @@ import re
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
 from datetime import UTC, datetime
-from typing import Any, Protocol
-from urllib.parse import quote
+from typing import Any, NamedTuple, Protocol
 
 from surge.errors import LocalResourceError, RequestError, S3Error, UsageError
 from surge.http.client import AsyncClient
@@ -27,9 +26,9 @@ from surge.http.response import Headers, Response
 from surge.http.timeout import Timeout
 from surge.retry import RetryPolicy, retry_after_seconds
 from surge.s3.config import Target, followed
-from surge.s3.parse import parse_error, unescape
+from surge.s3.parse import Upload, parse_error, parse_uploads, unescape
 from surge.s3.region import redirect, region_note
-from surge.s3.sigv4 import EMPTY_SHA256, UNSIGNED_PAYLOAD, canonical_query
+from surge.s3.sigv4 import EMPTY_SHA256, UNSIGNED_PAYLOAD, canonical_query, object_path
 
 #: Statuses and codes worth another try: as the listing's (botocore's list).
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
@@ -48,12 +47,6 @@ _NAMING_THE_KEY = frozenset({"AccessDenied", "AllAccessDisabled", "InvalidObject
 #: A body that ended short of its Content-Length without a transport error:
 #: retried like a reset connection.
 INCOMPLETE = "IncompleteBody"
-
-
-def object_path(target: Target, key: str) -> str:
-    """The URI-encoded path of ``key`` in the target's bucket (``/`` kept, every
-    other byte but A-Z a-z 0-9 - _ . ~ escaped: a ``+`` is %2B, a space %20)."""
-    return target.path.rstrip("/") + "/" + quote(key, safe="/-_.~")
 
 
 class Sink(Protocol):
@@ -96,9 +89,13 @@ class Objects:
         self.policy = policy
         self.requests = 0
         self.retries = 0
+        #: Sent with each HEAD and GET: an SSE-C object's key (its headers).
+        self.reading: list[tuple[str, str]] = []
 
     def url(self, key: str) -> tuple[str, str]:
-        path = object_path(self.target, key)
+        """The key's request path (signed as sent: :func:`sigv4.object_path`,
+        the key as given) and its URL."""
+        path = object_path(self.target.path, key)
         return path, f"{self.target.base_url}{path}"
 
     def _signed(
@@ -137,6 +134,7 @@ class Objects:
         not; ``part``: those of that part of a multipart object (its length,
         Content-Range and checksum, where the server keeps them)."""
         amz = [("x-amz-checksum-mode", "ENABLED")] if checksums else []
+        amz = sorted(amz + self.reading)
         query = "" if part is None else canonical_query({"partNumber": str(part)})
         tries = _Tries()
         while True:
@@ -176,6 +174,7 @@ class Objects:
     ) -> None:
         """GET the object (bytes ``first``..``last`` inclusive, if given) into ``sink``."""
         amz = [("x-amz-checksum-mode", "ENABLED")] if checksums else []
+        amz = sorted(amz + self.reading)
         plain: list[tuple[str, str]] = []
         if first is not None:
             plain.append(("Range", f"bytes={first}-{'' if last is None else last}"))
@@ -222,27 +221,40 @@ class Objects:
         body: Callable[[], Any],
         *,
         md5: bytes | None = None,
-        crc32: str | None = None,
-        content_type: str | None = None,
+        checksum: Checksum | None = None,
+        headers: Sequence[tuple[str, str]] = (),
     ) -> Headers:
         """PutObject: ``body()`` (made afresh for each try: bytes or a
-        :class:`FileRange`), with its Content-MD5 and x-amz-checksum-crc32 if
-        given (a server that checks them refuses a body that is not those
-        bytes).  The response's headers (the checksum echoed, where checked)."""
-        plain = _body_headers(md5, content_type)
-        amz = [("x-amz-checksum-crc32", crc32)] if crc32 else []
-        response = await self._call("PUT", key, body=body, plain=plain, amz=amz)
+        :class:`FileRange`), with its Content-MD5 and ``checksum``
+        (x-amz-checksum-ALGORITHM) if given (a server that checks them refuses
+        a body that is not those bytes), and ``headers``: the object's
+        (:mod:`surge.s3.putoptions`).  The response's headers (the checksum
+        echoed, where checked)."""
+        plain, amz = _split(headers, _body_headers(md5, None))
+        amz += _checksum_headers(checksum)
+        response = await self._call("PUT", key, body=body, plain=plain, amz=sorted(amz))
         return response.headers
 
     async def create_multipart(
-        self, key: str, *, content_type: str | None = None, crc32: bool = False
+        self,
+        key: str,
+        *,
+        content_type: str | None = None,
+        checksum: str | None = None,
+        headers: Sequence[tuple[str, str]] = (),
     ) -> str:
-        """CreateMultipartUpload: the upload's id.  ``crc32``: the parts carry
-        their CRC-32s, and the object its own (S3's FULL_OBJECT type)."""
-        plain = _body_headers(None, content_type)
-        amz = [("x-amz-checksum-algorithm", "CRC32"), ("x-amz-checksum-type", "FULL_OBJECT")]
+        """CreateMultipartUpload: the upload's id.  ``checksum``: the
+        algorithm whose checksums the parts carry (``crc32``: and the object
+        its own, S3's FULL_OBJECT type; another: COMPOSITE, S3's default);
+        ``headers``: the object's metadata (lower-case names; a copy's, as
+        :func:`object_metadata` gives them)."""
+        plain, amz = _split(headers, _body_headers(None, content_type))
+        if checksum:
+            amz.append(("x-amz-checksum-algorithm", checksum.upper()))
+            if checksum == "crc32":
+                amz.append(("x-amz-checksum-type", "FULL_OBJECT"))
         response = await self._call(
-            "POST", key, params={"uploads": ""}, plain=plain, amz=amz if crc32 else ()
+            "POST", key, params={"uploads": ""}, plain=plain, amz=sorted(amz)
         )
         upload_id = _element(response.body, "UploadId")
         if not upload_id:
@@ -256,13 +268,17 @@ class Objects:
         number: int,
         body: Callable[[], Any],
         md5: bytes | None,
-        crc32: str | None = None,
+        checksum: Checksum | None = None,
+        *,
+        headers: Sequence[tuple[str, str]] = (),
     ) -> Headers:
-        """UploadPart: the response's headers (ETag; the checksum echoed, where checked)."""
+        """UploadPart: the response's headers (ETag; the checksum echoed, where
+        checked); ``headers``: the SSE-C key's, if the object has one."""
         params = {"partNumber": str(number), "uploadId": upload_id}
-        amz = [("x-amz-checksum-crc32", crc32)] if crc32 else []
+        plain, amz = _split(headers, _body_headers(md5, None))
+        amz += _checksum_headers(checksum)
         response = await self._call(
-            "PUT", key, params=params, body=body, plain=_body_headers(md5, None), amz=amz
+            "PUT", key, params=params, body=body, plain=plain, amz=sorted(amz)
         )
         if not response.header("etag"):
             raise self._error("InvalidResponse", f"no ETag for part {number}", response.status)
@@ -274,16 +290,18 @@ class Objects:
         upload_id: str,
         parts: Sequence[tuple[int, str, str | None]],
         crc32: str | None = None,
+        algorithm: str = "crc32",
     ) -> tuple[str, str | None]:
-        """CompleteMultipartUpload of ``parts`` ((number, ETag, CRC-32 or None),
-        in order), with the whole object's CRC-32 if given (the server checks
-        it against the parts').  The object's ETag and the CRC-32 the server
-        answers (None: it says none)."""
+        """CompleteMultipartUpload of ``parts`` ((number, ETag, checksum of
+        ``algorithm`` or None), in order), with the whole object's CRC-32 if
+        given (the server checks it against the parts').  The object's ETag
+        and the checksum the server answers (None: it says none)."""
         from html import escape  # here: only multipart uploads need it
 
+        element = f"Checksum{algorithm.upper()}"
         document = "".join(
             f"<Part><PartNumber>{number}</PartNumber><ETag>{escape(etag, quote=False)}</ETag>"
-            + (f"<ChecksumCRC32>{checksum}</ChecksumCRC32>" if checksum else "")
+            + (f"<{element}>{checksum}</{element}>" if checksum else "")
             + "</Part>"
             for number, etag, checksum in parts
         )
@@ -307,11 +325,138 @@ class Objects:
                 "CompleteMultipartUpload answered 2xx without the object's ETag",
                 response.status,
             )
-        return etag, _element(response.body, "ChecksumCRC32")
+        return etag, _element(response.body, element)
 
-    async def delete(self, key: str) -> None:
-        """DeleteObject (a sync's --delete)."""
-        await self._call("DELETE", key)
+    # -- copies within the endpoint -------------------------------------------------
+
+    async def copy_object(
+        self,
+        key: str,
+        source: str,
+        *,
+        replace: Sequence[tuple[str, str]] | None = None,
+        if_match: str | None = None,
+        headers: Sequence[tuple[str, str]] = (),
+    ) -> str:
+        """CopyObject of ``source`` (:func:`copy_source`'s) to ``key``: the
+        server copies the bytes itself.  ``replace``: the new object's
+        metadata (lower-case names; x-amz-metadata-directive REPLACE), else
+        the source's is kept (COPY).  The new object's ETag.  A 200 whose
+        document is an ``<Error>`` (S3 documents it: a copy can fail after
+        its answer began) is that error; one with no ETag is no copy.
+        ``headers``: how the new object is stored (class, ACL, encryption;
+        the source's SSE-C key), whichever the directive."""
+        plain, amz = _split([*(replace or ()), *headers])
+        amz.append(("x-amz-copy-source", source))
+        if if_match is not None:
+            amz.append(("x-amz-copy-source-if-match", if_match))
+        amz.append(("x-amz-metadata-directive", "COPY" if replace is None else "REPLACE"))
+        response = await self._call("PUT", key, plain=plain, amz=sorted(amz))
+        return self._copied(response, "CopyObject")
+
+    async def upload_part_copy(
+        self,
+        key: str,
+        upload_id: str,
+        number: int,
+        source: str,
+        first: int,
+        last: int,
+        if_match: str | None = None,
+        *,
+        headers: Sequence[tuple[str, str]] = (),
+    ) -> str:
+        """UploadPartCopy of bytes ``first``..``last`` of ``source`` as part
+        ``number``: its ETag (a 200 with an ``<Error>`` document is that
+        error); ``headers``: SSE-C keys (the new object's, the source's)."""
+        params = {"partNumber": str(number), "uploadId": upload_id}
+        _, amz = _split(headers)
+        amz += [
+            ("x-amz-copy-source", source),
+            ("x-amz-copy-source-range", f"bytes={first}-{last}"),
+        ]
+        if if_match is not None:
+            amz.append(("x-amz-copy-source-if-match", if_match))
+        response = await self._call("PUT", key, params=params, amz=sorted(amz))
+        return self._copied(response, f"UploadPartCopy of part {number}")
+
+    def _copied(self, response: Response, what: str) -> str:
+        etag = _element(response.body, "ETag")
+        if not etag:
+            raise self._error(
+                "InvalidResponse", f"{what} answered 2xx without an ETag", response.status
+            )
+        return etag
+
+    # -- the bucket itself -----------------------------------------------------------
+
+    async def create_bucket(self) -> None:
+        """CreateBucket in the target's region (its LocationConstraint, which
+        S3 wants outside us-east-1 and refuses in it)."""
+        region = self.target.region
+        body = b""
+        if region != "us-east-1":
+            body = (
+                '<CreateBucketConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+                f"<LocationConstraint>{region}</LocationConstraint></CreateBucketConfiguration>"
+            ).encode()
+        await self._call(
+            "PUT",
+            None,
+            body=(lambda: body) if body else None,
+            payload_hash=hashlib.sha256(body).hexdigest(),
+        )
+
+    async def delete_bucket(self) -> None:
+        """DeleteBucket (BucketNotEmpty unless it is empty)."""
+        await self._call("DELETE", None)
+
+    async def list_uploads(self, key: str) -> list[Upload]:
+        """ListMultipartUploads of the keys starting with ``key`` (one page:
+        1,000 uploads), each as the server lists it."""
+        params = {"uploads": "", "prefix": key, "encoding-type": "url"}
+        response = await self._call("GET", None, params=params)
+        return parse_uploads(response.body)
+
+    async def delete(self, key: str, version_id: str | None = None) -> None:
+        """DeleteObject (a sync's --delete); with ``version_id``, that version
+        (or delete marker) for good."""
+        params = None if version_id is None else {"versionId": version_id}
+        await self._call("DELETE", key, params=params)
+
+    async def delete_objects(
+        self, keys: Sequence[str], versions: Sequence[str | None] | None = None
+    ) -> list[KeyError_]:
+        """DeleteObjects of ``keys`` (at most 1,000, S3's limit) in Quiet mode:
+        the keys the server could not delete, each with its code and message
+        (every other key is deleted).  ``versions``: each key's version id
+        (None: the key itself), as ``<VersionId>``.  The body goes with its
+        Content-MD5 (S3 wants it, or a checksum, on this call) and its SHA-256
+        signed; each key is XML-escaped (:func:`xml_key`), bytes as given."""
+        if versions is None:
+            document = "".join(f"<Object><Key>{xml_key(key)}</Key></Object>" for key in keys)
+        else:
+            document = "".join(
+                f"<Object><Key>{xml_key(key)}</Key>"
+                + ("" if version is None else f"<VersionId>{xml_key(version)}</VersionId>")
+                + "</Object>"
+                for key, version in zip(keys, versions, strict=True)
+            )
+        body = f"<Delete><Quiet>true</Quiet>{document}</Delete>".encode()
+        md5 = hashlib.md5(body, usedforsecurity=False).digest()
+        response = await self._call(
+            "POST",
+            None,
+            params={"delete": ""},
+            body=lambda: body,
+            payload_hash=hashlib.sha256(body).hexdigest(),
+            plain=[*_body_headers(md5, None), ("Content-Type", "application/xml")],
+        )
+        if b"<DeleteResult" not in response.body:  # a 200 that says nothing of the keys
+            raise self._error(
+                "InvalidResponse", "DeleteObjects answered without a DeleteResult", response.status
+            )
+        return parse_delete_errors(response.body)
 
     async def abort_multipart(
         self, key: str, upload_id: str, *, within: float | None = None
@@ -327,7 +472,7 @@ class Objects:
     async def _call(
         self,
         method: str,
-        key: str,
+        key: str | None,
         *,
         params: dict[str, str] | None = None,
         plain: Sequence[tuple[str, str]] = (),
@@ -340,7 +485,8 @@ class Objects:
         transient transport errors): its 2xx response, body read (a document, or
         nothing), or :class:`S3Error`.  A body is not hashed into the signature
         unless ``payload_hash`` says its hash (UNSIGNED-PAYLOAD).  ``within``:
-        seconds for every try and pause (else each try has the client's)."""
+        seconds for every try and pause (else each try has the client's).
+        ``key`` None: a request of the bucket itself."""
         query = canonical_query(params) if params else ""
         if payload_hash is None:
             payload_hash = EMPTY_SHA256 if body is None else UNSIGNED_PAYLOAD
@@ -349,7 +495,10 @@ class Objects:
         deadline = None if within is None else loop.time() + within
         while True:
             self.target = followed(self.target)
-            path, url = self.url(key)
+            if key is None:
+                path, url = self.target.path, f"{self.target.base_url}{self.target.path}"
+            else:
+                path, url = self.url(key)
             if query:
                 url = f"{url}?{query}"
             self.requests += 1
@@ -383,7 +532,7 @@ class Objects:
             await self._after_error_answer(key, response, response.body, tries, deadline)
 
     async def _after_request_error(
-        self, error: RequestError, tries: _Tries, key: str, deadline: float | None = None
+        self, error: RequestError, tries: _Tries, key: str | None, deadline: float | None = None
     ) -> None:
         """A request that failed on the way (GET and every other call alike):
         back once the policy's pause is over, or S3Error - whose message says
@@ -400,7 +549,7 @@ class Objects:
 
     async def _after_error_answer(
         self,
-        key: str,
+        key: str | None,
         response: Response,
         body: bytes,
         tries: _Tries,
@@ -461,6 +610,128 @@ class Objects:
         return True
 
 
+class KeyError_(NamedTuple):
+    """A key that DeleteObjects could not delete, as the server says why."""
+
+    key: str
+    code: str
+    message: str
+    version_id: str | None = None  # the version's, if one was named
+
+
+#: What XML 1.0 holds as a character (its Char production): a key with any
+#: other code point (most C0 controls, U+FFFE, U+FFFF, a lone surrogate) cannot
+#: be written in a DeleteObjects document, not even as a character reference.
+_NOT_XML = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+#: Escaped in a key: the markup characters, and the white space an XML parser
+#: would otherwise normalise (a CR read as LF; a tab or newline kept only as a
+#: reference), and the C1 controls, legal but discouraged.
+_XML_ESCAPES = re.compile(r"[&<>\t\n\r\x7f-\x9f]")
+
+
+def xml_carries(key: str) -> bool:
+    """Whether ``key`` can be written in an XML 1.0 document (DeleteObjects')."""
+    return _NOT_XML.search(key) is None
+
+
+def xml_key(key: str) -> str:
+    """``key`` as XML character data: ``&``, ``<``, ``>`` as entities, tab,
+    newline, CR and the C1 controls as character references, so that the
+    server's parser reads back exactly the key's code points."""
+    return _XML_ESCAPES.sub(lambda found: f"&#x{ord(found.group()):X};", key)
+
+
+_ENTITIES = {"amp": "&", "lt": "<", "gt": ">", "quot": '"', "apos": "'"}
+_REFERENCE = re.compile(r"&(#x[0-9A-Fa-f]+|#[0-9]+|amp|lt|gt|quot|apos);")
+
+
+def _xml_unescaped(found: re.Match[str]) -> str:
+    name = found.group(1)
+    if name[0] != "#":
+        return _ENTITIES[name]
+    return chr(int(name[2:], 16) if name[1] in "xX" else int(name[1:]))
+
+
+def xml_text(raw: bytes) -> str:
+    """XML character data as written, its references undone exactly as XML
+    reads them (``&#x85;`` is U+0085: not HTML's windows-1252 reading)."""
+    text = raw.decode("utf-8", "surrogateescape")
+    return _REFERENCE.sub(_xml_unescaped, text) if "&" in text else text
+
+
+def parse_delete_errors(document: bytes) -> list[KeyError_]:
+    """The ``<Error>`` entries of a DeleteResult: (key, code, message) each."""
+    errors = []
+    for found in re.findall(rb"<Error>.*?</Error>", document, re.DOTALL):
+        errors.append(
+            KeyError_(
+                xml_text(_raw(found, "Key") or b""),
+                xml_text(_raw(found, "Code") or b"InternalError"),
+                xml_text(_raw(found, "Message") or b""),
+                # no version named: none, or empty (MinIO writes <VersionId></VersionId>)
+                xml_text(version) if (version := _raw(found, "VersionId")) else None,
+            )
+        )
+    return errors
+
+
+def copy_source(bucket: str, key: str) -> str:
+    """The ``x-amz-copy-source`` of ``bucket``'s ``key``: ``/bucket/key``, the
+    key percent-encoded as its request path is (:func:`object_path`: every
+    byte as given, as botocore encodes it)."""
+    return object_path("/" + bucket, key)
+
+
+#: What a copy carries of its source's headers (the metadata S3 keeps).
+METADATA_HEADERS = (
+    "cache-control",
+    "content-disposition",
+    "content-encoding",
+    "content-language",
+    "content-type",
+    "expires",
+)
+
+
+def object_metadata(headers: Mapping[str, str]) -> list[tuple[str, str]]:
+    """An object's metadata from its HEAD: the :data:`METADATA_HEADERS` and
+    every ``x-amz-meta-*``, lower-case names, for a new object to carry (a
+    multipart copy's CreateMultipartUpload: UploadPartCopy copies bytes only)."""
+    items = headers.items()
+    return sorted(
+        (name.lower(), value)
+        for name, value in items
+        if name.lower() in METADATA_HEADERS or name.lower().startswith("x-amz-meta-")
+    )
+
+
+#: A body's checksum: (algorithm, as S3 names it in lower case; the value, base64).
+Checksum = tuple[str, str]
+
+
+def _checksum_headers(checksum: Checksum | None) -> list[tuple[str, str]]:
+    """The body's checksum, and its algorithm named as botocore names it
+    (x-amz-sdk-checksum-algorithm, which S3 takes and moto needs to keep it)."""
+    if checksum is None:
+        return []
+    algorithm, value = checksum
+    return [
+        (f"x-amz-checksum-{algorithm}", value),
+        ("x-amz-sdk-checksum-algorithm", algorithm.upper()),
+    ]
+
+
+def _split(
+    headers: Sequence[tuple[str, str]], plain: Sequence[tuple[str, str]] = ()
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """``headers`` (lower-case names) as a request's plain ones (after
+    ``plain``) and its ``x-amz-*`` ones, which are signed."""
+    plain_headers, amz = list(plain), list[tuple[str, str]]()
+    for name, value in headers:
+        (amz if name.startswith("x-amz-") else plain_headers).append((name, value))
+    return plain_headers, amz
+
+
 def _body_headers(md5: bytes | None, content_type: str | None) -> list[tuple[str, str]]:
     headers = []
     if md5 is not None:
@@ -482,14 +753,22 @@ def _is_error_document(body: bytes) -> bool:
 
 def _element(document: bytes, name: str) -> str | None:
     """The text of the first ``<name>`` element of a small S3 answer, unescaped."""
-    found = re.search(rb"<%s>([^<]*)</%s>" % (name.encode(), name.encode()), document)
-    if found is None:
+    raw = _raw(document, name)
+    if raw is None:
         return None
-    text = found.group(1).decode("utf-8", "replace")
+    text = raw.decode("utf-8", "replace")
     return unescape(text) if "&" in text else text
 
 
-def _status_message(status: int, key: str) -> str:
+def _raw(document: bytes, name: str) -> bytes | None:
+    """The bytes of the first ``<name>`` element, as written."""
+    found = re.search(rb"<%s>([^<]*)</%s>" % (name.encode(), name.encode()), document)
+    return found.group(1) if found is not None else None
+
+
+def _status_message(status: int, key: str | None) -> str:
+    if key is None:  # a request of the bucket
+        return f"HTTP status {status}"
     if status == 404:
         return f"no such key {key!r}"
     if status == 403:

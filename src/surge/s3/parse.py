@@ -100,6 +100,12 @@ def _etag(raw: bytes) -> str:
 Decode = Callable[[bytes], str]
 
 
+def key_decoder(body: bytes) -> Decode:
+    """How the keys of the answer ``body`` read (a key's raw bytes between
+    its tags -> the key): url-encoded where it says so, else XML text."""
+    return _key_decoder(is_url_encoded(body))
+
+
 def _key_decoder(url_encoded: bool) -> Decode:
     if url_encoded:
         # EncodingType=url: S3 escapes keys the way a form does (a space may be +),
@@ -249,6 +255,54 @@ def version_markers(body: bytes) -> tuple[str, str] | None:
         raise ValueError("a truncated version listing without its NextKeyMarker")
     decode = _key_decoder(is_url_encoded(body))
     return decode(key.group(1)), _text(version.group(1)) if version else ""
+
+
+class Upload(NamedTuple):
+    """A multipart upload in progress, as ListMultipartUploads lists it."""
+
+    key: str
+    upload_id: str
+    initiated: str  # ISO 8601, the server's clock
+    checksum_algorithm: str | None  # as created (S3 and moto list it; MinIO does not)
+    checksum_type: str | None
+
+
+_UPLOAD = rb"<Upload>(.*?)</Upload>"  # re.S
+
+
+def upload_markers(body: bytes) -> tuple[str, str] | None:
+    """The (key, upload id) markers of the next ListMultipartUploads page;
+    None on the last page."""
+    if not is_truncated(body):
+        return None
+    key = _element(b"NextKeyMarker").search(body)
+    upload = _element(b"NextUploadIdMarker").search(body)
+    if key is None or not key.group(1):
+        raise ValueError("a truncated upload listing without its NextKeyMarker")
+    decode = _key_decoder(is_url_encoded(body))
+    return decode(key.group(1)), _text(upload.group(1)) if upload else ""
+
+
+def parse_uploads(body: bytes) -> list[Upload]:
+    """The uploads of a ListMultipartUploadsResult, each as the server lists
+    it: keys of any bytes (XML 1.0 holds no control character) url-encoded
+    where the server says it did, as a listing's."""
+    decode = _key_decoder(is_url_encoded(body))
+
+    def text(found: bytes, name: bytes) -> str | None:
+        match = _element(name).search(found)
+        return None if match is None else _text(match.group(1))
+
+    return [
+        Upload(
+            decode(key.group(1)) if (key := _element(b"Key").search(found)) else "",
+            text(found, b"UploadId") or "",
+            text(found, b"Initiated") or "",
+            text(found, b"ChecksumAlgorithm"),
+            text(found, b"ChecksumType"),
+        )
+        for found in re.findall(_UPLOAD, body, re.DOTALL)
+    ]
 
 
 def parse_versions(body: bytes) -> list[S3Version]:

@@ -66,7 +66,8 @@ async def bucket_region(client: AsyncClient, target: Target) -> str | None:
     if target.signer is not None:
         headers = target.signer.sign("HEAD", target.host, target.path, "", datetime.now(UTC))
     try:
-        response = await client.request("HEAD", f"{target.base_url}{target.path}", headers=headers)
+        url = f"{target.base_url}{target.path}"
+        response = await client.request("HEAD", url, headers=headers)
     except RequestError:
         return None
     return region_in(response.headers, b"")

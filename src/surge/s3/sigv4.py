@@ -41,6 +41,23 @@ def uri_encode(text: str) -> str:
     return quote(text, safe="-_.~")
 
 
+def object_path(bucket_path: str, key: str) -> str:
+    """The request path of ``key`` under ``bucket_path`` (``/bucket`` path-style,
+    ``/`` virtual-hosted) - sent on the wire and signed as the canonical URI,
+    the same string: the one place a key becomes a path.
+
+    A key is opaque bytes: nothing in it is normalised, resolved or collapsed.
+    Each byte but the unreserved A-Z a-z 0-9 - _ . ~ and ``/`` is %XX of its
+    UTF-8 (a space %20, a ``+`` %2B, a ``%`` %25, a control character %0A...;
+    no Unicode normalisation: NFC and NFD are two keys); ``.`` and ``..``
+    segments, ``//`` and a leading or trailing ``/`` stay as they are.  S3 is
+    SigV4's documented exception to URI normalisation: it signs the path as
+    sent (botocore's S3 signer does not normalise either), and the HTTP client
+    sends every path as given, resolving no dot segment (``S/../V/k`` would
+    otherwise be bucket V's key)."""
+    return bucket_path.rstrip("/") + "/" + quote(key, safe="/-_.~")
+
+
 def canonical_query(params: dict[str, str]) -> str:
     """The query string in canonical form: encoded names and values, sorted by name.
 
@@ -101,28 +118,69 @@ class Signer:
             signed_headers.append(("x-amz-security-token", token))
         signed_headers.sort()
         signed = ";".join(name for name, _ in signed_headers)
-        canonical = "\n".join(
-            [
-                method,
-                path,
-                query,
-                "".join(f"{name}:{_trimmed(value)}\n" for name, value in signed_headers),
-                signed,
-                payload_hash,
-            ]
+        signature = self._signature(
+            method, path, query, signed_headers, payload_hash, amz_date, signed
         )
-        scope = f"{day}/{self.region}/{self.service}/aws4_request"
-        to_sign = "\n".join(
-            [ALGORITHM, amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()]
-        )
-        signature = hmac.new(self.signing_key(day), to_sign.encode(), hashlib.sha256).hexdigest()
         authorization = (
-            f"{ALGORITHM} Credential={self.credentials.access_key}/{scope}, "
+            f"{ALGORITHM} Credential={self.credentials.access_key}/{self.scope(day)}, "
             f"SignedHeaders={signed}, Signature={signature}"
         )
         out = [(name, value) for name, value in signed_headers if name != "host"]
         out.append(("Authorization", authorization))
         return out
+
+    def presign(self, method: str, host: str, path: str, now: datetime, expires: int) -> str:
+        """The query string that authenticates ``method host path`` from
+        ``now`` (UTC) for ``expires`` seconds, no header needed: SigV4 query
+        signing, as botocore's presigned URLs (S3SigV4QueryAuth: only Host
+        signed, the payload UNSIGNED-PAYLOAD, a session token in the query).
+        ``path`` is already URI-encoded (:func:`object_path`)."""
+        amz_date = now.strftime("%Y%m%dT%H%M%SZ")
+        day = amz_date[:8]
+        params = {
+            "X-Amz-Algorithm": ALGORITHM,
+            "X-Amz-Credential": f"{self.credentials.access_key}/{self.scope(day)}",
+            "X-Amz-Date": amz_date,
+            "X-Amz-Expires": str(expires),
+            "X-Amz-SignedHeaders": "host",
+        }
+        if self.credentials.token:
+            params["X-Amz-Security-Token"] = self.credentials.token
+        query = canonical_query(params)
+        signature = self._signature(
+            method, path, query, [("host", host)], UNSIGNED_PAYLOAD, amz_date, "host"
+        )
+        return f"{query}&X-Amz-Signature={signature}"
+
+    def scope(self, day: str) -> str:
+        return f"{day}/{self.region}/{self.service}/aws4_request"
+
+    def _signature(
+        self,
+        method: str,
+        path: str,
+        query: str,
+        headers: Sequence[tuple[str, str]],
+        payload_hash: str,
+        amz_date: str,
+        signed: str,
+    ) -> str:
+        """The signature (hex) of the canonical request these make."""
+        canonical = "\n".join(
+            [
+                method,
+                path,
+                query,
+                "".join(f"{name}:{_trimmed(value)}\n" for name, value in headers),
+                signed,
+                payload_hash,
+            ]
+        )
+        day = amz_date[:8]
+        to_sign = "\n".join(
+            [ALGORITHM, amz_date, self.scope(day), hashlib.sha256(canonical.encode()).hexdigest()]
+        )
+        return hmac.new(self.signing_key(day), to_sign.encode(), hashlib.sha256).hexdigest()
 
 
 def _trimmed(value: str) -> str:

@@ -48,7 +48,6 @@ import errno
 import itertools
 import logging
 import os
-import signal
 import stat
 import sys
 import threading
@@ -86,6 +85,7 @@ from surge.s3.checksums import (
     part_digests,
 )
 from surge.s3.config import Target, split_s3_url
+from surge.s3.interrupts import run_cleanly
 from surge.s3.objects import INCOMPLETE, Objects, check_range, stream_object, stream_parts
 from surge.s3.parse import S3Object
 from surge.s3.paths import (
@@ -95,9 +95,11 @@ from surge.s3.paths import (
     local_path,
     not_regular,
     prefix_dir,
+    relative_parts,
     stays_inside,
     walk_files,
 )
+from surge.s3.putoptions import CustomerKey
 from surge.sinks import (
     ENDS_RUN,
     NotRegular,
@@ -207,6 +209,8 @@ class TransferOptions(EndpointOptions):
     delete: bool = False
     retries: int = 5
     max_time: float = 300.0  # seconds per request (one part or one small object)
+    #: Keys a DeleteObjects (rm, a sync's --delete, mv): 1..1,000 (S3's limit).
+    delete_batch: int = 1000
     #: Listing requests in flight (surge s3 ls --parallel): a recursive
     #: download's source, a sync's destination.
     list_parallel: int = 16
@@ -214,6 +218,9 @@ class TransferOptions(EndpointOptions):
     on_result: Callable[[Result], None] | None = None
     #: Told of the running summary after each object and part.
     on_progress: Callable[[Summary], None] | None = None
+    #: Awaited before each object is taken on: a consumer's back-pressure
+    #: (the results' async iterators: :mod:`surge.s3.results`).
+    room: Callable[[], Awaitable[None]] | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -230,6 +237,8 @@ class TransferOptions(EndpointOptions):
                 raise UsageError(f"a filter is ('include' | 'exclude', pattern), not {kind!r}")
         if self.list_parallel < 1:
             raise UsageError(f"list parallelism must be at least 1, not {self.list_parallel}")
+        if not 1 <= self.delete_batch <= 1000:
+            raise UsageError(f"a delete batch is 1..1000 keys, not {self.delete_batch}")
         if self.delete and not self.sync:
             raise UsageError("delete is for a sync (sync=True)")
         if self.sync:
@@ -253,8 +262,14 @@ class TransferOptions(EndpointOptions):
 
 
 @dataclass
-class DownloadOptions(TransferOptions):
-    """The options of :func:`download` (and of ``surge s3 cp s3://... PATH``)."""
+class DownloadOptions(TransferOptions, CustomerKey):
+    """The options of :func:`download` (and of ``surge s3 cp s3://... PATH``);
+    ``sse_c`` and ``sse_c_key``: the objects' SSE-C key, sent with each HEAD
+    and GET (as the AWS CLI's ``--sse-c`` and ``--sse-c-key``)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.check_customer_key()
 
 
 @dataclass
@@ -284,6 +299,15 @@ class Result:
     #: ("not a regular file (a FIFO)": a FIFO, socket or device file), as the
     #: AWS CLI warns and skips.  ``source`` is the local file.
     skipped: str | None = None
+    #: The id of a multipart upload of ``destination`` that an earlier run
+    #: left (killed before it could abort it), aborted by this one.
+    left_aborted: str | None = None
+    #: A move's: copied to ``destination``, and ``source`` deleted.
+    moved: bool = False
+    #: ``rm --all-versions``: the version (or delete marker) of ``destination`` deleted.
+    version_id: str | None = None
+    #: ``rm --incomplete``: the multipart upload of ``destination`` aborted.
+    upload_id: str | None = None
 
 
 @dataclass
@@ -310,6 +334,8 @@ class Summary:
     #: Multipart uploads begun and neither completed nor aborted yet: upload
     #: id -> s3:// URL.  What an interrupted run could not abort is left here.
     open_uploads: dict[str, str] = field(default_factory=dict)
+    #: Multipart uploads that earlier runs left of the keys uploaded, aborted.
+    left_aborted: int = 0
 
     @property
     def failed(self) -> int:
@@ -339,6 +365,7 @@ class Summary:
             "requests": self.requests,
             "retries": self.retries,
             "dryrun": self.dryrun,
+            "left_aborted": self.left_aborted,
         }
 
 
@@ -563,6 +590,7 @@ class _Download:
         self.client = client
         self.summary = summary
         self.objects = Objects(target, client, opts.retry_policy())
+        self.objects.reading = opts.customer_headers()
         self.threshold = opts.threshold
         self.jobs: asyncio.PriorityQueue[tuple[int, int, int, _Job | _Part]] = (
             asyncio.PriorityQueue()
@@ -575,8 +603,6 @@ class _Download:
         self.crash: BaseException | None = None
         #: temporary files not yet renamed into place: removed if the run stops
         self.files: set[Sink] = set()
-        #: a sync with --delete: every listed object's path, relative to the destination
-        self.seen: set[str] | None = set() if opts.delete else None
         #: directories a file may be written into (stays_inside said so)
         self.inside: set[str] = set()
         self.writer = _Writer()
@@ -584,6 +610,14 @@ class _Download:
         #: A sync with --delete: objects whose directory is a file here, tried
         #: again once the deletions are done (None: no more waiting)
         self.blocked: list[_Job] | None = [] if opts.delete else None
+        #: a listing: every file a listed key is written to, relative to the
+        #: destination - two keys on one file are a collision, not two writes
+        self.placed: set[str] = set()
+        #: a sync with --delete: what it keeps (the files of listed objects)
+        self.seen: set[str] | None = self.placed if opts.delete else None
+        #: listed keys that are not their own file's name (``./a``, ``a//b``):
+        #: placed once the listing is done, after the keys that are
+        self.respelled: list[tuple[str, int, float]] = []
 
     def url(self, key: str) -> str:
         return f"s3://{self.plan.bucket}/{key}"
@@ -632,6 +666,11 @@ class _Download:
                 for entry in page:
                     if isinstance(entry, S3Object):
                         await self._offer(entry.key, entry.size, entry.last_modified.timestamp())
+        # Deterministic whatever the listing's order: a file is the key that
+        # spells it exactly, else the first (in key order) that maps to it.
+        respelled, self.respelled = sorted(self.respelled), []
+        for key, size, modified in respelled:
+            await self._offer(key, size, modified, respelled=True)
 
     async def _single(self) -> None:
         key = self.plan.prefix
@@ -718,20 +757,36 @@ class _Download:
             return e
         return error  # pragma: no cover - the sink refuses any body
 
-    async def _offer(self, key: str, size: int, modified: float) -> None:
+    async def _offer(self, key: str, size: int, modified: float, respelled: bool = False) -> None:
         """A listed object: filtered, mapped to its path, queued (or, in a dry
-        run, reported; in a sync, skipped if the file is the same)."""
+        run, reported; in a sync, skipped if the file is the same).  A key
+        that is not its file's name exactly is held until the listing is done
+        (``respelled``): the key that is (``a`` for ``./a``) takes the file,
+        and a second key on a file is a failure, so a sync settles."""
+        if self.opts.room is not None:
+            await self.opts.room()
         if key.endswith("/"):
             self.summary.folders += 1
             return
-        if self.plan.filters and not self.plan.filters.takes(key):
+        if not respelled and self.plan.filters and not self.plan.filters.takes(key):
             self.summary.excluded += 1
             return
+        relative_key = key[len(self.plan.prefix) :]
         try:
-            path = local_path(self.plan.destination, key[len(self.plan.prefix) :])
+            parts = relative_parts(relative_key)
         except UnsafeKey as e:
             self._failed(key, None, "UnsafeKey", f"skipping: {e}")
             return
+        if "/".join(parts) != relative_key and not respelled:
+            self.respelled.append((key, size, modified))
+            return
+        relative = os.path.join(*parts)
+        path = os.path.join(self.plan.destination, relative)
+        if relative in self.placed:
+            message = f"skipping: another key is written to the same file, {path}"
+            self._failed(key, path, "UnsafeKey", message)
+            return
+        self.placed.add(relative)
         parent = os.path.dirname(path)
         if parent not in self.inside:  # checked once per directory
             if not stays_inside(self.plan.destination, path):
@@ -742,8 +797,6 @@ class _Download:
                 self.inside.clear()
             self.inside.add(parent)
             self._clean(parent)
-        if self.seen is not None:  # what --delete keeps (excluded files are kept anyway)
-            self.seen.add(os.path.relpath(path, self.plan.destination))
         if self.opts.sync and same_file(path, size, modified):
             self.summary.unchanged += 1
             return
@@ -1710,10 +1763,21 @@ async def download_async(
     )
 
 
+class Counts(Protocol):
+    """A run's request counts (its :class:`Objects`, or several)."""
+
+    @property
+    def requests(self) -> int: ...
+
+    @property
+    def retries(self) -> int: ...
+
+
 class Transfer(Protocol):
     """A download's or an upload's run: its requests counted by ``objects``."""
 
-    objects: Objects
+    @property
+    def objects(self) -> Counts: ...
 
     async def run(self) -> None: ...
 
@@ -1776,89 +1840,10 @@ def run_sync(work: Callable[[], Coroutine[Any, Any, T]]) -> T:
     return run()
 
 
-#: Seconds an interrupted run has to stop: its requests cancelled, its
-#: temporary files removed, its multipart uploads aborted.  Past it the run is
-#: left where it stands (see :func:`run_cleanly`).
-CANCEL_GRACE = 5.0
 #: Of which the aborts of multipart uploads may take this many (requests and
-#: retries): a stalled server cannot hold an interrupted run.
+#: retries): a stalled server cannot hold an interrupted run (CANCEL_GRACE:
+#: surge.s3.interrupts, with run_cleanly).
 ABORT_WITHIN = 4.0
-
-
-class Interrupted(KeyboardInterrupt):
-    """A run stopped by a signal: ``signum`` says which (SIGINT: Ctrl-C).
-    ``status``: the shell's exit status for it, 128 + the signal's number."""
-
-    def __init__(self, signum: int = signal.SIGINT) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-    @property
-    def status(self) -> int:
-        return 128 + self.signum
-
-
-def run_cleanly(
-    loop: asyncio.AbstractEventLoop,
-    work: Coroutine[Any, Any, T],
-    *,
-    signals: Sequence[int] = (signal.SIGINT,),
-    grace: float = CANCEL_GRACE,
-    again: Callable[[int], None] | None = None,
-) -> T:
-    """``loop.run_until_complete(work)``, where the first of ``signals``
-    (Ctrl-C's SIGINT; the command line adds SIGTERM and SIGHUP) cancels the
-    work at its next await - so its cleanup runs: temporary files removed,
-    multipart uploads aborted (within :data:`ABORT_WITHIN`) - and then raises
-    :class:`Interrupted`.  Python's own handler would raise wherever the code
-    happened to be, mid-bookkeeping.
-
-    A second signal, or a cleanup still running ``grace`` seconds after the
-    first, stops at once: ``again(signum)`` (the command line exits there),
-    else :class:`Interrupted` is raised out of the loop as it stands."""
-    task = loop.create_task(work)
-    received: list[int] = []
-
-    def stop_now(signum: int) -> None:
-        if again is not None:
-            again(signum)
-        raise Interrupted(signum)
-
-    def interrupt(signum: int) -> None:
-        if received:
-            stop_now(signum)
-        received.append(signum)
-        task.cancel()
-        loop.call_later(grace, overdue)
-
-    def overdue() -> None:
-        if not task.done():
-            stop_now(received[0])
-
-    handled: list[int] = []
-    if threading.current_thread() is threading.main_thread():
-        for signum in signals:
-            try:
-                loop.add_signal_handler(signum, interrupt, signum)
-            except (NotImplementedError, RuntimeError, ValueError):  # pragma: no cover
-                continue
-            handled.append(signum)
-    try:
-        return loop.run_until_complete(task)
-    except asyncio.CancelledError:
-        if received:
-            raise Interrupted(received[0]) from None
-        raise
-    except KeyboardInterrupt as e:
-        if not task.done():
-            task.cancel()
-            if not isinstance(e, Interrupted):  # Python's own (no handler here): clean up
-                with suppress(BaseException):
-                    loop.run_until_complete(task)
-        raise
-    finally:
-        for signum in handled:
-            loop.remove_signal_handler(signum)
 
 
 #: glibc's mallopt parameters (malloc.h).
@@ -1923,6 +1908,7 @@ async def open_object(
     if client is None:
         client = transfer_client(opts, 1)
     objects = Objects(target, client, opts.retry_policy())
+    objects.reading = opts.customer_headers()
     try:
         async with aclosing(stream_object(objects, key, part_size=part_size)) as chunks:
             async for chunk in chunks:

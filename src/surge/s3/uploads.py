@@ -50,13 +50,13 @@ import asyncio
 import base64
 import hashlib
 import logging
-import mimetypes
 import os
 import stat
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from surge import temps
@@ -65,11 +65,20 @@ from surge.http.arguments import FileRange
 from surge.http.client import AsyncClient
 from surge.http.response import Headers
 from surge.s3.api import ListOptions, list_pages
-from surge.s3.checksums import Expected, blocks, crc32, crc32_combine, crc32_header, off_loop
+from surge.s3.checksums import (
+    ALGORITHMS,
+    Expected,
+    blocks,
+    crc32,
+    crc32_combine,
+    crc32_header,
+    off_loop,
+)
 from surge.s3.config import Target, split_s3_url
 from surge.s3.objects import Objects
 from surge.s3.parse import S3Object
 from surge.s3.paths import Filters, not_regular, walk_files
+from surge.s3.putoptions import PutOptions
 from surge.s3.transfer import (
     ABORT_WITHIN,
     DEFAULT_PART_SIZE,
@@ -105,18 +114,19 @@ HASH_INLINE = 256 * 1024
 
 
 @dataclass
-class UploadOptions(TransferOptions):
-    """The options of :func:`upload` (and of ``surge s3 cp PATH s3://...``)."""
+class UploadOptions(TransferOptions, PutOptions):
+    """The options of :func:`upload` (and of ``surge s3 cp PATH s3://...``):
+    what the objects are stored with (:class:`PutOptions`: Content-Type, when
+    none is given, guessed from the file's name as the AWS CLI does, else none
+    and S3 says binary/octet-stream), and how files are found."""
 
-    #: The objects' Content-Type; None: guessed from the file's name (as the
-    #: AWS CLI does), or none (S3 then says binary/octet-stream).
-    content_type: str | None = None
     #: Symbolic links to files and directories followed (the AWS CLI's
     #: default); False: every link left out, as its --no-follow-symlinks.
     follow_symlinks: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self.check_put_options()
         if self.part_size is not None and not MIN_PART_SIZE <= self.part_size <= MAX_PART_SIZE:
             raise UsageError(
                 f"an upload's part size must be 5MiB..5GiB (S3's limits), not {self.part_size:,}"
@@ -220,7 +230,9 @@ class _Upload:
         try:
             if self.opts.sync:
                 self.remote = await self._remote()
-            for item in self._files():
+            async for item in self._items():
+                if self.opts.room is not None:
+                    await self.opts.room()
                 if isinstance(item, Failure):
                     self._failed(
                         item.source,
@@ -246,8 +258,6 @@ class _Upload:
                 )
             elif self.opts.delete:
                 await self._delete_extra()
-                while self.tasks:
-                    await asyncio.gather(*list(self.tasks))
         finally:
             self.stop.settle()
             for task in self.tasks:
@@ -261,6 +271,11 @@ class _Upload:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         return task
+
+    async def _items(self) -> AsyncIterator[_File | Failure]:
+        """What there is to copy: the files (a copy's: the source's objects)."""
+        for item in self._files():
+            yield item
 
     def _files(self) -> Iterator[_File | Failure]:
         """The files to upload and their keys, filtered, in sorted order; a file
@@ -357,31 +372,29 @@ class _Upload:
 
     async def _delete_extra(self) -> None:
         """A sync's --delete: the objects under the prefix that no file maps to
-        (and that the filters take) are deleted."""
-        assert self.seen is not None
-        for key in sorted(self.remote.keys() - self.seen):
-            relative = key[len(self.plan.key) :]
-            if self.plan.filters and not self.plan.filters.takes(relative):
-                continue
-            if self.opts.dryrun:
-                self.summary.deleted += 1
-                self._tell(Result(None, self.url(key), 0, dryrun=True, deleted=True))
-                continue
-            await self.slots.acquire()
-            self._spawn(self._delete(key))
+        (and that the filters take) are deleted, in batches (as ``rm``)."""
+        from surge.s3.deletes import Deletes  # a sync with --delete only
 
-    async def _delete(self, key: str) -> None:
-        try:
-            await self.objects.delete(key)
-        except S3Error as e:
-            if not self.stop.ends_run(e):
-                self._failed("", self.url(key), e.code, e.message)
-        else:
+        assert self.seen is not None
+        deletes = Deletes(self.objects, self._deleted, batch=self.opts.delete_batch, stop=self.stop)
+        async with deletes:
+            for key in sorted(self.remote.keys() - self.seen):
+                relative = key[len(self.plan.key) :]
+                if self.plan.filters and not self.plan.filters.takes(relative):
+                    continue
+                if self.opts.dryrun:
+                    self.summary.deleted += 1
+                    self._tell(Result(None, self.url(key), 0, dryrun=True, deleted=True))
+                    continue
+                await deletes.add(key)
+
+    def _deleted(self, key: str, error: tuple[str, str] | None) -> None:
+        if error is None:
             self.summary.deleted += 1
             self._tell(Result(None, self.url(key), 0, deleted=True))
-        finally:
-            self.slots.release()
-            self._progress()
+        else:
+            self._failed("", self.url(key), *error)
+        self._progress()
 
     def _dryrun(self, item: _File) -> None:
         if item.path == STDIN:  # not read: its size is known only once it is
@@ -418,25 +431,18 @@ class _Upload:
             fd = os.open(item.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
             info = _regular(os.fstat(fd))
             size = info.st_size
-            content_type = self.opts.content_type or mimetypes.guess_type(item.path)[0]
+            headers = self.opts.object_headers(item.path)
             if size > self.opts.threshold:
-                part_size = part_size_for(size, self.opts.part_size)
-                if part_size > MAX_PART_SIZE:
-                    raise S3Error(
-                        "EntityTooLarge",
-                        f"{size:,} bytes need parts over S3's 5 GiB",
-                        status=None,
-                        bucket=self.plan.bucket,
-                    )
+                part_size = self._part_size(size)
                 etag, _ = await self._multipart(
                     item,
                     _file_parts(fd, size, part_size),
                     part_size,
-                    content_type,
                     lambda: _unchanged(fd, info, "the multipart upload is aborted"),
+                    headers=headers,
                 )
             else:
-                etag = await self._put(item, _Body(size, fd=fd), content_type)
+                etag = await self._put(item, _Body(size, fd=fd), headers)
                 _unchanged(fd, info, "the object was stored, maybe with bytes of both")
             self._succeeded(item, size, etag)
         except _NotAFile as e:
@@ -456,16 +462,30 @@ class _Upload:
             self.open_files.release()
             self._progress()
 
-    async def _put(self, item: _File, body: _Body, content_type: str | None) -> str:
-        """One PutObject of ``body``, checked: its ETag."""
+    def _part_size(self, size: int) -> int:
+        """The parts of an object of ``size`` bytes (:func:`part_size_for`),
+        or EntityTooLarge if they would be over S3's 5 GiB."""
+        part_size = part_size_for(size, self.opts.part_size)
+        if part_size > MAX_PART_SIZE:
+            raise S3Error(
+                "EntityTooLarge",
+                f"{size:,} bytes need parts over S3's 5 GiB",
+                status=None,
+                bucket=self.plan.bucket,
+            )
+        return part_size
+
+    async def _put(self, item: _File, body: _Body, headers: Sequence[tuple[str, str]]) -> str:
+        """One PutObject of ``body`` with the object's ``headers``
+        (:meth:`PutOptions.object_headers`), checked: its ETag."""
         crc = await self._crc32(body)
         async with self.slots:
-            headers = await self.objects.put(
-                item.key, body.make, crc32=crc, content_type=content_type
+            answer = await self.objects.put(
+                item.key, body.make, checksum=self._sent(crc), headers=headers
             )
-        await self._check(headers, crc, body, f"the object {item.key!r}")
+        await self._check(answer, crc, body, f"the object {item.key!r}")
         self.summary.sent += body.length
-        return headers.get("etag") or ""
+        return answer.get("etag") or ""
 
     async def _upload_stdin(self, item: _File) -> None:
         """``cp - s3://bucket/key``, as the AWS CLI: stdin's bytes, read as
@@ -476,17 +496,17 @@ class _Upload:
         ahead, so the part size cannot grow to fit: past 10,000 parts the
         upload is aborted (a bigger ``--part-size`` takes a longer stream)."""
         threshold = self.opts.threshold
-        content_type = self.opts.content_type or mimetypes.guess_type(item.key)[0]
+        headers = self.opts.object_headers(item.key)
         first = await read_stdin(threshold + 1)
         if len(first) <= threshold:
-            etag = await self._put(item, _Body(len(first), data=first), content_type)
+            etag = await self._put(item, _Body(len(first), data=first), headers)
             self._succeeded(item, len(first), etag)
             return
         part_size = self.opts.part_size or DEFAULT_PART_SIZE
         parts = _stdin_parts(first, part_size, self.plan.bucket)
         window = asyncio.Semaphore(STDIN_PARTS_HELD)
         etag, size = await self._multipart(
-            item, parts, part_size, content_type, lambda: None, window=window
+            item, parts, part_size, lambda: None, window=window, headers=headers
         )
         self._succeeded(item, size, etag)
 
@@ -495,21 +515,28 @@ class _Upload:
         item: _File,
         bodies: AsyncIterator[_Body],
         part_size: int,
-        content_type: str | None,
         unchanged: Callable[[], None],
         *,
         window: asyncio.Semaphore | None = None,
+        headers: Sequence[tuple[str, str]] = (),
+        verify: bool | None = None,
     ) -> tuple[str, int]:
         """A multipart upload of ``bodies`` (each ``part_size`` bytes but the
-        last), sent in parallel; ``unchanged()`` raises if the source moved
+        last), sent in parallel - or copied, UploadPartCopy, for bodies that
+        name a copy's source; ``unchanged()`` raises if the source moved
         meanwhile; ``window``: parts read and not yet sent, at most (a
-        stream's, held in memory).  Aborted if anything fails.  The object's
-        ETag and size."""
+        stream's, held in memory); ``headers``: the object's
+        (:meth:`PutOptions.object_headers`, or a copy's metadata), each part
+        carrying the SSE-C key's if any;
+        ``verify``: CRC-32s sent and checked (default: the options').
+        Aborted if anything fails.  The object's ETag and size."""
         key = item.key
-        verify = self.opts.verify
+        verify = self.opts.verify if verify is None else verify
         async with self.slots:
             creating = asyncio.ensure_future(
-                self.objects.create_multipart(key, content_type=content_type, crc32=verify)
+                self.objects.create_multipart(
+                    key, checksum=self.algorithm if verify else None, headers=headers
+                )
             )
             try:
                 upload_id = await asyncio.shield(creating)
@@ -525,12 +552,28 @@ class _Upload:
         failures: list[S3Error | OSError] = []
         parts: list[asyncio.Task[None]] = []
         size = 0
+        encrypted = self.opts.customer_headers()  # SSE-C: each part carries the key
 
         async def send(index: int, body: _Body) -> None:
             try:
+                if body.copy is not None:
+                    last = body.offset + body.length - 1
+                    etags[index] = await self.objects.upload_part_copy(
+                        key,
+                        upload_id,
+                        index + 1,
+                        body.copy,
+                        body.offset,
+                        last,
+                        body.etag,
+                        headers=[*encrypted, *body.copy_headers],
+                    )
+                    self.summary.parts += 1
+                    self.summary.sent += body.length
+                    return
                 crc = await self._crc32(body)
                 headers = await self.objects.upload_part(
-                    key, upload_id, index + 1, body.make, None, crc
+                    key, upload_id, index + 1, body.make, None, self._sent(crc), headers=encrypted
                 )
                 md5 = await self._check(headers, crc, body, f"part {index + 1}")
                 etags[index] = headers.get("etag") or ""
@@ -547,6 +590,7 @@ class _Upload:
                 self._progress()
 
         try:
+            await self._abort_left(key, upload_id)
             index = 0
             while not failures:
                 if window is not None:
@@ -571,7 +615,10 @@ class _Upload:
             await asyncio.gather(*parts)
             if failures:
                 raise failures[0]
-            whole_crc = _combined(crcs, part_size, size) if verify else None
+            # the whole object's CRC-32, combined from the parts' (no second read);
+            # another algorithm's is the server's composite of the parts'
+            crc32 = verify and self.algorithm == "crc32"
+            whole_crc = _combined(crcs, part_size, size) if crc32 else None
             unchanged()
             async with self.slots:
                 etag, said = await self.objects.complete_multipart(
@@ -579,8 +626,9 @@ class _Upload:
                     upload_id,
                     [(i + 1, e, crcs[i]) for i, e in enumerate(etags)],
                     whole_crc,
+                    self.algorithm,
                 )
-            if verify and said is not None and said != whole_crc:
+            if crc32 and said is not None and said != whole_crc:
                 raise S3Error(
                     "BadDigest",
                     f"the object's CRC-32 {said} is not the file's {whole_crc}",
@@ -616,6 +664,43 @@ class _Upload:
         await asyncio.gather(*parts, return_exceptions=True)
         await self._abort(key, upload_id, within)
 
+    async def _abort_left(self, key: str, upload_id: str) -> None:
+        """Abort the multipart uploads of ``key`` that an earlier run left: a
+        run killed outright (SIGKILL, a crash, a lost machine) cannot abort
+        its own, and S3 keeps - and bills - their parts until a lifecycle rule
+        says otherwise.  The rerun of the same copy finds them: the key's
+        uploads in progress (ListMultipartUploads, prefix the key) begun no
+        later than this one (``upload_id``, just created: the server's clock
+        orders them), and shaped as surge makes them where the server lists
+        how they were made (CRC32, FULL_OBJECT).  Each is a line
+        (:attr:`Result.left_aborted`).  A server that refuses the listing
+        (no s3:ListBucketMultipartUploads) is left alone."""
+        try:
+            async with self.slots:
+                uploads = await self.objects.list_uploads(key)
+        except S3Error as e:
+            _log.debug("%s: cannot list its multipart uploads: %s", self.url(key), e)
+            return
+        ours = next((u for u in uploads if u.upload_id == upload_id), None)
+        if ours is None:  # not listed (yet): nothing to order the others by
+            return
+        shape = (ours.checksum_algorithm, ours.checksum_type)
+        for left in uploads:
+            if left.key != key or left.upload_id == upload_id:
+                continue
+            if _when(left.initiated) > _when(ours.initiated):
+                continue  # begun after this one: another run's, still going
+            if shape != (None, None) and (left.checksum_algorithm, left.checksum_type) != shape:
+                continue  # not made as surge makes them
+            try:
+                async with self.slots:
+                    await self.objects.abort_multipart(key, left.upload_id)
+            except S3Error as e:
+                self.summary.notes.add(f"an incomplete multipart upload of {key!r} is left: {e}")
+                continue
+            self.summary.left_aborted += 1
+            self._tell(Result(None, self.url(key), 0, left_aborted=left.upload_id))
+
     async def _abort_created(self, creating: asyncio.Future[str], key: str) -> None:
         """An interrupted CreateMultipartUpload: waited for (within
         :data:`ABORT_WITHIN`) and, if it made an upload, that one aborted."""
@@ -638,10 +723,22 @@ class _Upload:
         else:
             self.summary.open_uploads.pop(upload_id, None)
 
+    @property
+    def algorithm(self) -> str:
+        """The checksum the bodies are sent with: ``checksum_algorithm``, else
+        CRC-32 (the cheapest: ISA-L's, a tenth of an MD5's CPU)."""
+        return (self.opts.checksum_algorithm or "crc32").lower()
+
+    def _sent(self, value: str | None) -> tuple[str, str] | None:
+        return None if value is None else (self.algorithm, value)
+
     async def _crc32(self, body: _Body) -> str | None:
-        """The body's CRC-32 as x-amz-checksum-crc32 says it (None: not verifying)."""
+        """The body's checksum (:attr:`algorithm`) as x-amz-checksum-ALGORITHM
+        says it (None: not verifying)."""
         if not self.opts.verify:
             return None
+        if self.algorithm != "crc32":
+            return base64.b64encode(await off_loop(body.digest, self.algorithm)).decode("ascii")
         if body.length <= HASH_INLINE:
             return crc32_header(body.crc32())
         return crc32_header(await off_loop(body.crc32))
@@ -657,12 +754,13 @@ class _Upload:
         if it was checked."""
         if crc is None:
             return None
-        said = headers.get("x-amz-checksum-crc32")
+        said = headers.get(f"x-amz-checksum-{self.algorithm}")
         if said is not None:
             if said != crc:
+                name = "CRC-32" if self.algorithm == "crc32" else self.algorithm.upper()
                 raise S3Error(
                     "BadDigest",
-                    f"the server's CRC-32 for {what} is {said}, not the {crc} sent",
+                    f"the server's {name} for {what} is {said}, not the {crc} sent",
                     status=200,
                     bucket=self.plan.bucket,
                 )
@@ -710,6 +808,16 @@ class _Upload:
             self.opts.on_progress(self.summary)
 
 
+def _when(initiated: str) -> datetime:
+    """A listed upload's Initiated (ISO 8601: ``2026-12-01T23:48:02.937Z``);
+    one that cannot be read is taken for the oldest."""
+    try:
+        when = datetime.fromisoformat(initiated)
+    except ValueError:
+        return datetime.min.replace(tzinfo=UTC)
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
 class _NotAFile(Exception):
     """A FIFO, a socket, a device: skipped (the message says which)."""
 
@@ -743,6 +851,12 @@ class _Body:
     fd: int = -1
     offset: int = 0
     data: bytes | None = None
+    #: A copy's part: bytes ``offset``.. of this x-amz-copy-source (pinned to
+    #: its ``etag``), copied by the server (UploadPartCopy), never read here.
+    copy: str | None = None
+    etag: str | None = None
+    #: The copy's source's SSE-C headers (x-amz-copy-source-server-side-encryption-customer-*).
+    copy_headers: Sequence[tuple[str, str]] = ()
 
     def make(self) -> bytes | FileRange:
         """The body for one try (made afresh for each)."""
@@ -759,6 +873,15 @@ class _Body:
         for block in self._blocks(stop):
             value = crc32(block, value)
         return value
+
+    def digest(self, algorithm: str, stop: threading.Event | None = None) -> bytes:
+        """Its checksum of ``algorithm`` (:data:`ALGORITHMS`; blocking: a thread)."""
+        factory = ALGORITHMS[algorithm]
+        assert factory is not None  # PutOptions refuses an algorithm none computes
+        hasher = factory()
+        for block in self._blocks(stop):
+            hasher.update(bytes(block))
+        return hasher.digest()
 
     def md5(self, stop: threading.Event | None = None) -> bytes:
         """Its MD5 (blocking: a thread for a big one)."""
@@ -863,13 +986,19 @@ async def sync_async(
     **kwargs: Any,
 ) -> Summary:
     """Make ``destination`` hold what ``source`` holds, as ``aws s3 sync``: one
-    of the two is ``s3://bucket/prefix/``, the other a directory.  An object or
+    of the two is ``s3://bucket/prefix/``, the other a directory - or both
+    are, copied by the server (:mod:`surge.s3.copies`).  An object or
     file is copied unless the destination has it with the same size and no
     older (by whole seconds; a download sets the file's mtime to the object's
     LastModified, so the next sync finds it the same); ``delete=True`` removes
     from the destination what the source lacks.  An interrupted download or
     upload resumes where it stopped: what was complete is unchanged.  Options
     as :class:`surge.s3.DownloadOptions` or :class:`UploadOptions`."""
+    if source.startswith("s3://") and destination.startswith("s3://"):
+        from surge.s3.copies import CopyOptions, copy_async
+
+        between = CopyOptions(sync=True, delete=delete, **kwargs)
+        return await copy_async(source, destination, options=between, client=client)
     if source.startswith("s3://") and not destination.startswith("s3://"):
         down = DownloadOptions(sync=True, delete=delete, **kwargs)
         return await download_async(source, destination, options=down, client=client)

@@ -1,0 +1,325 @@
+"""Copies between buckets: ``surge s3 cp|sync s3://a/... s3://b/...`` and
+:func:`copy`, by the server itself - no byte travels through this process.
+
+    summary = surge.s3.copy("s3://a/logs/", "s3://b/logs/", recursive=True)
+
+How it runs (an upload's shape, :mod:`surge.s3.uploads`, whose machinery it
+reuses: the same slots, multipart upload, aborts and summary):
+
+* The source is listed (a recursive copy: the fast parallel lister; one
+  object: a HEAD), filtered as a download's, and each object copied as it
+  comes, ``concurrency`` requests in flight.
+* An object up to ``multipart_threshold`` (8 MiB) is one CopyObject, the
+  source named by ``x-amz-copy-source`` (``/bucket/key``, the key
+  percent-encoded exactly as its request path: bytes as given).  A bigger one
+  is a multipart upload whose parts are UploadPartCopy ranges of the part
+  size, in parallel, each pinned to the source's ETag
+  (``x-amz-copy-source-if-match``: an object replaced mid-way fails, never
+  mixes), completed in order; aborted if anything fails or the run is
+  interrupted.
+* Metadata, as the AWS CLI's ``--metadata-directive``: COPY (the default)
+  keeps the source's (Content-Type, Cache-Control, Content-Disposition,
+  Content-Encoding, Content-Language, Expires, ``x-amz-meta-*``; a multipart
+  copy carries them from the source's HEAD into CreateMultipartUpload, as
+  UploadPartCopy copies bytes only: the AWS CLI v1 loses them there, v2
+  carries them too); REPLACE gives the new object the ``content_type`` (none
+  guessed, as the AWS CLI's copies: S3 then says binary/octet-stream) and
+  the ``metadata`` given.
+* A CopyObject or UploadPartCopy that answers 200 with an ``<Error>``
+  document (S3 documents it: the copy failed after the answer began) is that
+  error, a failure like any other.
+* Both buckets are on one endpoint, signed with one set of credentials.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any
+
+from surge.errors import S3Error, UsageError
+from surge.http.client import AsyncClient
+from surge.s3.api import ListOptions, list_pages
+from surge.s3.config import Target, split_s3_url
+from surge.s3.objects import Objects, copy_source, object_metadata
+from surge.s3.parse import S3Object
+from surge.s3.paths import Filters, prefix_dir
+from surge.s3.putoptions import SSE_C_KINDS, checked_key, customer_key_headers, one_of
+from surge.s3.transfer import Failure, Result, Summary, run_sync, run_transfer
+from surge.s3.uploads import UploadOptions, UploadPlan, _Body, _File, _Upload
+
+DIRECTIVES = ("COPY", "REPLACE")
+
+
+@dataclass
+class CopyOptions(UploadOptions):
+    """The options of :func:`copy` (and of ``surge s3 cp s3://a/... s3://b/...``):
+    an upload's (:class:`surge.s3.PutOptions`: how the new objects are
+    stored), the AWS CLI's ``--metadata-directive``, and the source's SSE-C
+    key."""
+
+    #: COPY (None: the default) keeps the source's metadata; REPLACE gives the
+    #: new objects ``content_type`` (None: none), ``metadata`` and the other
+    #: metadata options.  ``metadata`` given implies REPLACE (as the AWS CLI).
+    metadata_directive: str | None = None
+    #: The source objects' SSE-C algorithm (``AES256``) and key, as the AWS
+    #: CLI's ``--sse-c-copy-source`` and ``--sse-c-copy-source-key``.
+    sse_c_copy_source: str | None = None
+    sse_c_copy_source_key: str | bytes | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.metadata_directive is not None:
+            self.metadata_directive = self.metadata_directive.upper()
+            if self.metadata_directive not in DIRECTIVES:
+                raise UsageError(f"metadata directive {self.metadata_directive!r}: COPY or REPLACE")
+        if self.metadata and self.metadata_directive is None:
+            self.metadata_directive = "REPLACE"  # as the AWS CLI, given --metadata
+        if self.sse_c_copy_source is not None:
+            self.sse_c_copy_source = one_of(
+                "--sse-c-copy-source", self.sse_c_copy_source, SSE_C_KINDS
+            )
+        self.sse_c_copy_source_key = checked_key(
+            "--sse-c-copy-source", self.sse_c_copy_source, self.sse_c_copy_source_key
+        )
+
+    @property
+    def replacing(self) -> bool:
+        return self.metadata_directive == "REPLACE"
+
+    def source_key_headers(self, prefix: str) -> list[tuple[str, str]]:
+        """The source's SSE-C headers: ``copy-source-`` ones for a copy, none
+        (``""``) for its HEAD."""
+        if self.sse_c_copy_source is None:
+            return []
+        assert isinstance(self.sse_c_copy_source_key, bytes)
+        return customer_key_headers(self.sse_c_copy_source, self.sse_c_copy_source_key, prefix)
+
+
+@dataclass
+class _Copy(_File):
+    """One object to copy: ``path`` is its s3:// URL, ``key`` the new one's."""
+
+    source_key: str = ""
+    size: int = 0
+    etag: str | None = None
+
+
+@dataclass(frozen=True)
+class CopyPlan:
+    bucket: str  # the source's
+    prefix: str  # its listing's prefix, or the single key
+    filters: Filters
+    destination: UploadPlan
+
+
+def plan_copy(source: str, destination: str, opts: CopyOptions) -> CopyPlan:
+    """Where a copy reads and writes, or a UsageError naming the problem."""
+    bucket, prefix = split_s3_url(source)
+    to_bucket, to_prefix = split_s3_url(destination)
+    rules = opts.rules()
+    if opts.recursive:
+        if prefix and not prefix.endswith("/"):
+            prefix += "/"  # as the AWS CLI: a recursive source is a "directory"
+        if to_prefix and not to_prefix.endswith("/"):
+            to_prefix += "/"
+        filters = Filters(bucket, prefix, rules)
+    else:
+        if not prefix or prefix.endswith("/"):
+            raise UsageError(f"{source!r} names no object: give a key, or --recursive for a prefix")
+        if not to_prefix or to_prefix.endswith("/"):
+            to_prefix += posixpath.basename(prefix)
+        filters = Filters(bucket, prefix_dir(prefix), rules)
+    # a sync's --delete takes what the filters take, relative to the prefix
+    if bucket == to_bucket and opts.recursive and to_prefix.startswith(prefix):
+        raise UsageError(
+            f"{destination!r} is inside {source!r}: the copy would list its own copies"
+        )
+    into = UploadPlan(to_bucket, to_prefix, source, opts.recursive, Filters("", "", rules))
+    return CopyPlan(bucket, prefix, filters, into)
+
+
+class _Copies(_Upload):
+    """An upload run whose files are another bucket's objects, copied by the server."""
+
+    def __init__(
+        self,
+        the_plan: CopyPlan,
+        opts: CopyOptions,
+        target: Target,
+        client: AsyncClient,
+        summary: Summary,
+    ) -> None:
+        super().__init__(the_plan.destination, opts, target, client, summary)
+        self.copy_plan = the_plan
+        self.copy_opts = opts
+        self.source = Objects(opts.target(the_plan.bucket), client, opts.retry_policy())
+        self.source.reading = opts.source_key_headers("")
+        #: how each new object is stored, and the source's key, whichever the directive
+        self.storing = [*opts.storage_headers(), *opts.source_key_headers("copy-source-")]
+        if opts.checksum_algorithm:  # the server computes it (a multipart copy's: not carried)
+            self.storing.append(("x-amz-checksum-algorithm", opts.checksum_algorithm))
+
+    def source_url(self, key: str) -> str:
+        return f"s3://{self.copy_plan.bucket}/{key}"
+
+    async def _items(self) -> AsyncIterator[_File | Failure]:
+        plan = self.copy_plan
+        if not self.opts.recursive:
+            key = plan.prefix
+            if plan.filters and not plan.filters.takes(key):
+                self.summary.excluded += 1
+                return
+            try:
+                async with self.slots:
+                    head = await self.source.head(key, checksums=False)
+            except S3Error as e:
+                if self.stop.ends_run(e):
+                    return
+                yield Failure(
+                    self.source_url(key), self.url(plan.destination.key), e.code, e.message
+                )
+                return
+            size = int(head.get("content-length") or 0)
+            yield _Copy(self.source_url(key), plan.destination.key, key, size, head.get("etag"))
+            return
+        options = ListOptions(
+            recursive=True,
+            parallel=self.opts.list_parallel,
+            retries=self.opts.retries,
+            **self.opts.endpoint(self.source.target),
+        )
+        async with aclosing(
+            list_pages(self.source_url(plan.prefix), options=options, client=self.client)
+        ) as pages:
+            async for page in pages:
+                for entry in page:
+                    if isinstance(entry, S3Object):
+                        item = self._offer(entry)
+                        if item is not None:
+                            yield item
+
+    def _offer(self, entry: S3Object) -> _Copy | None:
+        """The listed object as a copy to make, or None (filtered out, or a
+        sync's destination has it the same)."""
+        key = entry.key
+        to_key = self.plan.key + key[len(self.copy_plan.prefix) :]
+        if self.seen is not None:
+            self.seen.add(to_key)
+        filters = self.copy_plan.filters
+        if filters and not filters.takes(key):
+            self.summary.excluded += 1
+            return None
+        if self.opts.sync and to_key in self.remote:
+            size, modified = self.remote[to_key]
+            # the AWS CLI's test: same size, and the source no newer (by whole seconds)
+            if entry.size == size and int(entry.last_modified.timestamp()) <= int(modified):
+                self.summary.unchanged += 1
+                return None
+        return _Copy(self.source_url(key), to_key, key, entry.size, entry.etag)
+
+    def _dryrun(self, item: _File) -> None:
+        assert isinstance(item, _Copy)
+        self.summary.objects += 1
+        self.summary.bytes += item.size
+        self._tell(Result(item.path, self.url(item.key), item.size, dryrun=True))
+
+    def _replaced(self) -> list[tuple[str, str]]:
+        """REPLACE's metadata for the new objects (no Content-Type guessed: as
+        the AWS CLI's copies)."""
+        return self.copy_opts.metadata_headers(None)
+
+    async def _upload(self, item: _File) -> None:
+        """One object copied, holding one of the open files' slots."""
+        assert isinstance(item, _Copy)
+        source = copy_source(self.copy_plan.bucket, item.source_key)
+        replace = self._replaced() if self.copy_opts.replacing else None
+        try:
+            if item.size > self.opts.threshold:
+                etag = await self._copy_parts(item, source, replace)
+            else:
+                async with self.slots:
+                    etag = await self.objects.copy_object(
+                        item.key, source, replace=replace, if_match=item.etag, headers=self.storing
+                    )
+                self.summary.sent += item.size
+            self._succeeded(item, item.size, etag)
+        except S3Error as e:
+            if not self.stop.ends_run(e):
+                self._failed(item.path, self.url(item.key), e.code, e.message)
+        finally:
+            self.open_files.release()
+            self._progress()
+
+    async def _copy_parts(
+        self, item: _Copy, source: str, replace: list[tuple[str, str]] | None
+    ) -> str:
+        """A multipart copy: UploadPartCopy ranges in parallel (the upload's
+        machinery), the source's metadata carried (COPY) or replaced."""
+        if replace is None:
+            async with self.slots:
+                head = await self.source.head(item.source_key, checksums=False)
+            headers = object_metadata(head)
+            item.etag = head.get("etag") or item.etag
+        else:
+            headers = replace
+        headers = sorted([*headers, *self.copy_opts.storage_headers()])
+        part_size = self._part_size(item.size)
+        source_key = self.copy_opts.source_key_headers("copy-source-")
+
+        async def parts() -> AsyncIterator[_Body]:
+            for first in range(0, item.size, part_size):
+                length = min(part_size, item.size - first)
+                yield _Body(
+                    length, offset=first, copy=source, etag=item.etag, copy_headers=source_key
+                )
+
+        etag, _ = await self._multipart(
+            item, parts(), part_size, lambda: None, headers=headers, verify=False
+        )
+        return etag
+
+
+async def copy_async(
+    source: str,
+    destination: str,
+    *,
+    options: CopyOptions | None = None,
+    client: AsyncClient | None = None,
+    **kwargs: Any,
+) -> Summary:
+    """Copy ``source`` (``s3://bucket/key``; with ``recursive=True``, every
+    object under ``s3://bucket/prefix/``) to ``destination`` (``s3://...``: a
+    key, or a prefix), by the server (CopyObject, UploadPartCopy); options as
+    :class:`CopyOptions`.  Per-object failures are in the summary; a bad
+    argument raises :class:`UsageError`, a listing that fails or a missing
+    bucket :class:`S3Error`."""
+    opts = options or CopyOptions(**kwargs)
+    the_plan = plan_copy(source, destination, opts)
+    target = opts.target(the_plan.destination.bucket)
+    return await run_transfer(
+        opts,
+        client,
+        opts.concurrency + opts.list_parallel,
+        lambda client, summary: _Copies(the_plan, opts, target, client, summary),
+    )
+
+
+def copy(
+    source: str, destination: str, *, options: CopyOptions | None = None, **kwargs: Any
+) -> Summary:
+    """:func:`copy_async` for synchronous code."""
+    opts = options or CopyOptions(**kwargs)
+    return run_sync(lambda: copy_async(source, destination, options=opts))
+
+
+def copy_results(
+    source: str, destination: str, *, options: CopyOptions | None = None, **kwargs: Any
+) -> AsyncGenerator[Result, None]:
+    """:func:`copy_async`'s results as an async iterator, one as each object is copied."""
+    from surge.s3.results import results
+
+    opts = options or CopyOptions(**kwargs)
+    return results(lambda o: copy_async(source, destination, options=o), opts)

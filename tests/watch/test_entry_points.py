@@ -116,7 +116,8 @@ def _fail(*args: Any, **kwargs: Any) -> Any:
         (recorder_module.Recorder, "_attach"),
         (recorder_module.Overlap, "enter"),
         (_http_client, "request_line"),
-        (_dbapi, "statement"),
+        (_dbapi, "statement_and_shape"),
+        (recorder_module, "call_site"),
     ],
     ids=lambda target: target[1],
 )

@@ -38,12 +38,25 @@ def _data(**changes: Any) -> dict[str, Any]:
     return data
 
 
+def _row(empty: Any, **fields: Any) -> dict[str, Any]:
+    """A totals row of spans that ran one at a time: each ``x_s`` given (the union
+    on the wall clock) is also its ``x_total_s`` (the sum), unless that is given."""
+    row = _totals(empty)
+    row.update(fields)
+    for name, value in fields.items():
+        total = name.removesuffix("_s") + "_total_s"
+        if name.endswith("_s") and total in row and total not in fields:
+            row[total] = value
+    return row
+
+
 def _host(**fields: Any) -> dict[str, Any]:
-    return _totals(HostTotals(**fields))
+    return _row(HostTotals(), **fields)
 
 
 def _db(**fields: Any) -> dict[str, Any]:
-    return _totals(DatabaseTotals(**fields))
+    fields.setdefault("busy_s", fields.get("connect_s", 0.0) + fields.get("query_s", 0.0))
+    return _row(DatabaseTotals(), **fields)
 
 
 def _overlap(**parts: dict[str, Any]) -> dict[str, Any]:
@@ -99,14 +112,15 @@ CASES: list[tuple[str, str | None, dict[str, Any]]] = [
         "serial-pages",
         {
             "pages": {
-                "s3.ListObjectsV2": {
-                    "calls": 3,
-                    "pages": 2,
-                    "request_s": 0.3,
-                    "parse_s": 0.5,
-                    "gap_s": 0.4,
-                    "gaps": 2,
-                }
+                "s3.ListObjectsV2": _row(
+                    recorder.PageTotals(),
+                    calls=3,
+                    pages=2,
+                    request_s=0.3,
+                    parse_s=0.5,
+                    gap_s=0.4,
+                    gaps=2,
+                )
             }
         },
     ),
@@ -115,14 +129,15 @@ CASES: list[tuple[str, str | None, dict[str, Any]]] = [
         None,
         {
             "pages": {
-                "s3.ListObjectsV2": {
-                    "calls": 3,
-                    "pages": 2,
-                    "request_s": 0.9,
-                    "parse_s": 0.1,
-                    "gap_s": 0.4,
-                    "gaps": 2,
-                }
+                "s3.ListObjectsV2": _row(
+                    recorder.PageTotals(),
+                    calls=3,
+                    pages=2,
+                    request_s=0.9,
+                    parse_s=0.1,
+                    gap_s=0.4,
+                    gaps=2,
+                )
             }
         },
     ),
@@ -168,8 +183,16 @@ CASES: list[tuple[str, str | None, dict[str, Any]]] = [
         None,
         {"hosts": {"a:443": _host(requests=13, tls=10, tls_s=0.5, time_s=1.0)}},
     ),
-    ("repeated dns", "repeated-dns", {"names": {"a.example": _totals(NameTotals(10, 0.1))}}),
-    ("cheap repeated dns", None, {"names": {"a.example": _totals(NameTotals(10, 0.09))}}),
+    (
+        "repeated dns",
+        "repeated-dns",
+        {"names": {"a.example": _row(NameTotals(), lookups=10, time_s=0.1)}},
+    ),
+    (
+        "cheap repeated dns",
+        None,
+        {"names": {"a.example": _row(NameTotals(), lookups=10, time_s=0.09)}},
+    ),
 ]
 
 

@@ -4,17 +4,23 @@ the bootstrap ``sitecustomize`` before the program's first line, ended at exit
 when the data goes to ``$SURGE_WATCH_DIR/<pid>.json`` for ``surge watch`` to read.
 
 Every Python process the command starts with the environment it inherits is
-recorded, each to its own file.  A process that ends by ``os._exit`` or a
-signal writes nothing (multiprocessing's forked workers end that way: their
-requests are not seen).
+recorded, each to its own file.  SIGTERM, SIGHUP and ``os._exit`` write the
+file too, marked partial (:mod:`surge.watch._endings`), unless ``surge watch``
+itself is gone (killed: nobody would read it).  A process killed by SIGKILL
+writes nothing, and neither do forked children that end by ``os._exit`` or a
+signal (multiprocessing's forked workers end that way: their requests are not
+seen).
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 
+from surge.watch import _stderr
+from surge.watch._endings import Endings
 from surge.watch.instrument import failed, set_log
 from surge.watch.session import Recording
 
@@ -22,6 +28,33 @@ from surge.watch.session import Recording
 DIR_VARIABLE = "SURGE_WATCH_DIR"
 LOG_VARIABLE = "SURGE_WATCH_LOG"
 PATH_VARIABLE = "SURGE_WATCH_PATH"
+#: surge watch's own pid: a forced ending writes nothing once it is gone.
+WATCHER_VARIABLE = "SURGE_WATCH_PID"
+
+
+def _watcher() -> tuple[int | None, bool]:
+    """surge watch's pid, and whether it is this process's parent."""
+    try:
+        pid = int(os.environ[WATCHER_VARIABLE])
+    except (KeyError, ValueError):
+        return None, False
+    return pid, os.getppid() == pid
+
+
+def _gone(watcher: int | None, direct: bool) -> bool:
+    """Whether surge watch has died (a child of its: the parent changed, as soon as
+    it died; deeper: its pid is gone)."""
+    if watcher is None:
+        return False
+    if direct:
+        return os.getppid() != watcher
+    try:
+        os.kill(watcher, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def start() -> None:
@@ -35,14 +68,31 @@ def start() -> None:
         failed("starting the recording")
         return
     started_pid = os.getpid()
+    watcher, direct = _watcher()
+    # One descriptor held back for the data file: a program that ran out of them
+    # (the fd-exhaustion finding) must still be able to hand its recording over.
+    reserve = [os.open(os.devnull, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))]
+    try:
+        _stderr.track()
+    except Exception:
+        failed("following stderr")
 
-    def finish() -> None:
+    def write(ended_by: str | None, *, forced: bool = False) -> None:
         try:
-            recording.stop()
+            if forced and _gone(watcher, direct):
+                with contextlib.suppress(OSError):
+                    os.rmdir(directory)  # only if empty: another process may still write
+                return
+            while reserve:  # for what stopping imports (surge doctor), then the file
+                with contextlib.suppress(OSError):
+                    os.close(reserve.pop())
+            recording.stop(ended_by, forced=forced)
             data = recording.data()
             pid = os.getpid()
             if pid != started_pid:
                 data["forked_from"] = started_pid
+            data["stderr_open_line"] = _stderr.open_line()
+            data["stderr_id"] = _stderr.identity()
             path = os.path.join(directory, f"{pid}.json")
             with open(path + ".part", "w", encoding="utf-8") as out:
                 json.dump(data, out, separators=(",", ":"))
@@ -50,4 +100,15 @@ def start() -> None:
         except Exception:
             failed("writing the recording")
 
+    endings = Endings(lambda ended_by: write(ended_by, forced=True))
+
+    def finish() -> None:
+        if endings.done and os.getpid() == started_pid:
+            return  # written at a forced ending already
+        write(endings.uncaught)
+
     atexit.register(finish)
+    try:
+        endings.install()
+    except Exception:
+        failed("hooking the process's endings")

@@ -14,6 +14,8 @@ import traceback
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
+from surge.trace.redact import safe_text
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -47,6 +49,7 @@ def failed(where: str) -> None:
         text = f"{stamp} pid {os.getpid()} surge watch: error in {where}:\n" + (
             traceback.format_exc()
         )
+        text = safe_text(text)  # a message may quote a URL: never its userinfo or token
         _log_lines.append(text)
         if _log_path is not None:
             with open(_log_path, "a", encoding="utf-8") as log:

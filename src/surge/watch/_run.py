@@ -3,12 +3,15 @@
 The program sees what it would see run as ``python prog.py args`` (``sys.argv``,
 ``sys.path[0]`` its directory, ``__name__ == "__main__"``); its exit status
 (``sys.exit``, an uncaught exception's 1, Ctrl-C) is this process's, after the
-summary and the outputs.
+summary and the outputs.  SIGTERM, SIGHUP and ``os._exit`` end it as they
+would, after the summary and the outputs, marked partial
+(:mod:`surge.watch._endings`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import runpy
 import signal
@@ -45,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     options = parser().parse_args(argv)
     if options.module is None and not options.program:
         parser().error("no program given")
+    from surge.watch._endings import Endings
     from surge.watch.instrument import set_log
     from surge.watch.report import deliver
     from surge.watch.session import Recording
@@ -59,9 +63,36 @@ def main(argv: list[str] | None = None) -> int:
         if not os.path.exists(program_argv[0]):
             print(f"surge watch: error: no such file: {program_argv[0]}", file=sys.stderr)
             return 2
+    from surge.watch import _stderr
+
+    _stderr.track()
     started = time.perf_counter()
     recording = Recording().start()
+
+    def finish(ended_by: str | None, forced: bool = False) -> None:
+        try:
+            recording.stop(ended_by, forced=forced)
+            deliver(
+                [recording.data()],
+                time.perf_counter() - started,
+                command,
+                report_path=options.report,
+                html_path=options.html,
+                trace_json_path=options.trace_json,
+                otlp_url=options.otlp,
+                new_line=_stderr.open_line(),
+            )
+        except Exception as error:  # the program ran: its exit status stands
+            from surge.trace.redact import safe_text
+
+            print(
+                safe_text(f"surge watch: could not report: {type(error).__name__}: {error}"),
+                file=sys.stderr,
+            )
+
+    endings = Endings(lambda ended_by: finish(ended_by, forced=True)).install()
     status, interrupted = 0, False
+    uncaught: str | None = None
     sys.argv = program_argv
     try:
         if options.module is not None:
@@ -74,26 +105,17 @@ def main(argv: list[str] | None = None) -> int:
         status = _exit_status(error)
     except KeyboardInterrupt:
         traceback.print_exc()
-        status, interrupted = 130, True
-    except BaseException:
+        status, interrupted, uncaught = 130, True, "KeyboardInterrupt"
+    except BaseException as error:
         traceback.print_exc()
-        status = 1
-    wall = time.perf_counter() - started
-    try:
-        recording.stop()
-        deliver(
-            [recording.data()],
-            wall,
-            command,
-            report_path=options.report,
-            html_path=options.html,
-            trace_json_path=options.trace_json,
-            otlp_url=options.otlp,
-        )
-    except Exception as error:  # the program ran: its exit status stands
-        print(f"surge watch: could not report: {type(error).__name__}: {error}", file=sys.stderr)
-    if interrupted:  # end as Python does on an uncaught Ctrl-C: by the signal
-        sys.stderr.flush()
+        status, uncaught = 1, f"uncaught {type(error).__name__}"
+    if not endings.done:  # not reported at a forced ending already
+        endings.done = True
+        finish(uncaught)
+    if interrupted:  # end as Python does on an uncaught Ctrl-C: flushed, by the signal
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
     return status

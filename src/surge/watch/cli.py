@@ -12,11 +12,16 @@ only a command that starts with ``python``.  The bootstrap runs any
 CMD's arguments, stdin, stdout and stderr are its own (inherited, untouched);
 the summary goes to stderr after CMD ends, and ``surge watch`` exits with CMD's
 status (128 + N when a signal N ended it).  SIGINT, SIGTERM and SIGHUP sent to
-``surge watch`` are passed on to CMD.
+``surge watch`` are passed on to CMD; a Python process of CMD that a signal or
+``os._exit`` ends still hands its recording back, marked partial, and the
+report is made from what came back.  On Linux, CMD is killed (SIGTERM, so it
+still hands back what it recorded) when ``surge watch`` dies, even by SIGKILL
+(``PR_SET_PDEATHSIG``): no orphan is left running.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -26,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -54,7 +60,34 @@ def _environment(directory: str, log: str) -> dict[str, str]:
     env["SURGE_WATCH_DIR"] = directory
     env["SURGE_WATCH_LOG"] = log
     env["SURGE_WATCH_PATH"] = str(Path(surge.__file__).parent.parent)
+    env["SURGE_WATCH_PID"] = str(os.getpid())
     return env
+
+
+#: prctl's option that has the kernel signal a process when its parent dies (Linux).
+PR_SET_PDEATHSIG = 1
+
+
+def _dies_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` for ``Popen``: the child is sent SIGTERM when this process
+    dies (Linux's ``PR_SET_PDEATHSIG``); ``None`` where there is no such call.
+    Looked up here, before the fork: the child only makes the call."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the call: as if after
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
 
 
 def _runs(directory: str) -> list[dict[str, Any]]:
@@ -68,20 +101,33 @@ def _runs(directory: str) -> list[dict[str, Any]]:
     return sorted(runs, key=lambda run: run.get("started", 0.0))
 
 
+def ended_by(returncode: int) -> str | None:
+    """How a command ended, when a signal ended it: the signal's name."""
+    if returncode >= 0:
+        return None
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
 def run_watched(
     command: list[str], log: str | None = None
-) -> tuple[int, float, list[dict[str, Any]], str]:
+) -> tuple[int, float, list[dict[str, Any]], str, str | None]:
     """Run ``command`` recorded; (its exit status as a shell reports it, wall
-    seconds, each Python process's data, the log's path)."""
+    seconds, each Python process's data, the log's path, the signal that ended
+    it if one did)."""
     directory = tempfile.mkdtemp(prefix="surge-watch-")
     log = log or os.path.join(directory, "watch.log")
     env = _environment(directory, log)
     started = time.perf_counter()
     try:
-        process = subprocess.Popen(command, env=env)
+        process = subprocess.Popen(command, env=env, preexec_fn=_dies_with_parent())
     except OSError as error:
         shutil.rmtree(directory, ignore_errors=True)
-        die("surge watch", f"cannot run {command[0]}: {error.strerror or error}")
+        from surge.trace.redact import command_label
+
+        die("surge watch", f"cannot run {command_label(command[:1])}: {error.strerror or error}")
 
     def forward(signum: int, frame: FrameType | None) -> None:
         if process.poll() is None:
@@ -108,7 +154,7 @@ def run_watched(
         log = kept
     shutil.rmtree(directory, ignore_errors=True)
     status = returncode if returncode >= 0 else 128 - returncode
-    return status, wall, runs, log
+    return status, wall, runs, log, ended_by(returncode)
 
 
 @click.command(
@@ -171,12 +217,11 @@ def watch_command(
     from surge.watch.report import deliver
 
     argv = list(command)
-    status, wall, runs, log = run_watched(argv, log_path)
+    status, wall, runs, log, signalled = run_watched(argv, log_path)
     if not runs:
-        click.echo(
+        _say(
             "surge watch: no Python process reported back (did CMD run Python? "
-            "one that ends by os._exit or a signal reports nothing)",
-            err=True,
+            "one killed by SIGKILL reports nothing)"
         )
     else:
         try:
@@ -188,12 +233,35 @@ def watch_command(
                 html_path=html_path,
                 trace_json_path=trace_json_path,
                 otlp_url=otlp_url,
+                command_ended_by=signalled,
+                new_line=_open_line(runs),
             )
         except Exception as error:  # the program ran: its exit status stands
-            click.echo(f"surge watch: could not report: {type(error).__name__}: {error}", err=True)
+            from surge.trace.redact import safe_text
+
+            _say(safe_text(f"surge watch: could not report: {type(error).__name__}: {error}"))
     if any(run.get("watch_errors") for run in runs) or (
         os.path.exists(log) and os.path.getsize(log)
     ):
-        click.echo(f"surge watch: its own errors are logged in {log}", err=True)
-    sys.stdout.flush()
+        _say(f"surge watch: its own errors are logged in {log}")
+    with contextlib.suppress(OSError):
+        sys.stdout.flush()
     ctx.exit(status)
+
+
+def _open_line(runs: list[dict[str, Any]]) -> bool:
+    """Whether the last of the processes that wrote to this stderr left a line open."""
+    from surge.watch._stderr import identity
+
+    here = identity()
+    ours = [run for run in runs if here is not None and run.get("stderr_id") == here]
+    if not ours:
+        return False
+    last = max(ours, key=lambda run: run.get("started", 0.0) + run.get("wall_s", 0.0))
+    return bool(last.get("stderr_open_line"))
+
+
+def _say(line: str) -> None:
+    """A line on stderr, if stderr is still there (a closed terminal: SIGHUP)."""
+    with contextlib.suppress(OSError):
+        click.echo(line, err=True)

@@ -19,6 +19,7 @@ plain call to the original.
 from __future__ import annotations
 
 import contextlib
+import errno
 import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
@@ -27,7 +28,17 @@ from typing import Any
 from surge.watch._log import failed, failures, set_log
 from surge.watch.recorder import Recorder
 
-__all__ = ["Instrumentor", "error_class", "failed", "failures", "set_log", "unwrapped"]
+__all__ = [
+    "EXHAUSTED",
+    "Instrumentor",
+    "error_class",
+    "exhaustion",
+    "failed",
+    "failures",
+    "set_exhaustion_sink",
+    "set_log",
+    "unwrapped",
+]
 
 
 class _AfterImports:
@@ -184,7 +195,40 @@ def unwrapped(function: Any) -> Any:
     return function
 
 
+#: errno values of descriptor exhaustion: this process's limit (EMFILE, "Too many
+#: open files"), the system's (ENFILE).
+EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE})
+#: Causes and contexts looked through for one (a library's error wraps the OSError).
+CHAIN = 8
+#: Where an exhaustion seen goes (the running recording's recorder; None: nowhere).
+_exhaustion_sink: Callable[[OSError], None] | None = None
+
+
+def set_exhaustion_sink(sink: Callable[[OSError], None] | None) -> None:
+    global _exhaustion_sink
+    _exhaustion_sink = sink
+
+
+def exhaustion(error: BaseException | None) -> OSError | None:
+    """The OSError of descriptor exhaustion behind ``error`` (itself, or what it
+    was raised from or while handling), if there is one."""
+    for _ in range(CHAIN):
+        if error is None:
+            return None
+        if isinstance(error, OSError) and error.errno in EXHAUSTED:
+            return error
+        error = error.__cause__ or error.__context__
+    return None
+
+
 def error_class(error: BaseException) -> str:
     """A failure as a class name: never its message, which may carry a URL's query,
-    a password or a statement's values."""
+    a password or a statement's values.  One that came of descriptor exhaustion is
+    also handed to the recording (the ``fd-exhaustion`` finding)."""
+    sink = _exhaustion_sink
+    if sink is not None:
+        with contextlib.suppress(Exception):
+            cause = exhaustion(error)
+            if cause is not None:
+                sink(cause)
     return type(error).__name__

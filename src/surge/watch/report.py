@@ -5,32 +5,74 @@ its own, and the report lists each one's findings)."""
 from __future__ import annotations
 
 import json
-import shlex
 import textwrap
 from typing import Any
+
+from surge.trace.redact import command_label as _label
+from surge.trace.redact import safe_text
+from surge.watch.findings import site_label
+from surge.watch.recorder import union_s
 
 SCHEMA = 1
 #: Rows per table in the terminal summary (the busiest).
 TABLE_ROWS = 10
+#: Call sites per finding in the terminal summary (the report has them all).
+SITES_SHOWN = 3
 WIDTH = 100
 
 
-def command_label(argv: list[str]) -> list[str]:
-    """The command as the outputs show it: the program, not its arguments (a
-    database URL with its password, a token: arguments carry credentials)."""
-    keep = 3 if len(argv) >= 3 and argv[1] in ("-m", "-c") else 2
-    if argv[1:2] == ["-c"]:
-        keep = 2
-    shown = list(argv[:keep])
-    if len(argv) > keep:
-        more = len(argv) - keep
-        shown.append(f"(+{more} argument{'s' if more > 1 else ''})")
-    return shown
+def command_label(argv: list[str]) -> str:
+    """The command as the outputs show it: the program's name and a count of its
+    arguments, never the arguments or the environment (a database URL with its
+    password, a token, an ``env PGPASSWORD=...`` prefix: see
+    :func:`surge.trace.redact.command_label`)."""
+    return _label(argv)
 
 
-def report(runs: list[dict[str, Any]], wall_s: float, command: list[str]) -> dict[str, Any]:
+def network_s(runs: list[dict[str, Any]], wall_s: float) -> float:
+    """The seconds of the wall clock during which any recorded process had a
+    network operation open: one process's own union, or the union of every
+    process's intervals on the shared clock (never a sum over processes)."""
+    if len(runs) == 1:
+        spent = float(runs[0]["network_s"])
+    else:
+        zero = min(run["started"] for run in runs)
+        spans = [
+            [run["started"] - zero + a, run["started"] - zero + b]
+            for run in runs
+            for a, b in run.get("network_spans", ())
+        ]
+        spent = union_s(spans)
+    return min(spent, wall_s) if wall_s > 0 else spent
+
+
+def partial_notes(runs: list[dict[str, Any]], command_ended_by: str | None = None) -> list[str]:
+    """Why the report is partial, a sentence per cause (none: it is whole)."""
+    notes = []
+    for run in runs:
+        if run.get("partial"):
+            notes.append(
+                f"process {run['pid']} ended by {run['ended_by']}: what it had in flight "
+                "then is cut off (marked unfinished), and what it would have done after "
+                "is not here"
+            )
+    if command_ended_by is not None and not notes:
+        notes.append(
+            f"the command ended by {command_ended_by}: a process killed that way "
+            "hands back nothing, so its operations are not here"
+        )
+    return notes
+
+
+def report(
+    runs: list[dict[str, Any]],
+    wall_s: float,
+    command: str,
+    command_ended_by: str | None = None,
+) -> dict[str, Any]:
     """``{"schema": 1, "wall_s", "operations", "findings": [...]}`` and, beside
-    them, the command, CPU and network time, and the per-host and per-database
+    them, the command, whether the recording is ``partial`` (and why, in
+    ``partial_notes``), CPU and network time, and the per-host and per-database
     totals."""
     findings: list[dict[str, Any]] = []
     for run in runs:
@@ -43,9 +85,12 @@ def report(runs: list[dict[str, Any]], wall_s: float, command: list[str]) -> dic
         "wall_s": round(wall_s, 6),
         "operations": sum(run["operations"] for run in runs),
         "findings": findings,
+        "partial": bool(partial_notes(runs, command_ended_by)),
+        "partial_notes": partial_notes(runs, command_ended_by),
+        "ended_by": command_ended_by,
         "command": command,
         "cpu_s": round(sum(run["cpu_s"] for run in runs), 6),
-        "network_s": round(sum(run["network_s"] for run in runs), 6),
+        "network_s": round(network_s(runs, wall_s), 6),
         "processes": [
             {
                 "pid": run["pid"],
@@ -56,6 +101,8 @@ def report(runs: list[dict[str, Any]], wall_s: float, command: list[str]) -> dic
                 "hosts": run["hosts"],
                 "databases": run["databases"],
                 "watch_errors": run.get("watch_errors", 0),
+                "partial": run.get("partial", False),
+                "ended_by": run.get("ended_by"),
             }
             for run in runs
         ],
@@ -85,25 +132,27 @@ def _table(title: str, header: list[str], rows: list[list[str]]) -> list[str]:
     return out
 
 
-def _shown(command: list[str]) -> str:
-    """The command label as a shell line (its "(+N arguments)" unquoted)."""
-    if command and command[-1].startswith("(+"):
-        return f"{shlex.join(command[:-1])} {command[-1]}"
-    return shlex.join(command)
-
-
-def summary(runs: list[dict[str, Any]], wall_s: float, command: list[str]) -> str:
+def summary(
+    runs: list[dict[str, Any]],
+    wall_s: float,
+    command: str,
+    command_ended_by: str | None = None,
+) -> str:
     """What ``surge watch`` prints on stderr when the program ends."""
-    network = sum(run["network_s"] for run in runs)
+    network = network_s(runs, wall_s)
     cpu = sum(run["cpu_s"] for run in runs)
     operations = sum(run["operations"] for run in runs)
     share = f" ({100 * network / wall_s:.0f}%)" if wall_s > 0 else ""
     lines = [
-        f"surge watch: {_shown(command)}",
+        f"surge watch: {command}",
         f"  wall {_seconds(wall_s)} s, network {_seconds(network)} s{share}, CPU "
         f"{_seconds(cpu)} s; {operations:,} network operations"
         + (f" in {len(runs)} processes" if len(runs) > 1 else ""),
     ]
+    for note in partial_notes(runs, command_ended_by):
+        lines += textwrap.wrap(
+            f"partial: {note}", WIDTH, initial_indent="  ", subsequent_indent="    "
+        )
     findings = [f for run in runs for f in run["findings"]]
     lines.append("")
     if findings:
@@ -118,6 +167,11 @@ def summary(runs: list[dict[str, Any]], wall_s: float, command: list[str]) -> st
             lines += textwrap.wrap(
                 f"fix: {finding['fix']}", WIDTH, initial_indent="    ", subsequent_indent="    "
             )
+            sites = finding.get("sites") or []
+            for site in sites[:SITES_SHOWN]:
+                lines.append(f"    at {site_label(site)} ({site['count']:,} calls)")
+            if len(sites) > SITES_SHOWN:
+                lines.append(f"    and {len(sites) - SITES_SHOWN} more call sites (--report)")
     else:
         lines.append("findings: none")
     hosts = [(peer, row) for run in runs for peer, row in run["hosts"].items() if row["requests"]]
@@ -144,7 +198,7 @@ def summary(runs: list[dict[str, Any]], wall_s: float, command: list[str]) -> st
         host_rows,
     )
     dbs = [(peer, row) for run in runs for peer, row in run["databases"].items()]
-    dbs.sort(key=lambda item: -(item[1]["connect_s"] + item[1]["query_s"]))
+    dbs.sort(key=lambda item: -item[1]["busy_s"])
     lines += _table(
         "per database:",
         ["database", "connects", "connect s", "queries", "query s", "errors"],
@@ -182,30 +236,45 @@ def deliver(
     trace_json_path: str | None = None,
     otlp_url: str | None = None,
     echo: Any = None,
+    command_ended_by: str | None = None,
+    new_line: bool = False,
 ) -> list[str]:
     """Print the summary (with ``echo``, to stderr by default) and write each
     output asked for (the command shown as :func:`command_label`); returns one
-    line per output that could not be made (the others are made all the same)."""
+    line per output that could not be made (the others are made all the same,
+    and so are they when stderr is gone: a closed terminal).  ``command_ended_by``:
+    the signal that ended the command, if one did; ``new_line``: the program left
+    its last stderr line open, so the summary starts on the next."""
+    import contextlib
     import sys
 
-    command = command_label(command)
+    label = command_label(command)
     write = echo or (lambda text: print(text, file=sys.stderr, flush=True))
-    write(summary(runs, wall_s, command))
+    ended = command_ended_by
+    try:
+        write(("\n" if new_line else "") + summary(runs, wall_s, label, ended))
+        said = True
+    except OSError:
+        said = False
     problems = []
     outputs: list[tuple[str, str | None, Any]] = [
-        ("--report", report_path, lambda p: write_report(report(runs, wall_s, command), p)),
+        ("--report", report_path, lambda p: write_report(report(runs, wall_s, label, ended), p)),
     ]
     if html_path is not None or trace_json_path is not None or otlp_url is not None:
         from surge.watch import export
 
         outputs += [
-            ("--html", html_path, lambda p: export.write_html(runs, command, p)),
+            (
+                "--html",
+                html_path,
+                lambda p: export.write_html(runs, label, p, partial_notes(runs, ended)),
+            ),
             (
                 "--trace-json",
                 trace_json_path,
-                lambda p: export.write_chrome_trace(runs, command, p),
+                lambda p: export.write_chrome_trace(runs, label, p),
             ),
-            ("--otlp", otlp_url, lambda u: export.export_otlp(runs, command, u)),
+            ("--otlp", otlp_url, lambda u: export.export_otlp(runs, label, u)),
         ]
     for option, target, make in outputs:
         if target is None:
@@ -213,7 +282,11 @@ def deliver(
         try:
             make(target)
         except Exception as error:
-            problems.append(f"surge watch: {option} {target}: {type(error).__name__}: {error}")
-    for line in problems:
-        write(line)
+            # an --otlp URL may carry its collector's password; a message, a URL
+            line = f"surge watch: {option} {target}: {type(error).__name__}: {error}"
+            problems.append(safe_text(line))
+    if said:
+        for line in problems:
+            with contextlib.suppress(OSError):
+                write(line)
     return problems

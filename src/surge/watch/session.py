@@ -17,10 +17,11 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+from surge.watch._endings import is_partial
 from surge.watch.findings import Finding, analyse
-from surge.watch.instrument import Instrumentor, failed, failures
+from surge.watch.instrument import Instrumentor, failed, failures, set_exhaustion_sink
 from surge.watch.instrumentors import instrumentors
-from surge.watch.recorder import KEEP, Recorder
+from surge.watch.recorder import KEEP, Recorder, site_of
 
 #: surge doctor's checks a recording runs at its end (state only: nothing that
 #: takes time or starts a process), when the program imported gevent or urllib3.
@@ -38,12 +39,16 @@ class Recording:
         self.recorder = Recorder(keep=keep)
         self.instrumentors: list[Instrumentor] = instrumentors(self.recorder)
         self._data: dict[str, Any] | None = None
+        #: how the process ended, when not by returning or exiting: a signal's
+        #: name, ``os._exit(N)``, ``KeyboardInterrupt``, ``uncaught ValueError``
+        self.ended_by: str | None = None
 
     def start(self) -> Recording:
         global _active
         if _active is not None:
             raise RuntimeError("surge.watch: a recording is already running in this process")
         _active = self
+        set_exhaustion_sink(lambda error: self.recorder.fd_exhausted(error))
         for instrumentor in self.instrumentors:
             try:
                 instrumentor.instrument()
@@ -60,13 +65,20 @@ class Recording:
         for instrumentor in self.instrumentors:
             instrumentor.recorder = self.recorder
 
-    def stop(self) -> None:
-        """Stop recording: the libraries are restored, surge doctor's checks run."""
+    def stop(self, ended_by: str | None = None, *, forced: bool = False) -> None:
+        """Stop recording: the libraries are restored, surge doctor's checks run.
+        ``ended_by``: how the program ended (see :attr:`ended_by`); ``forced``:
+        from a signal's handler or ``os._exit``, where the frame interrupted may
+        hold the recorder's lock."""
         global _active
         if _active is not self:
             return
         _active = None
+        set_exhaustion_sink(None)
+        self.ended_by = ended_by
         recorder = self.recorder
+        if forced:
+            recorder.seize_lock()
         recorder.stop()
         for instrumentor in self.instrumentors:
             try:
@@ -84,6 +96,8 @@ class Recording:
         data["pid"] = os.getpid()
         data["findings"] = [f.to_dict() for f in analyse(data)]
         data["watch_errors"] = len(failures())
+        data["ended_by"] = self.ended_by
+        data["partial"] = is_partial(self.ended_by)
         if self.recorder.stopped is not None:
             self._data = data
         return data
@@ -94,9 +108,10 @@ class Recording:
     def operations(self) -> list[dict[str, Any]]:
         """The operations kept one by one (the first :data:`KEEP`), as dicts:
         ``kind``, ``library``, ``peer``, ``what``, ``start_s``, ``duration_s``,
-        ``who`` and, where known, ``status``, ``bytes``, ``error``, ``marks``."""
-        ops: list[dict[str, Any]] = self.data()["ops"]
-        return ops
+        ``who`` and, where known, ``status``, ``bytes``, ``error``, ``marks`` and
+        ``site`` (where the program made it: ``{"file", "line", "function"}``)."""
+        data = self.data()
+        return [{**op, "site": site_of(data, op)} if "site" in op else op for op in data["ops"]]
 
 
 def doctor_findings(imported: list[str]) -> list[dict[str, Any]]:

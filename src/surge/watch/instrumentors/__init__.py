@@ -12,6 +12,7 @@ botocore           operation names, parse time, pages                  botocore 
 pymysql, ...       DB-API connect and execute                          wrappers
 sqlalchemy         QueuePool waits (pool and overflow all in use)      a wrapper
 gevent             re-hooks the floor after monkey-patching            gevent.events
+asyncio            event loop lag (a beat >= 100 ms late), its stack    a heartbeat, a watchdog
 =================  ==================================================  ===============
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from surge.watch.instrument import Instrumentor
 from surge.watch.instrumentors._aiohttp import AiohttpInstrumentor
+from surge.watch.instrumentors._asyncio import AsyncioInstrumentor
 from surge.watch.instrumentors._botocore import BotocoreInstrumentor
 from surge.watch.instrumentors._dbapi import (
     AiomysqlInstrumentor,
@@ -51,6 +53,7 @@ def instrumentors(recorder: Recorder) -> list[Instrumentor]:
         PsycopgInstrumentor(recorder),
         AiomysqlInstrumentor(recorder),
         SQLAlchemyInstrumentor(recorder),
+        AsyncioInstrumentor(recorder),
     ]
 
 

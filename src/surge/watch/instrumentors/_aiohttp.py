@@ -5,7 +5,8 @@
 The signals, and what each records: ``on_request_start`` (the request begins),
 ``on_connection_queued_start/end`` (a wait for the connector's limit: a
 ``pool.wait``), ``on_dns_resolvehost_start/end``, ``on_connection_create_start/
-end`` (TCP and TLS together: aiohttp does not separate them),
+end`` (TCP and TLS together: aiohttp does not separate them; over https the
+handshake is counted, its time inside the connect's),
 ``on_request_headers_sent`` (sent), ``on_request_end`` (status and headers in:
 the request ends there; aiohttp has no signal for the body's end, so its
 ``receive`` phase is not seen) and ``on_request_exception``.
@@ -41,7 +42,7 @@ class AiohttpInstrumentor(Instrumentor):
             "on_dns_resolvehost_start": self._mark("dns_start"),
             "on_dns_resolvehost_end": self._mark("dns_end"),
             "on_connection_create_start": self._mark("connect_start"),
-            "on_connection_create_end": self._mark("tcp_end"),
+            "on_connection_create_end": self._created,
             "on_request_headers_sent": self._sent,
         }
         for name, handler in signals.items():
@@ -82,8 +83,23 @@ class AiohttpInstrumentor(Instrumentor):
                     claim=False,
                 )
                 context.surge_watch_op = op
+                context.surge_watch_tls = params.url.scheme in ("https", "wss")
         except Exception:
             failed("aiohttp on_request_start")
+
+    async def _created(self, session: Any, context: SimpleNamespace, params: Any) -> None:
+        """A connection was made: TCP and, for https, its TLS handshake inside the
+        same span (aiohttp does not separate them): the handshake is counted, its
+        time is the connect's."""
+        try:
+            op = self._op(context)
+            if op is not None:
+                now = clock()
+                self.recorder.mark(op, "tcp_end", now)
+                if getattr(context, "surge_watch_tls", False):
+                    self.recorder.mark(op, "tls_end", now)
+        except Exception:
+            failed("aiohttp on_connection_create_end")
 
     def _mark(self, name: str) -> Any:
         async def mark(session: Any, context: SimpleNamespace, params: Any) -> None:

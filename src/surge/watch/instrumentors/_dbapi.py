@@ -38,14 +38,52 @@ _TABLE = {
 }
 
 
+#: Statements parsed, kept by their text (as many at most; then begun afresh).
+SEEN = 4096
+_SEEN: dict[str, tuple[str, int | None]] = {}
+#: Digits, dropped from a statement's shape (``WHERE id = 42`` is ``id = ``).
+_DIGITS = str.maketrans("", "", "0123456789")
+
+
 def statement(query: Any) -> str:
     """``SELECT users``: a statement's verb and table, with string literals and
     comments removed first, so that nothing of a value can come through."""
-    if isinstance(query, bytes | bytearray | memoryview):
+    return statement_and_shape(query)[0]
+
+
+def statement_and_shape(query: Any) -> tuple[str, int | None]:
+    """:func:`statement`, and the statement's shape: a hash of its text without
+    literals, comments and digits, the same for statements that differ only in
+    their values (what n-plus-one compares); None for a composed statement."""
+    if isinstance(query, str):
+        known = _SEEN.get(query)  # a loop's statement: parsed once
+        if known is not None:
+            return known
+    elif isinstance(query, bytes | bytearray | memoryview):
         query = bytes(query[:LOOK]).decode("utf-8", "replace")
-    if not isinstance(query, str):
-        return "SQL"  # a composed statement (psycopg.sql): not rendered
+    else:
+        return "SQL", None  # a composed statement (psycopg.sql): not rendered
     text = _LITERALS.sub(" ", query[:LOOK])
+    parsed = _what(text), hash(text.translate(_DIGITS))
+    if len(query) <= LOOK:
+        if len(_SEEN) >= SEEN:
+            _SEEN.clear()
+        _SEEN[query] = parsed
+    return parsed
+
+
+def _values(query: Any, args: tuple[Any, ...]) -> int:
+    """A hash of a statement and its parameters: the same for the same statement
+    with the same values (a poll, a loop that asks the same thing again), which
+    n-plus-one does not count."""
+    params = args[0] if args else None
+    try:
+        return hash((query, params))
+    except TypeError:  # a list or dict of parameters
+        return hash((query, repr(params)[:LOOK]))
+
+
+def _what(text: str) -> str:
     verb_match = _VERB.match(text)
     if verb_match is None:
         return "SQL"
@@ -65,8 +103,10 @@ class _Driver(Instrumentor):
         self, kind: str, describe: Any, start: float, error: str | None, args: Any, kwargs: Any
     ) -> None:
         try:
-            peer, what = describe(*args, **kwargs)
-            self.recorder.db_end(kind, self.library, peer, what, start, clock(), error)
+            peer, what, *shape = describe(*args, **kwargs)
+            self.recorder.db_end(
+                kind, self.library, peer, what, start, clock(), error, shape[0] if shape else None
+            )
         except Exception:
             failed(f"{self.library} {kind}")
 
@@ -121,8 +161,13 @@ class _Driver(Instrumentor):
 def _statement_of(peer_of: Any) -> Any:
     """``describe`` for ``execute(cursor, query, ...)``."""
 
-    def describe(cursor: Any, query: Any = None, *args: Any, **kwargs: Any) -> tuple[str, str]:
-        return peer_of(cursor), statement(query)
+    def describe(
+        cursor: Any, query: Any = None, *args: Any, **kwargs: Any
+    ) -> tuple[str, str, tuple[int, int] | None]:
+        what, shape = statement_and_shape(query)
+        if shape is None:
+            return peer_of(cursor), what, None
+        return peer_of(cursor), what, (shape, _values(query, args))
 
     return describe
 

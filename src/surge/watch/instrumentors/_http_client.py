@@ -20,6 +20,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
+from surge.trace.redact import without_query
 from surge.watch.instrument import Instrumentor, error_class, failed
 from surge.watch.recorder import Operation, clock
 
@@ -35,8 +36,7 @@ def request_line(method: Any, url: Any) -> str:
     text = str(url)
     if "://" in text:
         text = "/" + text.split("://", 1)[1].partition("/")[2]
-    for stop in "?#;":
-        text = text.partition(stop)[0]
+    text = without_query(text).partition(";")[0]
     return f"{str(method)[:16]} {text[:MAX_PATH] or '/'}"
 
 

@@ -18,7 +18,7 @@ import sys
 from types import ModuleType
 from typing import Any
 
-from surge.watch.instrument import Instrumentor, error_class, failed
+from surge.watch.instrument import EXHAUSTED, Instrumentor, error_class, failed
 from surge.watch.recorder import clock
 
 
@@ -42,6 +42,7 @@ class SocketInstrumentor(Instrumentor):
         if module.__name__ == "socket":
             self.replace(module, "getaddrinfo", self._getaddrinfo)
             self.replace(module.socket, "connect", self._connect)
+            self.replace(module.socket, "__init__", self._create)
         elif module.__name__ == "ssl":
             self.replace(module.SSLSocket, "do_handshake", self._handshake)
 
@@ -80,6 +81,21 @@ class SocketInstrumentor(Instrumentor):
                     failed("socket.getaddrinfo")
 
         return getaddrinfo
+
+    def _create(self, original: Any) -> Any:
+        """A socket's creation: where a process out of descriptors first fails
+        (EMFILE), whatever the library then makes of the error."""
+        instrumentor = self
+
+        def __init__(sock: Any, *args: Any, **kwargs: Any) -> None:
+            try:
+                original(sock, *args, **kwargs)
+            except OSError as e:
+                if instrumentor.on and e.errno in EXHAUSTED:
+                    instrumentor.recorder.fd_exhausted(e)
+                raise
+
+        return __init__
 
     def _connect(self, original: Any) -> Any:
         instrumentor = self

@@ -1,0 +1,124 @@
+"""A blocked event loop, from a lag monitor: each asyncio loop, while it runs
+(``BaseEventLoop.run_forever``, which ``asyncio.run`` and ``run_until_complete``
+go through), has a heartbeat callback due every :data:`TICK` seconds.  A beat
+that runs :data:`BLOCKED` or more after it was due means the loop ran something
+else all that while: a ``loop.blocked`` span from when it was due to when it
+ran.  A watchdog thread looks every :data:`TICK` too: a beat overdue by half of
+:data:`BLOCKED` has the loop thread's stack sampled then (the innermost frame of
+the program's own code: the line the loop was stuck on), which becomes the
+span's site.
+
+Nothing is added per callback: the cost is one beat per loop per :data:`TICK`.
+The watchdog starts with the first loop (a program that never runs one has no
+thread), a raw ``_thread`` that ends when the recording stops.  uvloop's loop
+runs in C, its ``run_forever`` is not seen.
+"""
+
+from __future__ import annotations
+
+import _thread
+import contextlib
+import os
+import sys
+import time
+from types import ModuleType
+from typing import Any
+
+from surge.watch.instrument import Instrumentor, failed
+from surge.watch.recorder import Site, clock, site_in
+
+#: A beat this late means the loop was blocked (asyncio's own
+#: ``slow_callback_duration`` in debug mode).
+BLOCKED = 0.1
+#: How often a loop beats, and the watchdog looks.
+TICK = 0.025
+
+
+class _Beat:
+    __slots__ = ("due", "handle", "ident", "site")
+
+    def __init__(self) -> None:
+        self.ident = _thread.get_ident()
+        self.due = 0.0
+        self.site: Site | None = None
+        self.handle: Any = None
+
+
+class AsyncioInstrumentor(Instrumentor):
+    library = "asyncio"
+    modules = ("asyncio.base_events",)
+
+    def apply(self, module: ModuleType) -> None:
+        self.beats: dict[int, _Beat] = {}  # per loop running now
+        self.watching = False
+        with contextlib.suppress(AttributeError):
+            os.register_at_fork(after_in_child=self._forked)
+        self.replace(module.BaseEventLoop, "run_forever", self._run_forever)
+
+    def _forked(self) -> None:
+        self.watching = False  # the watchdog thread is the parent's
+        self.beats.clear()
+
+    def _run_forever(self, original: Any) -> Any:
+        instrumentor = self
+
+        def run_forever(loop: Any) -> Any:
+            if not instrumentor.on:
+                return original(loop)
+            beat = None
+            try:
+                beat = _Beat()
+                instrumentor._schedule(loop, beat)
+                instrumentor.beats[id(loop)] = beat
+                if not instrumentor.watching:
+                    instrumentor._start_watchdog()
+            except Exception:
+                failed("asyncio run_forever")
+            try:
+                return original(loop)
+            finally:
+                instrumentor.beats.pop(id(loop), None)
+                if beat is not None and beat.handle is not None:
+                    beat.handle.cancel()
+
+        return run_forever
+
+    def _schedule(self, loop: Any, beat: _Beat) -> None:
+        beat.due = clock() + TICK
+        beat.site = None
+        beat.handle = loop.call_later(TICK, self._beat, loop, beat)
+
+    def _beat(self, loop: Any, beat: _Beat) -> None:
+        try:
+            now = clock()
+            if now - beat.due >= BLOCKED and self.on:
+                self.recorder.loop_blocked("event loop lag", beat.due, now, beat.site)
+            self._schedule(loop, beat)
+        except Exception:
+            failed("asyncio heartbeat")
+
+    def _start_watchdog(self) -> None:
+        self.watching = True
+        try:
+            _thread.start_new_thread(self._watch, ())
+        except Exception:
+            self.watching = False
+            failed("starting the asyncio watchdog")
+
+    def _watch(self) -> None:
+        sleep = time.sleep
+        while self.on and self.watching:
+            sleep(TICK)
+            try:
+                now = clock()
+                frames = None
+                for beat in list(self.beats.values()):
+                    if beat.site is None and now - beat.due >= BLOCKED / 2:
+                        if frames is None:
+                            frames = sys._current_frames()
+                        frame = frames.get(beat.ident)
+                        if frame is not None:
+                            beat.site = site_in(frame)
+            except Exception:
+                failed("the asyncio watchdog")
+        self.watching = False

@@ -1,0 +1,334 @@
+"""Causes by what happens on the wire, not by which API made it: each cause in
+three disguises, each beside its fixed twin (which must get no finding at all),
+recorded in this process against real servers on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import aiohttp
+import httpx
+import pymysql
+import pytest
+import requests
+import sqlalchemy
+from sqlalchemy.pool import NullPool
+
+from surge.sim import SimInfo
+from surge.testing.servers import DBServer
+from surge.watch import recording
+
+N = 12  # above every count threshold (10), small enough to stay fast
+PARALLEL = 4
+
+
+# -- connect-per-query: a connect for each query, whatever made the connection ------
+def _pymysql(db: DBServer) -> dict[str, Any]:
+    return {
+        "host": db.host,
+        "port": db.port,
+        "user": db.user,
+        "password": db.password,
+        "database": db.database,
+    }
+
+
+def _sqlalchemy_url(db: DBServer) -> str:
+    return sqlalchemy.engine.URL.create(
+        "mysql+pymysql", db.user, db.password, db.host, db.port, db.database
+    ).render_as_string(hide_password=False)
+
+
+def _with_set(engine: sqlalchemy.Engine) -> sqlalchemy.Engine:
+    @sqlalchemy.event.listens_for(engine, "connect")
+    def session_setup(dbapi_connection: Any, record: Any) -> None:
+        with dbapi_connection.cursor() as cursor:  # a SET on every new connection
+            cursor.execute("SET SESSION sql_mode = 'ANSI_QUOTES'")
+
+    return engine
+
+
+def pymysql_per_query(db: DBServer) -> None:
+    for i in range(N):
+        conn = pymysql.connect(**_pymysql(db))
+        with conn.cursor() as cur:
+            cur.execute("SELECT %s", (i,))
+        conn.close()
+
+
+def pymysql_one_connection(db: DBServer) -> None:
+    conn = pymysql.connect(**_pymysql(db))
+    for i in range(N):
+        with conn.cursor() as cur:
+            cur.execute("SELECT %s", (i,))
+    conn.close()
+
+
+def nullpool_with_set(db: DBServer) -> None:
+    engine = _with_set(sqlalchemy.create_engine(_sqlalchemy_url(db), poolclass=NullPool))
+    for i in range(N):
+        with engine.connect() as conn:
+            conn.execute(sqlalchemy.text("SELECT :i"), {"i": i})
+    engine.dispose()
+
+
+def queuepool_with_set(db: DBServer) -> None:
+    engine = _with_set(sqlalchemy.create_engine(_sqlalchemy_url(db)))
+    for i in range(N):
+        with engine.connect() as conn:
+            conn.execute(sqlalchemy.text("SELECT :i"), {"i": i})
+    engine.dispose()
+
+
+def engine_per_request(db: DBServer) -> None:
+    for i in range(N):
+        engine = sqlalchemy.create_engine(_sqlalchemy_url(db))
+        with engine.connect() as conn:
+            conn.execute(sqlalchemy.text("SELECT :i"), {"i": i})
+        engine.dispose()
+
+
+# -- n-plus-one: a query, then one more per row it returned -------------------------
+ROWS = 60  # x ~1 ms each: past the 50 ms the finding asks of the repeats
+ITEMS = f"SELECT seq FROM seq_1_to_{ROWS}"  # MariaDB's sequence engine: rows without a table
+
+
+def per_row_parameters(db: DBServer) -> None:
+    conn = pymysql.connect(**_pymysql(db))
+    with conn.cursor() as cur:
+        cur.execute(ITEMS)
+        for (seq,) in cur.fetchall():
+            cur.execute("SELECT SLEEP(0.001), %s", (seq,))  # the values as parameters
+    conn.close()
+
+
+def per_row_formatted(db: DBServer) -> None:
+    conn = pymysql.connect(**_pymysql(db))
+    with conn.cursor() as cur:
+        cur.execute(ITEMS)
+        for (seq,) in cur.fetchall():
+            cur.execute(f"SELECT SLEEP(0.001), {seq} AS seq")  # the values in the text
+    conn.close()
+
+
+def per_row_sqlalchemy(db: DBServer) -> None:
+    engine = sqlalchemy.create_engine(_sqlalchemy_url(db))
+    with engine.connect() as conn:
+        for seq in conn.execute(sqlalchemy.text(ITEMS)).scalars().all():
+            conn.execute(sqlalchemy.text("SELECT SLEEP(0.001), :seq"), {"seq": seq})
+    engine.dispose()
+
+
+def one_query(db: DBServer) -> None:
+    conn = pymysql.connect(**_pymysql(db))
+    with conn.cursor() as cur:
+        cur.execute(ITEMS)
+        seqs = [seq for (seq,) in cur.fetchall()]
+        cur.execute(f"SELECT SLEEP(0.001), seq FROM seq_1_to_{ROWS} WHERE seq IN %s", (seqs,))
+    conn.close()
+
+
+def one_query_sqlalchemy(db: DBServer) -> None:
+    engine = sqlalchemy.create_engine(_sqlalchemy_url(db))
+    with engine.connect() as conn:
+        conn.execute(sqlalchemy.text(f"SELECT seq, SLEEP(0.001) FROM seq_1_to_{ROWS}")).all()
+    engine.dispose()
+
+
+# -- tls-per-request: a TLS handshake for each request, whatever session made it ---
+def _context(sim: SimInfo) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=sim.cafile)
+
+
+def _url(sim: SimInfo, i: int) -> str:
+    return f"https://localhost:{sim.https_port}/item?i={i}"
+
+
+def requests_get(sim: SimInfo) -> None:
+    for i in range(N):
+        requests.get(_url(sim, i), verify=sim.cafile, timeout=10).raise_for_status()
+
+
+# the twins also run their requests 4 at a time: one at a time they would be
+# serial-requests, rightly
+def requests_session(sim: SimInfo) -> None:
+    local = threading.local()
+
+    def get(i: int) -> None:
+        if not hasattr(local, "session"):
+            local.session = requests.Session()  # one per thread, kept
+        local.session.get(_url(sim, i), verify=sim.cafile, timeout=10).raise_for_status()
+
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        list(pool.map(get, range(N)))
+
+
+def httpx_client_per_call(sim: SimInfo) -> None:
+    for i in range(N):
+        with httpx.Client(verify=_context(sim), timeout=10) as client:
+            client.get(_url(sim, i)).raise_for_status()
+
+
+def httpx_one_client(sim: SimInfo) -> None:
+    client = httpx.Client(verify=_context(sim), timeout=10)  # one, shared by the threads
+    with client, ThreadPoolExecutor(PARALLEL) as pool:
+        list(pool.map(lambda i: client.get(_url(sim, i)).raise_for_status(), range(N)))
+
+
+def aiohttp_session_per_request(sim: SimInfo) -> None:
+    async def main() -> None:
+        context = _context(sim)
+        for i in range(N):
+            async with (
+                aiohttp.ClientSession() as session,
+                session.get(_url(sim, i), ssl=context) as response,
+            ):
+                await response.read()
+
+    asyncio.run(main())
+
+
+def aiohttp_one_session(sim: SimInfo) -> None:
+    async def main() -> None:
+        context = _context(sim)
+        bound = asyncio.Semaphore(PARALLEL)
+
+        async def get(session: aiohttp.ClientSession, i: int) -> None:
+            async with bound, session.get(_url(sim, i), ssl=context) as response:
+                await response.read()
+
+        async with aiohttp.ClientSession() as session:
+            await asyncio.gather(*(get(session, i) for i in range(N)))
+
+    asyncio.run(main())
+
+
+# -- blocked-loop: a callback that keeps the event loop from everything else --------
+BLOCKS = 3
+BLOCK_S = 0.15  # past the 100 ms a callback may run; 3 of them past the 0.2 s
+
+
+SLOW = {"Host": "delay-150.sim"}  # the simulated web answers a name like this late
+
+
+def _http(sim: SimInfo) -> str:
+    return f"http://127.0.0.1:{sim.http_port}/item"
+
+
+def _spin() -> None:
+    deadline = time.perf_counter() + BLOCK_S
+    while time.perf_counter() < deadline:  # CPU work, bounded by the clock
+        pass
+
+
+def cpu_between_requests(sim: SimInfo) -> None:
+    async def main() -> None:
+        async with aiohttp.ClientSession() as session:
+            for _ in range(BLOCKS):
+                async with session.get(_http(sim)) as response:
+                    await response.read()
+                deadline = time.perf_counter() + BLOCK_S
+                while time.perf_counter() < deadline:  # parsing, in the loop's thread
+                    pass
+
+    asyncio.run(main())
+
+
+def cpu_in_a_thread(sim: SimInfo) -> None:
+    async def main() -> None:
+        async with aiohttp.ClientSession() as session:
+            for _ in range(BLOCKS):
+                async with session.get(_http(sim)) as response:
+                    await response.read()
+                await asyncio.to_thread(_spin)
+
+    asyncio.run(main())
+
+
+def sleep_in_a_coroutine(sim: SimInfo) -> None:
+    async def main() -> None:
+        for _ in range(BLOCKS):
+            time.sleep(BLOCK_S)  # a blocking sleep where asyncio.sleep was meant
+
+    asyncio.run(main())
+
+
+def asyncio_sleep(sim: SimInfo) -> None:
+    async def main() -> None:
+        for _ in range(BLOCKS):
+            await asyncio.sleep(BLOCK_S)
+
+    asyncio.run(main())
+
+
+def blocking_client_in_a_coroutine(sim: SimInfo) -> None:
+    async def main() -> None:
+        with requests.Session() as session:
+            for _ in range(BLOCKS):  # a blocking client inside async code
+                session.get(_http(sim), headers=SLOW, timeout=10).raise_for_status()
+
+    asyncio.run(main())
+
+
+def async_client(sim: SimInfo) -> None:
+    async def main() -> None:
+        async with aiohttp.ClientSession() as session:
+            for _ in range(BLOCKS):
+                async with session.get(_http(sim), headers=SLOW) as response:
+                    await response.read()
+
+    asyncio.run(main())
+
+
+CASES = [
+    ("connect-per-query", pymysql_per_query, pymysql_one_connection),
+    ("connect-per-query", nullpool_with_set, queuepool_with_set),
+    ("connect-per-query", engine_per_request, queuepool_with_set),
+    ("n-plus-one", per_row_parameters, one_query),
+    ("n-plus-one", per_row_formatted, one_query),
+    ("n-plus-one", per_row_sqlalchemy, one_query_sqlalchemy),
+    ("blocked-loop", cpu_between_requests, cpu_in_a_thread),
+    ("blocked-loop", sleep_in_a_coroutine, asyncio_sleep),
+    ("blocked-loop", blocking_client_in_a_coroutine, async_client),
+    ("tls-per-request", requests_get, requests_session),
+    ("tls-per-request", httpx_client_per_call, httpx_one_client),
+    ("tls-per-request", aiohttp_session_per_request, aiohttp_one_session),
+]
+
+
+@pytest.fixture
+def server(request: pytest.FixtureRequest) -> Any:
+    cause = request.node.callspec.params["cause"]
+    database = cause in ("connect-per-query", "n-plus-one")
+    return request.getfixturevalue("mariadb_server" if database else "sim")
+
+
+@pytest.mark.parametrize(
+    ("cause", "slow", "twin"),
+    CASES,
+    ids=[f"{cause}-{slow.__name__}" for cause, slow, _ in CASES],
+)
+def test_each_disguise_is_found_and_its_twin_is_not(
+    cause: str,
+    slow: Callable[[Any], None],
+    twin: Callable[[Any], None],
+    server: Any,
+) -> None:
+    with recording() as rec:
+        slow(server)
+    found = [f for f in rec.findings() if f.id == cause]
+    assert found, f"no {cause}: {[f.id for f in rec.findings()]}"
+    [finding] = found
+    assert finding.sites and finding.sites[0]["file"] == __file__
+    assert finding.sites[0]["function"].endswith(slow.__name__) or slow.__name__ in str(
+        finding.sites
+    )
+    with recording() as fixed:
+        twin(server)
+    assert [f.id for f in fixed.findings()] == []

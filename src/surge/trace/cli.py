@@ -25,7 +25,8 @@ from surge.http.response import Response
 from surge.http.timings import RECORD_PHASES, Timings
 from surge.loops import loop_descriptors, new_event_loop, require_descriptors
 from surge.sinks import stdout_sink
-from surge.terminal import die
+from surge.terminal import colours, die, paint
+from surge.trace.redact import safe_headers, safe_text, safe_url
 
 
 @click.command("trace")
@@ -96,7 +97,7 @@ def trace_command(
         require_descriptors(loop_descriptors() + 3)
     except (UsageError, LocalResourceError) as e:
         die("surge trace", str(e))
-    color = sys.stdout is not None and sys.stdout.isatty() and not as_json
+    color = colours(sys.stdout) and not as_json  # a terminal's, not under NO_COLOR or TERM=dumb
     loop = new_event_loop()
     try:
         results = loop.run_until_complete(_requests(urls, count, no_reuse, method, options))
@@ -212,7 +213,8 @@ def as_record(url: str, outcome: Outcome, end: float) -> dict[str, Any]:
     timings = outcome.timings
     final = outcome.final_url if isinstance(outcome, Response) else outcome.final_url or url
     tls = str(final).startswith("https:")
-    record: dict[str, Any] = {"url": url, "final_url": final}
+    # As every writer of surge: no userinfo, no secret query value (surge.trace.redact).
+    record: dict[str, Any] = {"url": safe_url(url), "final_url": safe_url(str(final))}
     if isinstance(outcome, Response):
         record.update(
             status=outcome.status,
@@ -221,7 +223,7 @@ def as_record(url: str, outcome: Outcome, end: float) -> dict[str, Any]:
             error=None,
             error_detail=None,
             bytes=outcome.bytes,
-            headers=outcome.headers.multi_items(),
+            headers=safe_headers(outcome.headers.multi_items()),
         )
     else:
         record.update(
@@ -229,7 +231,7 @@ def as_record(url: str, outcome: Outcome, end: float) -> dict[str, Any]:
             reason=None,
             http_version=None,
             error=outcome.error_class,
-            error_detail=outcome.detail,
+            error_detail=safe_text(outcome.detail),
             bytes=outcome.bytes,
             headers=[],
         )
@@ -243,6 +245,8 @@ def as_record(url: str, outcome: Outcome, end: float) -> dict[str, Any]:
     record["tls"] = (
         dict(zip(("version", "cipher", "alpn"), tls_info, strict=True)) if tls_info else None
     )
+    if record["tls"] is not None:
+        record["tls"]["resumed"] = (conn.tls_info() or {}).get("resumed")  # type: ignore[union-attr]
     record["timings"] = timings.phases_ms() if timings is not None else None
     record["curl"] = curl_timers(timings, tls=tls, end=end) if timings is not None else None
     return record
@@ -281,9 +285,6 @@ def render(
     cumulative timers under the boundary each one ends at."""
     record = as_record(url, outcome, end)
 
-    def paint(text: str, code: str) -> str:
-        return f"\x1b[{code}m{text}\x1b[0m" if color else text
-
     lines = []
     how = {True: "new connection", False: "reused connection", None: "no connection"}[
         record["new_connection"]
@@ -295,36 +296,40 @@ def render(
         how += f", {tls['version']} {tls['cipher']}" + (
             f", ALPN {tls['alpn']}" if tls["alpn"] else ""
         )
-    lines.append(paint(url, "1") + f"  ({how})")
+    lines.append(paint(record["url"], "1", color) + f"  ({how})")
     timings = outcome.timings
     chain = timings.hops() if timings is not None else []
     if len(chain) > 1:  # the picture is the last hop's; the hops before, in a line
-        steps = " -> ".join(f"{hop.url} ({hop.status})" for hop in chain[:-1])
+        steps = " -> ".join(f"{safe_url(str(hop.url))} ({hop.status})" for hop in chain[:-1])
         lines.append(
             f"after {len(chain) - 1} redirect(s) in {_fmt(record['curl']['time_redirect'] * 1000)}:"
             f" {steps} -> {record['final_url']}"
         )
-    elif record["final_url"] != url:
+    elif record["final_url"] != record["url"]:
         lines.append(f"final URL {record['final_url']}")
     if isinstance(outcome, Response):
         head = outcome.head.decode("latin-1").split("\r\n")
-        lines.append(paint(head[0], "32" if outcome.status < 400 else "33"))
-        if headers:
-            for line in head[1:]:
-                if line:
-                    name, _, value = line.partition(":")
-                    lines.append(paint(name, "90") + ":" + value)
+        lines.append(paint(head[0], "32" if outcome.status < 400 else "33", color))
+        if headers:  # as the HAR has them: no Set-Cookie, a Location without userinfo
+            fields = (line.partition(":")[::2] for line in head[1:] if line)
+            for name, value in safe_headers((n, v.strip()) for n, v in fields):
+                lines.append(paint(name, "90", color) + ": " + value)
         lines.append(f"body: {outcome.bytes:,} bytes on the wire")
     else:
-        lines.append(paint(f"FAILED: {outcome.error_class}: {outcome.detail}", "31"))
-    phases = record["timings"] or dict.fromkeys(RECORD_PHASES)
+        lines.append(paint(f"FAILED: {outcome.error_class}: {record['error_detail']}", "31", color))
     tls = str(record["final_url"]).startswith("https:")
-    curl = hop_timers(chain[-1], tls=tls, end=end) if chain else {}  # the last hop's
-    cells = [_fmt(phases[k]) for k in RECORD_PHASES]
-    widths = [max(len(c), len(h)) + 2 for c, h in zip(cells, _COLUMNS, strict=True)]
+    columns = _columns(outcome, chain[-1] if chain else None, tls=tls, end=end)
+    if not columns:
+        return "\n".join(lines)
+    heads = [head for head, _, _ in columns]
+    cells = [cell for _, cell, _ in columns]
+    widths = [max(len(c), len(h)) + 2 for c, h in zip(cells, heads, strict=True)]
     lines.append("")
-    lines.append(" " + "".join(h.center(w) + " " for h, w in zip(_COLUMNS, widths, strict=True)))
-    bar = "[" + "|".join(paint(c.center(w), "36") for c, w in zip(cells, widths, strict=True))
+    lines.append(" " + "".join(h.center(w) + " " for h, w in zip(heads, widths, strict=True)))
+    bar = "[" + "|".join(
+        paint(c.center(w), "31" if c == _failed_cell(outcome) else "36", color)
+        for c, w in zip(cells, widths, strict=True)
+    )
     lines.append(bar + "]")
     # The cumulative timers, each under the boundary its phase ends at.
     edges = []
@@ -332,20 +337,57 @@ def render(
     for w in widths:
         position += w + 1
         edges.append(position)
-    cumulative = [
-        curl.get("time_namelookup"),
-        curl.get("time_connect"),
-        curl.get("time_pretransfer"),
-        curl.get("time_starttransfer"),
-        curl.get("time_total"),
-    ]
     lines.append(_ruler(edges, 0))
-    for i, (mark, seconds) in enumerate(zip(_MARKS, cumulative, strict=True)):
-        text = f"{mark}:{_fmt(None if seconds is None else seconds * 1000)}"
+    for i, (_, _, (mark, seconds)) in enumerate(columns):
+        text = f"{mark}:{_fmt(seconds * 1000)}"
         line = _ruler(edges, i + 1).ljust(edges[-1] + 1)
         start = max(0, edges[i] + 1 - len(text))  # ends where its boundary's bar was
-        lines.append((line[:start] + paint(text, "36") + line[start + len(text) :]).rstrip())
+        lines.append((line[:start] + paint(text, "36", color) + line[start + len(text) :]).rstrip())
     return "\n".join(lines)
+
+
+def _failed_cell(outcome: Outcome) -> str | None:
+    return outcome.error_class if isinstance(outcome, RequestError) else None
+
+
+def _failed_phase(hop: Timings, *, tls: bool) -> int:
+    """Which of the picture's phases (an index of _COLUMNS) a failed hop was in."""
+    if hop.dns_start is not None and hop.dns_end is None:
+        return 0
+    if hop.connect_start is not None and hop.tcp_end is None:
+        return 1
+    if tls and hop.tcp_end is not None and hop.tls_end is None:
+        return 2
+    return 3 if hop.first_byte is None else 4
+
+
+def _columns(
+    outcome: Outcome, hop: Timings | None, *, tls: bool, end: float
+) -> list[tuple[str, str, tuple[str, float]]]:
+    """The picture's columns: (heading, cell, (timer, seconds)) each.  A response
+    has all five (a phase its connection skipped is "-"); a failure has the
+    phases that happened, then the one it failed in, which shows its error
+    class over the time to the failure: a phase that did not happen is not drawn."""
+    began = (hop.dns_start, hop.connect_start, hop.connected, hop.sent) if hop else ()
+    if hop is None or (isinstance(outcome, RequestError) and all(when is None for when in began)):
+        return []  # it failed before any phase began: a URL that is not one
+    phases = hop.phases_ms()
+    curl = hop_timers(hop, tls=tls, end=end)
+    timers = [curl[f"time_{mark}"] for mark in _MARKS]
+    keys = RECORD_PHASES
+    if isinstance(outcome, Response):
+        return [
+            (head, _fmt(phases[key]), (mark, seconds))
+            for head, key, mark, seconds in zip(_COLUMNS, keys, _MARKS, timers, strict=True)
+        ]
+    failed = _failed_phase(hop, tls=tls)
+    columns = [
+        (_COLUMNS[i], _fmt(phases[keys[i]]), (_MARKS[i], timers[i]))
+        for i in range(failed)
+        if phases[keys[i]] is not None
+    ]
+    columns.append((_COLUMNS[failed], outcome.error_class, ("total", curl["time_total"])))
+    return columns
 
 
 def _ruler(edges: list[int], skip: int) -> str:

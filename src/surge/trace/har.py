@@ -15,19 +15,31 @@ they did not happen (a reused connection has no dns, connect or ssl); ``send``,
 them has 0.  ``time`` is their sum (``ssl`` counted once, inside ``connect``)
 and equals the hop's duration.  A failed request has ``response.status`` 0 and,
 as browsers' exports do, the error in ``_error`` (surge's error class) and
-``_error_detail``.  Headers and bodies are not recorded: ``headersSize`` is -1
-(unknown), and so is ``bodySize`` where surge did not count it (earlier hops).
+``_error_detail``.  Bodies are not recorded: ``headersSize`` is -1 (unknown),
+and so is ``bodySize`` where surge did not count it (earlier hops).
+
+Sanitised as Chrome's "Export HAR (sanitized)" is, unless ``keep_secrets``
+(``surge fetch --har-with-secrets``): no ``Cookie``, ``Set-Cookie``,
+``Authorization`` or ``Proxy-Authorization`` header and no cookies, and the
+values of the secret query parameters (:mod:`surge.trace.redact`) replaced,
+in the URL and ``queryString`` alike.  A URL's userinfo is never written, and
+neither is one inside an error's detail.  ``request.headers`` are the headers
+the caller gave (``-H``, ``-A``), on each hop they were sent to (credentials
+only to the input's origin, unless ``trusted``: ``--location-trusted``), not
+those surge adds itself; ``response.headers`` are the response's when the
+record has them (``-i``), on its last hop.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from surge._version import __version__
 from surge.errors import SinkError
+from surge.http.headers import CREDENTIALS
 from surge.http.timings import Timings
 from surge.sinks import Sink, open_replacement
 from surge.trace.phases import (
@@ -44,6 +56,13 @@ from surge.trace.phases import (
     hops,
     present,
 )
+from surge.trace.redact import (
+    cookie_pairs,
+    query_pairs,
+    safe_headers,
+    safe_text,
+    safe_url,
+)
 
 #: Entries are written in batches of about this many bytes.
 BUFFER_SIZE = 256 * 1024
@@ -59,9 +78,19 @@ class HarWriter:
     writes nothing more, leaves any earlier file of that name as it was, and the
     caller reports it.  Opening raises ``SinkError``."""
 
-    def __init__(self, path: str, *, method: str = "GET") -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        method: str = "GET",
+        headers: Iterable[tuple[str, str]] = (),
+        keep_secrets: bool = False,
+        trusted: bool = False,
+        comment: str = "",
+    ) -> None:
         self.path = path
         self.method = method
+        self.policy = Sanitiser(headers, keep_secrets=keep_secrets, trusted=trusted)
         self.clock0 = time.perf_counter()
         self.wall0 = time.time()
         self.entries = 0
@@ -70,7 +99,9 @@ class HarWriter:
         self._pending: list[str] = []
         self._pending_size = 0
         creator = {"name": "surge", "version": __version__}
-        head = {"version": "1.2", "creator": creator, "pages": []}
+        head: dict[str, Any] = {"version": "1.2", "creator": creator, "pages": []}
+        if comment:
+            head["comment"] = comment
         # The document up to the entries array, which the adds then fill.
         self._write(json.dumps({"log": head})[:-2] + ',"entries":[\n')
         self._clock = _Clock(self.wall0 - self.clock0)
@@ -109,7 +140,13 @@ class HarWriter:
         for n, hop in enumerate(chain):
             following = chain[n + 1] if n + 1 < len(chain) else None
             entry = entry_json(
-                record, hop, following, method=self.method, clock=self._clock, hop_index=n
+                record,
+                hop,
+                following,
+                method=self.method,
+                clock=self._clock,
+                hop_index=n,
+                policy=self.policy,
             )
             self._write(",\n" + entry if self.entries else entry)
             self.entries += 1
@@ -163,13 +200,76 @@ class _Clock:
         return "%s.%03dZ" % (self._prefix, int((unix - second) * 1000))  # noqa: UP031
 
 
+def _pairs_json(pairs: Iterable[tuple[str, str]]) -> str:
+    """HAR's ``[{"name": ..., "value": ...}]`` (headers, cookies, queryString)."""
+    listed = [{"name": name, "value": value} for name, value in pairs]
+    return json.dumps(listed, ensure_ascii=False) if listed else "[]"
+
+
+class Sanitiser:
+    """What a HAR's entries say about the request beyond its timings: the
+    caller's headers and cookies as JSON (once: the same on every entry), the
+    URL and query as written; all sanitised unless ``keep_secrets``."""
+
+    def __init__(
+        self,
+        headers: Iterable[tuple[str, str]] = (),
+        *,
+        keep_secrets: bool = False,
+        trusted: bool = False,
+    ) -> None:
+        self.keep_secrets = keep_secrets
+        kept = safe_headers(headers, keep_secrets=keep_secrets)
+        #: To the input's origin, and elsewhere (a redirect: no credentials, as sent).
+        self.headers = _pairs_json(kept)
+        self.cookies = _pairs_json(
+            pair for name, value in kept if name.lower() == "cookie" for pair in cookie_pairs(value)
+        )
+        if trusted:
+            self.headers_elsewhere, self.cookies_elsewhere = self.headers, self.cookies
+        else:
+            self.headers_elsewhere = _pairs_json(
+                (n, v) for n, v in kept if n.lower() not in CREDENTIALS
+            )
+            self.cookies_elsewhere = "[]"
+
+    def url(self, url: str) -> str:
+        """The URL as written: never its userinfo; its secret query values
+        redacted unless ``keep_secrets``."""
+        return safe_url(url, query=not self.keep_secrets)
+
+    def query(self, url: str) -> str:
+        """``queryString`` of a URL as :meth:`url` wrote it."""
+        return "[]" if "?" not in url else _pairs_json(query_pairs(url, keep_secrets=True))
+
+    def response_headers(self, headers: Any) -> str:
+        """As the request's: no ``Set-Cookie`` unless ``keep_secrets``, and a
+        ``Location`` never with its userinfo (:func:`safe_headers`)."""
+        if not headers:
+            return "[]"
+        return _pairs_json(safe_headers(headers, keep_secrets=self.keep_secrets))
+
+
+_PLAIN = Sanitiser()
+
+
+def _origin(url: str) -> tuple[str, str, int] | None:
+    from surge.errors import RequestError
+    from surge.http.url import parse_url
+
+    try:
+        return parse_url(url).key
+    except RequestError:
+        return None
+
+
 # One entry: a template filled with %, not json.dumps of a nested dict, which cost
 # several times more per request (strings go through json.dumps, so are escaped).
 _ENTRY = (
     '{"startedDateTime":"%s","time":%.3f,'
-    '"request":{"method":"%s","url":%s,"httpVersion":"HTTP/1.1","cookies":[],"headers":[],'
-    '"queryString":[],"headersSize":-1,"bodySize":0},'
-    '"response":{"status":%d,"statusText":"","httpVersion":"%s","cookies":[],"headers":[],'
+    '"request":{"method":"%s","url":%s,"httpVersion":"HTTP/1.1","cookies":%s,"headers":%s,'
+    '"queryString":%s,"headersSize":-1,"bodySize":0},'
+    '"response":{"status":%d,"statusText":"","httpVersion":"%s","cookies":[],"headers":%s,'
     '"content":{"size":%d,"mimeType":""},"redirectURL":%s,"headersSize":-1,"bodySize":%d},'
     '"cache":{},"timings":{"blocked":%.3f,"dns":%.3f,"connect":%.3f,"ssl":%.3f,"send":%.3f,'
     '"wait":%.3f,"receive":%.3f},"_line":%s,"_attempts":%s,"_hop":%d%s}'
@@ -190,9 +290,11 @@ def entry_json(
     method: str,
     clock: _Clock,
     hop_index: int = 0,
+    policy: Sanitiser = _PLAIN,
 ) -> str:
     """The HAR entry of one hop of a request, as compact JSON; ``following``:
-    the hop its redirect led to (None for the last)."""
+    the hop its redirect led to (None for the last); ``policy``: what it says
+    of the request, sanitised."""
     spent = [s * 1000.0 for s in durations(hop.parts)]
     happened = present(hop.timings, tls=hop.tls)
     # Numbers go out through "%.3f" (rounding and formatting in one step, where
@@ -207,6 +309,7 @@ def entry_json(
     send, wait, receive = spent[SEND], spent[WAIT], spent[RECEIVE]
     total = sum(v for v in (blocked, dns, connect, send, wait, receive) if v > 0)
     extra = ""
+    response_headers = "[]"
     if following is not None:  # a redirect this hop answered, then followed
         assert hop.timings is not None
         url = str(hop.timings.url)
@@ -221,23 +324,36 @@ def entry_json(
         redirect = ""
         size = int(record.get("bytes") or 0)
         body_size = size if status is not None else -1
+        response_headers = policy.response_headers(record.get("headers"))
         if error is not None:
             detail = record.get("error_detail")
             extra = ',"_error":%s,"_error_detail":%s' % (  # noqa: UP031
                 _json_str(error),
-                "null" if detail is None else _json_str(str(detail)),
+                "null" if detail is None else _json_str(safe_text(str(detail))),
             )
             if status is not None:
                 extra += ',"_status":%d' % status  # noqa: UP031 - the status before it failed
+    headers, cookies = policy.headers, policy.cookies
+    if (  # a redirect to another origin: the credentials were not sent there
+        hop_index
+        and headers != policy.headers_elsewhere
+        and _origin(url) != _origin(str(record["url"]))
+    ):
+        headers, cookies = policy.headers_elsewhere, policy.cookies_elsewhere
+    url = policy.url(url)
     return _ENTRY % (
         clock.iso(hop.begin),
         total,
         method,
         _json_str(url),
+        cookies,
+        headers,
+        policy.query(url),
         int(status) if status is not None and error is None else 0,
         version,
+        response_headers,
         size,
-        _json_str(redirect),
+        _json_str(policy.url(redirect)),
         body_size,
         blocked,
         dns,
@@ -262,6 +378,7 @@ def har_entries(
     method: str,
     wall: float,
     retried: bool = False,
+    policy: Sanitiser = _PLAIN,
 ) -> list[dict[str, Any]]:
     """The HAR entries of one request (one per hop) as dicts; ``wall`` turns the
     request clock (perf_counter) into Unix time."""
@@ -277,6 +394,7 @@ def har_entries(
                 method=method,
                 clock=clock,
                 hop_index=n,
+                policy=policy,
             )
         )
         for n, hop in enumerate(chain)

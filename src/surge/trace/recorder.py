@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from surge.histogram import LogHistogram
 from surge.http.timings import Timings
 from surge.trace.phases import PHASES, Segment, hops, present
+from surge.trace.redact import safe_text, safe_url
 from surge.trace.tracer import DEFAULT_ROWS
 
 if TYPE_CHECKING:
@@ -204,10 +205,13 @@ class TraceRecorder:
     where the error is caught.  The requests may overlap (``asyncio.gather``).
     """
 
-    def __init__(self, *, rows: int = DEFAULT_ROWS, seed: int = 0, title: str = "") -> None:
+    def __init__(
+        self, *, rows: int = DEFAULT_ROWS, seed: int = 0, title: str = "", note: str = ""
+    ) -> None:
         if rows < 1:
             raise ValueError(f"rows must be at least 1, not {rows}")
         self.title = title
+        self.note = note  # shown under the title (what the page covers)
         self.clock0 = time.perf_counter()  # the run's zero on the request clock
         self.wall0 = time.time()
         self.max_rows = rows
@@ -278,10 +282,12 @@ class TraceRecorder:
             return
         row = Row(
             line=int(record.get("line") or self.count),
-            url=str(record["url"]),
+            url=safe_url(str(record["url"])),
             status=status,
             error=error,
-            detail=(str(record["error_detail"])[:300] if record.get("error_detail") else None),
+            detail=(
+                safe_text(str(record["error_detail"]))[:300] if record.get("error_detail") else None
+            ),
             bytes=int(record.get("bytes") or 0),
             attempts=int(record.get("attempts") or 1),
             start_ms=round(rel_start * 1000.0, 3),
@@ -359,6 +365,7 @@ class TraceRecorder:
         slowest = sorted(self._slowest, key=lambda item: -item[0])
         return {
             "title": self.title,
+            "note": self.note,
             "started": self.wall0,
             "requests": self.count,
             "first_start_s": round(first, 6),

@@ -20,11 +20,20 @@ ERROR_CLASSES: tuple[str, ...] = (
     "connect_timeout",
     "tls_error",
     "read_timeout",
+    "write_timeout",
     "connection_reset",
     "protocol_error",
     "too_many_redirects",
     "body_too_large",
 )
+
+#: The error classes of a record whose input surge chose not to send (surge
+#: fetch's crawl controls: ``--robots obey``, ``--max-host-errors``).  No request
+#: fails with one, so the drop-ins have no exception for them.
+SKIP_CLASSES: tuple[str, ...] = ("robots_disallowed", "host_skipped")
+
+#: Every error class a result record may carry.
+RECORD_ERROR_CLASSES: tuple[str, ...] = ERROR_CLASSES + SKIP_CLASSES
 
 
 class SurgeError(Exception):
@@ -129,7 +138,7 @@ class RequestError(SurgeError):
         return super().__new__(cls, detail)
 
     def __init__(self, error_class: str, detail: str, *, status: int | None = None) -> None:
-        if error_class not in ERROR_CLASSES:
+        if error_class not in RECORD_ERROR_CLASSES:
             raise ValueError(f"unknown error class {error_class!r}")
         super().__init__(detail)
         self.error_class = error_class
@@ -146,6 +155,13 @@ class RequestError(SurgeError):
         #: It failed while the request was still being sent: the server had
         #: stopped taking its body (httpx's WriteTimeout/WriteError).
         self.sending = False
+        #: The server closed the connection, without a reset, before any byte
+        #: of a response (curl's "Empty reply from server"; httpx's
+        #: RemoteProtocolError "Server disconnected without sending a response").
+        self.empty_reply = False
+        #: The server said it did not process the request (HTTP/2's GOAWAY or
+        #: REFUSED_STREAM): it may be sent again, whatever its method.
+        self.unprocessed = False
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Rebuilt from its own fields (the default would call cls(detail)).
@@ -181,7 +197,7 @@ class TLSError(ConnectError):
 
 
 class TimeoutException(RequestError, TimeoutError):
-    """A deadline passed: ``connect_timeout`` or ``read_timeout``."""
+    """A deadline passed: ``connect_timeout``, ``read_timeout`` or ``write_timeout``."""
 
 
 class ConnectTimeout(TimeoutException):
@@ -190,6 +206,11 @@ class ConnectTimeout(TimeoutException):
 
 class ReadTimeout(TimeoutException):
     """``read_timeout``: the response did not complete within ``max_time``."""
+
+
+class WriteTimeout(TimeoutException):
+    """``write_timeout``: the request was still being sent (the server took
+    none of its body) when a timeout passed (httpx's and curl's word)."""
 
 
 class ReadError(RequestError):
@@ -215,6 +236,7 @@ _BY_CLASS: dict[str, type[RequestError]] = {
     "tls_error": TLSError,
     "connect_timeout": ConnectTimeout,
     "read_timeout": ReadTimeout,
+    "write_timeout": WriteTimeout,
     "connection_reset": ReadError,
     "protocol_error": RemoteProtocolError,
     "too_many_redirects": TooManyRedirects,

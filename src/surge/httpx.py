@@ -25,13 +25,19 @@ pooled HTTP/1.1 connections, resolver and phase timings.
 * The synchronous transport runs on a portal (surge.http.portal): threads that
   share one ``httpx.Client`` run their requests at once on one pool.
 
-Not supported (refused by name): HTTP/2 only (``http1=False``), ``uds``,
-``local_address``, ``socket_options``, ``retries``, proxy headers.
+* ``http2=True`` (httpx's flag, off by default as in httpx) offers HTTP/2 by
+  ALPN over TLS (surge.http.http2); ``response.http_version`` then says
+  ``HTTP/2``.  ``http1=False`` with ``http2=True`` offers ``h2`` alone.
+
+Not supported (refused by name): neither HTTP/1.1 nor HTTP/2 (``http1=False``
+without ``http2``), ``uds``, ``local_address``, ``socket_options``,
+``retries``, proxy headers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -44,11 +50,20 @@ try:
 except ModuleNotFoundError as e:  # the extra is not installed: say which
     raise missing(e, "surge.httpx") from None
 
-from surge.errors import LocalResourceError, PoolTimeout, RequestError, UsageError
+from surge.errors import (
+    LocalResourceError,
+    PoolClosed,
+    PoolTimeout,
+    RequestError,
+    StreamConsumed,
+    StreamError,
+    SurgeError,
+    UsageError,
+)
 from surge.http import dropin
 from surge.http.arguments import Upload
 from surge.http.client import AsyncClient
-from surge.http.portal import Portal
+from surge.http.portal import Portal, PortalClosed
 from surge.http.response import Response
 from surge.http.sync import Client, reads_here
 from surge.http.timeout import Timeout
@@ -67,6 +82,7 @@ ERRORS: dict[str, tuple[type[httpx.TransportError], type[httpx.TransportError]]]
     "connect_timeout": (httpx.ConnectTimeout, httpx.ConnectTimeout),
     "tls_error": (httpx.ConnectError, httpx.ConnectError),
     "read_timeout": (httpx.WriteTimeout, httpx.ReadTimeout),
+    "write_timeout": (httpx.WriteTimeout, httpx.WriteTimeout),
     "connection_reset": (httpx.WriteError, httpx.ReadError),
     "protocol_error": (httpx.RemoteProtocolError, httpx.RemoteProtocolError),
     "too_many_redirects": (httpx.RemoteProtocolError, httpx.RemoteProtocolError),  # never:
@@ -74,17 +90,35 @@ ERRORS: dict[str, tuple[type[httpx.TransportError], type[httpx.TransportError]]]
 }
 
 
-def _error(e: Exception) -> Exception:
-    """httpx's exception for one of surge's (the table above); anything else as it is."""
+def _error(e: BaseException) -> BaseException:
+    """httpx's exception for one of surge's (the table above, and every other
+    surge exception that can reach the transport: none escapes it); anything
+    else - a library's own, a caller's - as it is."""
     if isinstance(e, RequestError):
-        before, after = ERRORS[e.error_class]
-        error: Exception = (before if dropin.while_sending(e) else after)(str(e))
+        sending = dropin.while_sending(e)
+        if e.empty_reply and not sending:  # closed, not reset, before a byte of an answer
+            error: Exception = httpx.RemoteProtocolError(
+                "Server disconnected without sending a response."
+            )
+        else:
+            before, after = ERRORS[e.error_class]
+            error = (before if sending else after)(str(e))
     elif isinstance(e, PoolTimeout):
         error = httpx.PoolTimeout(str(e))
     elif isinstance(e, LocalResourceError):
         error = httpx.ConnectError(str(e))
     elif isinstance(e, UsageError):  # a request surge cannot send as given (a header)
         error = httpx.LocalProtocolError(str(e))
+    elif isinstance(e, PortalClosed | PoolClosed):
+        # The client was closed (from another thread, or task) under the
+        # request: its connection went, as httpcore's socket does (ReadError).
+        error = httpx.ReadError(str(e))
+    elif isinstance(e, StreamConsumed):
+        error = httpx.StreamConsumed()
+    elif isinstance(e, StreamError):
+        error = httpx.StreamError(str(e))
+    elif isinstance(e, SurgeError):  # none reaches here today: still httpx's
+        error = httpx.TransportError(str(e))
     else:
         return e
     error.__cause__ = e
@@ -96,6 +130,7 @@ def _options(
     cert: Any,
     trust_env: bool,
     http1: bool,
+    http2: bool,
     limits: httpx.Limits,
     proxy: Any,
     uds: str | None,
@@ -114,13 +149,13 @@ def _options(
             raise UsageError(f"surge.httpx transports do not support {name}=")
     if retries:
         raise UsageError("surge.httpx transports do not support retries= (connect retries)")
-    if not http1:
-        raise UsageError("surge.httpx transports speak HTTP/1.1: http1=False leaves nothing")
+    if not http1 and not http2:
+        raise UsageError("surge.httpx transports: http1=False without http2=True leaves nothing")
     # httpx's own trust rules: certifi, SSL_CERT_FILE/SSL_CERT_DIR under trust_env,
     # a context of the caller's as it is.
     context = httpx.create_ssl_context(verify=verify, cert=cert, trust_env=trust_env)
-    context.set_alpn_protocols(["http/1.1"])
-    options: dict[str, Any] = {"ssl_context": context}
+    context.set_alpn_protocols((["h2"] if http2 else []) + (["http/1.1"] if http1 else []))
+    options: dict[str, Any] = {"ssl_context": context, "http2": http2}
     if limits.max_connections is not None:
         options["max_connections"] = limits.max_connections
     options["idle_timeout"] = (
@@ -188,7 +223,13 @@ def _response(
     stream: httpx.SyncByteStream | httpx.AsyncByteStream,
 ) -> httpx.Response:
     head = response.head
-    version = head[:8] if head.startswith(b"HTTP/1.") else b"HTTP/1.1"
+    version = (
+        head[:8]
+        if head.startswith(b"HTTP/1.")
+        else b"HTTP/2"
+        if head.startswith(b"HTTP/2 ")
+        else b"HTTP/1.1"
+    )
     reason = dropin.reason(response).encode("latin-1")
     headers = response.raw_headers
     trace = request.extensions.get("trace")
@@ -237,6 +278,7 @@ class HTTPTransport(httpx.BaseTransport):
                 cert,
                 trust_env,
                 http1,
+                http2,
                 limits,
                 proxy,
                 uds,
@@ -254,11 +296,11 @@ class HTTPTransport(httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         method, url, headers = _call(request)
-        limits, pool_timeout = _timeout(request)
         stream = request.stream
         client = self._client
-        portal = client.portal
         try:
+            portal = client.portal
+            limits, pool_timeout = _timeout(request)
             if isinstance(stream, httpx.ByteStream):
                 headers, body = dropin.frame(headers, request.read())
             else:
@@ -280,7 +322,7 @@ class HTTPTransport(httpx.BaseTransport):
 class _Body(httpx.SyncByteStream):
     """A response body: the whole of it, or read through the portal as it comes."""
 
-    def __init__(self, response: Response, payload: bytes | None, portal: Portal) -> None:
+    def __init__(self, response: Response, payload: list[bytes] | None, portal: Portal) -> None:
         self._response = response
         self._payload = payload
         self._portal = portal
@@ -288,17 +330,19 @@ class _Body(httpx.SyncByteStream):
     def __iter__(self) -> Iterator[bytes]:
         payload = self._payload
         if payload is not None:
-            if payload:
-                yield payload
+            for piece in payload:
+                if piece:
+                    yield piece
             return
         try:
             yield from self._response.iter_raw()
-        except RequestError as e:
+        except Exception as e:
             raise _error(e) from None
 
     def close(self) -> None:
         if self._payload is None and not self._portal.closed:
-            self._response.close()
+            with contextlib.suppress(PortalClosed):  # closed meanwhile: nothing to let go
+                self._response.close()
 
 
 class AsyncHTTPTransport(httpx.AsyncBaseTransport):
@@ -327,6 +371,7 @@ class AsyncHTTPTransport(httpx.AsyncBaseTransport):
             cert,
             trust_env,
             http1,
+            http2,
             limits,
             proxy,
             uds,
@@ -345,9 +390,9 @@ class AsyncHTTPTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         method, url, headers = _call(request)
-        limits, pool_timeout = _timeout(request)
         stream = request.stream
         try:
+            limits, pool_timeout = _timeout(request)
             if isinstance(stream, httpx.ByteStream):
                 headers, body = dropin.frame(headers, await request.aread())
             else:
@@ -404,7 +449,7 @@ async def _next(chunks: AsyncIterator[bytes]) -> bytes:
 
 class _AsyncBody(httpx.AsyncByteStream):
     def __init__(
-        self, response: Response, payload: bytes | None, portal: Portal | None = None
+        self, response: Response, payload: list[bytes] | None, portal: Portal | None = None
     ) -> None:
         self._response = response
         self._payload = payload
@@ -413,8 +458,9 @@ class _AsyncBody(httpx.AsyncByteStream):
     async def __aiter__(self) -> AsyncIterator[bytes]:
         payload = self._payload
         if payload is not None:
-            if payload:
-                yield payload
+            for piece in payload:
+                if piece:
+                    yield piece
             return
         try:
             if self._portal is None:
@@ -430,15 +476,16 @@ class _AsyncBody(httpx.AsyncByteStream):
                 except StopAsyncIteration:
                     return
                 yield chunk
-        except RequestError as e:
+        except Exception as e:
             raise _error(e) from None
 
     async def aclose(self) -> None:
         if self._payload is not None:
             return
-        if self._portal is None:
-            await self._response.aclose()
-        elif not self._portal.closed:
-            import anyio.to_thread
+        with contextlib.suppress(PortalClosed):  # closed meanwhile: nothing to let go
+            if self._portal is None:
+                await self._response.aclose()
+            elif not self._portal.closed:
+                import anyio.to_thread
 
-            await anyio.to_thread.run_sync(self._portal.call, self._response.aclose())
+                await anyio.to_thread.run_sync(self._portal.call, self._response.aclose())

@@ -34,6 +34,7 @@ Session mostly asks for one - each with its own pool and loop thread.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import ssl
@@ -54,14 +55,27 @@ try:
 except ModuleNotFoundError as e:  # the extra is not installed: say which
     raise missing(e, "surge.requests") from None
 
+import urllib3.exceptions
 from requests import exceptions as rex
+from requests.adapters import DEFAULT_RETRIES
+from urllib3.exceptions import ConnectTimeoutError, MaxRetryError, ProtocolError, ReadTimeoutError
+from urllib3.util.retry import Retry
 
-from surge.errors import LocalResourceError, PoolTimeout, RequestError, UsageError
+from surge.errors import (
+    LocalResourceError,
+    PoolClosed,
+    PoolTimeout,
+    RequestError,
+    StreamError,
+    SurgeError,
+    UsageError,
+)
 from surge.http import dropin
 from surge.http.decoding import layers
-from surge.http.portal import Portal
+from surge.http.portal import Portal, PortalClosed
 from surge.http.response import Response
 from surge.http.sync import Client, reads_here
+from surge.http.tlssession import resuming
 
 __all__ = ["ERRORS", "Adapter"]
 
@@ -75,6 +89,8 @@ ERRORS: dict[str, tuple[type[rex.RequestException], type[rex.RequestException]]]
     "connect_timeout": (rex.ConnectTimeout, rex.ConnectTimeout),
     "tls_error": (rex.SSLError, rex.SSLError),
     "read_timeout": (rex.ReadTimeout, rex.ConnectionError),
+    # urllib3's socket timeout while sending: "Connection aborted.", a ConnectionError
+    "write_timeout": (rex.ConnectionError, rex.ConnectionError),
     "connection_reset": (rex.ConnectionError, rex.ChunkedEncodingError),
     "protocol_error": (rex.ConnectionError, rex.ChunkedEncodingError),
     "too_many_redirects": (rex.TooManyRedirects, rex.TooManyRedirects),  # never: no redirects
@@ -89,7 +105,9 @@ MAX_CLIENTS = 16
 
 
 def _error(e: Exception, request: Any, body: bool = False, proxied: bool = False) -> Exception:
-    """requests' exception for one of surge's (the table above)."""
+    """requests' exception for one of surge's (the table above, and every other
+    surge exception that can reach the adapter: none escapes it); anything
+    else - a library's own, a caller's - as it is."""
     if isinstance(e, RequestError):
         if proxied and not body and e.error_class in _PROXY_FAILURES:
             kind: type[rex.RequestException] = rex.ProxyError
@@ -100,6 +118,12 @@ def _error(e: Exception, request: Any, body: bool = False, proxied: bool = False
         error = rex.ConnectionError(str(e), request=request)
     elif isinstance(e, UsageError):  # a request surge cannot send as given (a header)
         error = rex.InvalidHeader(str(e), request=request)
+    elif isinstance(e, PortalClosed | PoolClosed):  # the adapter closed under the request
+        error = rex.ConnectionError(str(e), request=request)
+    elif isinstance(e, StreamError):
+        error = rex.StreamConsumedError(str(e), request=request)
+    elif isinstance(e, SurgeError):  # none reaches here today: still requests'
+        error = rex.RequestException(str(e), request=request)
     else:
         return e
     error.__cause__ = e
@@ -124,7 +148,10 @@ def _timeout(timeout: Any) -> Any:
         read = read if isinstance(read, int | float) else None
     else:
         connect = read = timeout
-    return dropin.timeout(connect, read)
+    try:
+        return dropin.timeout(connect, read)
+    except UsageError as e:  # urllib3's words, and its type
+        raise ValueError(str(e)) from None
 
 
 def _ssl_context(verify: bool | str, cert: Any) -> ssl.SSLContext:
@@ -138,11 +165,11 @@ def _ssl_context(verify: bool | str, cert: Any) -> ssl.SSLContext:
                 f"Could not find a suitable TLS CA certificate bundle, invalid path: {where}"
             )
         if os.path.isdir(where):
-            context = ssl.create_default_context(capath=where)
+            context = resuming(ssl.create_default_context(capath=where))
         else:
-            context = ssl.create_default_context(cafile=where)
+            context = resuming(ssl.create_default_context(cafile=where))
     else:
-        context = ssl.create_default_context()
+        context = resuming(ssl.create_default_context())
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     if cert:
@@ -175,8 +202,14 @@ class Adapter(BaseAdapter):
     ``resolve``, ``dns_servers``, ``idle_timeout``, ...:
     :class:`surge.http.AsyncClient`)."""
 
-    def __init__(self, **surge_options: Any) -> None:
+    def __init__(self, max_retries: int | Retry = DEFAULT_RETRIES, **surge_options: Any) -> None:
         super().__init__()
+        #: As HTTPAdapter's: urllib3's Retry (an int is ``Retry.from_int``; the
+        #: default, none and no read retries: ``Retry(0, read=False)``).
+        if max_retries == DEFAULT_RETRIES:
+            self.max_retries = Retry(0, read=False)
+        else:
+            self.max_retries = Retry.from_int(max_retries)
         self._options = surge_options
         self._clients: dict[tuple[Any, ...], Client] = {}
         self._lock = threading.Lock()
@@ -184,10 +217,10 @@ class Adapter(BaseAdapter):
         self._streams: weakref.WeakSet[_Raw] = weakref.WeakSet()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"_options": self._options}
+        return {"_options": self._options, "max_retries": self.max_retries}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(**state["_options"])  # type: ignore[misc]
+        self.__init__(state.get("max_retries", DEFAULT_RETRIES), **state["_options"])  # type: ignore[misc]
 
     def client(
         self, verify: bool | str = True, cert: Any = None, proxy: str | None = None
@@ -227,8 +260,8 @@ class Adapter(BaseAdapter):
         try:
             client = self.client(verify, cert, proxy)
         except UsageError as e:  # the proxy's URL (requests checks its host)
-            if proxy is None:
-                raise
+            if proxy is None:  # the adapter's own options
+                raise ValueError(str(e)) from None
             raise rex.InvalidProxyURL(
                 f"Please check proxy URL. It is malformed and could be missing the host. ({e})"
             ) from None
@@ -243,28 +276,45 @@ class Adapter(BaseAdapter):
         data, source = _body(request)
         if data is not None and "Content-Length" not in request.headers:
             source, data = iter([data]), None  # no length given: chunked, as urllib3
-        portal = client.portal
-        try:
-            headers, body = dropin.frame(headers, data, source)
-            response, payload = portal.call(
-                dropin.send(
-                    client.async_client,
-                    request.method or "GET",
-                    url,
-                    headers,
-                    body,
-                    limits,
-                    whole=not stream,
-                ),
-                reads_here(body),  # a streamed body is read in this thread, not on the loop
-            )
-        except Exception as e:
-            # A failure after the head (its status known) is one of the body's,
-            # as requests meets it in iter_content.
-            after_head = isinstance(e, RequestError) and e.status is not None
-            raise _error(e, request, body=after_head, proxied=proxy is not None) from None
-        if payload is None:  # read as it comes, each step on the portal's loop
-            response._stream.run = portal.call  # type: ignore[union-attr]
+        method = request.method or "GET"
+        retries = self.max_retries
+        start = source.tell() if hasattr(source, "tell") and hasattr(source, "seek") else None
+        while True:  # a try per turn, as urllib3's urlopen under max_retries
+            try:
+                portal = client.portal
+                framed, body = dropin.frame(headers, data, source)
+                response, payload = portal.call(
+                    dropin.send(
+                        client.async_client, method, url, framed, body, limits, whole=not stream
+                    ),
+                    reads_here(body),  # a streamed body is read in this thread, not on the loop
+                )
+            except Exception as e:
+                # A failure after the head (its status known) is one of the body's,
+                # as requests meets it in iter_content: never retried, as urllib3's.
+                proxied = proxy is not None
+                after_head = isinstance(e, RequestError) and e.status is not None
+                if not isinstance(e, RequestError) or after_head:
+                    raise _error(e, request, body=after_head, proxied=proxied) from None
+                retries = _next_try(retries, method, url, e, request, proxied)
+            else:
+                if payload is None:  # read as it comes, each step on the portal's loop
+                    response._stream.run = portal.call  # type: ignore[union-attr]
+                retry_after = "retry-after" in response.headers
+                if not retries.is_retry(method, response.status, retry_after):
+                    break
+                shown = _Shown(response)
+                try:
+                    retries = retries.increment(method, url, response=shown)  # type: ignore[arg-type]
+                except MaxRetryError as e:
+                    if retries.raise_on_status:
+                        response.close()
+                        raise rex.RetryError(e, request=request) from None
+                    break
+                response.close()
+                retries.sleep(shown)  # type: ignore[arg-type]
+            if start is not None and source is not None:
+                source.seek(start)  # the body again from where it began
         out = self._build(request, response, payload, portal)
         if payload is None:
             # A streamed body outlives the adapter's close (requests.get(...,
@@ -278,7 +328,7 @@ class Adapter(BaseAdapter):
         self,
         request: requests.PreparedRequest,
         response: Response,
-        payload: bytes | None,
+        payload: list[bytes] | None,
         portal: Portal,
     ) -> requests.Response:
         """The Response, filled as HTTPAdapter.build_response fills it."""
@@ -318,8 +368,69 @@ class Adapter(BaseAdapter):
                 client.close()
                 continue
             portal = client.portal
-            portal.call(client.async_client._pool.clear())
+            with contextlib.suppress(PortalClosed):  # closed by another thread meanwhile
+                portal.call(client.async_client._pool.clear())
             # The raws still reading hold it; its finalizer closes it after them.
+
+
+def _next_try(
+    retries: Retry, method: str, url: str, error: RequestError, request: Any, proxied: bool
+) -> Retry:
+    """urllib3's Retry after a try failed with ``error`` (before a response
+    head): the next Retry, waited for; or requests' exception, as HTTPAdapter
+    raises it when urllib3 gives up (MaxRetryError) or will not retry (a read
+    error of a method not in ``allowed_methods``, or with ``read=False``)."""
+    kind = error.error_class
+    if kind == "invalid_url":
+        raise _error(error, request, proxied=proxied) from None
+    # What urllib3 would have met: a connection never made (its connect
+    # count), TLS (other), or a request begun (a read error: only for the
+    # methods allowed, so never a POST unless asked).
+    met: Exception
+    if kind in ("dns_error", "connect_refused", "connect_timeout"):
+        met = ConnectTimeoutError(str(error))
+    elif kind == "tls_error":
+        met = urllib3.exceptions.SSLError(str(error))
+    elif kind == "read_timeout":
+        met = ReadTimeoutError(None, url, str(error))  # type: ignore[arg-type]
+    else:
+        met = ProtocolError(str(error))
+    try:
+        retries = retries.increment(method, url, error=met)
+    except MaxRetryError:
+        if kind == "connect_timeout":
+            raise rex.ConnectTimeout(str(error), request=request) from None
+        if kind == "tls_error":
+            raise rex.SSLError(str(error), request=request) from None
+        if proxied and kind in _PROXY_FAILURES:
+            raise rex.ProxyError(str(error), request=request) from None
+        raise rex.ConnectionError(str(error), request=request) from None
+    except Exception:  # not retried at all: the error as it is
+        raise _error(error, request, proxied=proxied) from None
+    retries.sleep()
+    return retries
+
+
+class _Shown:
+    """What urllib3's Retry reads of a response: ``status``, ``headers``
+    (Retry-After), the redirect location (none: requests follows redirects)."""
+
+    def __init__(self, response: Response) -> None:
+        self.status = response.status
+        self.headers = response.headers
+
+    def get_redirect_location(self) -> bool:
+        return False
+
+
+def _cut(chunks: Iterator[bytes], size: int) -> Iterator[bytes]:
+    """``chunks``, each longer than ``size`` bytes cut into pieces of ``size``."""
+    for chunk in chunks:
+        if len(chunk) <= size:
+            yield chunk
+        else:
+            for at in range(0, len(chunk), size):
+                yield chunk[at : at + size]
 
 
 class _Original:
@@ -351,7 +462,7 @@ class _Raw(io.IOBase):
     def __init__(
         self,
         response: Response,
-        payload: bytes | None,
+        payload: list[bytes] | None,
         portal: Portal,
         request: requests.PreparedRequest,
     ) -> None:
@@ -370,7 +481,17 @@ class _Raw(io.IOBase):
     def stream(
         self, amt: int | None = 2**16, decode_content: bool | None = None
     ) -> Iterator[bytes]:
-        """The body in pieces of at most ``amt`` bytes (decoded if asked)."""
+        """The body in pieces of at most ``amt`` bytes (decoded if asked), as
+        urllib3 gives them to ``iter_content``: a chunked body's chunks as they
+        came, each cut to ``amt`` and never joined (urllib3's read_chunked);
+        any other body ``amt`` bytes at a time (its read fills them)."""
+        chunked = "chunked" in self.headers.get("transfer-encoding", "").lower()
+        if chunked and self._pieces is None:
+            decode = self.decode_content if decode_content is None else decode_content
+            for piece in self._source(decode, amt):
+                if piece:
+                    yield piece
+            return
         while True:
             piece = self.read(amt, decode_content)
             if not piece:
@@ -422,8 +543,11 @@ class _Raw(io.IOBase):
 
     # -- inside ---------------------------------------------------------------------------
 
-    def _source(self, decode: bool) -> Iterator[bytes]:
-        """The body's pieces as they come (through the portal if not all in)."""
+    def _source(self, decode: bool, cut: int | None = None) -> Iterator[bytes]:
+        """The body's pieces as they come (through the portal if not all in);
+        ``cut``: each cut to at most that many bytes before it is decoded, and
+        what each piece decodes to cut so too (urllib3 decodes a chunk's piece
+        ``max_length`` bytes at a time)."""
         decoder = None
         if decode:
             codings = self._response.headers.get("content-encoding")
@@ -431,19 +555,23 @@ class _Raw(io.IOBase):
                 # requests has no body cap (nor has the adapter's client)
                 decoder = layers(None, codings.encode("latin-1"), None, self.status).content
         payload = self._payload
-        chunks: Iterator[bytes] = iter((payload,)) if payload is not None else self._chunks()
+        chunks: Iterator[bytes] = iter(payload) if payload is not None else self._chunks()
+        if cut is not None:
+            chunks = _cut(chunks, cut)
         while True:
             try:
                 chunk = next(chunks, None)
-            except RequestError as e:
+            except Exception as e:
                 raise _error(e, self._request, body=True) from None
             if chunk is None:
                 break
             if decoder is None:
                 if chunk:
                     yield chunk
-            else:
+            elif cut is None:
                 yield from self._decoding(decoder.feed(chunk))
+            else:
+                yield from _cut(iter((b"".join(self._decoding(decoder.feed(chunk))),)), cut)
         if decoder is not None:
             yield from self._decoding(decoder.finish())
 
@@ -460,4 +588,5 @@ class _Raw(io.IOBase):
 
     def _let_go(self) -> None:
         if self._payload is None and not self._portal.closed:
-            self._response.close()
+            with contextlib.suppress(PortalClosed):  # closed meanwhile: nothing to let go
+                self._response.close()

@@ -1,6 +1,8 @@
 """The one retry policy: which failures are worth another try, and how long to wait.
 
-Used by ``surge fetch`` (``--retries``), the Python fetch API and ``surge s3``.
+Used by ``surge fetch`` (``--retries``), the Python fetch API and ``surge s3``;
+:func:`may_resend` is the one rule of what is sent again unasked (the HTTP
+client's stale-connection retry, under every front end).
 Pure: no clock is read and nothing sleeps here; callers pass the time left and
 sleep for what :meth:`RetryPolicy.delay` returns.
 
@@ -29,8 +31,22 @@ from datetime import UTC, datetime
 
 #: Transport failures worth another try: the next try may well succeed.
 RETRYABLE_ERRORS = frozenset(
-    {"dns_error", "connect_refused", "connect_timeout", "read_timeout", "connection_reset"}
+    {
+        "dns_error",
+        "connect_refused",
+        "connect_timeout",
+        "read_timeout",
+        "write_timeout",
+        "connection_reset",
+    }
 )
+#: Transport failures before a request could reach the server: no connection
+#: was made.  The only ones after which ``--retries`` sends a POST again.
+UNSENT_ERRORS = frozenset({"dns_error", "connect_refused", "connect_timeout"})
+
+#: RFC 9110, section 9.2.2: the methods whose effect, sent several times, is
+#: that of one request.  Only these are sent again without being asked.
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"})
 #: Statuses worth another try, as curl's ``--retry`` has them.
 RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 #: Statuses whose Retry-After is a request to wait (RFC 9110: 503, and 429 per RFC 6585).
@@ -58,6 +74,23 @@ def retry_after_seconds(value: str | None, now: datetime | None = None) -> float
         when = when.replace(tzinfo=UTC)
     seconds = (when - (now or datetime.now(UTC))).total_seconds()
     return min(max(0.0, seconds), RETRY_AFTER_MAX)
+
+
+def may_resend(method: str, written: bool, unprocessed: bool = False) -> bool:
+    """At most once: whether a request that failed on its connection may be
+    sent again without anyone asking (a reused keep-alive connection the
+    server had closed).  ``written``: a byte of the request was handed to the
+    connection.  A request that is not idempotent (POST, PATCH, ...; a
+    CONNECT-ed tunnel's first request is sent on a fresh connection, never
+    resent) goes again only where nothing of it was written: the server cannot
+    have processed it.  Once a byte was written, the server may have acted on
+    it and lost only its answer - RFC 9110, section 9.2.2: a client SHOULD
+    NOT retry such a request automatically (curl, httpx and urllib3 do not).
+    ``--retries`` of such a request is the caller's explicit choice, not this.
+    ``unprocessed``: the server said it did not act on the request (HTTP/2's
+    GOAWAY above the request's stream, or REFUSED_STREAM: RFC 9113 8.7), which
+    is as good as not written."""
+    return not written or unprocessed or method in IDEMPOTENT_METHODS
 
 
 @dataclass(frozen=True)
@@ -104,5 +137,13 @@ class RetryPolicy:
     def status_worth_retrying(self, status: int) -> bool:
         return status in RETRYABLE_STATUSES
 
-    def error_worth_retrying(self, error_class: str) -> bool:
-        return error_class in RETRYABLE_ERRORS
+    def error_worth_retrying(self, error_class: str, method: str = "GET") -> bool:
+        """A transport failure worth another try of ``method``: for a request
+        that is not idempotent (POST, PATCH), only one that failed before any of
+        it could reach the server (:data:`UNSENT_ERRORS`); after a read or
+        write timeout or a reset the server may have acted on it, and
+        ``--retries`` does not send it again (curl's ``--retry`` neither, for a
+        reset).  A retryable status is another matter: the server answered."""
+        if error_class not in RETRYABLE_ERRORS:
+            return False
+        return method in IDEMPOTENT_METHODS or error_class in UNSENT_ERRORS

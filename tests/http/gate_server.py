@@ -101,10 +101,15 @@ class GateServer:
                 path = head.split(b" ", 2)[1].decode()
                 if path.startswith("/hold"):
                     self._changed(held=1)
+                    gone = False
                     try:
-                        self._hold(sock)
+                        gone = self._hold(sock)
                     finally:
-                        self._changed(held=-1)
+                        # One change under the lock: a test that waits for the
+                        # close never sees it while the request still counts as held.
+                        self._changed(held=-1, closed_while_held=int(gone))
+                    if gone:
+                        return
                 with self._cond:
                     waiting = self.held
                     self.answers.append((path, waiting, number))
@@ -117,23 +122,23 @@ class GateServer:
             sock.close()
             self._changed(open=-1)
 
-    def _hold(self, sock: socket.socket) -> None:
-        """Wait for the release; a client that closes meanwhile is counted."""
+    def _hold(self, sock: socket.socket) -> bool:
+        """Wait for the release; whether the client closed meanwhile."""
         waited = 0.0
         while not self._release.wait(0.05):
             waited += 0.05
             if waited > SAFETY_S:
-                return
+                return False
             try:
                 sock.setblocking(False)
                 try:
                     if sock.recv(1, socket.MSG_PEEK) == b"":
-                        self._changed(closed_while_held=1)
-                        raise OSError("closed by the client")
+                        return True
                 except BlockingIOError:
                     pass
             finally:
                 sock.setblocking(True)
+        return False
 
     def paths_answered(self) -> list[str]:
         with self._cond:

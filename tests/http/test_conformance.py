@@ -575,23 +575,19 @@ def test_numeric_host_shorthands_are_ipv4(nginx: Nginx, host: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("path", "sent"),
-    [
-        ("/files/../echo", "/echo"),
-        ("/a/./b/../../echo", "/echo"),
-        ("/../echo", "/echo"),
-        ("/files/%2e%2e/../echo", "/files/echo"),  # escaped dots are not dot segments
-    ],
+    "path", ["/files/../echo", "/a/./b/../../echo", "/../echo", "/files/%2e%2e/../echo"]
 )
-def test_dot_segments_are_removed(nginx: Nginx, path: str, sent: str) -> None:
+def test_dot_segments_are_kept_as_curl_path_as_is_keeps_them(nginx: Nginx, path: str) -> None:
+    """A path the user named is sent as given (what the server makes of it is
+    the server's): curl's --path-as-is, not its default of removing them."""
     url = f"http://a.test:{nginx.plain}{path}"
-    surge, curl = both(nginx, url)
+    surge, curl = both(nginx, url, ("--path-as-is",))
     same(surge, curl)
-    assert surge.final_url == f"http://a.test:{nginx.plain}{sent}"
+    assert surge.final_url == url
     location = f"http://a.test:{nginx.plain}/to?u=http://b.test:{nginx.plain}{path}"
-    surge, curl = both(nginx, location, ("-L",), follow_redirects=True)  # an absolute Location
-    same(surge, curl)
-    assert surge.final_url == f"http://b.test:{nginx.plain}{sent}"
+    surge, curl = both(nginx, location, ("-L", "--path-as-is"), follow_redirects=True)
+    same(surge, curl)  # an absolute Location: a URL of its own, as given
+    assert surge.final_url == f"http://b.test:{nginx.plain}{path}"
 
 
 @pytest.mark.parametrize("slashes", ["/", "///"])
@@ -676,6 +672,14 @@ HOSTILE = {
     # two lengths; a chunk size followed by what is no extension
     "length-differ": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nhi!",
     "chunk-junk": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2 x\r\nhi\r\n0\r\n\r\n",
+    # whitespace between a field name and its colon (RFC 9112 5.1): no field
+    "spaced-length": b"HTTP/1.1 200 OK\r\nContent-Length : 2\r\n\r\nhi, all of it",
+    "spaced-length-tab": b"HTTP/1.1 200 OK\r\nContent-Length\t: 2\r\n\r\nhi, all of it",
+    "spaced-te": b"HTTP/1.1 200 OK\r\nTransfer-Encoding : chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n",
+    "spaced-other": b"HTTP/1.1 200 OK\r\nX-A : b\r\nContent-Length: 2\r\n\r\nhi",
+    "spaced-chunked": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX : y\r\n\r\n"
+    + chunked(b"hi"),
+    "spaced-value": b"HTTP/1.1 200 OK\r\nX-A: b : c\r\nContent-Length: 2\r\n\r\nhi",
 }
 
 
@@ -934,3 +938,32 @@ def test_a_bad_client_certificate_is_a_usage_error(tmp_path: Path) -> None:
         [*SURGE, "fetch", "-", "--key", "k.pem"], input="", capture_output=True, text=True
     )
     assert key_only.returncode == 2 and "--key needs --cert" in key_only.stderr
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "spaced-length",
+        "spaced-length-tab",
+        "spaced-te",
+        "spaced-other",
+        "spaced-chunked",
+        "spaced-value",
+    ],
+)
+def test_a_field_name_with_whitespace_before_its_colon_is_ignored_as_curl_ignores_it(
+    hostile: RawServer, name: str
+) -> None:
+    """RFC 9112 5.1: no whitespace between a field name and its colon (a
+    server MUST reject such a request; a proxy MUST remove the whitespace).
+    curl ignores the line: a ``Content-Length : 2`` frames nothing (the body
+    runs to the close), and the line is no header of the response."""
+    surge, curl = raw_surge(hostile.url(name)), raw_curl(hostile.url(name))
+    assert (surge.status, surge.error, surge.body) == (curl.status, curl.error, curl.body)
+    assert (surge.bytes, surge.status) == (curl.bytes, 200)
+    with Client() as client:
+        response = client.get(hostile.url(name))
+    names = [n.lower() for n, _ in response.headers.multi_items()]
+    assert "x-a" in names if name == "spaced-value" else "x-a" not in names
+    if name.startswith("spaced-length"):
+        assert "content-length" not in names and response.content == b"hi, all of it"

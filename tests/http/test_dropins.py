@@ -14,6 +14,7 @@ import asyncio
 import logging
 import subprocess
 import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -112,6 +113,8 @@ def test_every_error_class_has_the_librarys_exception(table: dict[str, object]) 
     [
         ("read_timeout", True, httpx.WriteTimeout),
         ("read_timeout", False, httpx.ReadTimeout),
+        ("write_timeout", True, httpx.WriteTimeout),
+        ("write_timeout", False, httpx.WriteTimeout),
         ("connection_reset", True, httpx.WriteError),
         ("connection_reset", False, httpx.ReadError),
         ("connect_timeout", False, httpx.ConnectTimeout),
@@ -146,3 +149,69 @@ def test_a_drop_in_without_its_library_names_the_extra(module: str, extra: str) 
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert run.returncode == 1
     assert f"[{extra}] extra" in run.stderr.splitlines()[-1]
+
+
+# -- no surge exception escapes a drop-in ----------------------------------------------------
+
+
+def _every_surge_exception() -> list[BaseException]:
+    """One instance of every exception class surge defines that a request may
+    raise: the error taxonomy's (each error class's), and the portal's."""
+    import surge.errors as errors
+    from surge.http.portal import PortalClosed, PortalForked
+
+    made: list[BaseException] = [RequestError(name, "detail") for name in ERROR_CLASSES]
+    for value in vars(errors).values():
+        if not (isinstance(value, type) and issubclass(value, errors.SurgeError)):
+            continue
+        if issubclass(value, RequestError):
+            continue  # each made above, by its class name
+        if value is errors.S3Error:
+            made.append(value("NoSuchKey", "detail", status=404, bucket="b"))
+        elif value is errors.HTTPStatusError:
+            made.append(value("detail", response=None))
+        else:
+            made.append(value("detail"))
+    made += [PortalClosed("the client was closed while the call ran"), PortalForked("forked")]
+    return made
+
+
+@pytest.mark.parametrize("error", _every_surge_exception(), ids=lambda e: type(e).__name__)
+def test_every_surge_exception_is_the_librarys_own_in_a_drop_in(error: BaseException) -> None:
+    mapped = surge.httpx._error(error)
+    assert type(mapped).__module__.split(".")[0] == "httpx", type(mapped)
+    assert isinstance(mapped, httpx.HTTPError | httpx.StreamError | httpx.InvalidURL)
+    assert isinstance(error, Exception)
+    mapped = surge.requests._error(error, None)
+    assert type(mapped).__module__.split(".")[0] == "requests", type(mapped)
+    assert isinstance(mapped, requests.RequestException)
+
+
+def test_closing_a_client_from_another_thread_mid_request_raises_the_librarys_error(
+    server: GateServer,
+) -> None:
+    """A request in flight when another thread closes the client: httpx's
+    ReadError (what stock httpx raises: its socket closed under it), requests'
+    ConnectionError; never surge.http.portal.PortalClosed.  Then a request
+    through the closed transport or adapter: the library's error too."""
+
+    def in_flight(send: Callable[[], object], close: Callable[[], object]) -> BaseException:
+        assert server.wait_until(lambda s: s.held == 0)  # the last one's hold is over
+        with ThreadPoolExecutor(1) as pool:
+            future = pool.submit(send)
+            assert server.wait_holding(1, timeout=10)
+            close()
+            error = future.exception(timeout=10)
+        assert error is not None
+        return error
+
+    transport = surge.httpx.HTTPTransport()
+    client = httpx.Client(transport=transport)
+    error = in_flight(lambda: client.get(server.url("/hold-a")), client.close)
+    assert type(error) is httpx.ReadError, repr(error)
+    with pytest.raises(httpx.TransportError):
+        transport.handle_request(httpx.Request("GET", server.url("/b")))
+    session = requests.Session()
+    session.mount("http://", surge.requests.Adapter())
+    error = in_flight(lambda: session.get(server.url("/hold-c"), timeout=10), session.close)
+    assert type(error) is requests.ConnectionError, repr(error)

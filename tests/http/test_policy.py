@@ -374,7 +374,7 @@ async def test_http_version_comes_from_the_status_line() -> None:
     wire = b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok"
     async with servers(1, lambda path, port, ports: wire) as (_, ports), AsyncClient() as client:
         response = await client.get(f"http://127.0.0.1:{ports[0]}/")
-    assert response.http_version == "1.0"
+    assert response.http_version == "HTTP/1.0"
 
 
 async def test_redirects_are_counted_and_timed_and_attempts_are_not_hops() -> None:

@@ -15,7 +15,7 @@ from contextlib import contextmanager, suppress
 
 import pytest
 
-from surge.errors import RequestError
+from surge.errors import RequestError, WriteTimeout
 from surge.http import AsyncClient, Client, Timeout
 from surge.http.connection import STREAM_HIGH_WATER
 
@@ -94,9 +94,10 @@ def test_a_request_s_timeout_sets_its_own_read_limit() -> None:
     assert error.status == 200  # the head had come
 
 
-def test_a_server_that_takes_no_body_is_a_read_timeout() -> None:
+def test_a_server_that_takes_no_body_is_a_write_timeout() -> None:
     """An upload the server stops reading: the socket's buffers fill, and
-    nothing moves for the read timeout."""
+    nothing moves for the read timeout - while the request is still being
+    written: ``write_timeout`` (httpx's WriteTimeout), not a read's."""
 
     async def put(port: int) -> RequestError:
         async def body() -> Iterator[bytes]:  # type: ignore[misc]
@@ -110,8 +111,62 @@ def test_a_server_that_takes_no_body_is_a_read_timeout() -> None:
 
     with silent_after(nothing) as port:
         error = asyncio.run(put(port))
-    assert error.error_class == "read_timeout"
+    assert error.error_class == "write_timeout"
+    assert isinstance(error, WriteTimeout) and isinstance(error, TimeoutError)
     assert "took none of the request body" in error.detail
+
+
+#: Larger than the socket buffers of both ends on loopback: most of it waits.
+UPLOAD = 64 << 20
+
+
+@pytest.mark.parametrize("limit", ["read", "max_time"])
+def test_an_upload_still_being_written_when_any_timeout_passes_is_a_write_timeout(
+    limit: str,
+) -> None:
+    """Bytes, not a stream, and either limit: the body is still going out
+    when the time runs out, so what passed is the time to write it."""
+
+    async def post(port: int) -> RequestError:
+        options = {"read_timeout": READ, "max_time": 60} if limit == "read" else {"max_time": READ}
+        async with AsyncClient(**options) as client:  # type: ignore[arg-type]
+            with pytest.raises(RequestError) as caught:
+                await client.post(f"http://127.0.0.1:{port}/", body=b"x" * UPLOAD)
+            return caught.value
+
+    with silent_after(nothing) as port:
+        error = asyncio.run(post(port))
+    assert error.error_class == "write_timeout", error.detail
+    assert "waiting for the response" not in error.detail
+
+
+def test_a_write_timeout_is_each_librarys_own_exception() -> None:
+    """The drop-ins: httpx's WriteTimeout; requests' ConnectionError (urllib3's
+    "Connection aborted." for a socket timeout while sending), as stock
+    httpx and requests raise for the same server."""
+    import httpx
+    import requests
+
+    import surge.httpx
+    import surge.requests
+
+    url = "http://127.0.0.1:{}/"
+    body = b"x" * UPLOAD
+    timeout = httpx.Timeout(10, write=READ)
+    for transport in (None, surge.httpx.HTTPTransport()):
+        with (
+            silent_after(nothing) as port,
+            httpx.Client(transport=transport) as client,
+            pytest.raises(httpx.WriteTimeout),
+        ):
+            client.post(url.format(port), content=body, timeout=timeout)
+    for adapter in (None, surge.requests.Adapter()):
+        with silent_after(nothing) as port, requests.Session() as session:
+            if adapter is not None:
+                session.mount("http://", adapter)
+            with pytest.raises(requests.ConnectionError) as caught:
+                session.post(url.format(port), data=body, timeout=(10, READ))
+            assert type(caught.value) is requests.ConnectionError
 
 
 def test_a_trickled_body_of_known_length_times_out_and_a_kept_alive_one_does_not() -> None:

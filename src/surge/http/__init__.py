@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, __getattr__ l
         TimeoutException,
         TLSError,
         TooManyRedirects,
+        WriteTimeout,
     )
     from surge.http.auth import Request
     from surge.http.client import AsyncClient, make_ssl_context
@@ -72,6 +73,7 @@ __all__ = [
     "Timeout",
     "TimeoutException",
     "TooManyRedirects",
+    "WriteTimeout",
     "Override",
     "Resolver",
     "Response",
@@ -106,6 +108,7 @@ _EXPORTS = {
     "TimeoutException": "surge.errors",
     "TLSError": "surge.errors",
     "TooManyRedirects": "surge.errors",
+    "WriteTimeout": "surge.errors",
     "Request": "surge.http.auth",
     "AsyncClient": "surge.http.client",
     "make_ssl_context": "surge.http.client",

@@ -8,7 +8,8 @@ What it adds to the connection (connection.py): a keyed pool of connections per
 (scheme, host, port) (surge.pool), the resolver, TLS from one shared
 ``SSLContext`` per client, paced handshakes, timeouts that start only when the
 request's own network work starts, redirects, decompression, a body cap, one
-transparent retry of a request that met a stale keep-alive connection, and the
+transparent retry of an idempotent request that met a stale keep-alive
+connection (never of a POST once written: surge.retry.may_resend), and the
 classification of every failure into one of surge's error classes.
 """
 
@@ -36,25 +37,39 @@ from surge.http.deadlines import Deadlines, TaskDeadline
 from surge.http.decoding import ACCEPT_ENCODING, decode, layers
 from surge.http.gate import Gate
 from surge.http.headers import HeaderInput, RequestHeaders, build, check_method
+from surge.http.multiplex import Multiplexer
 from surge.http.resolver import DNS_TIMEOUT, Override, Resolver, parse_servers
 from surge.http.response import Response
 from surge.http.stream import BodyStream, drain
 from surge.http.timeout import Timeout
 from surge.http.timeout import split as split_timeout
 from surge.http.timings import Timings
+from surge.http.tlssession import resuming
 from surge.http.url import parse_url
 from surge.pool import AsyncKeyedPool
+from surge.retry import may_resend
 
 if TYPE_CHECKING:
     from http.cookiejar import CookieJar
 
     from surge.http.cookies import CookiesInput, CookieStore
+    from surge.http.http2 import HTTP2Connection
     from surge.http.proxy import PoolKey, Proxies
 
 #: The request whose connection is being opened, and its connect timeout (None:
 #: the client's): the pool calls ``create(key)`` in the acquiring task, so the
 #: connect phases land in that request's timings.
-_opening_for: ContextVar[tuple[Timings, float | None]] = ContextVar("surge_opening_for")
+_opening_for: ContextVar[tuple[Timings, float | None, Callable[[], None] | None]] = ContextVar(
+    "surge_opening_for"
+)
+
+#: The caller's "may this request still be sent?" (the bulk engine's
+#: ``--max-host-errors``, surge.bulk.engine): called at the last moment before
+#: the request's network work - before a connection is opened for it, and
+#: before it is written on a connection - after every wait (for a connection
+#: to its host, in a pacer); it raises a ``RequestError`` to stop the request
+#: unsent.  Asked of a request's first hop only; None: always.
+may_send: ContextVar[Callable[[], None] | None] = ContextVar("surge_may_send", default=None)
 
 #: DEBUG: one line per phase of each request (nothing at INFO or above).
 log = logging.getLogger("surge.http")
@@ -69,14 +84,20 @@ ClientCert = str | tuple[str, str]
 
 
 def make_ssl_context(
-    cafile: str | None = None, *, insecure: bool = False, cert: ClientCert | None = None
+    cafile: str | None = None,
+    *,
+    insecure: bool = False,
+    cert: ClientCert | None = None,
+    http2: bool = False,
 ) -> ssl.SSLContext:
     """One context per configuration, built once: building one loads the CA store,
     which costs milliseconds (OpenSSL 3 made it several times slower, cpython
     #95031), so a context per request or per connection is a classic slowdown.
-    ``cert``: the certificate this client shows a server that asks for one."""
+    ``cert``: the certificate this client shows a server that asks for one.
+    ``http2``: ALPN offers ``h2`` before ``http/1.1``.  The context resumes TLS
+    sessions (surge.http.tlssession): it keeps the last session of each origin."""
     try:
-        context = ssl.create_default_context(cafile=cafile)
+        context = resuming(ssl.create_default_context(cafile=cafile))
     except (OSError, ssl.SSLError) as e:  # the CA file named by --cacert: a usage error
         raise UsageError(f"{cafile}: cannot load CA certificates: {e}") from None
     if cert is not None:
@@ -89,7 +110,7 @@ def make_ssl_context(
     if insecure:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
-    context.set_alpn_protocols(["http/1.1"])
+    context.set_alpn_protocols(["h2", "http/1.1"] if http2 else ["http/1.1"])
     return context
 
 
@@ -221,6 +242,8 @@ class AsyncClient:
         proxy_cafile: str | None = None,
         proxy_insecure: bool = False,
         read_timeout: float | None = None,
+        http2: bool = True,
+        http2_prior_knowledge: bool = False,
     ) -> None:
         if max_connections < 1:
             raise UsageError(f"max_connections must be at least 1, not {max_connections}")
@@ -263,6 +286,7 @@ class AsyncClient:
         #: Which requests go through which proxy (proxy.py); None: all direct.
         self._proxies = _proxies(proxy, noproxy, trust_env)
         self._ssl_context = ssl_context
+        self._ssl_context_given = ssl_context is not None  # the caller's: used as it is
         self._cafile = cafile
         self._insecure = insecure
         self._cert = cert
@@ -290,14 +314,20 @@ class AsyncClient:
         if cookies is not None and not isinstance(cookies, bool):
             self._cookie_store(cookies)
         self._connecting = Gate(max_connecting)  # O(1) FIFO; asyncio.Semaphore is O(waiters)
-        self._pool: AsyncKeyedPool[PoolKey, HTTPConnection] = AsyncKeyedPool(
+        self._pool: AsyncKeyedPool[PoolKey, Any] = AsyncKeyedPool(
             self._open,
             max_size=max_connections,
             max_per_key=per_host or max_connections,
             timeout=1e9,  # waiting for a connection is surge's own queue: no timeout
             max_idle=idle_timeout,
-            close=HTTPConnection.close,
+            close=_close,
         )
+        #: HTTP/2 (http2.py): ALPN h2 over TLS (``http2``), cleartext h2c to
+        #: every http:// origin (``http2_prior_knowledge``, curl's name).
+        self.http2 = http2
+        self.http2_prior_knowledge = http2_prior_knowledge
+        #: Always there: a caller's own ``ssl_context`` may negotiate h2 even with http2=False.
+        self._mux = Multiplexer(self._pool, min(per_host or max_connections, max_connections))
         self.requests = 0
         self._deadlines: Deadlines | None = None  # made on the loop, by the first connect
 
@@ -332,7 +362,7 @@ class AsyncClient:
     def ssl_context(self) -> ssl.SSLContext:
         if self._ssl_context is None:
             self._ssl_context = make_ssl_context(
-                self._cafile, insecure=self._insecure, cert=self._cert
+                self._cafile, insecure=self._insecure, cert=self._cert, http2=self.http2
             )
         return self._ssl_context
 
@@ -340,11 +370,15 @@ class AsyncClient:
     def proxy_ssl_context(self) -> ssl.SSLContext:
         """What TLS to an https:// proxy trusts: the client's own context, unless
         ``proxy_cafile`` or ``proxy_insecure`` were given."""
-        if self._proxy_cafile is None and not self._proxy_insecure:
+        same = self._proxy_cafile is None and not self._proxy_insecure
+        if same and (not self.http2 or self._ssl_context_given):
             return self.ssl_context
         if self._proxy_ssl_context is None:
-            self._proxy_ssl_context = make_ssl_context(
-                self._proxy_cafile, insecure=self._proxy_insecure
+            # A proxy is spoken to in HTTP/1.1: its context offers no h2.
+            self._proxy_ssl_context = (
+                make_ssl_context(self._cafile, insecure=self._insecure, cert=self._cert)
+                if same
+                else make_ssl_context(self._proxy_cafile, insecure=self._proxy_insecure)
             )
         return self._proxy_ssl_context
 
@@ -394,6 +428,7 @@ class AsyncClient:
         _discard: bool = False,
         _on_hop: Callable[[Response, list[bytes]], None] | None = None,
         _pool_timeout: float | None = None,
+        _max_redirects: int | None = None,
     ) -> Response:
         """Send one request (following redirects if asked) and read the response.
 
@@ -419,6 +454,9 @@ class AsyncClient:
         ``_pool_timeout`` (the drop-in transports': httpx's ``Timeout(pool=)``):
         the longest this request waits for a connection slot, then ``PoolTimeout``;
         surge's own callers never set it (waiting in surge's queue is no failure).
+
+        ``_max_redirects`` (robots.txt's, RFC 9309's five): fewer hops than the
+        client's ``max_redirects`` for this request.
         """
         timings = Timings(perf_counter())
         upload: Upload | None = None  # a body streamed from a file or an iterator
@@ -460,11 +498,16 @@ class AsyncClient:
         common = own.common
         host_header = own.host or target.host_header
         pool = self._pool
+        mux = self._mux
         proxies = self._proxies
         key: PoolKey  # the pool's key for a hop: its origin's, or with a proxy in it
         deadline: float | None = None  # set when the first hop starts its network work
         redirects = 0
         history: list[Response] | None = None  # the redirect hops' responses, if any
+        gate = may_send.get()  # None but under --max-host-errors
+        most_hops = self.max_redirects
+        if _max_redirects is not None:
+            most_hops = min(most_hops, _max_redirects)
         while True:  # a hop per turn
             jar = self._cookies  # per hop: a response may have made it meanwhile
             cookie = b"" if jar is None else jar.header(target.url)
@@ -507,19 +550,37 @@ class AsyncClient:
                 head = b"%s%s\r\n\r\n" % (head[:-2], framing)
             retried = False
             while True:  # an attempt per turn
-                conn = pool.acquire_nowait(key)  # a keep-alive connection, if idle
+                # A free HTTP/2 stream to the origin, or a keep-alive connection if idle.
+                owner: Any = pool  # what the connection (or stream) goes back to
+                # An HTTPConnection, or an HTTP/2 stream (http2.H2Stream) in its place.
+                conn: Any = mux.ready(key)
                 if conn is None:
-                    token = _opening_for.set((timings, connect_timeout))
+                    conn = pool.acquire_nowait(key)
+                    if conn is None:
+                        token = _opening_for.set((timings, connect_timeout, gate))
+                        try:
+                            conn = await mux.acquire(key, _pool_timeout, self._multiplexes(key))
+                        except RequestError as e:
+                            _annotate(e, url, target.url, timings, redirects)
+                            raise
+                        finally:
+                            _opening_for.reset(token)
+                    elif conn.multiplexed:  # an idle HTTP/2 connection
+                        conn = mux.adopt(key, conn)
+                if conn.is_stream:  # an HTTP/2 stream: it goes back to the multiplexer
+                    owner = mux
+                if conn.closed:  # the server closed it while it was idle
+                    await owner.discard(conn)
+                    continue
+                if gate is not None:  # asked once: now, on the connection it goes out on
+                    asked = gate
+                    gate = None  # not again: not of a redirect's hop, nor of a stale resend
                     try:
-                        conn = await pool.acquire(key, _pool_timeout)
+                        asked()
                     except RequestError as e:
+                        owner.release_nowait(conn)  # unused: it goes back as it came
                         _annotate(e, url, target.url, timings, redirects)
                         raise
-                    finally:
-                        _opening_for.reset(token)
-                if conn.closed:  # the server closed it while it was idle
-                    await pool.discard(conn)
-                    continue
                 fresh = conn.connect_timings is timings
                 now = timings.connected = perf_counter()
                 if deadline is None:
@@ -548,12 +609,22 @@ class AsyncClient:
                     await (wire.done if wire.head_ready is None else wire.head_ready)
                 except RequestError as e:
                     first_byte = timings.first_byte = None if wire is None else wire.first_byte
-                    await pool.discard(conn)
+                    await owner.discard(conn)
+                    # Stale: a connection reused - an exchange done on it before
+                    # (a tunnel's first request, whoever opened it, is none).  Or
+                    # HTTP/2's GOAWAY or REFUSED_STREAM: the server did not process it.
+                    unprocessed = e.unprocessed
                     stale = (
-                        not fresh
-                        and not retried
-                        and e.error_class == "connection_reset"
-                        and first_byte is None
+                        not retried
+                        and (
+                            unprocessed
+                            or (
+                                conn.requests
+                                and e.error_class == "connection_reset"
+                                and first_byte is None
+                            )
+                        )
+                        and may_resend(method, wire is not None, unprocessed)  # at most once
                         and (upload is None or upload.rewind())
                     )
                     if stale:  # closed by the server as we reused it: once more, afresh
@@ -571,7 +642,7 @@ class AsyncClient:
                     raise
                 except BaseException:
                     conn.abort()
-                    await pool.discard(conn)
+                    await owner.discard(conn)
                     raise
                 break
             timings.first_byte = wire.first_byte
@@ -583,7 +654,9 @@ class AsyncClient:
             if _stream:
                 hop = follow and wire.status in _REDIRECTS
                 if not (hop and redirect_policy.location(wire.head)):
-                    response = self._streamed(url, target.url, wire, timings, redirects, conn)
+                    response = self._streamed(
+                        url, target.url, wire, timings, redirects, conn, owner
+                    )
                     response.request_head = head
                     response._history = history
                     return response
@@ -591,16 +664,16 @@ class AsyncClient:
                 try:  # a hop to follow: its body is read and dropped (or kept for _on_hop)
                     await drain(wire, self._body_cap, hop_body if _on_hop is not None else None)
                 except RequestError as e:
-                    await pool.discard(conn)
+                    await owner.discard(conn)
                     _annotate(e, url, target.url, timings, redirects)
                     raise
             timings.done = perf_counter()
             self.requests += 1
             # The response is its own object: the connection can go back at once.
             if wire.keep_alive and not conn.closed:
-                pool.release_nowait(conn)  # no reset callback: no need to await
+                owner.release_nowait(conn)  # no reset callback: no need to await
             else:
-                await pool.discard(conn)
+                await owner.discard(conn)
             try:
                 response = self._response(url, target.url, wire, timings, redirects, conn)
             except RequestError as e:
@@ -633,10 +706,10 @@ class AsyncClient:
                             raise
                 _on_hop(response, hop_body)
             redirects += 1
-            if redirects > self.max_redirects:
+            if redirects > most_hops:
                 error = RequestError(
                     "too_many_redirects",
-                    f"more than {self.max_redirects} redirects (last to {location[:200]})",
+                    f"more than {most_hops} redirects (last to {location[:200]})",
                     status=status,
                 )
                 _annotate(error, url, target.url, timings, redirects)
@@ -736,14 +809,16 @@ class AsyncClient:
         timings: Timings,
         redirects: int,
         conn: HTTPConnection,
+        owner: Any,
     ) -> Response:
-        """The caller's :class:`Response` with its body still on the connection."""
+        """The caller's :class:`Response` with its body still on the connection
+        (``owner``: the pool, or for an HTTP/2 stream the multiplexer)."""
         self.requests += 1
         response = Response(
             url, final_url, wire.status, wire.head, b"", 0, timings, 1, redirects, conn
         )
         response._stream = BodyStream(
-            wire, conn, self._pool, timings, decompress=self.decompress, cap=self._body_cap
+            wire, conn, owner, timings, decompress=self.decompress, cap=self._body_cap
         )
         return response
 
@@ -810,6 +885,7 @@ class AsyncClient:
         self.resolver.prefetch(parsed.host, parsed.port)
 
     async def close(self) -> None:
+        await self._mux.close()
         await self._pool.close()
         self.resolver.close()
 
@@ -831,10 +907,19 @@ class AsyncClient:
 
     # -- opening connections ------------------------------------------------------------------
 
-    async def _open(self, key: PoolKey) -> HTTPConnection:
+    def _multiplexes(self, key: PoolKey) -> bool:
+        """Whether a connection to ``key`` may speak HTTP/2: TLS with ALPN ``h2``
+        (a tunnel through a proxy too), or h2c with prior knowledge (direct)."""
+        if key[0] == "https":
+            return self.http2
+        return self.http2_prior_knowledge and len(key) == 3
+
+    async def _open(self, key: PoolKey) -> HTTPConnection | HTTP2Connection:
         """The pool's ``create``: resolve, wait for a handshake slot, connect
         (through the key's proxy, if it has one: proxy.py)."""
-        timings, timeout = _opening_for.get()
+        timings, timeout, gate = _opening_for.get()
+        if gate is not None:
+            gate()  # the request may no longer go out: no connection for it
         scheme, host, port = key[0], key[1], key[2]
         proxy = key[3] if len(key) == 4 else None
         if timeout is None:
@@ -866,7 +951,7 @@ class AsyncClient:
                     if proxy is not None:
                         from surge.http.proxy import open_through  # loaded by _proxies
 
-                        return await open_through(
+                        tunnel = await open_through(
                             proxy,
                             key,
                             addresses,
@@ -878,7 +963,11 @@ class AsyncClient:
                             body_cap=self._body_cap,
                             attempts=attempts,
                         )
-                    return await HTTPConnection.open(
+                        if tunnel.tls is not None and tunnel.tls[2] == "h2":
+                            return _http2(tunnel)
+                        return tunnel
+                    prior = self.http2_prior_knowledge and scheme == "http"
+                    conn = await HTTPConnection.open(
                         (scheme, host, port),
                         addresses,
                         ssl_context=ssl_context,
@@ -887,7 +976,11 @@ class AsyncClient:
                         deadlines=self._deadlines,
                         body_cap=self._body_cap,
                         attempts=attempts,
+                        prior_knowledge=prior,
                     )
+                    if prior or (conn.tls is not None and conn.tls[2] == "h2"):
+                        return _http2(conn)
+                    return conn
             except TimeoutError:
                 if proxy is not None:
                     phase = f"connecting through the proxy {proxy.host}:{proxy.port}"
@@ -916,6 +1009,19 @@ class AsyncClient:
                 return await self.resolver.resolve(host, port)
         except TimeoutError:
             raise _timeout_error("dns_error", f"resolving {host}", timeout) from None
+
+
+def _http2(conn: HTTPConnection) -> HTTP2Connection:
+    """HTTP/2 on a connection just opened (http2.py, and the ``h2`` package,
+    loaded by the first connection that speaks it)."""
+    from surge.http.http2 import HTTP2Connection
+
+    return HTTP2Connection.take_over(conn)
+
+
+def _close(conn: Any) -> None:
+    """The pool's ``close``: an HTTP/1.1 or an HTTP/2 connection, each its own way."""
+    conn.close()
 
 
 async def _send_upload(conn: HTTPConnection, upload: Upload, wire: WireResponse) -> None:

@@ -53,6 +53,7 @@ from surge.errors import LocalResourceError, RequestError
 from surge.http.deadlines import Deadlines, Expirable
 from surge.http.decoding import CODINGS
 from surge.http.timings import Timings
+from surge.http.tlssession import Offer, Resume, ResumingContext, keep_session, offer_var
 
 _NO_BODY_STATUSES = frozenset({204, 304})
 
@@ -212,10 +213,11 @@ _RDN_NAMES = {
 }
 
 
-class TLSInfo(dict[str, str | None]):
+class TLSInfo(dict[str, str | bool | None]):
     """A connection's TLS as a record holds it: a dict (``version``, ``cipher``,
-    ``alpn``, ``subject``, ``issuer``, ``not_after``), with its JSON made once
-    (``json``), since every record of the connection carries the same."""
+    ``alpn``, ``subject``, ``issuer``, ``not_after``, ``resumed``: the handshake
+    resumed a kept session), with its JSON made once (``json``), since every
+    record of the connection carries the same."""
 
     __slots__ = ("json",)
     json: str
@@ -230,6 +232,7 @@ class TLSInfo(dict[str, str | None]):
             subject=_rdns(cert.get("subject")) if cert else None,
             issuer=_rdns(cert.get("issuer")) if cert else None,
             not_after=_cert_time(cert.get("notAfter")) if cert else None,
+            resumed=bool(ssl_object.session_reused) if ssl_object is not None else None,
         )
         info.json = json.dumps(info, ensure_ascii=False, separators=(",", ":"))
         return info
@@ -263,6 +266,10 @@ class HTTPConnection(asyncio.Protocol):
     loop: asyncio.AbstractEventLoop  # set when the transport connects
     #: TCP connections begun to open this one (several only in a Happy Eyeballs race).
     connect_attempts: int = 1
+    #: One exchange at a time (http2.py's HTTP2Connection carries many).
+    multiplexed = False
+    #: A connection, not an HTTP/2 stream standing in for one (http2.H2Stream).
+    is_stream = False
 
     def __init__(
         self,
@@ -276,6 +283,10 @@ class HTTPConnection(asyncio.Protocol):
         self._body_cap = body_cap
         self.transport: asyncio.Transport | None = None
         self.closed = False
+        #: Reads kept while the connection may yet be taken over by HTTP/2
+        #: (http2.py): a server's SETTINGS may come before the handshake's
+        #: caller resumes.  None: bytes nobody asked for end the connection.
+        self.early: list[bytes] | None = None
         self.requests = 0  # responses completed on this connection
         #: Set by ``open`` for the request that made it; taken by that request.
         self.connect_timings: Timings | None = None
@@ -304,6 +315,10 @@ class HTTPConnection(asyncio.Protocol):
         self.tls: tuple[str | None, str | None, str | None] | None = None
         self._ssl_object: ssl.SSLObject | None = None
         self._tls_info: TLSInfo | None = None
+        #: The session this connection offers on its handshake (tlssession.py), and
+        #: where its own session is kept for the next connection.
+        self.offer = Offer()
+        self.resume: Resume | None = None
         #: Set while the transport's write buffer is full (a streamed request body
         #: waits on it); resolved when it drains or the connection is lost.
         self._writable: asyncio.Future[None] | None = None
@@ -335,6 +350,7 @@ class HTTPConnection(asyncio.Protocol):
         body_cap: int,
         attempts: list[str] | None = None,
         attempt_delay: float = ATTEMPT_DELAY,
+        prior_knowledge: bool = False,
     ) -> HTTPConnection:
         """TCP to the first address that answers, then TLS if ``ssl_context``.
 
@@ -342,40 +358,54 @@ class HTTPConnection(asyncio.Protocol):
         :func:`race`, which ``attempts`` and ``attempt_delay`` are passed to);
         one is connected to directly, with no task or timer of its own.
         Errors are ``RequestError`` with the class of the phase that failed.
+        ``prior_knowledge``: cleartext HTTP/2 (h2c) follows, so the server's
+        first bytes are kept for it (``early``).
         """
         loop = asyncio.get_running_loop()
         port = key[2]
         protocol: HTTPConnection
-        if len(addresses) == 1:
-            address = addresses[0]
-            try:
-                _, protocol = await loop.create_connection(
-                    lambda: cls(key, deadlines, body_cap), address, port
+        # uvloop runs the TLS protocol's connection_made in the transport's
+        # context, copied here: it must hold this connection's Offer (tlssession.py).
+        offer = Offer()
+        token = offer_var.set(offer)
+        try:
+            if len(addresses) == 1:
+                address = addresses[0]
+                try:
+                    _, protocol = await loop.create_connection(
+                        lambda: cls(key, deadlines, body_cap), address, port
+                    )
+                except OSError as e:
+                    raise _connect_error(address, port, e) from None
+            else:
+                _, protocol, address, tried = await race(
+                    loop,
+                    lambda: cls(key, deadlines, body_cap),
+                    addresses,
+                    port,
+                    attempt_delay,
+                    attempts,
                 )
-            except OSError as e:
-                raise _connect_error(address, port, e) from None
-        else:
-            _, protocol, address, tried = await race(
-                loop,
-                lambda: cls(key, deadlines, body_cap),
-                addresses,
-                port,
-                attempt_delay,
-                attempts,
-            )
-            protocol.connect_attempts = tried
+                protocol.connect_attempts = tried
+        finally:
+            offer_var.reset(token)
+        protocol.offer = offer
         timings.tcp_end = perf_counter()
         protocol.address = (address, port)
+        if prior_knowledge:
+            protocol.early = []
         if ssl_context is not None:
-            await protocol.start_tls(ssl_context, server_hostname, timings)
+            await protocol.start_tls(ssl_context, server_hostname, port, timings)
         protocol.connect_timings = timings
         return protocol
 
     async def start_tls(
-        self, ssl_context: ssl.SSLContext, server_hostname: str, timings: Timings
+        self, ssl_context: ssl.SSLContext, server_hostname: str, port: int, timings: Timings
     ) -> None:
         """TLS over the connection as it stands: over TCP (``open``), or over a
-        tunnel through a proxy (proxy.py), itself maybe TLS to an https proxy."""
+        tunnel through a proxy (proxy.py), itself maybe TLS to an https proxy.
+        A :class:`ResumingContext` offers the session it kept for
+        (``server_hostname``, ``port``), and keeps this one's (see ``keep_session``)."""
         transport = self.transport
         assert transport is not None
         if _BROKEN_FORCE_CLOSE and isinstance(transport, asyncio.sslproto._SSLProtocolTransport):
@@ -384,21 +414,32 @@ class HTTPConnection(asyncio.Protocol):
             # whose SSLProtocol._abort() takes no argument on CPython 3.11 and
             # 3.12 - a TypeError that loses the handshake's own error.  Abort plainly.
             transport._force_close = lambda exc: transport.abort()  # type: ignore[attr-defined]
+        self.early = []  # if ALPN says h2, bytes before the caller resumes are HTTP/2's
+        offer = self.offer
+        self.resume = None
+        if isinstance(ssl_context, ResumingContext):
+            offer.session, keep = ssl_context.sighting(server_hostname, port)
+            if keep:
+                self.resume = (ssl_context, server_hostname, port)
+        token = offer_var.set(offer)  # asyncio's call_soon copies this context
         try:
             tls_transport = await self.loop.start_tls(
                 transport, self, ssl_context, server_hostname=server_hostname
             )
         except ssl.SSLCertVerificationError as e:
-            transport.abort()
+            self._tls_failed(transport)
             raise RequestError("tls_error", f"certificate: {e.verify_message}") from None
         except ssl.SSLError as e:
-            transport.abort()
+            self._tls_failed(transport)
             raise RequestError("tls_error", f"TLS handshake: {e.reason or e}") from None
         except (ConnectionError, OSError) as e:
-            transport.abort()
+            self._tls_failed(transport)
             raise RequestError("tls_error", f"TLS handshake: {_describe(e)}") from None
+        finally:
+            offer_var.reset(token)
+            offer.session = None
         if tls_transport is None:  # the peer closed during the handshake
-            transport.abort()
+            self._tls_failed(transport)
             raise RequestError("tls_error", "TLS handshake: connection closed")
         self.transport = tls_transport
         timings.tls_end = perf_counter()
@@ -408,6 +449,25 @@ class HTTPConnection(asyncio.Protocol):
             self.tls = (tls.version(), cipher[0] if cipher else None, tls.selected_alpn_protocol())
             self._ssl_object = tls  # its certificate, read when a record asks
             self._tls_info = None  # a tunnel's TLS replaces the proxy's
+            # Resumed (nothing to keep), or TLS 1.2 (the session is whole now); a TLS
+            # 1.3 ticket comes later (reading a session costs: tlssession.py).
+            if (
+                self.resume is not None
+                and (tls.session_reused or tls.version() != "TLSv1.3")
+                and keep_session(self.resume, tls)
+            ):
+                self.resume = None
+        if self.tls is None or self.tls[2] != "h2":
+            early, self.early = self.early, None
+            if early:  # bytes nobody asked for, from an HTTP/1.1 server: not reusable
+                self.abort()
+
+    def _tls_failed(self, transport: asyncio.Transport) -> None:
+        """A handshake failed: the session offered (if any) is not offered again."""
+        transport.abort()
+        resume, self.resume = self.resume, None
+        if resume is not None:
+            resume[0].forget(resume[1], resume[2])
 
     # -- one exchange -------------------------------------------------------------------
 
@@ -543,6 +603,9 @@ class HTTPConnection(asyncio.Protocol):
             return
         response = self.response
         if response is None:
+            if self.early is not None:  # maybe HTTP/2's: kept for http2.py
+                self.early.append(data)
+                return
             # Bytes nobody asked for on an idle connection: it cannot be reused.
             self.abort()
             return
@@ -553,7 +616,14 @@ class HTTPConnection(asyncio.Protocol):
             self._head_parts.append(data)
             self._head_bytes += len(data)
         try:
-            self._parser.feed_data(data)
+            if (
+                head_done
+                or (b" :" not in data and b"\t:" not in data)
+                or type(self._parser) is _RepeatedLength
+            ):
+                self._parser.feed_data(data)
+            else:  # maybe a name with whitespace before its colon: read without it
+                self._reread_length()
         except httptools.HttpParserUpgrade:
             self._fail(RequestError("protocol_error", "the server switched protocols"))
         except httptools.HttpParserError as e:
@@ -613,6 +683,8 @@ class HTTPConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self.resume is not None and keep_session(self.resume, self._ssl_object):
+            self.resume = None
         try:
             self._settle_on_loss(exc)  # (_fail reads whether a body was being written)
         finally:
@@ -633,7 +705,9 @@ class HTTPConnection(asyncio.Protocol):
             self.on_message_complete()
         elif response.first_byte is None:
             detail = _describe(exc) if exc else "server closed the connection without a response"
-            self._fail(RequestError("connection_reset", detail))
+            error = RequestError("connection_reset", detail)
+            error.empty_reply = exc is None
+            self._fail(error)
         else:
             where = "body" if response.head_done else "response head"
             detail = f"connection lost during the {where}"
@@ -643,9 +717,10 @@ class HTTPConnection(asyncio.Protocol):
 
     def _reread_length(self) -> None:
         """llhttp refused a second Content-Length, or a list of them, in the
-        head being read: a :class:`_RepeatedLength` reads this head from its
-        start - the bytes of this response so far, less the 1xx heads already
-        read - and what comes next."""
+        head being read - or the head may hold a field name with whitespace
+        before its colon, which llhttp would take: a :class:`_RepeatedLength`
+        reads this head from its start - the bytes of this response so far,
+        less the 1xx heads already read - and what comes next."""
         data = b"".join(self._head_parts)
         start = 0
         for _ in range(self._interim):  # read by llhttp: their callbacks ran
@@ -813,6 +888,8 @@ class HTTPConnection(asyncio.Protocol):
             self._chunked = self._chunk_open = False
             self._chunk_tail = b""
         self.requests += 1
+        if self.resume is not None and keep_session(self.resume, self._ssl_object):
+            self.resume = None
         done = response.done
         if not done.done():
             done.set_result(None)
@@ -860,28 +937,46 @@ class HTTPConnection(asyncio.Protocol):
                 if due > now:
                     self._slot = self._deadlines.add(self, min(due, self._deadline))
                     return
-                silent = (
-                    "the server took none of the request body"
-                    if self._writable is not None
-                    else "no data from the server"
-                )
+                if self._still_writing(response):
+                    self._fail(
+                        RequestError(
+                            "write_timeout",
+                            f"the server took none of the request body for {idle:g} s"
+                            " (the read timeout)",
+                        )
+                    )
+                    return
                 self._fail(
                     RequestError(
                         "read_timeout",
-                        f"{silent} for {idle:g} s (the read timeout)",
+                        f"no data from the server for {idle:g} s (the read timeout)",
                         status=response.status if response.head_done else None,
                     )
                 )
                 return
         head_done = response is not None and response.head_done
+        limit = "" if response is None else f" (limit {response.limit:g} s)"
+        if response is not None and self._still_writing(response):
+            self._fail(RequestError("write_timeout", f"timed out sending the request{limit}"))
+            return
         where = "the body" if head_done else "the response"
         self._fail(
             RequestError(
                 "read_timeout",
-                f"timed out waiting for {where}"
-                + ("" if response is None else f" (limit {response.limit:g} s)"),
+                f"timed out waiting for {where}{limit}",
                 status=response.status if response is not None and head_done else None,
             )
+        )
+
+    def _still_writing(self, response: WireResponse) -> bool:
+        """Whether the request is still going out as its exchange times out: the
+        server takes no more of it (the socket's buffer is full), or part of it
+        waits in the transport - and no byte of an answer came first."""
+        if response.first_byte is not None:
+            return False
+        transport = self.transport
+        return self._writable is not None or (
+            transport is not None and transport.get_write_buffer_size() > 0
         )
 
     def _trickles(self, now: float, idle: float) -> bool:
@@ -1016,25 +1111,43 @@ class _RepeatedLength:
         parser.feed_data(head + pending[end:])
 
 
+def spaced_name(line: bytes) -> bool:
+    """Whether a header line's field name ends in whitespace before its colon.
+    RFC 9112 5.1 allows none there (a server MUST reject such a request, a
+    proxy MUST remove the whitespace); curl ignores the line, and so does
+    surge: it neither frames the body nor is one of the response's headers.
+    (A line that starts with whitespace continues the one before: an obs-fold.)"""
+    name, colon, _ = line.partition(b":")
+    return bool(colon) and name[-1:] in (b" ", b"\t") and name[:1] not in (b" ", b"\t", b"")
+
+
 def one_length(head: bytes) -> bytes:
-    """``head`` (no blank line) with its Content-Length lines made one, if
-    they all say the same number (see :class:`_RepeatedLength`); else
+    """``head`` (no blank line) without the lines whose field name ends in
+    whitespace (:func:`spaced_name`), and with its Content-Length lines made
+    one, if they all say the same number (see :class:`_RepeatedLength`); else
     ``ValueError`` saying why not."""
     lines = head.split(b"\r\n")
     values: list[bytes] = []
     first = -1
     kept: list[bytes] = []
+    transfer_coded = False
     for i, line in enumerate(lines):
+        if i and spaced_name(line):
+            continue
         name, colon, value = line.partition(b":")
         name = name.strip().lower()
         if i and colon and name == b"transfer-encoding":
-            raise ValueError("Transfer-Encoding can't be present with Content-Length")
+            transfer_coded = True
         if i and colon and name == b"content-length":
             if first < 0:
                 first = len(kept)
             values.extend(v.strip() for v in value.split(b","))
             continue
         kept.append(line)
+    if first < 0:  # no length: nothing to make one of
+        return b"\r\n".join(kept)
+    if transfer_coded:
+        raise ValueError("Transfer-Encoding can't be present with Content-Length")
     if _folded_framing(head) is not None:
         raise ValueError("a folded Content-Length (its framing is ambiguous)")
     shown = b", ".join(values)[:80].decode("latin-1")
@@ -1293,6 +1406,8 @@ def parse_head(head: bytes) -> list[tuple[bytes, bytes]]:
     headers = []
     for line in head.split(b"\r\n")[1:]:
         name, _, value = line.partition(b":")
+        if name[-1:] in (b" ", b"\t") and spaced_name(line):  # not a field: ignored
+            continue
         headers.append((name.strip(), value.strip()))
     return headers
 

@@ -197,7 +197,7 @@ class CookieStore:
         attrs = jar._cookie_attrs(cookies)  # type: ignore[attr-defined]
         if not attrs:
             return b""
-        return b"Cookie: %s\r\n" % "; ".join(attrs).encode("latin-1", "replace")
+        return b"Cookie: %s\r\n" % "; ".join(_within_bounds(attrs)).encode("latin-1", "replace")
 
     def extract(self, url: str, head: bytes) -> None:
         """Keep what a response to ``url`` sets (if it sets anything)."""
@@ -236,3 +236,23 @@ def response_cookies(head: bytes) -> dict[str, str]:
         for name, morsel in parsed.items():
             found[name] = morsel.value
     return found
+
+
+#: The most cookies one request sends, and the longest its Cookie value is:
+#: curl's bounds (MAX_COOKIE_SEND_AMOUNT, MAX_COOKIE_HEADER_LEN), so that what
+#: servers set (300 cookies of 200 bytes, say) never makes a 60 KB header line.
+MAX_SENT = 150
+MAX_HEADER = 8190
+
+
+def _within_bounds(attrs: list[str]) -> list[str]:
+    """The first of ``attrs`` (most specific path first, as RFC 6265 orders them)
+    that fit :data:`MAX_SENT` and :data:`MAX_HEADER`; the rest are not sent."""
+    kept: list[str] = []
+    size = 0
+    for attr in attrs[:MAX_SENT]:
+        size += len(attr) + (2 if kept else 0)
+        if size > MAX_HEADER:
+            break
+        kept.append(attr)
+    return kept

@@ -138,11 +138,13 @@ async def send(
     limits: Timeout | None,
     pool_timeout: float | None = None,
     whole: bool = False,
-) -> tuple[Response, bytes | None]:
+) -> tuple[Response, list[bytes] | None]:
     """Send one request as it was framed and wait for its response's head: the
     (streamed) response, and its body when all of it has come (``whole``: wait
-    for all of it).  The body is as it came off the wire, its transfer codings
-    undone and its content codings not (they are the library's to undo)."""
+    for all of it), in the pieces it came in (a chunked body's chunks apart,
+    as requests' ``iter_content`` gives them).  The body is as it came off
+    the wire, its transfer codings undone and its content codings not (they
+    are the library's to undo)."""
     if isinstance(body, Upload):
         response = await client.request(
             method,
@@ -168,7 +170,7 @@ async def send(
     payload = await stream.complete()
     if payload is None and whole:
         try:
-            payload = b"".join([chunk async for chunk in response.aiter_raw()])
+            payload = [chunk async for chunk in response.aiter_raw()]
         except RequestError as e:
             response.annotate(e)
             raise

@@ -134,14 +134,23 @@ def header_line(name: str, value: str) -> bytes:
     if not _TOKEN.fullmatch(name):
         raise InvalidHeader(f"bad header name {name!r}: not an HTTP token")
     value = value.strip(" \t")
-    if _BAD_VALUE.search(value):
-        raise InvalidHeader(f"header {name}: the value holds a control character: {value!r}")
+    # The error names the header and the character, never the value: it may
+    # be a credential (-H 'Authorization: Bearer ...'), and errors are printed.
+    bad = _BAD_VALUE.search(value)
+    if bad:
+        raise InvalidHeader(
+            f"header {name}: the value holds a control character ({_where(value, bad.start())})"
+        )
     try:
         return b"%s: %s\r\n" % (name.encode("ascii"), value.encode("latin-1"))
-    except UnicodeEncodeError:
+    except UnicodeEncodeError as e:
         raise InvalidHeader(
-            f"header {name}: the value cannot be sent (not latin-1): {value!r}"
+            f"header {name}: the value cannot be sent (not latin-1: {_where(value, e.start)})"
         ) from None
+
+
+def _where(value: str, at: int) -> str:
+    return f"U+{ord(value[at]):04X} at character {at + 1}"
 
 
 def check_method(method: str) -> str:

@@ -115,7 +115,9 @@ class Proxy(NamedTuple):
 
 def parse_proxy(text: str, source: str = "proxy") -> Proxy:
     """A proxy URL as curl reads one: ``[scheme://][user:password@]host[:port][/]``,
-    http:// when no scheme is given; ``UsageError`` naming ``source`` otherwise."""
+    http:// when no scheme is given; ``UsageError`` naming ``source`` otherwise
+    (quoting the URL without its ``user:password@``)."""
+    shown = _without_credentials(text)
     spec = text.strip()
     if "://" not in spec:
         spec = "http://" + spec
@@ -123,23 +125,23 @@ def parse_proxy(text: str, source: str = "proxy") -> Proxy:
         parts = urlsplit(spec)
         port = parts.port
     except ValueError as e:
-        raise UsageError(f"{source} {text!r}: not a proxy URL ({e})") from None
+        raise UsageError(f"{source} {shown!r}: not a proxy URL ({e})") from None
     scheme = parts.scheme.lower()
     if scheme in ("socks4", "socks4a"):
-        raise UsageError(f"{source} {text!r}: SOCKS4 proxies are not supported (use socks5://)")
+        raise UsageError(f"{source} {shown!r}: SOCKS4 proxies are not supported (use socks5://)")
     if scheme not in DEFAULT_PORTS:
         raise UsageError(
-            f"{source} {text!r}: the scheme must be http, https, socks5 or socks5h,"
+            f"{source} {shown!r}: the scheme must be http, https, socks5 or socks5h,"
             f" not {parts.scheme!r}"
         )
     if parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise UsageError(f"{source} {text!r}: a proxy URL has no path")
+        raise UsageError(f"{source} {shown!r}: a proxy URL has no path")
     if not parts.hostname or port == 0:
-        raise UsageError(f"{source} {text!r}: no proxy host (or port 0)")
+        raise UsageError(f"{source} {shown!r}: no proxy host (or port 0)")
     try:
         host = _normalise_host(parts.hostname, spec)
     except RequestError as e:
-        raise UsageError(f"{source} {text!r}: {e.detail}") from None
+        raise UsageError(f"{source} {shown!r}: {e.detail}") from None
     username = password = None
     userinfo, at, _ = parts.netloc.rpartition("@")
     if at:
@@ -149,6 +151,15 @@ def parse_proxy(text: str, source: str = "proxy") -> Proxy:
             # RFC 1929: a length byte each
             raise UsageError(f"{source}: SOCKS5 user name and password are 255 bytes at most")
     return Proxy(scheme, host, port or DEFAULT_PORTS[scheme], username, password)
+
+
+def _without_credentials(text: str) -> str:
+    """A proxy URL as an error quotes it: up to its last ``@`` taken out (a
+    proxy URL has no path that could hold one)."""
+    if "@" not in text:
+        return text
+    scheme_end = text.find("://")
+    return text[: scheme_end + 3 if scheme_end >= 0 else 0] + text.rpartition("@")[2]
 
 
 class NoProxy:
@@ -532,5 +543,5 @@ async def open_through(
     timings.tcp_end = perf_counter()
     if scheme == "https":
         assert ssl_context is not None
-        await conn.start_tls(ssl_context, host, timings)
+        await conn.start_tls(ssl_context, host, port, timings)
     return conn

@@ -213,9 +213,14 @@ class Response:
 
     @property
     def http_version(self) -> str:
-        """From the status line: "1.1" or "1.0" (read on use, not per response)."""
+        """As httpx's: "HTTP/1.1", "HTTP/1.0" (from the status line) or "HTTP/2"
+        (read on use, not per response)."""
         head = self.head
-        return head[5:8].decode("ascii", "replace") if head.startswith(b"HTTP/") else "1.1"
+        if head.startswith(b"HTTP/2 "):
+            return "HTTP/2"
+        return "HTTP/" + (
+            head[5:8].decode("ascii", "replace") if head.startswith(b"HTTP/") else "1.1"
+        )
 
     @property
     def raw_headers(self) -> list[tuple[bytes, bytes]]:

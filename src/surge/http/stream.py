@@ -100,9 +100,10 @@ class BodyStream:
         finally:
             await self.aclose()
 
-    async def complete(self) -> bytes | None:
+    async def complete(self) -> list[bytes] | None:
         """The whole body (transfer codings undone, content codings not) if all
-        of it has come already, the connection then let go; else None, and
+        of it has come already, in the pieces it came in (each of a chunked
+        body's chunks apart), the connection then let go; else None, and
         nothing taken.  A keep-alive response's small body comes with its head:
         this hands it on without the await per chunk that :meth:`raw` costs (the
         drop-in transports' fast path)."""
@@ -111,12 +112,12 @@ class BodyStream:
         if self.consumed or not done.done() or done.exception() is not None:
             return None
         if wire.transfer_coding is not None:
-            return b"".join([chunk async for chunk in self.raw()])
+            return [chunk async for chunk in self.raw()]
         self.consumed = True
         chunks = wire.body
         wire.body = []
         await self.aclose()
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        return chunks
 
     async def aclose(self) -> None:
         """Give the connection back (the body was read) or close it (it was not)."""

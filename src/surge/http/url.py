@@ -47,7 +47,16 @@ class URL(NamedTuple):
         return self.scheme == "https"
 
     def join(self, location: str) -> URL:
-        """Resolve a redirect's Location (see redirects.location) against this URL."""
+        """Resolve a redirect's Location (see redirects.location) against this URL.
+
+        A Location with a scheme is a URL of its own, parsed as a user's is
+        (as curl does): ``http:\\\\host\\path`` is not a path on this host
+        (what ``urljoin`` would make of it) but a URL without "//", refused
+        (curl: "Unsupported number of slashes following scheme"; httpx:
+        InvalidURL).  A relative one is resolved as RFC 3986 section 5.2 says
+        (its dot segments resolved against this URL's path)."""
+        if _HAS_SCHEME(location):
+            return parse_url(location)
         return parse_url(urljoin(self.url, location))
 
 
@@ -68,23 +77,40 @@ def parse_url(text: str) -> URL:
     if m is not None:
         scheme, host, port_text, path, query = m.groups()
         # Not here: a host that may be a number (127.1, 0x7f.1: its last label
-        # is one) unless in normal form, and a path with dot segments.
+        # is one) unless in normal form, and a host that is a scheme name
+        # before "//" (_scheme_typo).
         last = host[host.rfind(".") + 1 :]
         numeric = last.isdigit() or last.startswith("0x")
         if (
             ".." not in host
             and (not numeric or _dotted_quad(host))
-            and (path is None or "/." not in path)
+            and not _scheme_typo(host, path)
         ):
             default = 80 if scheme == "http" else 443
             port = int(port_text) if port_text else default
             # Longer hosts take the general path, which checks label lengths.
             if 0 < port < 65536 and len(host) <= 63:
                 target = ((path or "/") + (query or "")).encode("ascii")
+                if port_text and port == default:
+                    # written anew without the default port (as httpx writes the
+                    # origin): the general path's one writer
+                    return _parse_general(text)
                 shown = host if port == default else f"{host}:{port}"
                 key = (scheme, host, port)
                 return URL(text, scheme, host, port, target, shown.encode("ascii"), key)
     return _parse_general(text)
+
+
+#: A scheme (RFC 3986 3.1) where a Location starts: then it is a URL of its own.
+_HAS_SCHEME = re.compile(r"[ \t]*[A-Za-z][A-Za-z0-9+.-]*:", re.ASCII).match
+
+
+def _scheme_typo(host: str, path: str | None) -> bool:
+    """``http://http//x/``: the host is a scheme's name and the path goes on
+    with "//" - what ``http//x/`` (a scheme without its colon) becomes when
+    http:// is put before it.  No such host is meant: refused before any
+    lookup, as a URL's syntax is."""
+    return host in _DEFAULT_PORTS and path is not None and path.startswith("//")
 
 
 def _dotted_quad(host: str) -> bool:
@@ -130,9 +156,13 @@ def _parse_general(text: str) -> URL:
     # it as no query, so the "?" is looked for in the text (before a fragment).
     asked = parts.query or "?" in text.partition("#")[0]
     path = parts.path or "/"
-    dotted = "/." in path
-    if dotted:  # RFC 3986 5.2.4, as curl: /a/../b is /b
-        path = remove_dot_segments(path)
+    if _scheme_typo(host, path):
+        raise RequestError(
+            "invalid_url", f"host {host!r} then '//': a scheme without its colon? {given[:200]!r}"
+        )
+    # The path as given, dot segments and "//" kept (curl's --path-as-is): a
+    # path the user named is never normalised - /a/../b may be another
+    # resource than /b (an S3 key, a server that maps paths as they come).
     target = _escape(path + (f"?{parts.query}" if asked else ""))
     shown = host if zone < 0 else host[:zone]  # Host: the address without its zone
     shown = f"[{shown}]" if ":" in shown else shown
@@ -142,8 +172,13 @@ def _parse_general(text: str) -> URL:
     if at:
         auth = userinfo_auth(userinfo)
     # Written anew, as curl's url_effective, when a shorthand was normalised:
-    # the slashes, dot segments, a numeric IPv4 host (IPv6 stays as written).
-    normalised = text is not given or dotted or (":" not in host and host != parts.hostname)
+    # the slashes, a numeric IPv4 host (IPv6 stays as written); and without a
+    # default port given (the origin as httpx writes it; the path as given).
+    normalised = (
+        text is not given
+        or (":" not in host and host != parts.hostname)
+        or parts.port == _DEFAULT_PORTS[scheme]
+    )
     if at or not text.isascii() or " " in text or normalised:
         # Written anew, so that final_url is a valid URL that holds no password:
         # the IDNA host, the escaped target (as sent), and the fragment.
@@ -180,27 +215,6 @@ def _ipv4_shorthand(host: str) -> str | None:
         return None
 
 
-def remove_dot_segments(path: str) -> str:
-    """RFC 3986 5.2.4: ``/a/./b/../c`` is ``/a/c``; a path's last ``.`` or ``..``
-    leaves its slash (``/a/b/..`` is ``/a/``)."""
-    output: list[str] = []
-    segments = path.split("/")
-    for n, segment in enumerate(segments):
-        last = n == len(segments) - 1
-        if segment == ".":
-            if last:
-                output.append("")
-        elif segment == "..":
-            if len(output) > 1:
-                output.pop()
-            if last:
-                output.append("")
-        else:
-            output.append(segment)
-    result = "/".join(output)
-    return result if result.startswith("/") else "/" + result
-
-
 def _normalise_host(host: str, text: str) -> str:
     """The host as a connection uses it: an address, or an ASCII (A-label) name.
 
@@ -218,7 +232,12 @@ def _normalise_host(host: str, text: str) -> str:
         if address is not None:
             return address
     if "%" in host:  # RFC 3986 allows escapes in a name (a Location's IDN host, escaped)
-        host = unquote(host, errors="strict")
+        try:
+            host = unquote(host, errors="strict")
+        except UnicodeDecodeError:  # escapes that are not UTF-8 (curl: "Bad hostname")
+            raise RequestError(
+                "invalid_url", f"host is not a valid domain name: {host[:200]!r}"
+            ) from None
     encoded = host.lower()
     if not encoded.isascii():
         import idna  # on first use: its tables are ~3,000 objects every run would carry

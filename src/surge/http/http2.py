@@ -1,0 +1,861 @@
+"""HTTP/2: one connection carries many requests, each on a stream of its own.
+
+The framing, HPACK and the protocol's state machine are the ``h2`` package's
+(python-hyper's sans-I/O HTTP/2: bytes in, events out, the same shape as the
+llhttp parser connection.py drives); this module owns what ``h2`` leaves to
+its user:
+
+* :class:`HTTP2Connection`, the asyncio Protocol: it takes over a connection
+  connection.py opened once TLS's ALPN said ``h2`` (or at once, for cleartext
+  h2c with prior knowledge), feeds ``h2`` what the socket reads, and writes
+  what ``h2`` has to send.  Its settings: no server push
+  (SETTINGS_ENABLE_PUSH 0), a decoded header list bound (SETTINGS_MAX_HEADER_
+  LIST_SIZE, enforced by ``h2``'s HPACK decoder) of connection.py's
+  ``MAX_HEAD_BYTES``, and windows raised to :data:`CONNECTION_WINDOW` and
+  :data:`STREAM_WINDOW`, so that a large body comes at the link's speed.  Data
+  is acknowledged (WINDOW_UPDATE) as it is taken: at once for a body read
+  whole, as the reader takes it for a streamed one, so a slow reader holds
+  back its own stream only.
+* :class:`H2Stream`, one request on it: it stands where connection.py's
+  :class:`~surge.http.connection.HTTPConnection` stands for HTTP/1.1
+  (``send``, ``send_body``, ``abort``, ``tls_info``, ...), so the client's
+  request path, its deadlines and its records are the same for both; the
+  response is the same :class:`~surge.http.connection.WireResponse`, with a
+  head of ``HTTP/2 <status>`` and the header fields as lines.
+* multiplex.py's ``Multiplexer`` (apart, so that a client that never meets
+  HTTP/2 never loads ``h2``), the client's streams per origin: a connection that
+  speaks HTTP/2 stays checked out of the client's pool while it carries a
+  stream, and goes back to the pool as an idle connection when it carries
+  none (so the pool's idle expiry, its per-host and global bounds, and its
+  eviction of idle connections apply to it as to any).  A request to an
+  origin takes a free stream slot (O(1)); with none, it waits in a FIFO queue
+  for one (O(1)), and a second connection is opened only when every
+  connection's streams are full and the per-host bound allows one more.
+  While the first connection to an origin is being opened, other requests to
+  it wait to see whether it speaks HTTP/2 (curl's wait for multiplexing)
+  rather than each opening their own.
+
+Failures: a GOAWAY ends the streams above its last stream id with an error
+marked ``unprocessed`` (the server promised it did not act on them), as does
+RST_STREAM with REFUSED_STREAM; the client sends such a request again on
+another connection, a POST too (surge.retry.may_resend).  Any other reset is
+``connection_reset`` (``protocol_error`` for a PROTOCOL_ERROR), and a
+protocol violation ``h2`` detects - connection-specific or invalid
+pseudo-header fields, a header list past the bound, a CONTINUATION flood
+(``h2`` buffers at most 64 frames of one header block), DATA past the
+Content-Length - fails the connection with ``protocol_error``, as does a
+flood of PING or SETTINGS frames (:data:`MAX_ANSWERS` a second), which the
+client would otherwise answer without end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import binascii
+import contextlib
+from collections.abc import Callable
+from time import perf_counter
+from typing import TYPE_CHECKING, Any
+
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.exceptions
+import h2.settings
+import hyperframe.frame
+
+from surge.errors import RequestError
+from surge.http.connection import (
+    MAX_HEAD_BYTES,
+    TLSInfo,
+    WireResponse,
+    _as_async,
+    body_too_large,
+)
+from surge.http.tlssession import keep_session
+
+if TYPE_CHECKING:
+    from surge.http.connection import HTTPConnection
+    from surge.http.deadlines import Deadlines, Expirable
+    from surge.http.timings import Timings
+
+#: The connection's receive window, raised from HTTP/2's 64 KiB as curl and
+#: hyper raise theirs: a window is what a server may send before it waits for
+#: an acknowledgement, so at 64 KiB a large body would come 64 KiB a round trip.
+CONNECTION_WINDOW = 16 * 1024 * 1024
+#: Each stream's receive window (SETTINGS_INITIAL_WINDOW_SIZE).
+STREAM_WINDOW = 4 * 1024 * 1024
+#: Streams assumed allowed until the server's SETTINGS say (RFC 9113 6.5.2
+#: recommends servers allow no fewer than 100).
+INITIAL_STREAMS = 100
+#: The most streams surge opens on one connection at once, whatever the server allows.
+MAX_STREAMS = 1000
+#: PING and SETTINGS frames (each answered with an ACK) a server may send in a
+#: second before the connection is failed as a flood (CVE-2019-9512/9515's class).
+MAX_ANSWERS = 1000
+#: Past this stream id, a connection takes no new stream (ids end at 2^31 - 1).
+_LAST_STREAM_ID = 2**31 - 2 * MAX_STREAMS - 1
+
+#: Request header fields HTTP/2 forbids (RFC 9113 8.2.2), dropped from the
+#: HTTP/1.1 head the client builds; Host becomes ``:authority``.
+_HOP_BY_HOP = frozenset(
+    {b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade", b"host"}
+)
+
+_REFUSED = h2.errors.ErrorCodes.REFUSED_STREAM
+_PROTOCOL_CODES = frozenset(
+    {
+        h2.errors.ErrorCodes.PROTOCOL_ERROR,
+        h2.errors.ErrorCodes.COMPRESSION_ERROR,
+        h2.errors.ErrorCodes.FRAME_SIZE_ERROR,
+        h2.errors.ErrorCodes.FLOW_CONTROL_ERROR,
+        h2.errors.ErrorCodes.HTTP_1_1_REQUIRED,
+    }
+)
+
+_CONFIG = h2.config.H2Configuration(
+    client_side=True, header_encoding=None, validate_inbound_headers=True
+)
+
+
+def _data_body_repr(frame: hyperframe.frame.DataFrame) -> str:
+    """hyperframe's ``repr`` of a DATA frame's body, the same text, without
+    its cost: h2 formats ``repr(frame)`` for a trace log line on every frame
+    it receives, logger or not, and hyperframe's default serializes the body
+    (a copy of every byte) and hex-encodes all of it to show 10 bytes.  That
+    was about a fifth of the CPU of reading a large body over HTTP/2 (cProfile
+    of a 200 MB GET from nginx)."""
+    padding = frame.serialize_padding_data()
+    size = len(padding) + len(frame.data) + frame.pad_length
+    if not size:
+        return "None"
+    first = (padding + bytes(frame.data[:10]) + b"\0" * 10)[: min(size, 10)]
+    return "<hex:" + binascii.hexlify(first).decode("ascii") + ("..." if size > 10 else "") + ">"
+
+
+# Only over the hyperframe this was written against (6.x: a ``_body_repr``
+# method); another keeps its own, slower but right.
+_DEFAULT_DATA_REPR = getattr(hyperframe.frame.DataFrame, "_body_repr", None)
+if _DEFAULT_DATA_REPR is not None and hyperframe.__version__.startswith("6."):
+    hyperframe.frame.DataFrame._body_repr = _data_body_repr  # type: ignore[method-assign,assignment]
+
+
+def _code_name(code: int) -> str:
+    try:
+        return h2.errors.ErrorCodes(code).name
+    except ValueError:
+        return f"error code {code:#x}"
+
+
+def refused(detail: str) -> RequestError:
+    """The error of a stream the server said it did not process (GOAWAY above
+    its last stream id, or REFUSED_STREAM): ``unprocessed``, so it may be sent
+    again whatever its method."""
+    error = RequestError("connection_reset", detail)
+    error.unprocessed = True
+    return error
+
+
+def request_fields(data: bytes) -> tuple[list[tuple[bytes, bytes]], bytes, bool]:
+    """The HTTP/2 header list of an HTTP/1.1 request head the client built
+    (``data``, maybe with its body behind the blank line), the body there, and
+    whether a body is still to come (``send_body``): pseudo-header fields
+    first (Host as ``:authority``), names lower-cased, connection-specific
+    fields dropped (RFC 9113 8.2.2)."""
+    end = data.find(b"\r\n\r\n")
+    head, body = data[:end], data[end + 4 :]
+    lines = head.split(b"\r\n")
+    method, _, rest = lines[0].partition(b" ")
+    target = rest.rpartition(b" ")[0]
+    authority = b""
+    fields: list[tuple[bytes, bytes]] = []
+    more = False
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        name = name.strip().lower()
+        value = value.strip()
+        if name in _HOP_BY_HOP:
+            if name == b"host":
+                authority = value
+            elif name == b"transfer-encoding":
+                more = True
+            continue
+        if name == b"te" and value.lower() != b"trailers":
+            continue
+        if name == b"content-length" and not body and value not in (b"0", b""):
+            more = True
+        fields.append((name, value))
+    pseudo = [
+        (b":method", method),
+        (b":scheme", b""),
+        (b":authority", authority),
+        (b":path", target),
+    ]
+    return pseudo + fields, body, more
+
+
+class H2Stream:
+    """One request on an :class:`HTTP2Connection`: what the client's request
+    path uses of a connection (connection.py's ``HTTPConnection``)."""
+
+    __slots__ = (
+        "_active",
+        "_deadline",
+        "_idle",
+        "_slot",
+        "_unacked",
+        "conn",
+        "connect_timings",
+        "ended",
+        "id",
+        "loop",
+        "response",
+        "sent_end",
+    )
+
+    #: Not an HTTP/2 connection itself: the client tells the two apart by this.
+    multiplexed = False
+    #: What goes back to the multiplexer, not to the pool (the client reads it).
+    is_stream = True
+
+    def __init__(self, conn: HTTP2Connection) -> None:
+        self.conn = conn
+        self.loop = conn.loop
+        self.id = 0  # set by send
+        self.response: WireResponse | None = None
+        self.connect_timings: Timings | None = None
+        self.ended = False  # let go of (its slot freed)
+        self.sent_end = False  # END_STREAM sent
+        self._slot: set[Expirable] | None = None
+        self._idle: float | None = None
+        self._deadline = 0.0
+        self._active = 0.0
+        self._unacked = 0  # streamed: DATA received and not yet acknowledged
+
+    # -- the connection's interface, as the client uses it --------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self.conn.closed
+
+    @property
+    def requests(self) -> int:
+        return self.conn.requests
+
+    @property
+    def address(self) -> tuple[str, int] | None:
+        return self.conn.address
+
+    @property
+    def tls(self) -> tuple[str | None, str | None, str | None] | None:
+        """(version, cipher, ALPN), as ``HTTPConnection.tls``."""
+        return self.conn.tls
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return self.conn.key
+
+    @property
+    def connect_attempts(self) -> int:
+        return self.conn.connect_attempts
+
+    def tls_info(self) -> TLSInfo | None:
+        return self.conn.tls_info()
+
+    def send(
+        self,
+        data: bytes,
+        is_head: bool,
+        deadline: float,
+        limit: float,
+        stream: bool = False,
+        discard: bool = False,
+        idle: float | None = None,
+    ) -> WireResponse:
+        """As ``HTTPConnection.send``: the request's HEADERS (and its body, if
+        ``data`` carries one) on a new stream."""
+        conn = self.conn
+        if conn.closed or conn.transport is None:
+            raise RequestError("connection_reset", "connection closed before the request")
+        if conn.draining:  # GOAWAY came after the slot was given: not sent, so sent again
+            raise refused("HTTP/2: the server is going away; the request was not sent")
+        loop = self.loop
+        response = self.response = WireResponse(
+            loop.create_future(), is_head, limit, loop.create_future() if stream else None
+        )
+        if discard:
+            response.discard = True
+        self._idle = idle
+        self._deadline = deadline
+        if idle is not None:
+            now = self._active = loop.time()
+            if now + idle < deadline:
+                deadline = now + idle
+        self._slot = conn.deadlines.add(self, deadline)
+        headers, body, more = request_fields(data)
+        headers[1] = (b":scheme", conn.scheme)
+        h2conn = conn.h2
+        try:
+            stream_id = self.id = h2conn.get_next_available_stream_id()
+            end = not body and not more
+            h2conn.send_headers(stream_id, headers, end_stream=end)
+        except h2.exceptions.ProtocolError as e:
+            # Nothing went out (the server lowered its stream limit, say): the
+            # connection carries on, and this request may go again.
+            self._unslot()
+            self.response = None
+            self.id = 0
+            raise refused(f"HTTP/2: cannot open a stream: {e}") from None
+        conn.streams[stream_id] = self
+        self.sent_end = end
+        if body:
+            conn.queue_data(self, body, end=not more)
+        conn.flush()
+        return response
+
+    async def send_body(self, chunks: Any, chunked: bool, response: WireResponse) -> int:
+        """As ``HTTPConnection.send_body``: the body as DATA frames, each chunk
+        sent as the stream's and the connection's windows allow."""
+        sent = 0
+        aiter = getattr(chunks, "__aiter__", None)
+        source = (chunks if aiter is not None else _as_async(chunks)).__aiter__()
+        conn = self.conn
+        while not self.sent_end:
+            try:
+                chunk = await anext(source)
+            except StopAsyncIteration:
+                chunk = b""
+                last = True
+            else:
+                last = False
+                if not chunk:
+                    continue
+            if conn.closed or response.done.done():
+                return sent
+            self._active = self.loop.time()
+            waiter = conn.queue_data(self, chunk, end=last)
+            conn.flush()
+            sent += len(chunk)
+            if waiter is not None:
+                await waiter
+            if last:
+                break
+        return sent
+
+    def abort(self) -> None:
+        """The caller gives up on this request: its stream is reset (CANCEL),
+        the connection carries on."""
+        self.conn.cancel(self)
+
+    def close(self) -> None:
+        self.abort()
+
+    # -- the response, fed by the connection ------------------------------------------
+
+    def expire(self) -> None:
+        """The deadline slot came: the whole deadline passed, or maybe the read
+        (idle) timeout (then checked against the stream's last activity)."""
+        response = self.response
+        if response is None:
+            return
+        idle = self._idle
+        now = self.loop.time()
+        if idle is not None and now < self._deadline:
+            paused = self._unacked > 0 and response.resume is not None
+            due = now + idle if paused else self._active + idle
+            if due > now:
+                self._slot = self.conn.deadlines.add(self, min(due, self._deadline))
+                return
+            self.fail(
+                RequestError(
+                    "read_timeout",
+                    f"no data from the server for {idle:g} s (the read timeout)",
+                    status=response.status if response.head_done else None,
+                )
+            )
+            return
+        where = "the body" if response.head_done else "the response"
+        self.fail(
+            RequestError(
+                "read_timeout",
+                f"timed out waiting for {where} (limit {response.limit:g} s)",
+                status=response.status if response.head_done else None,
+            )
+        )
+
+    def fail(self, error: RequestError) -> None:
+        """End the exchange with ``error`` (the stream is reset if still open)."""
+        response = self.response
+        self._unslot()
+        if response is None:
+            return
+        self.response = None
+        response.keep_alive = False
+        if not response.done.done():
+            response.done.set_exception(error)
+            response.done.exception()
+        ready = response.head_ready
+        if ready is not None:
+            if not ready.done():
+                ready.set_exception(error)
+                ready.exception()
+            response._wake()
+        self.conn.forget(self, reset=True)
+
+    def _unslot(self) -> None:
+        slot = self._slot
+        if slot is not None:
+            slot.discard(self)
+            self._slot = None
+
+    def headers_received(self, headers: list[tuple[bytes, bytes]]) -> None:
+        response = self.response
+        if response is None:
+            return
+        self._active = self.loop.time()
+        if response.first_byte is None:
+            response.first_byte = perf_counter()
+        status = b""
+        lines = []
+        encodings = []
+        for name, value in headers:
+            if name[:1] == b":":
+                if name == b":status":
+                    status = value
+                continue
+            lines.append(name + b": " + value)
+            if name == b"content-encoding":
+                encodings.append(value.strip())
+        if not status.isdigit() or len(status) != 3 or status[:1] == b"0":
+            self.fail(RequestError("protocol_error", f"HTTP/2: bad :status {status[:20]!r}"))
+            return
+        response.status = int(status)
+        response.head = b"\r\n".join([b"HTTP/2 " + status, *lines])
+        response.head_done = True
+        response.keep_alive = True
+        if encodings:
+            response.content_encoding = b", ".join(e for e in encodings if e).lower() or None
+        ready = response.head_ready
+        if ready is not None:
+            ready.set_result(None)
+
+    def data_received(self, data: bytes, flow: int) -> int:
+        """DATA for this stream; ``flow``: its flow-controlled length (padding
+        in).  Returns how much of it to acknowledge now (the connection does,
+        once per read): all of it, or none for a streamed body (acknowledged
+        as its reader takes it)."""
+        response = self.response
+        conn = self.conn
+        if response is None or not data:  # (an empty DATA frame that ends the stream)
+            return flow
+        self._active = self.loop.time()
+        received = response.body_bytes = response.body_bytes + len(data)
+        if response.head_ready is not None:  # streamed: acknowledged as the reader takes it
+            response.body.append(data)
+            response.buffered += len(data)
+            self._unacked += flow
+            if response.resume is None:
+                response.resume = self._taken
+            response._wake()
+            return 0
+        if received > conn.body_cap:
+            self.fail(body_too_large(conn.body_cap))
+        elif not response.discard:
+            response.body.append(data)
+        return flow
+
+    def _taken(self) -> None:
+        """The streamed body's reader took what had come: the window reopens."""
+        unacked, self._unacked = self._unacked, 0
+        conn = self.conn
+        if unacked and not conn.closed and self.id in conn.streams:
+            conn.h2.acknowledge_received_data(unacked, self.id)
+            conn.flush()
+
+    def ended_by_server(self) -> None:
+        """END_STREAM: the response is complete."""
+        response = self.response
+        if response is None:
+            return
+        if not response.head_done:
+            self.fail(RequestError("protocol_error", "HTTP/2: the stream ended without a response"))
+            return
+        self._unslot()
+        self.response = None
+        conn = self.conn
+        conn.requests += 1
+        if conn.resume is not None and keep_session(conn.resume, conn._ssl_object):
+            conn.resume = None
+        conn.forget(self, reset=not self.sent_end)  # (a body not all read: acknowledged)
+        if not response.done.done():
+            response.done.set_result(None)
+        ready = response.head_ready
+        if ready is not None:
+            if not ready.done():
+                ready.set_result(None)
+            response.resume = None
+            response._wake()
+
+
+class HTTP2Connection(asyncio.Protocol):
+    """An HTTP/2 connection to one (scheme, host, port): many streams at once."""
+
+    #: The client tells this from an HTTP/1.1 connection (and an H2Stream) by it.
+    multiplexed = True
+    connect_attempts = 1
+
+    def __init__(self, opened: HTTPConnection) -> None:
+        self.key = opened.key
+        self.scheme = opened.key[0].encode()
+        self.loop = opened.loop
+        self.deadlines: Deadlines = opened._deadlines
+        self.body_cap = opened._body_cap
+        self.address = opened.address
+        self.tls = opened.tls
+        self._ssl_object = opened._ssl_object
+        self._tls_info: TLSInfo | None = None
+        #: Where this connection's TLS session is kept (HTTPConnection.resume).
+        self.resume = opened.resume
+        self.connect_timings = opened.connect_timings
+        self.connect_attempts = opened.connect_attempts
+        self.transport: asyncio.Transport | None = opened.transport
+        self.closed = False
+        #: GOAWAY came (or the stream ids ran out): no new stream; closed when the last ends.
+        self.draining = False
+        self.requests = 0  # responses completed
+        self.streams: dict[int, H2Stream] = {}
+        #: Stream slots taken (streams open, and those reserved by the Multiplexer).
+        self.active = 0
+        self.capacity = INITIAL_STREAMS
+        #: Called when a slot frees or the capacity grows (the Multiplexer's).
+        self.on_slots: Callable[[HTTP2Connection], None] | None = None
+        #: Request body bytes waiting for window: stream id -> [data, end, waiter].
+        self._pending: dict[int, list[Any]] = {}
+        #: PING and SETTINGS frames answered in the second that began at _answers_since.
+        self._answers = 0
+        self._answers_since = 0.0
+        h2conn = self.h2 = h2.connection.H2Connection(config=_CONFIG)
+        h2conn.local_settings = h2.settings.Settings(
+            client=True,
+            initial_values={
+                h2.settings.SettingCodes.ENABLE_PUSH: 0,
+                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
+                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: MAX_HEAD_BYTES,
+                h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 0,
+            },
+        )
+        # Enforced from the start, not only once the server acknowledges the settings.
+        h2conn.decoder.max_header_list_size = MAX_HEAD_BYTES
+        h2conn.initiate_connection()
+        h2conn.increment_flow_control_window(CONNECTION_WINDOW - 65535)
+
+    @classmethod
+    def take_over(cls, opened: HTTPConnection) -> HTTP2Connection:
+        """HTTP/2 on the connection ``opened`` made (ALPN said h2, or prior
+        knowledge): the transport's protocol becomes the new connection, which
+        is fed whatever came before it took over."""
+        if opened.closed or opened.transport is None:
+            raise RequestError("connection_reset", "the connection closed after its handshake")
+        conn = cls(opened)
+        transport = opened.transport
+        transport.set_protocol(conn)
+        early = opened.early or []
+        opened.early = None
+        opened.transport = None  # the old protocol lets go (its loss is the new one's)
+        conn.flush()
+        for data in early:
+            conn.data_received(data)
+        return conn
+
+    def tls_info(self) -> TLSInfo | None:
+        info = self._tls_info
+        if info is None and self.tls is not None:
+            info = self._tls_info = TLSInfo.of(self.tls, self._ssl_object)
+        return info
+
+    @property
+    def free(self) -> int:
+        """Stream slots free for new requests."""
+        if self.closed or self.draining:
+            return 0
+        return min(self.capacity, MAX_STREAMS) - self.active
+
+    # -- writing -----------------------------------------------------------------------
+
+    def flush(self) -> None:
+        data = self.h2.data_to_send()
+        if data and self.transport is not None and not self.closed:
+            self.transport.write(data)
+
+    def queue_data(self, stream: H2Stream, data: bytes, end: bool) -> asyncio.Future[None] | None:
+        """Send ``data`` on ``stream`` as its window allows; the rest waits for
+        WINDOW_UPDATE.  Returns a future that resolves when all of it is sent
+        (None: sent already)."""
+        pending = self._pending.get(stream.id)
+        if pending is None:
+            pending = self._pending[stream.id] = [memoryview(data), end, None]
+        else:
+            pending[0] = memoryview(bytes(pending[0]) + data)
+            pending[1] = end
+        self._send_pending(stream.id, pending)
+        if stream.id not in self._pending:
+            return None
+        waiter = pending[2] = self.loop.create_future()
+        return waiter
+
+    def _send_pending(self, stream_id: int, pending: list[Any]) -> None:
+        h2conn = self.h2
+        data: memoryview = pending[0]
+        try:
+            while data:
+                window = min(
+                    h2conn.local_flow_control_window(stream_id), h2conn.max_outbound_frame_size
+                )
+                if window <= 0:
+                    pending[0] = data
+                    return
+                h2conn.send_data(stream_id, data[:window].tobytes())
+                data = data[window:]
+            if pending[1]:
+                h2conn.end_stream(stream_id)
+                stream = self.streams.get(stream_id)
+                if stream is not None:
+                    stream.sent_end = True
+        except h2.exceptions.StreamClosedError:
+            pass  # the server ended or reset it meanwhile: its response says how
+        del self._pending[stream_id]
+        waiter = pending[2]
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _window_opened(self) -> None:
+        for stream_id, pending in list(self._pending.items()):
+            self._send_pending(stream_id, pending)
+
+    def _drop_pending(self, stream_id: int) -> None:
+        pending = self._pending.pop(stream_id, None)
+        if pending is not None and pending[2] is not None and not pending[2].done():
+            pending[2].set_result(None)
+
+    # -- streams ------------------------------------------------------------------------
+
+    def new_stream(self) -> H2Stream:
+        """A stream for a request (its slot counted: see ``active``)."""
+        self.active += 1
+        stream = H2Stream(self)
+        timings = self.connect_timings
+        if timings is not None:  # the first request, that opened it, takes the connect phases
+            stream.connect_timings = timings
+            self.connect_timings = None
+        return stream
+
+    def stream_for_reserved(self) -> H2Stream:
+        """A stream on a slot the Multiplexer reserved for a waiter (``active``
+        counts it already)."""
+        return H2Stream(self)
+
+    def forget(self, stream: H2Stream, reset: bool) -> None:
+        """A stream's exchange is over on the wire (``reset``: the server is told
+        to stop, CANCEL, if the stream is still open)."""
+        stream_id = stream.id
+        if self.streams.pop(stream_id, None) is None:
+            return
+        self._drop_pending(stream_id)
+        unacked, stream._unacked = stream._unacked, 0
+        if unacked and not self.closed:  # unread: the connection's window gets it back
+            self.h2.acknowledge_received_data(unacked, stream_id)
+        if reset and not self.closed:
+            with contextlib.suppress(h2.exceptions.ProtocolError):  # closed already
+                self.h2.reset_stream(stream_id, h2.errors.ErrorCodes.CANCEL)
+            self.flush()
+
+    def release(self, stream: H2Stream) -> None:
+        """The client lets go of ``stream`` (read, failed or given up): its slot frees."""
+        if stream.ended:
+            return
+        stream.ended = True
+        if stream.response is not None:  # given up on mid-exchange
+            stream.fail(RequestError("connection_reset", "the request was given up"))
+        self.forget(stream, reset=True)
+        self.active -= 1
+        if self.draining and not self.streams and not self.closed:
+            self.close()
+        if self.on_slots is not None:
+            self.on_slots(self)
+
+    def cancel(self, stream: H2Stream) -> None:
+        if stream.response is not None:
+            response = stream.response
+            stream._unslot()
+            stream.response = None
+            if not response.done.done():
+                response.done.cancel()
+        self.forget(stream, reset=True)
+
+    def fail(self, error: RequestError) -> None:
+        """The connection is lost or broken: every stream ends with ``error``."""
+        if not self.closed:
+            self.closed = True
+            if self.transport is not None:
+                self.transport.abort()
+        for stream in list(self.streams.values()):
+            stream.fail(error)
+        for stream_id in list(self._pending):
+            self._drop_pending(stream_id)
+        if self.on_slots is not None:
+            self.on_slots(self)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.transport is not None:
+            try:
+                self.h2.close_connection()
+                self.flush_unchecked()
+            except h2.exceptions.ProtocolError:
+                pass
+            self.transport.close()
+        if self.streams:
+            self.fail(RequestError("connection_reset", "the connection was closed"))
+
+    def flush_unchecked(self) -> None:
+        data = self.h2.data_to_send()
+        if data and self.transport is not None:
+            self.transport.write(data)
+
+    def abort(self) -> None:
+        self.fail(RequestError("connection_reset", "the connection was closed"))
+
+    # -- asyncio.Protocol ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        try:
+            events: list[Any] = self.h2.receive_data(data)
+        except h2.exceptions.ProtocolError as e:
+            detail = str(e) or type(e).__name__
+            self.fail(RequestError("protocol_error", f"HTTP/2: {detail}"[:300]))
+            return
+        streams = self.streams
+        #: DATA to acknowledge, per stream: once per read, not per frame (h2's
+        #: bookkeeping of an acknowledgement costs as much as a frame's).
+        acks: dict[int, int] = {}
+        for event in events:
+            kind = type(event)
+            if kind is h2.events.DataReceived:
+                stream_id = event.stream_id
+                stream = streams.get(stream_id)
+                flow = (
+                    event.flow_controlled_length
+                    if stream is None
+                    else stream.data_received(event.data, event.flow_controlled_length)
+                )
+                if flow:
+                    acks[stream_id] = acks.get(stream_id, 0) + flow
+            elif kind is h2.events.ResponseReceived:
+                stream = streams.get(event.stream_id)
+                if stream is not None:
+                    stream.headers_received(event.headers)
+            elif kind is h2.events.StreamEnded:
+                stream = streams.get(event.stream_id)
+                if stream is not None:
+                    stream.ended_by_server()
+            elif kind is h2.events.StreamReset:
+                stream = streams.get(event.stream_id)
+                if stream is not None:
+                    stream.fail(self._reset_error(event.error_code))
+            elif kind is h2.events.WindowUpdated or kind is h2.events.RemoteSettingsChanged:
+                if kind is h2.events.RemoteSettingsChanged:
+                    if self._answered():
+                        return
+                    self.capacity = min(self.h2.remote_settings.max_concurrent_streams, MAX_STREAMS)
+                    if self.on_slots is not None:
+                        self.on_slots(self)
+                if self._pending:
+                    self._window_opened()
+            elif kind is h2.events.ConnectionTerminated:
+                self._goaway(event.error_code or 0, event.last_stream_id)
+            elif kind is h2.events.PingReceived and self._answered():
+                return
+            # InformationalResponseReceived (1xx), TrailersReceived, SettingsAcknowledged,
+            # PriorityUpdated: nothing to do.
+        if acks and not self.closed:
+            for stream_id, flow in acks.items():
+                self.h2.acknowledge_received_data(flow, stream_id)
+        if self.h2.highest_outbound_stream_id > _LAST_STREAM_ID:
+            self.draining = True
+        self.flush()
+
+    def _answered(self) -> bool:
+        """A PING or SETTINGS frame came, which h2 answers (an ACK): past
+        :data:`MAX_ANSWERS` of them in a second, the connection is failed
+        (``protocol_error``: a flood, whose answers would pile up unread).
+        True: it was."""
+        now = self.loop.time()
+        if now - self._answers_since >= 1.0:
+            self._answers_since = now
+            self._answers = 0
+        self._answers += 1
+        if self._answers <= MAX_ANSWERS:
+            return False
+        with contextlib.suppress(h2.exceptions.ProtocolError):
+            self.h2.close_connection(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+            self.flush()
+        self.fail(
+            RequestError(
+                "protocol_error", f"HTTP/2: over {MAX_ANSWERS:,} PING/SETTINGS frames in a second"
+            )
+        )
+        return True
+
+    def _reset_error(self, code: int) -> RequestError:
+        name = _code_name(code)
+        if code == _REFUSED:
+            return refused("HTTP/2: the server refused the stream (REFUSED_STREAM)")
+        error_class = "protocol_error" if code in _PROTOCOL_CODES else "connection_reset"
+        return RequestError(error_class, f"HTTP/2: the server reset the stream ({name})")
+
+    def _goaway(self, code: int, last_stream_id: int | None) -> None:
+        """GOAWAY: streams above ``last_stream_id`` were not processed (sent again
+        by the client); the others may finish; no new stream starts here."""
+        self.draining = True
+        last = last_stream_id if last_stream_id is not None else 2**31
+        name = _code_name(code)
+        for stream_id, stream in list(self.streams.items()):
+            if stream_id > last:
+                stream.fail(
+                    refused(f"HTTP/2: the server is going away ({name}), stream unprocessed")
+                )
+        if code != h2.errors.ErrorCodes.NO_ERROR:
+            for stream in list(self.streams.values()):
+                stream.fail(RequestError("connection_reset", f"HTTP/2: GOAWAY ({name})"))
+        if self.on_slots is not None:
+            self.on_slots(self)
+        if not self.streams:
+            self.close()
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        was_closed = self.closed
+        self.closed = True
+        if self.resume is not None and keep_session(self.resume, self._ssl_object):
+            self.resume = None
+        if self.streams:
+            detail = f"HTTP/2 connection lost: {exc}" if exc else "HTTP/2 connection closed"
+            error = RequestError("connection_reset", detail)
+            for stream in list(self.streams.values()):
+                response = stream.response
+                if response is not None and response.first_byte is None:
+                    error = RequestError("connection_reset", detail)
+                stream.fail(error)
+        self.transport = None
+        if not was_closed and self.on_slots is not None:
+            self.on_slots(self)

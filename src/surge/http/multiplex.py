@@ -1,0 +1,232 @@
+"""The client's HTTP/2 streams per origin, over its keyed pool: which request
+takes which stream slot, the FIFO of requests waiting for one, and when a
+second connection opens (http2.py's notes say how).  Apart from http2.py so
+that a client that never meets HTTP/2 never loads the ``h2`` package: this
+module knows an HTTP/2 connection only by what it does (``free``, ``active``,
+``new_stream``, ``on_slots``, ...)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from surge.http.http2 import H2Stream, HTTP2Connection
+    from surge.pool import AsyncKeyedPool
+
+
+#: Origins remembered as HTTP/1.1 (see Multiplexer.h1).
+H1_ORIGINS_KEPT = 4096
+
+#: A waiter's result that leaves the opening of a new connection to it.
+_OPEN = object()
+
+
+class _Origin:
+    """One origin's HTTP/2 connections in use, and the requests waiting for a slot."""
+
+    __slots__ = ("conns", "free", "opening", "waiters")
+
+    def __init__(self) -> None:
+        #: Connections with a free slot (an ordered set: the oldest first).
+        self.free: dict[HTTP2Connection, None] = {}
+        #: Every live HTTP/2 connection of the origin checked out of the pool.
+        self.conns: set[HTTP2Connection] = set()
+        #: Requests waiting for a slot (or for an opening connection's protocol), FIFO.
+        self.waiters: deque[asyncio.Future[Any]] = deque()
+        self.opening = False
+
+
+class Multiplexer:
+    """The client's HTTP/2 streams per origin, over its keyed pool (see the
+    module's notes).  It is also what the client lets go of a stream through
+    (``release_nowait``/``discard``), where it lets go of an HTTP/1.1
+    connection through the pool."""
+
+    def __init__(self, pool: AsyncKeyedPool[Any, Any], per_host: int) -> None:
+        self.pool = pool
+        self.per_host = per_host
+        self.origins: dict[Any, _Origin] = {}
+        #: Origins whose last new connection spoke HTTP/1.1 (the oldest forgotten
+        #: first): requests to them go to the pool without waiting to multiplex.
+        self.h1: dict[Any, None] = {}
+
+    def ready(self, key: Any) -> H2Stream | None:
+        """A stream on a connection to ``key`` with a free slot, at once, or None."""
+        origin = self.origins.get(key)
+        if origin is None or not origin.free:
+            return None
+        return self._stream_on(origin, next(iter(origin.free)))
+
+    def adopt(self, key: Any, conn: HTTP2Connection) -> H2Stream:
+        """A stream on ``conn``, just taken from the pool (new or idle)."""
+        origin = self.origins.get(key)
+        if origin is None:
+            origin = self.origins[key] = _Origin()
+        self.h1.pop(key, None)
+        origin.conns.add(conn)
+        conn.on_slots = lambda c: self._slots_changed(key, c)
+        stream = self._stream_on(origin, conn)
+        self._hand_out(origin, conn)
+        return stream
+
+    def _stream_on(self, origin: _Origin, conn: HTTP2Connection) -> H2Stream:
+        stream = conn.new_stream()
+        if conn.free <= 0:
+            origin.free.pop(conn, None)
+        else:
+            origin.free[conn] = None
+        return stream
+
+    def _hand_out(self, origin: _Origin, conn: HTTP2Connection) -> None:
+        """Give ``conn``'s free slots to the requests waiting, first come first."""
+        waiters = origin.waiters
+        while waiters and conn.free > 0:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                conn.active += 1  # reserved for it: the waiter makes its stream
+                waiter.set_result(conn)
+        if conn.free > 0:
+            origin.free[conn] = None
+        else:
+            origin.free.pop(conn, None)
+            self._more(origin)
+
+    def _more(self, origin: _Origin) -> None:
+        """Requests wait and no connection has a free slot: the first waiting
+        opens another connection (_OPEN), if the per-host bound allows one and
+        none is being opened already."""
+        if origin.opening or origin.free or len(origin.conns) >= self.per_host:
+            return
+        waiters = origin.waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                origin.opening = True
+                waiter.set_result(_OPEN)
+                return
+
+    def _slots_changed(self, key: Any, conn: HTTP2Connection) -> None:
+        origin = self.origins.get(key)
+        if origin is None:
+            return
+        if conn.closed or conn.draining:
+            origin.free.pop(conn, None)
+            if conn in origin.conns and (conn.closed or conn.active == 0):
+                self._drop(key, origin, conn)
+            return
+        self._hand_out(origin, conn)
+        if conn.active == 0:  # idle: back to the pool, which bounds and expires it
+            origin.free.pop(conn, None)
+            origin.conns.discard(conn)
+            conn.on_slots = None
+            if not origin.conns and not origin.waiters:
+                del self.origins[key]
+            self.pool.release_nowait(conn)
+
+    def _drop(self, key: Any, origin: _Origin, conn: HTTP2Connection) -> None:
+        origin.conns.discard(conn)
+        conn.on_slots = None
+        self.loop_task(self.pool.discard(conn))
+        if origin.waiters:
+            self._more(origin)
+        elif not origin.conns:
+            self.origins.pop(key, None)
+
+    @staticmethod
+    def loop_task(coroutine: Any) -> None:
+        asyncio.get_running_loop().create_task(coroutine)
+
+    async def acquire(self, key: Any, timeout: float | None, may_multiplex: bool) -> Any:
+        """A stream, or an HTTP/1.1 connection, for a request to ``key``: a free
+        slot; else an idle connection of the pool; else a slot that frees, or a
+        new connection where the per-host bound allows one (see the module's
+        notes).  ``may_multiplex``: the connection may speak HTTP/2 (https with
+        ALPN, or h2c with prior knowledge); if not, this is the pool's acquire."""
+        pool = self.pool
+        origins = self.origins
+        while True:
+            if not may_multiplex or key in self.h1:
+                # (A caller's own ssl_context may negotiate h2 all the same.)
+                conn = await pool.acquire(key, timeout)
+                return self.adopt(key, conn) if conn.multiplexed else conn
+            origin = origins.get(key)
+            if origin is None:
+                origin = origins[key] = _Origin()
+            if origin.free:
+                return self._stream_on(origin, next(iter(origin.free)))
+            idle = pool.acquire_nowait(key)
+            if idle is not None:
+                return self.adopt(key, idle) if idle.multiplexed else idle
+            if origin.opening or len(origin.conns) >= self.per_host:
+                waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                origin.waiters.append(waiter)
+                try:
+                    got = await waiter
+                except BaseException:
+                    if waiter.done() and not waiter.cancelled():
+                        got = waiter.result()
+                        if got is _OPEN:  # the opening was left to it: to another
+                            origin.opening = False
+                            self._more(origin)
+                        elif got is not None:  # a slot was given: give it back
+                            got.active -= 1
+                            self._slots_changed(key, got)
+                    else:  # (a scan, on a cancel only)
+                        with contextlib.suppress(ValueError):
+                            origin.waiters.remove(waiter)
+                        self._tidy(key, origin)
+                    raise
+                if got is None:
+                    continue
+                if got is not _OPEN:
+                    return got.stream_for_reserved()
+            origin.opening = True  # (already, if _OPEN)
+            try:
+                conn = await pool.acquire(key, timeout)
+            except BaseException:
+                origin.opening = False
+                self._more(origin)
+                self._tidy(key, origin)
+                raise
+            origin.opening = False
+            if conn.multiplexed:
+                return self.adopt(key, conn)
+            h1 = self.h1
+            h1[key] = None
+            if len(h1) > H1_ORIGINS_KEPT:
+                del h1[next(iter(h1))]
+            waiters = list(origin.waiters)
+            origin.waiters.clear()
+            for waiter in waiters:  # they go to the pool, as HTTP/1.1 requests do
+                if not waiter.done():
+                    waiter.set_result(None)
+            self._tidy(key, origin)
+            return conn
+
+    def _tidy(self, key: Any, origin: _Origin) -> None:
+        """Forget an origin that holds nothing (a crawl meets each host once)."""
+        if (
+            not origin.conns
+            and not origin.waiters
+            and not origin.opening
+            and self.origins.get(key) is origin
+        ):
+            del self.origins[key]
+
+    # -- the client lets go of a stream ------------------------------------------------
+
+    def release_nowait(self, stream: H2Stream) -> None:
+        stream.conn.release(stream)
+
+    async def discard(self, stream: H2Stream) -> None:
+        stream.conn.release(stream)
+
+    async def close(self) -> None:
+        for origin in list(self.origins.values()):
+            for conn in list(origin.conns):
+                conn.close()
+                await self.pool.discard(conn)
+        self.origins.clear()

@@ -94,9 +94,10 @@ def test_a_long_first_line_loses_its_byte_order_mark_too(tmp_path: Path, kind: s
     else:
         source = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", newline="\n")
     got = list(read_inputs(source, max_line=100))  # type: ignore[arg-type]
-    assert [item.line for item in got] == [1]
+    assert [item.line for item in got] == [1, 2]
     assert got[0].problem is not None and "--max-input-line" in got[0].problem
     assert got[0].input.startswith('{"url"')
+    assert got[1].problem == 'field "url" is null, not a URL'  # a JSONL line, so a record
 
 
 def test_template_applies_to_inputs_without_a_scheme(tmp_path: Path) -> None:
@@ -209,9 +210,23 @@ def test_csv_quoted_multiline_fields_keep_physical_line_numbers(tmp_path: Path) 
     ]
 
 
-def test_csv_empty_cells_are_blank_lines(tmp_path: Path) -> None:
-    path = write(tmp_path, "top.csv", "rank,domain\n1,google.com\n2,\n3,  \n,\n4,x.com\n")
-    assert [(i[0], i[1]) for i in items(path)] == [(2, "google.com"), (6, "x.com")]
+def test_csv_empty_cells_are_invalid_url_records(tmp_path: Path) -> None:
+    path = write(tmp_path, "top.csv", "rank,domain\n1,google.com\n2,\n3,  \n,\n4,x.com\n\n")
+    got = list(read_inputs(path))
+    assert [(i.line, i.input) for i in got] == [
+        (2, "google.com"),
+        (3, ""),
+        (4, ""),
+        (5, ""),
+        (6, "x.com"),
+    ]  # the blank line 7: no row, no record
+    assert [i.problem for i in got] == [
+        None,
+        'column 2 ("domain") is empty, not a URL',
+        'column 2 ("domain") is blank, not a URL',
+        'column 2 ("domain") is empty, not a URL',
+        None,
+    ]
 
 
 def test_single_column_csv_takes_anything(tmp_path: Path) -> None:
@@ -229,10 +244,15 @@ def test_jsonl_url_field_and_column(tmp_path: Path) -> None:
         '{"url": "https://a.org/", "site": "b.org"}\n\n{"url": null, "site": "c.org"}\n'
         '{"url": " d.org ", "site": ""}\n',
     )
-    assert items(path) == [(1, "https://a.org/", "https://a.org/"), (4, "d.org", "http://d.org/")]
+    assert items(path) == [
+        (1, "https://a.org/", "https://a.org/"),
+        (3, "null", "null"),  # an invalid_url record (below), not a line without one
+        (4, "d.org", "http://d.org/"),
+    ]
     assert items(path, column="site") == [
         (1, "b.org", "http://b.org/"),
         (3, "c.org", "http://c.org/"),
+        (4, "", ""),
     ]
 
 
@@ -262,13 +282,6 @@ def test_jsonl_url_field_and_column(tmp_path: Path) -> None:
             {},
             [1],
             'urls.jsonl:2: no "url" field (its fields: domain, rank; choose one with --column)',
-        ),
-        (
-            "urls.jsonl",
-            '{"url": 5}\n',
-            {},
-            [],
-            'urls.jsonl:1: field "url" is a number, expected a string',
         ),
         (
             "top.csv",
@@ -388,8 +401,8 @@ def test_open_text_and_binary_streams() -> None:
         (3, "b.org", "http://b.org/"),
     ]
     assert items(io.BytesIO(b"1,a.org\n"), input_format="csv") == [(1, "a.org", "http://a.org/")]
-    _, message = error_of(io.StringIO('{"url": 1}\n'))
-    assert message == '<stream>:1: field "url" is a number, expected a string'
+    (item,) = read_inputs(io.StringIO('{"url": 1}\n'))
+    assert (item.line, item.input, item.problem) == (1, "1", 'field "url" is a number, not a URL')
 
 
 def test_item_is_a_frozen_slotted_value() -> None:

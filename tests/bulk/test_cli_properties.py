@@ -149,8 +149,7 @@ def csv_inputs(draw: st.DrawFn, port: int) -> Input:
         if draw(st.integers(0, 4)) == 0:
             rows.append("")  # a blank line: no row at all
         rows.append(f"{rank},{cell}")
-        if cell:
-            lines.append(len(rows))
+        lines.append(len(rows))  # an empty cell too: an invalid_url record
     _, data = _finish(rows, draw)
     return Input(data, "csv", lines)
 
@@ -162,8 +161,8 @@ def jsonl_inputs(draw: st.DrawFn, port: int) -> Input:
             st.one_of(
                 url_values(port).map(lambda v: {"url": v}),
                 url_values(port).map(lambda v: {"id": "x", "url": v, "extra": [None]}),
-                st.just({"url": None}),  # no input on this line
-                st.just({"url": "   "}),  # nor on this one
+                st.just({"url": None}),  # an invalid_url record
+                st.just({"url": "   "}),  # and so is this one
                 st.none(),  # a blank line
             ),
             max_size=8,
@@ -171,11 +170,7 @@ def jsonl_inputs(draw: st.DrawFn, port: int) -> Input:
     )
     rows = ["" if v is None else json.dumps(v, ensure_ascii=draw(st.booleans())) for v in values]
     _, data = _finish(rows, draw)
-    lines = [
-        n
-        for n, v in enumerate(values, 1)
-        if v is not None and isinstance(v["url"], str) and v["url"].strip()
-    ]
+    lines = [n for n, v in enumerate(values, 1) if v is not None]
     return Input(data, "jsonl", lines)
 
 

@@ -727,3 +727,52 @@ def test_without_dask_cluster_is_a_usage_error_naming_the_extra(tmp_path: Path) 
     )
     assert done.returncode == 2
     assert "install surge with its [cluster] extra (pip install '.[cluster]'" in done.stderr
+
+
+class _Tracer:
+    def add(self, *args: Any) -> None: ...
+    def loop_lag(self, lag: float) -> None: ...
+
+
+# What a cluster run does not take: each field with its flags on the command
+# line and a value for the API.  Both front ends refuse each with one message.
+NOT_ON_A_CLUSTER = [
+    ("trace", ["--trace", "{tmp}/t.html"], _Tracer()),
+    ("cookies", ["--cookie-jar", "{tmp}/jar.txt"], "jar"),
+    ("auto_throttle", ["--auto-throttle"], True),
+    ("warc", ["--warc", "{tmp}/w.warc.gz"], "{tmp}/w.warc.gz"),
+    ("output_dir", ["--output-dir", "{tmp}/bodies"], "{tmp}/bodies"),
+    ("rate_per_host", ["--rate-per-host", "1"], 1.0),
+]
+
+
+def test_the_table_is_the_clusters_own() -> None:
+    assert [field for field, *_ in NOT_ON_A_CLUSTER] == [f for f, _ in cluster.NOT_ON_A_CLUSTER]
+
+
+@pytest.mark.parametrize(("field", "flags", "value"), NOT_ON_A_CLUSTER)
+def test_both_front_ends_refuse_what_a_cluster_does_not_take(
+    tmp_path: Path, field: str, flags: list[str], value: Any
+) -> None:
+    from http.cookiejar import CookieJar
+
+    source = tmp_path / "urls.txt"
+    source.write_text("http://127.0.0.1:9/\n")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in flags]
+    command = [sys.executable, "-m", "surge.cli", "fetch", str(source)]
+    done = subprocess.run(
+        [*command, "--cluster", "tcp://127.0.0.1:1", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    said = done.stderr.strip()
+    assert f"({field}=)" in said and said.endswith("not available with --cluster yet"), said
+    if value == "jar":
+        value = CookieJar()
+    elif isinstance(value, str):
+        value = value.replace("{tmp}", str(tmp_path))
+    with pytest.raises(surge.errors.UsageError) as refused:
+        list(surge.fetch_on_cluster(None, ["http://127.0.0.1:9/"], **{field: value}))
+    assert said.endswith(f": {refused.value}")  # the same line

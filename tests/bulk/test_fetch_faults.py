@@ -285,6 +285,17 @@ def test_a_fault_in_any_sink_loses_nothing_and_resume_completes(
         from surge.bulk.warc import recover
 
         assert recover(tmp / "run.warc.gz") == 0  # no torn exchange anywhere
+        # and every record's exchange is there once: none lost, none twice
+        from warcio.archiveiterator import ArchiveIterator
+
+        with (tmp / "run.warc.gz").open("rb") as stream:
+            targets = [
+                r.rec_headers.get_header("WARC-Target-URI")
+                for r in ArchiveIterator(stream)
+                if r.rec_type == "response"
+            ]
+        urls = [json.loads(line)["url"] for line in records.read_bytes().splitlines()]
+        assert sorted(targets) == sorted(urls)
 
 
 # -- one output, one run --------------------------------------------------------------------
@@ -295,14 +306,27 @@ def test_a_second_run_on_one_output_is_refused_and_the_first_completes(
 ) -> None:
     """Two plain runs, and a --resume started while the first runs: both are
     refused naming the first's pid, and its file holds one record per input
-    (before: 400 records for 300 inputs, and corrupt lines)."""
+    (before: 400 records for 300 inputs, and corrupt lines).
+
+    The first run reads its inputs from a pipe that stays open until the
+    others were refused: it cannot end before them, however slowly they start."""
     n = 150
+    lines = [sim.url(f"c{i}--delay-100.sim") + "\n" for i in range(n)]
     source = tmp_path / "urls.txt"
-    source.write_text("".join(sim.url(f"c{i}--delay-100.sim") + "\n" for i in range(n)))
+    source.write_text("".join(lines))
     out = tmp_path / "out.jsonl"
-    args = ["fetch", str(source), "-o", str(out), "--resolve", RESOLVE, "-q"]
-    first = subprocess.Popen([*SURGE, *args, "-c", "5"], stderr=subprocess.PIPE, text=True)
+    options = ["-o", str(out), "--resolve", RESOLVE, "-q"]
+    args = ["fetch", str(source), *options]
+    first = subprocess.Popen(
+        [*SURGE, "fetch", "-", *options, "-c", "5"],
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert first.stdin is not None
     try:
+        first.stdin.write("".join(lines[: n // 2]))
+        first.stdin.flush()
         deadline = time.monotonic() + 60
         while (not out.exists() or out.stat().st_size < 1000) and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -314,8 +338,9 @@ def test_a_second_run_on_one_output_is_refused_and_the_first_completes(
                 f"surge fetch: error: {out}: in use by another run (pid {first.pid}); "
                 "wait for it, or write elsewhere\n"
             )
+        first.stdin.write("".join(lines[n // 2 :]))
     finally:
-        _, err = first.communicate(timeout=120)
+        _, err = first.communicate(timeout=120)  # closes its stdin: the inputs end
     assert first.returncode == 0, err
     assert sorted(whole_records(out.read_bytes())) == list(range(1, n + 1))
 
@@ -323,11 +348,16 @@ def test_a_second_run_on_one_output_is_refused_and_the_first_completes(
 # -- --resume never destroys what it did not write ----------------------------------------------
 
 
+#: The inputs of the --resume tests below: a record of line N is of INPUTS[N - 1].
+INPUTS = ("http://127.0.0.1:9/", "http://127.0.0.1:9/b", "http://127.0.0.1:9/c")
+
+
 def _record(line: int) -> str:
+    given = INPUTS[line - 1] if line <= len(INPUTS) else "a.sim"
     return json.dumps(
         {
             "url": "http://a.sim/",
-            "input": "a.sim",
+            "input": given,
             "line": line,
             "status": 200,
             "error": None,
@@ -371,7 +401,7 @@ def test_resume_refuses_a_file_that_is_not_surges_records_and_leaves_it_unchange
 
 def test_resume_keeps_a_whole_last_record_and_cuts_a_torn_one(tmp_path: Path) -> None:
     source = tmp_path / "urls.txt"
-    source.write_text("http://127.0.0.1:9/\nhttp://127.0.0.1:9/b\nhttp://127.0.0.1:9/c\n")
+    source.write_text("".join(f"{given}\n" for given in INPUTS))
     out = tmp_path / "out.jsonl"
     out.write_text(_record(1) + "\n" + _record(2))  # line 2 whole, its newline not written
     assert surge("fetch", str(source), "-o", str(out), "--resume", "-q").returncode == 0

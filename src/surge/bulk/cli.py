@@ -29,7 +29,7 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TextIO
 
 import click
@@ -43,23 +43,34 @@ from surge.bulk.inputs import (
     reads_may_wait,
 )
 from surge.bulk.limits import fit_open_files, open_files_limit, raise_open_files_limit
-from surge.bulk.outputs import LineSet, RecordWriter, hold_output, open_writer
+from surge.bulk.outputs import (
+    LineSet,
+    RecordWriter,
+    hold_output,
+    open_writer,
+    resumed_inputs,
+)
+from surge.bulk.pacing import parse_rate
 from surge.bulk.summary import Summary
 from surge.errors import LocalResourceError, UsageError
 from surge.http.client import parse_header
 from surge.http.headers import parse_user
 from surge.loops import loop_descriptors, new_event_loop, require_descriptors
 from surge.sinks import (
+    claim,
     guard_standard_streams,
     names_stdin,
     open_replacement,
     protect_input,
+    protect_stdin,
     read_capped,
 )
 from surge.terminal import ProgressLine, die, tell
 from surge.trace.tracer import DEFAULT_ROWS, Tee, Tracer
 
 if TYPE_CHECKING:  # loaded by the options that use them: --warc, --har, --trace
+    from http.cookiejar import CookieJar
+
     from surge.bulk.warc import WarcWriter
     from surge.trace.har import HarWriter
     from surge.trace.recorder import TraceRecorder
@@ -142,11 +153,39 @@ class ByteSize(click.ParamType):  # type: ignore[type-arg]
     help="Send this header with every request (repeatable); it replaces surge's own of that "
     "name. Credentials in it go to each URL's own host only (see --location-trusted).",
 )
+@click.option(
+    "-b",
+    "--cookie",
+    metavar="FILE|NAME=VALUE",
+    help="Cookies: a Netscape/curl cookie file the run's requests share, or NAME=VALUE[; ...] "
+    "sent to each URL's own host (as -H 'Cookie: ...').",
+)
+@click.option(
+    "--cookie-jar",  # curl's -c is surge's --concurrency
+    "cookie_jar",
+    metavar="FILE",
+    help="Write the run's cookies to FILE (Netscape/curl format) when it ends.",
+)
 @click.option("-i", "--include-headers", is_flag=True, help="Records carry the response headers.")
 @click.option(
     "--output-dir",
     metavar="DIR",
     help="Save each body to DIR/HOST/SHA256-OF-URL; records gain body_path, body_sha256.",
+)
+@click.option(
+    "-r",
+    "--range",
+    "byte_range",
+    metavar="RANGE",
+    help="Ask for these bytes of each body, as curl's -r: 0-499, 500-, -500, 0-1,5-9.",
+)
+@click.option(
+    "-C",
+    "--continue-at",
+    "continue_at",
+    metavar="-",
+    help="With --output-dir: continue each partial body file from its size (Range: "
+    "bytes=SIZE-); records gain continue_from, continued.",
 )
 @click.option("--warc", "warc_path", metavar="FILE.warc.gz", help="Write every exchange to a WARC.")
 @click.option(
@@ -157,6 +196,40 @@ class ByteSize(click.ParamType):  # type: ignore[type-arg]
 )
 @click.option(
     "--rate-per-host", type=float, metavar="R", help="Requests a second at most to one host."
+)
+@click.option(
+    "--rate",
+    "rate",
+    metavar="N/U",
+    help="Requests at most N per U (s, m, h, d; h without /U, as curl) across the run, "
+    "spaced evenly.",
+)
+@click.option(
+    "--robots",
+    type=click.Choice(["obey", "ignore"]),
+    default="ignore",
+    show_default=True,
+    help="obey: each origin's robots.txt (fetched once) decides which inputs are sent "
+    "(robots_disallowed records) and its Crawl-delay spaces the host.",
+)
+@click.option(
+    "--auto-throttle",
+    is_flag=True,
+    help="Adapt each host's concurrency (up to --per-host, else 8) and delay to its latency "
+    "and its 429/503 answers (AIMD).",
+)
+@click.option(
+    "--limit-rate",
+    type=ByteSize(),
+    metavar="BYTES",
+    help="Bytes a second at most per transfer, averaged (K, M, G suffixes), as curl's.",
+)
+@click.option(
+    "--max-host-errors",
+    type=int,
+    metavar="N",
+    help="After N connection-level failures in a row to one origin, its other inputs are "
+    "host_skipped records, sent no request (default: off).",
 )
 @click.option(
     "--resolve", multiple=True, metavar="HOST:PORT:ADDR", help="HOST may be * or *.suffix."
@@ -202,6 +275,17 @@ class ByteSize(click.ParamType):  # type: ignore[type-arg]
 )
 @click.option(
     "--proxy-insecure", is_flag=True, help="Do not verify an https:// proxy's certificate."
+)
+@click.option(
+    "--http1.1",
+    "http1_1",
+    is_flag=True,
+    help="HTTP/1.1 only: do not offer HTTP/2 (ALPN h2) over TLS.",
+)
+@click.option(
+    "--http2-prior-knowledge",
+    is_flag=True,
+    help="Speak HTTP/2 in cleartext (h2c) to http:// URLs, without asking.",
 )
 @click.option("--template", help="Make URLs of bare domains, e.g. 'https://www.{}/'.")
 @click.option("--column", help="CSV column (name or 1-based number) or JSONL field of the URL.")
@@ -249,6 +333,16 @@ class ByteSize(click.ParamType):  # type: ignore[type-arg]
     help="Waterfall rows at most (a uniform sample beyond; the summary counts every request).",
 )
 @click.option("--har", "har_path", metavar="FILE.har", help="Write each request to a HAR 1.2 file.")
+@click.option(
+    "--har-with-secrets",
+    is_flag=True,
+    help="--har keeps cookies, Authorization and secret query values (sanitised by default).",
+)
+@click.option(
+    "--fail-exit",
+    is_flag=True,
+    help="Exit 22 if any record has an error or a status >= 400 (default: 0, failures are data).",
+)
 @click.option("--no-progress", is_flag=True, help="No progress line, even on a terminal.")
 @click.option("-q", "--quiet", is_flag=True, help="No summary or notices either: errors only.")
 def fetch_command(
@@ -269,11 +363,20 @@ def fetch_command(
     data_binary: tuple[str, ...],
     user_agent: str | None,
     headers: tuple[str, ...],
+    cookie: str | None,
+    cookie_jar: str | None,
     include_headers: bool,
     output_dir: str | None,
+    byte_range: str | None,
+    continue_at: str | None,
     warc_path: str | None,
     warc_max_size: int | None,
     rate_per_host: float | None,
+    rate: str | None,
+    limit_rate: int | None,
+    max_host_errors: int | None,
+    robots: str,
+    auto_throttle: bool,
     resolve: tuple[str, ...],
     dns_servers: str | None,
     dns_timeout: float | None,
@@ -287,6 +390,8 @@ def fetch_command(
     noproxy: str | None,
     proxy_cacert: str | None,
     proxy_insecure: bool,
+    http1_1: bool,
+    http2_prior_knowledge: bool,
     template: str | None,
     column: str | None,
     input_format: str | None,
@@ -299,6 +404,8 @@ def fetch_command(
     trace_path: str | None,
     trace_rows: int,
     har_path: str | None,
+    har_with_secrets: bool,
+    fail_exit: bool,
     no_progress: bool,
     quiet: bool,
 ) -> None:
@@ -327,9 +434,17 @@ def fetch_command(
                 user_agent=user_agent,
                 include_headers=include_headers,
                 output_dir=output_dir,
+                byte_range=byte_range,
+                continue_at=continue_at,
                 warc_max_size=warc_max_size,
                 rate_per_host=rate_per_host,
-                headers=[parse_header(h) for h in headers],
+                rate=_rate(rate),
+                limit_rate=limit_rate,
+                max_host_errors=max_host_errors,
+                robots=robots,
+                auto_throttle=auto_throttle,
+                headers=[parse_header(h) for h in headers] + _cookie_header(cookie),
+                cookies=_cookie_jar(cookie, cookie_jar),
                 user=parse_user(user) if user is not None else None,
                 location_trusted=location_trusted,
                 resolve=list(resolve),
@@ -343,6 +458,8 @@ def fetch_command(
                 noproxy=noproxy,
                 proxy_cafile=proxy_cacert,
                 proxy_insecure=proxy_insecure,
+                http2=not http1_1,
+                http2_prior_knowledge=http2_prior_knowledge,
                 body_cap=max_filesize,
                 max_connecting=max_connecting,
             )
@@ -360,23 +477,31 @@ def fetch_command(
                 raise UsageError(f"--trace-rows must be at least 1, not {trace_rows}")
             if max_input_line < 1:
                 raise UsageError(f"--max-input-line must be at least 1, not {max_input_line}")
-            if cluster is not None and (trace_path or har_path):
-                # The timings live in the workers' processes; shards return records.
-                raise UsageError("--trace and --har are not available with --cluster yet")
-            if cluster is not None and (warc_path or output_dir or rate_per_host):
-                # One WARC written by many processes, bodies on many machines, a
-                # host's pace kept by each: none of it means what it says yet.
-                raise UsageError(
-                    "--warc, --output-dir and --rate-per-host are not available with --cluster yet"
-                )
+            if cluster is not None:
+                from surge.bulk.cluster import refuse_on_a_cluster
+
+                # --trace, --har and --warc are not in opts yet (nor ever, then)
+                refuse_on_a_cluster(opts, trace=trace_path or har_path, warc=warc_path)
             _check_outputs(
                 input_path,
-                {"-o": output, "--warc": warc_path, "--har": har_path, "--trace": trace_path},
+                {
+                    "-o": output,
+                    "--warc": warc_path,
+                    "--har": har_path,
+                    "--trace": trace_path,
+                    "--cookie-jar": cookie_jar,
+                },
                 warc_rotates=warc_max_size is not None,
+                output_dir=output_dir,
             )
             if input_path != "-":
                 # No output of the run - a body, a WARC's next part - may be it.
                 protect_input(input_path)
+            protect_stdin()  # nor the file on stdin (< st.txt), read or not
+            read_cookies = None if _cookie_header(cookie) or cookie == cookie_jar else cookie
+            files = (cacert, cert, key, proxy_cacert, read_cookies)
+            for read in _files_read(data + data_binary, files):
+                protect_input(read)  # nor a file the options read (-d @FILE, --cacert)
             if cluster is None:
                 # Below what the loop and the files take, at once: one line, exit 2.
                 raise_open_files_limit()
@@ -388,23 +513,38 @@ def fetch_command(
             # changes: one refused (another run's, not surge's records) leaves
             # all of them as they were.  The trace page and the HAR are written
             # beside their names and renamed at the end.
+            jar_sink = None
+            if cookie_jar is not None:  # written beside, renamed when the run ends
+                jar_sink = open_replacement(cookie_jar)
+                resources.callback(jar_sink.discard)
+                resources.callback(claim(cookie_jar))  # no body may be it
             page = None
             if trace_path is not None:
                 page = open_replacement(trace_path)
                 resources.callback(page.discard)
+                resources.callback(claim(trace_path))  # no body may be it
             warc: WarcWriter | None = None
             har = None
             if har_path is not None:
                 from surge.trace.har import HarWriter  # --har only
 
-                har = HarWriter(har_path, method=opts.method)
+                har = HarWriter(
+                    har_path,
+                    method=opts.method,
+                    headers=opts.request_headers(),
+                    keep_secrets=har_with_secrets,
+                    trusted=location_trusted,
+                    comment=RESUMED_NOTE if resume else "",
+                )
                 resources.callback(har.discard)  # (after close: nothing)
+                resources.callback(claim(har_path))  # no body may be it
             held = hold_output(
                 output,
                 fmt,
                 resume=resume,
                 extras=opts.extras,
                 input_lines=count_lines(input_path) if resume else None,
+                held_elsewhere=_held_elsewhere(warc_path, output_dir) if resume else None,
             )
             resources.callback(held.close)  # undone if setup fails; the writer's after
             done = held.done if resume else None
@@ -415,6 +555,12 @@ def fetch_command(
                 input_format=input_format,
                 max_line=max_input_line,
             )
+            skipped = 0
+            if resume:
+                # OUT's records must be of this input: read up to its last line
+                # done, before anything changes (else one line, exit 2)
+                assert output is not None
+                skipped, items = resumed_inputs(items, held.seen, output, input_path)
             # The first input read before OUT changes: an input that cannot be
             # opened or parsed leaves an existing OUT as it was.
             first = next(items, None)
@@ -432,8 +578,15 @@ def fetch_command(
                 opts.warc = warc = resources.enter_context(
                     _warc_writer(warc_path, warc_max_size, bool(resume), input_path)
                 )
+                if resume:
+                    # exchanges whose records were lost with the run: done again
+                    warc.cut_unrecorded(held.done)
             writer = open_writer(output, fmt, extras=opts.extras, held=held)
-            recorder = _tracers(trace_path, trace_rows, har, opts, input_path)
+            if warc is not None:
+                # A record is written only once the WARC holds its exchange:
+                # every flush of the records flushes the WARC first.
+                writer.before_flush = warc.flush
+            recorder = _tracers(trace_path, trace_rows, har, opts, input_path, resume)
         except (UsageError, LocalResourceError) as e:
             _die(str(e))
         except KeyboardInterrupt:  # waiting for the first input (a pipe): nothing done yet
@@ -441,6 +594,7 @@ def fetch_command(
             sys.exit(130)
         progress = Progress(input_path) if sys.stderr.isatty() and not no_progress else None
         summary = Summary()
+        summary.skipped = skipped
         started = time.perf_counter()
         stopped_by: int | None = None
         failure: UsageError | LocalResourceError | None = None
@@ -478,6 +632,14 @@ def fetch_command(
             # a trace, and a HAR left without its closing brackets is not JSON.
             if har is not None:
                 har.close()
+            if jar_sink is not None and opts.cookies is not None:
+                try:  # the cookies held when the run ended, whatever ended it
+                    from surge.bulk.cookiefile import dump
+
+                    jar_sink.write(dump(opts.cookies))
+                    jar_sink.commit()
+                except UsageError as e:
+                    failure = failure or e
             if warc is not None:
                 try:
                     warc.close()  # its last exchanges, or the failure to write them
@@ -486,6 +648,10 @@ def fetch_command(
             if recorder is not None and page is not None:
                 from surge.trace.html import write_html  # --trace only
 
+                if line := summary.held_line():  # within the rows' "queued" time
+                    recorder.note = "; ".join(
+                        filter(None, [recorder.note, f"queued includes the pacing's: {line}"])
+                    )
                 try:
                     write_html(recorder.data(), page)
                 except UsageError as e:
@@ -510,6 +676,11 @@ def fetch_command(
             tell(f"surge fetch: stopped by {name}; the records written are kept (--resume)")
     if stopped_by is not None:  # after the cluster (if any) is closed
         sys.exit(128 + stopped_by)  # as a shell reports it: 130 for Ctrl-C, 143 for SIGTERM
+    if fail_exit and (line := summary.failed_line()) is not None:
+        # A completed run whose records say requests failed (curl --fail's 22):
+        # said even under -q, since it is why the status is not 0.
+        tell(f"surge fetch: {line}")
+        sys.exit(FAILED_EXIT)
 
 
 def _descriptors_needed(
@@ -541,17 +712,30 @@ def _keep_first(writer: RecordWriter) -> Iterator[_WriteFailure]:
 
 
 def _check_outputs(
-    input_path: str, outputs: dict[str, str | None], *, warc_rotates: bool = False
+    input_path: str,
+    outputs: dict[str, str | None],
+    *,
+    warc_rotates: bool = False,
+    output_dir: str | None = None,
 ) -> None:
     """No output may be the input file (it would be emptied before it is read) -
     nor any name a rotating WARC will take (``w-00001.warc.gz``...) - nor two
-    outputs one file (each would cut the other).  (What a name cannot tell - a
-    body's file, a hard link - the sinks refuse as they open it:
-    :func:`surge.sinks.protect_input`.)"""
+    outputs one file (each would cut the other) - nor be, or be inside, the
+    ``--output-dir`` (the bodies' names: a body could be it).  Checked before
+    anything is created.  (What a name cannot tell - a body's file that is a
+    hard link or a symlink to another output - the sinks refuse as the body
+    is opened: :func:`surge.sinks.protect_input`, :func:`surge.sinks.claim`.)"""
     seen: list[tuple[str, str]] = []
+    bodies = os.path.realpath(output_dir) if output_dir else None
     for flag, path in outputs.items():
         if not path or path == "-":
             continue
+        if bodies is not None and _within(path, bodies):
+            what = "records" if flag == "-o" else f"{flag} file"
+            raise UsageError(
+                f"{path}: is inside --output-dir {output_dir} (where the bodies go);"
+                f" write the {what} elsewhere"
+            )
         if input_path != "-" and _same_file(path, input_path):
             what = "records" if flag == "-o" else f"{flag} file"
             raise UsageError(f"{path}: is the input file; write the {what} elsewhere")
@@ -570,6 +754,19 @@ def _check_outputs(
         seen.append((flag, path))
 
 
+def _within(path: str, folder: str) -> bool:
+    """Whether ``path`` is the real directory ``folder`` or a name inside it
+    (a device such as /dev/null is never refused)."""
+    real = os.path.realpath(path)
+    if real != folder and not real.startswith(folder.rstrip(os.sep) + os.sep):
+        return False
+    try:
+        info = os.stat(real)
+    except OSError:
+        return True
+    return stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)
+
+
 def _same_file(one: str, other: str) -> bool:
     """Whether two paths name one regular file (or, missing, one path): a device
     such as /dev/null may take several outputs."""
@@ -580,19 +777,32 @@ def _same_file(one: str, other: str) -> bool:
     return os.path.samestat(first, second) and stat.S_ISREG(first.st_mode)
 
 
+#: The exit status of ``--fail-exit`` when a record failed: curl's for ``--fail``.
+FAILED_EXIT = 22
+
+
+#: What a HAR (its log comment) and a trace page written by --resume say.
+RESUMED_NOTE = (
+    "This run only (surge fetch --resume): the requests of the runs before it "
+    "are in the records, not here."
+)
+
+
 def _tracers(
     trace_path: str | None,
     rows: int,
     har: HarWriter | None,
     opts: FetchOptions,
     input_path: str,
+    resume: bool = False,
 ) -> TraceRecorder | None:
     """The --trace recorder; it and the --har writer hooked into ``opts``."""
     recorder = None
     if trace_path is not None:
         from surge.trace.recorder import TraceRecorder  # --trace only
 
-        recorder = TraceRecorder(rows=rows, title=f"surge fetch {input_path}")
+        note = RESUMED_NOTE if resume else ""
+        recorder = TraceRecorder(rows=rows, title=f"surge fetch {input_path}", note=note)
     tracers: list[Tracer] = [t for t in (recorder, har) if t is not None]
     if tracers:
         opts.trace = tracers[0] if len(tracers) == 1 else Tee(*tracers)
@@ -620,7 +830,7 @@ def _run(
         try:
             async with (
                 opts.client() as client,
-                contextlib.aclosing(run(client, items, opts)) as records,
+                contextlib.aclosing(run(client, items, opts, summary)) as records,
             ):
                 async for record in records:
                     writer.write(record)
@@ -731,6 +941,39 @@ def _stop_on_signals() -> Iterator[_Stop]:
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
+def _files_read(bodies: tuple[str, ...], files: tuple[str | None, ...]) -> Iterator[str]:
+    """The files a run reads besides INPUT: ``-d @FILE``'s, ``--cacert``'s..."""
+    for value in bodies:
+        if value.startswith("@") and value != "@-":
+            yield value[1:]
+    yield from (name for name in files if name is not None)
+
+
+def _held_elsewhere(
+    warc_path: str | None, output_dir: str | None
+) -> Callable[[Mapping[str, Any]], bool] | None:
+    """For --resume: whether the run's other sinks still hold what a record
+    says was done - the WARC has an exchange of its input line (a record with
+    a response and no error class has one), the saved body is there.  None
+    when there are no such sinks (or a WARC of a surge that named no lines)."""
+    lines = None
+    if warc_path is not None:
+        from surge.bulk.warc import exchange_lines  # --warc only
+
+        lines = exchange_lines(warc_path)
+    if lines is None and output_dir is None:
+        return None
+
+    def held(record: Mapping[str, Any]) -> bool:
+        answered = record.get("error") is None and record.get("status") is not None
+        if lines is not None and answered and record["line"] not in lines:
+            return False
+        body = record.get("body_path")
+        return output_dir is None or not isinstance(body, str) or os.path.isfile(body)
+
+    return held
+
+
 def _skip_done(
     items: Iterator[InputItem], done: LineSet | None, summary: Summary
 ) -> Iterator[InputItem]:
@@ -796,13 +1039,52 @@ def _warc_writer(
     """The --warc writer (appending under --resume), closed with the run."""
     from surge.bulk.warc import WarcWriter  # --warc only: ISA-L, the WARC writer
 
-    info = {"surge-arguments": " ".join(sys.argv) or f"surge fetch {input_path}"}
+    # The command's name and a count of its arguments, never the arguments (-u,
+    # -H 'Authorization: ...', a proxy's password): surge.trace.redact.
+    from surge.trace.redact import command_label
+
+    info = {"surge-command": command_label(["surge fetch", *sys.argv[2:]])}
     # a file that cannot be written, another run's, or not a WARC: a UsageError
     writer = WarcWriter(path, max_size=max_size, append=append, info=info)
     try:
         yield writer
     finally:
         writer.close()
+
+
+def _rate(text: str | None) -> float | None:
+    """--rate N/U as requests a second (a bad one: a usage error, exit 2)."""
+    if text is None:
+        return None
+    try:
+        return parse_rate(text)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def _cookie_header(cookie: str | None) -> list[tuple[str, str]]:
+    """-b NAME=VALUE[; ...]: a Cookie header (curl tells it from a file by its '=')."""
+    if cookie is None or "=" not in cookie:
+        return []
+    return [parse_header(f"Cookie: {cookie}")]
+
+
+def _cookie_jar(cookie: str | None, cookie_jar: str | None) -> CookieJar | None:
+    """The jar the run shares: -b FILE's cookies, or an empty one for --cookie-jar
+    alone (a -b FILE that does not exist yet and is the --cookie-jar: empty too,
+    so that ``-b jar.txt --cookie-jar jar.txt`` starts a session)."""
+    from_file = cookie is not None and "=" not in cookie
+    if not from_file and cookie_jar is None:
+        return None
+    from surge.bulk.cookiefile import load  # -b FILE, --cookie-jar only
+
+    if from_file:
+        assert cookie is not None
+        if not (cookie == cookie_jar and not os.path.exists(cookie)):
+            return load(cookie)
+    from http.cookiejar import CookieJar
+
+    return CookieJar()
 
 
 def _client_cert(cert: str | None, key: str | None) -> str | tuple[str, str] | None:

@@ -66,10 +66,10 @@ import time
 import uuid
 import weakref
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import islice
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from surge.bulk.engine import FetchOptions, Record, as_items
 from surge.bulk.inputs import InputItem
@@ -96,6 +96,21 @@ MAX_SHARDS_PER_WORKER = 6
 MAX_SHARD_ATTEMPTS = 3
 #: How often a wait for the next shard looks at ``stop``.
 _STOP_POLL_S = 0.25
+#: The options a cluster run does not take (yet): the FetchOptions field, its
+#: flags, and why.  The one list both front ends check (refuse_on_a_cluster).
+NOT_ON_A_CLUSTER: Final = (
+    # The timings live in the workers' processes; shards return records.
+    ("trace", "--trace and --har"),
+    # One jar in many processes: nobody's to write back.
+    ("cookies", "-b FILE and --cookie-jar"),
+    # A host's window kept by each worker would not bound the host.
+    ("auto_throttle", "--auto-throttle"),
+    # One WARC written by many processes, bodies on many machines, a host's
+    # pace kept by each: none of it means what it says yet.
+    ("warc", "--warc"),
+    ("output_dir", "--output-dir"),
+    ("rate_per_host", "--rate-per-host"),
+)
 #: How many workers sending a shard's inputs tries, while workers come and go.
 _SCATTER_TRIES = 5
 #: Seconds to wait for one scatter.  The scheduler holds a scatter to a worker
@@ -348,6 +363,26 @@ def _subscribed(client: Client) -> _DrainedEvents:
         return router
 
 
+def refuse_on_a_cluster(opts: FetchOptions, **given: object) -> None:
+    """A UsageError naming the first option of :data:`NOT_ON_A_CLUSTER` that is
+    set: in ``opts``, or in ``given`` (a field's value the caller holds apart,
+    as the command line's --trace path)."""
+    for field, flags in NOT_ON_A_CLUSTER:
+        value = given[field] if field in given else getattr(opts, field)
+        if value is not None and value is not False and value != "":
+            verb = "are" if " and " in flags else "is"
+            raise UsageError(f"{flags} ({field}=) {verb} not available with --cluster yet")
+
+
+def rate_share(rate: float, workers: int) -> float:
+    """A worker's share of a run's ``--rate``: each worker process runs one
+    engine for every shard of the job it is given, paced at ``rate / workers``
+    (the workers running when the job starts; at least one), so the cluster
+    together starts at most ``rate`` requests a second.  A worker that joins
+    later paces at the same share, and adds it."""
+    return rate / max(1, workers)
+
+
 def run_shards(
     client: Client,
     items: Iterable[InputItem],
@@ -371,6 +406,7 @@ def run_shards(
     distributed = import_distributed()
     if shard_size < 1:
         raise UsageError(f"shard size must be at least 1, not {shard_size}")
+    refuse_on_a_cluster(opts)
     if max_in_flight is not None and max_in_flight < 1:
         raise UsageError(f"shards in flight must be at least 1, not {max_in_flight}")
     job = uuid.uuid4().hex[:12]
@@ -391,6 +427,12 @@ def run_shards(
         # Client.nthreads() without those (the scheduler's own filter, as
         # Client.scatter(direct=True) uses it).
         workers[:] = client.sync(client.scheduler.ncores_running)  # type: ignore[union-attr,no-untyped-call]
+
+    if opts.rate is not None:
+        # --rate holds for the cluster: each worker's engine paces its shards
+        # at an equal share of it (see rate_share).
+        ask_workers()
+        opts = replace(opts, rate=rate_share(opts.rate, len(workers)))
 
     def submit(
         shard: int, packed: bytes, first: int, last: int, attempts: int, since: float

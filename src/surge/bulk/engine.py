@@ -21,36 +21,48 @@ Every input yields exactly one record, failures included: a remote failure is
 from __future__ import annotations
 
 import asyncio
+import inspect
 import math
 import os
 import warnings
 from collections import deque
-from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import aclosing, closing
 from dataclasses import MISSING, dataclass, fields
+from functools import partial
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec
 
+from surge._version import __version__
 from surge.bulk.inputs import InputItem as Item
-from surge.bulk.inputs import NotReady, PrefetchedInputs
+from surge.bulk.inputs import NotReady, PrefetchedInputs, not_a_url
 from surge.bulk.limits import fit_open_files, open_files_limit
-from surge.bulk.pacing import HostPacer
-from surge.errors import LocalResourceError, RequestError, UsageError
+from surge.bulk.pacing import RUN, HostPacer
+from surge.errors import SKIP_CLASSES, LocalResourceError, RequestError, UsageError
+from surge.extras import missing
 from surge.gc_tuning import relaxed_gc
-from surge.http.client import AsyncClient
+from surge.http.client import AsyncClient, may_send
 from surge.http.headers import check_method, header_line
 from surge.http.resolver import parse_servers
 from surge.http.timings import RECORD_PHASES, Timings, ms3
-from surge.http.url import parse_url
+from surge.http.url import URL, parse_url
 from surge.loops import iterate_in_thread
 from surge.retry import RETRY_AFTER_STATUSES, RetryPolicy, retry_after_seconds
+from surge.trace.redact import safe_record
 from surge.trace.tracer import LAG_EVERY, Tracer
 
-if TYPE_CHECKING:  # loaded by the options that use them: --output-dir, --warc
+if TYPE_CHECKING:  # loaded by the options that use them: --output-dir, --warc, --robots...
+    from http.cookiejar import CookieJar
+
     from surge.bulk.bodies import BodyFiles
+    from surge.bulk.hostbudget import HostBudget, Origin
+    from surge.bulk.robots import RobotsRules
+    from surge.bulk.summary import Summary
+    from surge.bulk.throttle import AutoThrottle, Ticket
     from surge.bulk.warc import WarcWriter
 
 Record = dict[str, Any]
+P = ParamSpec("P")
 
 #: How long a request waits for this process to have a file descriptor free (one
 #: comes back each time a request in flight ends) before the run stops.
@@ -145,6 +157,10 @@ class FetchOptions:
         instead of those origins are checked with [--proxy-cacert].
     proxy_insecure
         Do not verify an https:// proxy's certificate [--proxy-insecure].
+    http2
+        Offer HTTP/2 by ALPN over TLS (False: HTTP/1.1 only) [--http1.1].
+    http2_prior_knowledge
+        Speak HTTP/2 in cleartext (h2c) to http:// origins [--http2-prior-knowledge].
     body_cap
         Body bytes at most; a larger body is ``body_too_large`` [--max-filesize].
     max_connecting
@@ -158,6 +174,19 @@ class FetchOptions:
         Save each body to a file under this directory, decoded, streamed to
         disk; the record gains ``body_path`` and ``body_sha256``
         [--output-dir] (the naming: surge.bulk.bodies).
+    byte_range
+        Ask for these bytes of each body, curl's syntax: "0-499", "500-",
+        "-500", or several joined by commas [-r, --range]; sent as
+        ``Range: bytes=...`` with ``Accept-Encoding: identity`` (unless
+        ``headers`` name one), a 206's body saved as it came.  A bad one is a
+        UsageError naming it (the rules: surge.bulk.ranges).
+    continue_at
+        "-": with ``output_dir``, continue each body's partial file from its
+        size with ``Range: bytes=SIZE-`` [-C -, --continue-at -]: a 206 is
+        appended, a server that ignores Range rewrites the file from byte 0, a
+        416 finds it complete; files are written in place, so a run stopped
+        leaves partial files the next one continues.  The record gains
+        ``continue_from`` and ``continued`` (surge.bulk.ranges).  None: off.
     warc
         Write each exchange to this WARC/1.1 file (gzipped per record), or to a
         :class:`~surge.bulk.warc.WarcWriter` of yours [--warc].
@@ -168,6 +197,44 @@ class FetchOptions:
         Requests a second at most to one host (the input URL's), spaced evenly;
         a 429 or 503 with Retry-After holds that host back as long as it asks
         (at most ``max_time``) [--rate-per-host].  None: no pacing.
+    rate
+        Requests a second at most across the whole run, spaced evenly: each try
+        starts an interval after the one before or later, never in a burst
+        [--rate N/s, N/m, N/h, N/d] (curl's --rate; the model: surge.bulk.pacing).
+        A redirect hop is part of its try, as in curl.  None: no bound.
+    max_host_errors
+        After this many connection-level failures in a row (dns_error,
+        connect_refused, connect_timeout, tls_error, read_timeout; a response
+        of any status resets the count) of one origin, its remaining inputs are
+        records with the error ``host_skipped``, sent no request
+        [--max-host-errors] (the rules: surge.bulk.hostbudget).  None: off.
+    robots
+        "obey": each origin's robots.txt, fetched once for the run, decides
+        which of its inputs are sent (the others are records with the error
+        ``robots_disallowed``), and its Crawl-delay spaces that host's requests
+        [--robots] (the rules, RFC 9309's: surge.bulk.robots).  "ignore" (the
+        default, as curl's): not asked for.
+    auto_throttle
+        Adapt each host's concurrency (at most ``per_host``, else 8) and the
+        delay between its requests to its latency and its 429 and 503 answers,
+        additive increase and multiplicative decrease [--auto-throttle] (the
+        model and its bounds: surge.bulk.throttle); a Retry-After holds the
+        host back as ``rate_per_host``'s does.  False (the default): off.
+    limit_rate
+        Bytes a second at most per transfer, averaged from its body's start, as
+        curl's [--limit-rate]: each request's body is read no faster (so the
+        server sends no faster, past the buffers between), and ``max_time``
+        still bounds it.  Not a bound on the whole run: ``concurrency``
+        transfers may each go at it.  The body is streamed, so ``keep_body``
+        keeps none.  None: no limit.
+    cookies
+        A ``http.cookiejar.CookieJar`` the run's requests share [-b FILE,
+        --cookie-jar FILE]: its cookies go where its rules send them (domain,
+        path, Secure, expiry), what responses set is kept by the client's rules
+        (public suffixes refused, Secure only from a secure origin), and when
+        the run ends - or is stopped - the jar holds what the client held.
+        None: no cookie kept, each input a request of its own (as curl's).
+        Not with a cluster.
     relax_gc
         Relax the cycle collector while the run is active (see surge.gc_tuning).
     trace
@@ -201,14 +268,24 @@ class FetchOptions:
     noproxy: str | None = None
     proxy_cafile: str | None = None
     proxy_insecure: bool = False
+    http2: bool = True
+    http2_prior_knowledge: bool = False
     body_cap: int = 10 * 1024 * 1024
     max_connecting: int = 256
     keep_body: bool = False
     include_headers: bool = False
     output_dir: str | None = None
+    byte_range: str | None = None
+    continue_at: str | None = None
     warc: str | WarcWriter | None = None
     warc_max_size: int | None = None
     rate_per_host: float | None = None
+    rate: float | None = None
+    max_host_errors: int | None = None
+    robots: str = "ignore"
+    auto_throttle: bool = False
+    limit_rate: int | None = None
+    cookies: CookieJar | None = None
     relax_gc: bool = True
     trace: Tracer | None = None
 
@@ -250,14 +327,29 @@ class FetchOptions:
                 self.method = "POST"  # curl's -d
         if self.user_agent is not None:
             header_line("User-Agent", self.user_agent)  # a usage error now, not per request
-        if self.rate_per_host is not None and not (
-            isinstance(self.rate_per_host, int | float) and 0 < self.rate_per_host < math.inf
-        ):
-            raise UsageError(f"rate-per-host must be a positive number, not {self.rate_per_host!r}")
+        _rate("rate-per-host", self.rate_per_host)
+        _rate("rate", self.rate)
+        if self.max_host_errors is not None:
+            _count("max-host-errors", self.max_host_errors, least=1)
+        if self.limit_rate is not None:
+            _count("limit-rate", self.limit_rate, least=1)
+        if not isinstance(self.auto_throttle, bool):
+            raise UsageError(f"auto-throttle must be True or False, not {self.auto_throttle!r}")
+        if self.robots not in ("obey", "ignore"):
+            raise UsageError(f"robots must be 'obey' or 'ignore', not {self.robots!r}")
+        if self.robots == "obey":
+            try:
+                import protego  # noqa: F401 - a usage error now, not per origin
+            except ModuleNotFoundError as e:
+                raise UsageError(str(missing(e, "--robots obey (robots.txt rules)"))) from None
         if self.warc_max_size is not None:
             _count("warc-max-size", self.warc_max_size, least=1)
         if isinstance(self.output_dir, os.PathLike):
             self.output_dir = os.fspath(self.output_dir)
+        if self.byte_range is not None or self.continue_at is not None:
+            from surge.bulk.ranges import check_range_options  # -r, -C only
+
+            check_range_options(self.byte_range, self.continue_at, self.output_dir, self.headers)
 
     @property
     def extras(self) -> tuple[str, ...]:
@@ -267,6 +359,8 @@ class FetchOptions:
             names.append("headers")
         if self.output_dir is not None:
             names += ["body_path", "body_sha256"]
+        if self.continue_at is not None:
+            names += ["continue_from", "continued"]
         if self.keep_body:
             names.append("body")
         return tuple(names)
@@ -285,7 +379,19 @@ class FetchOptions:
             name.lower() == "user-agent" for name, _ in pairs
         ):
             pairs.insert(0, ("User-Agent", self.user_agent))
+        if self.byte_range is not None or self.continue_at is not None:
+            from surge.bulk.ranges import range_headers  # -r, -C only
+
+            pairs += range_headers(self.byte_range, pairs)
         return pairs
+
+    @property
+    def user_agent_sent(self) -> str:
+        """The User-Agent the requests carry (an -H one, -A's, or surge's own)."""
+        for name, value in self.request_headers():
+            if name.lower() == "user-agent":
+                return value
+        return f"surge/{__version__}"
 
     @property
     def data_headers(self) -> tuple[tuple[str, str], ...]:
@@ -316,6 +422,8 @@ class FetchOptions:
             trust_env=True,
             proxy_cafile=self.proxy_cafile,
             proxy_insecure=self.proxy_insecure,
+            http2=self.http2,
+            http2_prior_knowledge=self.http2_prior_knowledge,
             resolve=self.resolve,
             dns_servers=self.dns_servers,
             dns_timeout=self.dns_timeout,
@@ -324,8 +432,8 @@ class FetchOptions:
             max_connecting=self.max_connecting,
             # Each input is a request of its own, as curl's: no cookie set by one
             # host's response goes with another input's request (and a crawl
-            # does not fill a jar).
-            cookies=False,
+            # does not fill a jar) - unless the run shares a jar (-b, --cookie-jar).
+            cookies=False if self.cookies is None else self.cookies,
         )
 
 
@@ -334,6 +442,13 @@ def _count(name: str, value: object, *, least: int) -> None:
         raise UsageError(f"{name} must be a whole number, not {value!r}")
     if value < least:
         raise UsageError(f"{name} must be at least {least}, not {value}")
+
+
+def _rate(name: str, value: object) -> None:
+    if value is not None and not (
+        isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < math.inf
+    ):
+        raise UsageError(f"{name} must be a positive number, not {value!r}")
 
 
 def _seconds(name: str, value: object, *, zero: bool = False) -> None:
@@ -352,9 +467,16 @@ def check_urls(urls: object) -> None:
 
 
 def as_items(urls: Iterable[str | Item]) -> Iterator[Item]:
-    """Plain strings become items numbered from 1; items pass through."""
+    """Plain strings become items numbered from 1; items pass through.  What is
+    neither (None, a number) is an input all the same: an ``invalid_url``
+    record, as a JSONL line's is."""
     for n, url in enumerate(urls, 1):
-        yield url if isinstance(url, Item) else Item(n, url, url.strip())
+        if isinstance(url, Item):
+            yield url
+        elif isinstance(url, str):
+            yield Item(n, url, url.strip())
+        else:
+            yield not_a_url(n, url, "the input")
 
 
 async def fetch(
@@ -387,14 +509,24 @@ async def fetch(
     noproxy: str | None = None,
     proxy_cafile: str | None = None,
     proxy_insecure: bool = False,
+    http2: bool = True,
+    http2_prior_knowledge: bool = False,
     body_cap: int = 10 * 1024 * 1024,
     max_connecting: int = 256,
     keep_body: bool = False,
     include_headers: bool = False,
     output_dir: str | None = None,
+    byte_range: str | None = None,
+    continue_at: str | None = None,
     warc: str | WarcWriter | None = None,
     warc_max_size: int | None = None,
     rate_per_host: float | None = None,
+    rate: float | None = None,
+    max_host_errors: int | None = None,
+    robots: str = "ignore",
+    auto_throttle: bool = False,
+    limit_rate: int | None = None,
+    cookies: CookieJar | None = None,
     relax_gc: bool = True,
     trace: Tracer | None = None,
 ) -> AsyncGenerator[Record, None]:
@@ -432,9 +564,11 @@ async def fetch(
 
 
 async def run(
-    client: AsyncClient, items: Iterator[Item], opts: FetchOptions
+    client: AsyncClient, items: Iterator[Item], opts: FetchOptions, held: Summary | None = None
 ) -> AsyncGenerator[Record, None]:
     """Drive ``opts.concurrency`` workers over ``items`` with ``client``.
+
+    ``held``: a summary told, when the run ends, what its pacing held back.
 
     Fewer when the open-files limit cannot hold that many sockets (raised as far
     as it goes first, as ``surge fetch`` does): a RuntimeWarning says so.
@@ -450,7 +584,7 @@ async def run(
     results: asyncio.Queue[Record | None] = asyncio.Queue(maxsize=max(opts.concurrency, 64))
     made = RunState(opts)
     # The common case keeps nothing and paces nothing: no state to look at per input.
-    state = None if made.files is None and made.warc is None and made.pacer is None else made
+    state = made if made.needed else None
     source = iter(items)
     # inputs read ahead by a thread (stdin, a pipe): awaited, never waited for
     prefetched = source if isinstance(source, PrefetchedInputs) else None
@@ -524,6 +658,11 @@ async def run(
             raise
         await results.put(None)
 
+    # A record is done only when every sink holds it: a WARC the run owns
+    # (``warc=`` a path) has written the record's exchange out before the record
+    # is yielded (a write per record); a WarcWriter of the caller's is the
+    # caller's to flush first (surge fetch flushes it before each records write).
+    hold = made.warc.flush if made.warc is not None and made.own_warc else None
     with relaxed_gc(opts.relax_gc):
         supervisor = asyncio.create_task(supervise())
         watcher = None if opts.trace is None else asyncio.create_task(watch_lag(opts.trace))
@@ -532,6 +671,8 @@ async def run(
                 record = results.get_nowait() if results.qsize() else await results.get()
                 if record is None:
                     break
+                if hold is not None:
+                    hold()
                 yield record
             await supervisor  # re-raises a worker's unexpected exception
         finally:
@@ -542,8 +683,26 @@ async def run(
                 await asyncio.gather(supervisor, return_exceptions=True)
             if state is not None:
                 state.close()
+                if held is not None:
+                    state.tell(held)
+            if opts.cookies is not None:
+                _keep_cookies(client, opts.cookies)
     if failure:
         raise failure[0]
+
+
+def _keep_cookies(client: AsyncClient, jar: CookieJar) -> None:
+    """``jar`` (the run's ``cookies``) as the client holds them at the run's end."""
+    try:
+        held = client.cookies
+    except UsageError:  # a client of the caller's that keeps none
+        return
+    if held is jar:
+        return
+    kept = list(held)
+    jar.clear()
+    for cookie in kept:
+        jar.set_cookie(cookie)
 
 
 async def watch_lag(tracer: Tracer) -> None:
@@ -559,9 +718,20 @@ async def watch_lag(tracer: Tracer) -> None:
 
 class RunState:
     """What a run keeps open besides its client: the body files, the WARC
-    writer, the per-host pacer (each None unless its option is set)."""
+    writer, the per-host pacer, the run's pacer (``--rate``), the hosts' error
+    budget, the origins' robots.txt rules (each None unless its option is set)."""
 
-    __slots__ = ("files", "own_warc", "pacer", "warc")
+    __slots__ = (
+        "budget",
+        "files",
+        "limit_rate",
+        "own_warc",
+        "pacer",
+        "robots",
+        "run_pacer",
+        "throttle",
+        "warc",
+    )
 
     def __init__(self, opts: FetchOptions) -> None:
         self.files: BodyFiles | None = None
@@ -570,6 +740,29 @@ class RunState:
 
             self.files = BodyFiles(opts.output_dir)
         self.pacer = HostPacer(opts.rate_per_host) if opts.rate_per_host is not None else None
+        self.run_pacer = HostPacer(opts.rate) if opts.rate is not None else None
+        self.limit_rate = opts.limit_rate
+        self.robots: RobotsRules | None = None
+        if opts.robots == "obey":
+            from surge.bulk.robots import RobotsRules  # --robots obey only
+
+            if self.pacer is None:  # a Crawl-delay spaces its host: a pacer without a rate
+                self.pacer = HostPacer(None)
+            self.robots = RobotsRules(
+                opts.user_agent_sent, self.pacer, self.run_pacer, longest_delay=opts.max_time
+            )
+        self.throttle: AutoThrottle | None = None
+        if opts.auto_throttle:
+            from surge.bulk.throttle import AutoThrottle  # --auto-throttle only
+
+            if self.pacer is None:  # its delay and Retry-After space the host: a pacer
+                self.pacer = HostPacer(None)
+            self.throttle = AutoThrottle(opts.per_host, self.pacer)
+        self.budget: HostBudget | None = None
+        if opts.max_host_errors is not None:
+            from surge.bulk.hostbudget import HostBudget  # --max-host-errors only
+
+            self.budget = HostBudget(opts.max_host_errors)
         self.own_warc = isinstance(opts.warc, str | os.PathLike)
         warc = opts.warc
         if isinstance(warc, str | os.PathLike):
@@ -584,6 +777,29 @@ class RunState:
             return_large_buffers()
 
     @property
+    def needed(self) -> bool:
+        """Whether a request has anything here to look at (else the run passes None)."""
+        return not (
+            self.files is None
+            and self.warc is None
+            and self.pacer is None
+            and self.run_pacer is None
+            and self.budget is None
+            and self.robots is None
+            and self.throttle is None
+            and self.limit_rate is None
+        )
+
+    def tell(self, summary: Summary) -> None:
+        """What the pacers and the hosts' windows held back, into ``summary``."""
+        if self.run_pacer is not None:
+            summary.hold("--rate", self.run_pacer.waits, self.run_pacer.waited_s)
+        if self.pacer is not None:
+            summary.hold("per host", self.pacer.waits, self.pacer.waited_s)
+        if self.throttle is not None:
+            summary.hold("--auto-throttle", self.throttle.waits, self.throttle.waited_s)
+
+    @property
     def keeps_bodies(self) -> bool:
         return self.files is not None or self.warc is not None
 
@@ -592,28 +808,48 @@ class RunState:
             self.warc.close()
 
 
+def _method(item: Item, opts: FetchOptions) -> str:
+    """The method of one input's request: its JSONL line's, else the run's (a
+    line's body without a method makes a GET run's request a POST, as -d)."""
+    line = item.request
+    if line is None:
+        return opts.method
+    if line.method is not None:
+        return line.method
+    if line.body is not None and opts.method == "GET":
+        return "POST"
+    return opts.method
+
+
 def _request(client: AsyncClient, item: Item, opts: FetchOptions, state: RunState | None) -> Any:
     """The request of one input: the run's method and body, or its JSONL line's."""
-    method, headers = opts.method, None
+    method, headers = _method(item, opts), None
     body = opts.data if not isinstance(opts.data, str) else opts.data.encode("utf-8")
     line = item.request
     if line is not None:
-        if line.method is not None:
-            method = line.method
         headers = line.headers
         if line.body is not None:
             body = line.body
-            if line.method is None and method == "GET":
-                method = "POST"  # as -d: a body without a method is a POST
     if body is not None and (line is None or line.body is None):  # -d's body: its type
         own = headers or ()
         if not any(name.lower() == "content-type" for name, _ in own):
             headers = (*opts.data_headers, *own)
-    if state is not None and state.keeps_bodies:
-        from surge.bulk.bodies import fetch_kept  # loaded by RunState already
+    if state is not None and (state.keeps_bodies or state.limit_rate is not None):
+        from surge.bulk.bodies import fetch_kept  # a body streamed: kept, or read at a pace
 
         return fetch_kept(
-            client, item.url, method, headers, body, opts.body_cap, state.files, state.warc
+            client,
+            item.url,
+            method,
+            headers,
+            body,
+            opts.body_cap,
+            state.files,
+            state.warc,
+            item.line,
+            state.limit_rate,
+            opts.max_time,
+            opts.continue_at is not None,
         )
     return client.request(method, item.url, headers=headers, body=body, _discard=not opts.keep_body)
 
@@ -623,6 +859,11 @@ async def fetch_one(
 ) -> Record:
     """One input to one record, with retries; never raises for a remote failure.
 
+    The record handed out holds no secret (:func:`surge.trace.redact.safe_record`:
+    no userinfo, no secret parameter's value, no cookie); the trace, which
+    sanitises what it writes itself (and keeps what ``--har-with-secrets``
+    asks for), is given it as it was.
+
     ``state``: what the run keeps open (body files, a WARC, the pacer); None
     for none of them."""
     attempts = 0
@@ -630,27 +871,59 @@ async def fetch_one(
     start = perf_counter()
     short_until: float | None = None  # out of descriptors: wait for one until then
     extras: dict[str, Any] | None = None
-    pacer = state.pacer if state is not None else None
+    pacer = budget = run_pacer = robots = throttle = None
+    ticket: Ticket | None = None  # a place in the host's window (--auto-throttle)
+    origin: Origin | None = None
+    gate: Callable[[], None] | None = None  # may it still be sent (--max-host-errors)
+    last: RequestError | None = None  # the last try's error
+    if state is not None:
+        pacer, budget, run_pacer = state.pacer, state.budget, state.run_pacer
+        robots, throttle = state.robots, state.throttle
+        target = _target(item.url)
+        if target is not None:
+            origin = (target.scheme, target.host, target.port)
+            if budget is not None:
+                gate = partial(_not_over, budget, origin)
+    host = origin[1] if origin is not None else None
     discard = not opts.keep_body
-    host = _host(item.url) if pacer is not None else None
     while True:
         try:
             if item.problem is not None:  # a line past the input bound: nothing to send
                 raise RequestError("invalid_url", item.problem)
+            if attempts == 0:
+                _not_over(budget, origin)  # at once; the client asks again as it sends
+            if robots is not None and origin is not None and attempts == 0:
+                refusal = await robots.refusal(client, origin, item.url)
+                if refusal is not None:
+                    raise RequestError("robots_disallowed", refusal)
+            if throttle is not None and host is not None:
+                ticket = await throttle.acquire(host)  # held to the try's end
             if pacer is not None and host is not None:
-                await pacer.wait(host)
+                await pacer.wait(host, 0.0 if ticket is None else ticket.delay)
+            if run_pacer is not None:
+                # after the host's slot: a slot of the run is never spent waiting
+                await run_pacer.wait(RUN)
             if state is None and item.request is None and opts.data is None:
                 # A record needs the body's size, not the body: it is counted
                 # (and capped) as it comes, never held (100 bodies of 50 MB in
                 # flight held 1.8 GB before) - unless keep_body wants it.
                 response = await client.request(opts.method, item.url, _discard=discard)
             else:
-                outcome = await _request(client, item, opts, state)
+                # Asked after every wait (these, the host's connection's): gate
+                # is the one "may it still be sent?", at the last moment.
+                token = may_send.set(gate)
+                try:
+                    outcome = await _request(client, item, opts, state)
+                finally:
+                    may_send.reset(token)
                 if isinstance(outcome, tuple):
                     response, extras = outcome
                 else:
                     response = outcome
         except LocalResourceError as e:
+            if ticket is not None:
+                ticket.end()
+                ticket = None
             # This process is out of descriptors (another part of it holds them):
             # wait for a request in flight to give one back and try again - not a
             # try under --retries, and never a remote error class on the record.
@@ -665,12 +938,26 @@ async def fetch_one(
             await asyncio.sleep(LOCAL_POLL_S)
             continue
         except RequestError as e:
-            attempts += 1  # tries under --retries only (not hops, not a stale reuse)
-            if opts.retries and (policy := opts.retry_policy).error_worth_retrying(e.error_class):
+            if ticket is not None:
+                ticket.end(None, e.timings, e.error_class)
+                ticket = None
+            if e.error_class in SKIP_CLASSES:
+                if last is not None:  # a retry not sent: the record keeps the last try's
+                    e = last
+            else:
+                attempts += 1  # tries under --retries only (not hops, not a stale reuse)
+                last = e
+                if budget is not None and origin is not None:
+                    _count_failure(budget, origin, e)
+            if opts.retries and (policy := opts.retry_policy).error_worth_retrying(
+                e.error_class, _method(item, opts)
+            ):
                 wait = policy.delay(attempts, time_left=opts.max_time)
+                if _over(budget, origin):
+                    wait = None  # not retried: its origin is over --max-host-errors
                 if wait is not None:
                     await asyncio.sleep(wait)
-                    retried = True
+                    retried = True  # (an origin gone over meanwhile: not sent, gate)
                     continue
             record = _record(
                 item,
@@ -690,8 +977,17 @@ async def fetch_one(
             if opts.trace is not None:
                 end = start + record["elapsed_ms"] / 1000
                 opts.trace.add(record, start, end, e.timings, retried)
-            return record
+            return safe_record(record)
+        except BaseException:  # cancelled: its place goes to the next
+            if ticket is not None:
+                ticket.end()
+            raise
         attempts += 1
+        if ticket is not None:
+            ticket.end(response.status, response.timings)
+            ticket = None
+        if budget is not None and origin is not None:
+            budget.answered(origin)
         if pacer is not None and host is not None and response.status in RETRY_AFTER_STATUSES:
             held = retry_after_seconds(response.header("retry-after"))
             if held is not None:
@@ -728,7 +1024,7 @@ async def fetch_one(
         if opts.trace is not None:
             end = start + record["elapsed_ms"] / 1000
             opts.trace.add(record, start, end, response.timings, retried)
-        return record
+        return safe_record(record)
 
 
 def _add_extras(
@@ -743,14 +1039,42 @@ def _add_extras(
     if opts.output_dir is not None:
         record["body_path"] = extras.get("body_path") if extras else None
         record["body_sha256"] = extras.get("body_sha256") if extras else None
+    if opts.continue_at is not None:
+        record["continue_from"] = extras.get("continue_from") if extras else None
+        record["continued"] = extras.get("continued") if extras else None
     if opts.keep_body:
         record["body"] = None if response is None or response._stream else response.text
 
 
-def _host(url: str) -> str | None:
-    """The host an input is paced by (None: not a URL; its request will say so)."""
+def _over(budget: HostBudget | None, origin: Origin | None) -> bool:
+    """Whether ``origin`` has gone over ``--max-host-errors``."""
+    return budget is not None and origin is not None and budget.skipped(origin)
+
+
+def _not_over(budget: HostBudget | None, origin: Origin | None) -> None:
+    """Raise ``host_skipped`` if ``origin`` has gone over ``--max-host-errors``."""
+    if _over(budget, origin):
+        assert budget is not None and origin is not None
+        raise RequestError("host_skipped", budget.detail(origin))
+
+
+def _count_failure(budget: HostBudget, origin: Origin, error: RequestError) -> None:
+    """A failure counts against the origin that failed: a redirect hop's own
+    (its target's), while the input's origin, which answered with the
+    redirect, is there (--max-host-errors: a response of any status resets)."""
+    hop = _target(error.final_url) if error.redirects and error.final_url else None
+    if hop is not None and (hop.scheme, hop.host, hop.port) != origin:
+        budget.answered(origin)
+        budget.failed((hop.scheme, hop.host, hop.port), error.error_class)
+    else:
+        budget.failed(origin, error.error_class)
+
+
+def _target(url: str) -> URL | None:
+    """The input's URL, parsed, for what is kept per host or origin (None: not a
+    URL; its request will say so)."""
     try:
-        return parse_url(url).host
+        return parse_url(url)
     except RequestError:
         return None
 
@@ -795,53 +1119,44 @@ def _record(
 # -- the synchronous API ------------------------------------------------------------------
 
 
-def fetch_all(
-    urls: Iterable[str | Item],
-    *,
-    options: FetchOptions | None = None,
-    concurrency: int = 1000,
-    per_host: int | None = None,
-    max_time: float = 30.0,
-    connect_timeout: float = 10.0,
-    retries: int = 0,
-    retry_backoff: float = 0.5,
-    follow_redirects: bool = False,
-    max_redirects: int = 10,
-    method: str = "GET",
-    data: bytes | str | None = None,
-    user_agent: str | None = None,
-    headers: Mapping[str, str] | Sequence[tuple[str, str]] = (),
-    user: tuple[str, str] | None = None,
-    location_trusted: bool = False,
-    resolve: Sequence[str] = (),
-    dns_servers: str | Sequence[str] | None = None,
-    dns_timeout: float | None = None,
-    ip_version: int | None = None,
-    cafile: str | None = None,
-    insecure: bool = False,
-    cert: str | tuple[str, str] | None = None,
-    proxy: str | None = None,
-    noproxy: str | None = None,
-    proxy_cafile: str | None = None,
-    proxy_insecure: bool = False,
-    body_cap: int = 10 * 1024 * 1024,
-    max_connecting: int = 256,
-    keep_body: bool = False,
-    include_headers: bool = False,
-    output_dir: str | None = None,
-    warc: str | WarcWriter | None = None,
-    warc_max_size: int | None = None,
-    rate_per_host: float | None = None,
-    relax_gc: bool = True,
-    trace: Tracer | None = None,
-) -> Iterator[Record]:
-    """``surge.fetch`` for synchronous code: a plain iterator of records.
+def _synchronous(
+    fetch: Callable[P, AsyncGenerator[Record, None]],
+) -> Callable[P, Iterator[Record]]:
+    """``fetch_all`` from ``fetch``: the same parameters (one signature, written
+    once, on ``fetch``), but ``client`` (an AsyncClient belongs to its caller's
+    loop, and the engine runs on a loop of its own), and a plain iterator."""
+    full = inspect.signature(fetch)
+    signature = full.replace(
+        parameters=[p for p in full.parameters.values() if p.name != "client"],
+        return_annotation="Iterator[Record]",
+    )
+
+    def fetch_all(*args: P.args, **kwargs: P.kwargs) -> Iterator[Record]:
+        arguments = signature.bind(*args, **kwargs)  # a TypeError as any call's
+        arguments.apply_defaults()
+        given = arguments.arguments
+        check_urls(given["urls"])
+        opts = _chosen("fetch_all", given["options"], given)  # a bad option raises here
+        return _fetch_all(given["urls"], opts)
+
+    fetch_all.__signature__ = signature  # type: ignore[attr-defined]
+    fetch_all.__qualname__ = "fetch_all"
+    fetch_all.__annotations__ = {
+        **{k: v for k, v in fetch.__annotations__.items() if k != "client"},
+        "return": "Iterator[Record]",
+    }
+    return fetch_all
+
+
+fetch_all = _synchronous(fetch)
+fetch_all.__doc__ = """``surge.fetch`` for synchronous code: a plain iterator of records.
 
     The engine runs on its own event loop in a background thread, so this works
     where a loop is already running (Jupyter, an async web framework's sync view).
     Records arrive as they complete; closing the iterator early stops the engine.
-    ``options``: a :class:`FetchOptions` made beforehand, in place of the options
-    below (give one or the other).  A bad option value raises
+    It takes ``fetch``'s parameters but ``client``.  ``options``: a
+    :class:`FetchOptions` made beforehand, in place of the options below (give
+    one or the other).  A bad option value raises
     :class:`~surge.errors.UsageError` here, at the call.
 
     >>> import surge
@@ -852,9 +1167,6 @@ def fetch_all(
 
     The options, as :class:`FetchOptions` documents them:
     """
-    check_urls(urls)
-    opts = _chosen("fetch_all", options, locals())  # a bad option raises here, at the call
-    return _fetch_all(urls, opts)
 
 
 #: FetchOptions' fields: the keyword arguments of fetch() and fetch_all() besides

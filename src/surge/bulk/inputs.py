@@ -7,10 +7,14 @@ row) is held at a time, so a ten-million-line input runs in constant memory.
 
 What is an input and what is a stop:
 
-- A value that is not a valid URL is still an input: the engine turns it into an
-  ``invalid_url`` record.  Only a file that cannot be read or parsed as its format
-  stops the run, with a :class:`~surge.errors.UsageError` naming ``file:line`` and
-  raised when the bad line is reached, so the records before it are already out.
+- One record per input line: a value that is not a valid URL is still an input,
+  and the engine turns it into an ``invalid_url`` record - so is a JSONL line
+  whose URL field is null, not a string, empty or blank, and a CSV row whose
+  URL cell is empty.  A blank line (in any format) and, in a text file, a line
+  starting with ``#`` hold no input and give no record.  Only a file that
+  cannot be read or parsed as its format stops the run, with a
+  :class:`~surge.errors.UsageError` naming ``file:line`` and raised when the
+  bad line is reached, so the records before it are already out.
 - Bytes that are not UTF-8 are such a stop (``urls.txt:5: not UTF-8 text``), not
   replaced with U+FFFD: a silently mangled host would be fetched as a different
   one, and the user is told exactly which line to fix.
@@ -81,9 +85,10 @@ HEADER_NAMES: Final = frozenset(
 # would glue itself to the first host ("\ufeffgoogle.com").
 _BOM: Final = b"\xef\xbb\xbf"
 
-#: A URL's scheme: any with "://", and http(s) with one or three slashes too, which
-#: curl takes (http:/host), as surge.http's parse_url does.
-_has_scheme = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://|(?i:https?:/)").match
+#: A URL's scheme, as curl tells one from a host: a name and ":/" (``htp:/x`` has
+#: the scheme htp - refused as not http(s), never looked up as the host "htp";
+#: ``host:80/`` has none); parse_url then takes http(s) with one to three slashes.
+_has_scheme = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:/").match
 _path_start = re.compile(r"[/?#]").search
 
 
@@ -590,16 +595,24 @@ def _jsonl_items(
                 hint = f" (its fields: {fields}; choose one with --column)"
             raise UsageError(f'{name}:{lineno}: no "{key}" field{hint}')
         value = record[key]
-        if value is None:
-            continue  # like an empty CSV cell: no input on this line
-        if not isinstance(value, str):
-            raise UsageError(
-                f'{name}:{lineno}: field "{key}" is {_json_type(value)}, expected a string'
-            )
+        if not isinstance(value, str) or not value.strip():
+            # a line of its own all the same: an invalid_url record, not a stop
+            yield not_a_url(lineno, value, f'field "{key}"')
+            continue
         value = value.strip()
-        if value:
-            request = _line_request(record, name, lineno) if len(record) > 1 else None
-            yield InputItem(lineno, value, make_url(value), request)
+        request = _line_request(record, name, lineno) if len(record) > 1 else None
+        yield InputItem(lineno, value, make_url(value), request)
+
+
+def not_a_url(lineno: int, value: object, where: str) -> InputItem:
+    """The item of an input line whose URL is missing: null, not a string,
+    empty or blank (a JSONL field, a CSV cell) - an ``invalid_url`` record,
+    whose ``input`` is the value as written (JSON's text for a non-string)."""
+    if isinstance(value, str):
+        shown, what = value.strip(), "blank" if value else "empty"
+    else:
+        shown, what = json.dumps(value, ensure_ascii=False)[:KEPT_OF_LONG_LINE], _json_type(value)
+    return InputItem(lineno, shown, shown, problem=f"{where} is {what}, not a URL")
 
 
 #: The fields a JSONL line may carry besides its URL, to make its own request.
@@ -712,6 +725,8 @@ def _csv_items(
             value = row[index].strip()
             if value:
                 yield InputItem(lineno, value, make_url(value))
+            else:
+                yield not_a_url(lineno, row[index], f"column {index + 1}{label}")
         elif any(cell.strip() for cell in row):
             count = len(row)
             raise UsageError(

@@ -22,7 +22,10 @@ Two properties make an interrupted run resumable:
 line a record (JSONL: an object with the contract's keys; CSV: this writer's
 header, then rows of its width), each with a line number of the input, and a
 last line that is a record or the start of one.  Anything else is refused with
-one line naming the file and line, before a byte of it changes.  The line
+one line naming the file and line, before a byte of it changes - and so are
+records of another input (:func:`resumed_inputs`: each record's ``line`` and
+``input`` must be this input's).  Records whose exchange or body another sink
+lost are cut and done again (:class:`Resumed`).  The line
 numbers done go into a :class:`LineSet`, whose memory follows the number of
 records, not the largest number: 10 million lines cost 1.25 MB, where a Python
 ``set`` of ints would cost over 500 MB.
@@ -33,17 +36,20 @@ from __future__ import annotations
 import collections.abc
 import contextlib
 import csv
+import hashlib
+import itertools
 import json
 import os
 import stat
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Final
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Final, Protocol, TypeVar
 
-from surge.errors import ERROR_CLASSES, UsageError
+from surge.errors import RECORD_ERROR_CLASSES, UsageError
 from surge.http.timings import RECORD_PHASES
 from surge.sinks import Sink, open_output, read_lines, reason
+from surge.trace.redact import safe_url
 
 #: The keys of a result record, in the order they are written.
 FIELDS: Final = (
@@ -64,11 +70,18 @@ FIELDS: Final = (
     "timings",
 )
 #: The keys of a record's ``tls`` (None for plain HTTP; surge.http.connection.TLSInfo).
-TLS_FIELDS: Final = ("version", "cipher", "alpn", "subject", "issuer", "not_after")
+TLS_FIELDS: Final = ("version", "cipher", "alpn", "subject", "issuer", "not_after", "resumed")
 #: The keys of a record's ``timings`` (curl's -w timers, see surge.http.timings).
 TIMING_FIELDS: Final = RECORD_PHASES
 #: Fields the options add after the contract's (FetchOptions.extras), in this order.
-EXTRA_FIELDS: Final = ("headers", "body_path", "body_sha256", "body")
+EXTRA_FIELDS: Final = (
+    "headers",
+    "body_path",
+    "body_sha256",
+    "continue_from",
+    "continued",
+    "body",
+)
 #: The CSV header: the record's fields with ``tls`` and ``timings`` flattened.
 CSV_COLUMNS: Final = FIELDS[:-2] + tuple(f"tls_{k}" for k in TLS_FIELDS) + TIMING_FIELDS
 OUTPUT_FORMATS: Final = ("jsonl", "csv")
@@ -79,7 +92,7 @@ FLUSH_INTERVAL: Final = 0.5
 #: ... and at least every this many records, which bounds the buffer (~3 MB).
 FLUSH_RECORDS: Final = 10_000
 
-_ERRORS: Final = frozenset(ERROR_CLASSES)
+_ERRORS: Final = frozenset(RECORD_ERROR_CLASSES)
 _NULL_TIMINGS: Final = dict.fromkeys(TIMING_FIELDS)
 # One JSONL record, compact (no spaces: a million records, ~15 MB less to write
 # and read back), keys in contract order.
@@ -118,6 +131,10 @@ class RecordWriter:
         self._pending: list[str] = []
         self._last_flush = time.monotonic()
         self._closed = False
+        #: Called before each write of records: what must hold their exchanges
+        #: first (the WARC's flush), raising if it cannot - the records then
+        #: stay unwritten.
+        self.before_flush: Callable[[], None] | None = None
         if fmt == "csv":
             # The csv writer formats each row into one string and hands it to
             # `write`, which here is the pending list's append.
@@ -189,7 +206,7 @@ class RecordWriter:
                 tls_row = (
                     (None,) * len(TLS_FIELDS)
                     if tls_info is None
-                    else tuple(_one_line(tls_info.get(k)) for k in TLS_FIELDS)
+                    else tuple(_csv_extra(tls_info.get(k)) for k in TLS_FIELDS)  # resumed: true
                 )
                 self._csv.writerow(
                     (
@@ -238,6 +255,8 @@ class RecordWriter:
         """Write the buffered records out, as whole lines, in one write."""
         self._last_flush = time.monotonic()
         if self._pending:
+            if self.before_flush is not None:
+                self.before_flush()  # a record is done only when every sink holds it
             data = "".join(self._pending)
             self._pending.clear()
             if isinstance(self._sink, list):
@@ -428,12 +447,14 @@ class HeldOutput:
     newline).  :meth:`close` before that leaves it exactly as it was - and
     removes it if holding it created it."""
 
-    __slots__ = ("_cut", "_newline", "done", "sink")
+    __slots__ = ("_cut", "_newline", "done", "seen", "sink")
 
-    def __init__(self, sink: Sink, done: LineSet, cut: int | None, newline: bool) -> None:
+    def __init__(self, sink: Sink, seen: Resumed, cut: int | None, newline: bool) -> None:
         self.sink = sink
+        #: What --resume read of it (resumed; else nothing).
+        self.seen = seen
         #: The input line numbers recorded already (resumed; else none).
-        self.done = done
+        self.done = seen.done
         self._cut = cut
         self._newline = newline
 
@@ -456,6 +477,7 @@ def hold_output(
     resume: bool = False,
     extras: tuple[str, ...] = (),
     input_lines: int | None = None,
+    held_elsewhere: Callable[[Mapping[str, Any]], bool] | None = None,
 ) -> HeldOutput:
     """Lock the output ``path`` (``None`` or ``"-"``: stdout) for a run, and
     with ``resume`` read the input lines it has recorded; nothing in it changes
@@ -467,12 +489,17 @@ def hold_output(
     a last line that is neither a record nor the start of one, a line number
     past the input - is a :class:`UsageError` naming the file and line, and the
     file is left byte for byte as it was.
+
+    ``held_elsewhere(record)``: whether the run's other sinks (the WARC, the
+    saved bodies) still hold what this record says was done; from the first
+    record that is not so, the records are cut by :meth:`HeldOutput.finish`
+    and their inputs fetched again (see :class:`Resumed`).
     """
     _check_format(fmt)
     if path is None or os.fspath(path) == "-":
         if resume:
             raise UsageError("--resume needs an output file (-o FILE), not stdout")
-        return HeldOutput(open_output(None), LineSet(), None, False)
+        return HeldOutput(open_output(None), Resumed(), None, False)
     name = os.fspath(path)
     if resume:
         with contextlib.suppress(FileNotFoundError):
@@ -482,16 +509,19 @@ def hold_output(
     sink = open_output(path, append=True, rollback="line")
     try:
         if not resume:
-            return HeldOutput(sink, LineSet(), 0 if sink.regular else None, False)
+            return HeldOutput(sink, Resumed(), 0 if sink.regular else None, False)
         if not sink.regular:
             raise UsageError(f"{name}: --resume needs a regular file to read back, not this one")
-        done, cut, newline = _scan(
-            sink.read_lines(MAX_RECORD_BYTES), name, fmt, extras, input_lines
+        seen = Resumed(held_elsewhere)
+        cut, newline = _scan(
+            sink.read_lines(MAX_RECORD_BYTES), name, fmt, extras, input_lines, seen
         )
+        if seen.lost is not None:  # records from there on are done again
+            cut, newline = seen.lost, False
     except BaseException:
         sink.abandon()
         raise
-    return HeldOutput(sink, done, cut, newline)
+    return HeldOutput(sink, seen, cut, newline)
 
 
 def done_lines(
@@ -519,7 +549,9 @@ def done_lines(
     except OSError as exc:
         raise UsageError(f"{name}: cannot read: {reason(exc)}") from None
     try:
-        return _scan(read_lines(fd, MAX_RECORD_BYTES, name), name, fmt, extras, input_lines)[0]
+        seen = Resumed()
+        _scan(read_lines(fd, MAX_RECORD_BYTES, name), name, fmt, extras, input_lines, seen)
+        return seen.done
     finally:
         os.close(fd)
 
@@ -533,31 +565,150 @@ def _refused(name: str, lineno: int, problem: str) -> UsageError:
     )
 
 
+class Resumed:
+    """What ``--resume`` read of an output: the input lines it records
+    (:attr:`lines`), those of them done (:attr:`done`), and what it says of the
+    input they came from.
+
+    * **The input it was made from.**  :attr:`digest` folds each record's
+      (``line``, ``input``) into one number (:func:`input_key`), in constant
+      memory; :func:`resumed_inputs` folds this input's lines at those numbers
+      the same way, and refuses to resume onto records of another input.
+    * **What the other sinks hold.**  ``held_elsewhere(record)`` (the WARC has
+      its exchange, its saved body is there): the first record it is false of
+      is :attr:`lost` - its offset - and that record and every one after it
+      are cut and done again, so that a record never stands for an exchange
+      a sink lost (a WARC cut by a full disk, an OS that lost its tail)."""
+
+    __slots__ = ("digest", "done", "held_elsewhere", "last", "lines", "lost")
+
+    def __init__(self, held_elsewhere: Callable[[Mapping[str, Any]], bool] | None = None) -> None:
+        self.lines = LineSet()
+        self.done = LineSet()
+        self.digest = 0
+        #: The largest line recorded (0: none).
+        self.last = 0
+        #: The offset of the first record a sink lost, if one did.
+        self.lost: int | None = None
+        self.held_elsewhere = held_elsewhere
+
+    def add(self, line: int, value: str, offset: int, record: Mapping[str, Any]) -> None:
+        """``record`` of input ``line``, whose ``input`` is ``value``, at ``offset``."""
+        if line in self.lines:
+            return
+        self.lines.add(line)
+        self.digest = (self.digest + input_key(line, value)) & _DIGEST_MASK
+        if line > self.last:
+            self.last = line
+        held = self.held_elsewhere
+        if self.lost is None and held is not None and not held(record):
+            self.lost = offset
+        if self.lost is None:
+            self.done.add(line)
+
+
+_DIGEST_MASK: Final = (1 << 128) - 1
+
+
+def input_key(line: int, value: str) -> int:
+    """An input line (its number, its value as a record's ``input`` holds it)
+    as one term of :attr:`Resumed.digest`: 128 bits of BLAKE2b of both, so the
+    sum of the terms tells "line N is the input's line N" - whatever order the
+    records were written in - for every run alike.  (Not ``hash()``: seeded
+    per process, and a tuple's hash is near-linear in its items, so a sum of
+    them missed two lines swapped in about one run in eight.)  The value is
+    folded as a record writes it (:func:`surge.trace.redact.safe_url`, which
+    gives what it wrote back unchanged): an input line and its record's
+    ``input`` fold the same."""
+    key = hashlib.blake2b(line.to_bytes(8, "little"), digest_size=16)
+    key.update((_one_line(safe_url(value)) or "").encode("utf-8", "surrogatepass"))
+    return int.from_bytes(key.digest(), "little")
+
+
+class _Input(Protocol):
+    @property
+    def line(self) -> int: ...
+    @property
+    def input(self) -> str: ...
+
+
+_I = TypeVar("_I", bound=_Input)
+
+
+def resumed_inputs(
+    items: Iterator[_I], seen: Resumed, output: str, source: str
+) -> tuple[int, Iterator[_I]]:
+    """(how many inputs are done already, the inputs left) of a resumed run -
+    once ``items`` (the input's, in line order) were read past the last line
+    recorded and their lines matched the records': every recorded line there,
+    with the same ``input``.  Else a :class:`UsageError`, before anything
+    changed: the records are of another input.  The inputs left before the
+    last line recorded are held meanwhile (those the first run had in
+    flight, and those whose records a sink lost)."""
+    if not seen.lines:
+        return 0, items
+    digest = 0
+    count = 0
+    left: list[_I] = []
+    ahead: _I | None = None
+    for item in items:
+        if item.line > seen.last:
+            ahead = item
+            break
+        if item.line in seen.lines:
+            count += 1
+            digest = (digest + input_key(item.line, item.input)) & _DIGEST_MASK
+        if item.line not in seen.done:
+            left.append(item)
+    if count != len(seen.lines) or digest != seen.digest:
+        missing = len(seen.lines) - count
+        why = (
+            f"{missing:,} of the lines it records are not in {source}"
+            if missing
+            else f"the inputs it records are not {source}'s lines"
+        )
+        raise UsageError(
+            f"{output}: its records are not of this input ({why}): not resumed "
+            "(the file is unchanged)"
+        )
+    rest = itertools.chain(left, () if ahead is None else (ahead,), items)
+    return len(seen.done), rest
+
+
 def _scan(
-    lines: _Lines, name: str, fmt: str, extras: tuple[str, ...] | None, input_lines: int | None
-) -> tuple[LineSet, int | None, bool]:
-    """(the lines done, where to cut a torn last line, whether a whole last
-    record lacks only its newline) of an output's ``lines``; refuses what is
-    not surge's."""
+    lines: _Lines,
+    name: str,
+    fmt: str,
+    extras: tuple[str, ...] | None,
+    input_lines: int | None,
+    seen: Resumed,
+) -> tuple[int | None, bool]:
+    """(where to cut a torn last line, whether a whole last record lacks only
+    its newline) of an output's ``lines``, their records added to ``seen``;
+    refuses what is not surge's."""
     top = MAX_LINE if input_lines is None else input_lines
 
-    def line_of(value: object, lineno: int) -> int:
+    def add(record: Mapping[str, Any], lineno: int, offset: int) -> None:
+        value = record["line"]
         if type(value) is not int or value < 1:
             raise _refused(name, lineno, "no line number")
         if value > top:
             past = f"past the input's {top:,} lines" if input_lines is not None else "not a line"
             raise _refused(name, lineno, f"line {value} is {past}")
-        return value
+        given = record["input"]
+        if not isinstance(given, str):
+            raise _refused(name, lineno, "no input")
+        seen.add(value, given, offset, record)
 
     if fmt == "jsonl":
-        return _jsonl_scan(lines, name, line_of)
-    return _csv_scan(lines, name, extras, line_of)
+        return _jsonl_scan(lines, name, add)
+    return _csv_scan(lines, name, extras, add)
 
 
-def _jsonl_scan(
-    lines: _Lines, name: str, line_of: collections.abc.Callable[[object, int], int]
-) -> tuple[LineSet, int | None, bool]:
-    done = LineSet()
+_Add = Callable[[Mapping[str, Any], int, int], None]
+
+
+def _jsonl_scan(lines: _Lines, name: str, add: _Add) -> tuple[int | None, bool]:
     for lineno, (raw, whole, offset) in enumerate(lines, 1):
         if len(raw) > MAX_RECORD_BYTES + 1:
             raise _refused(name, lineno, f"a line of more than {MAX_RECORD_BYTES:,} bytes")
@@ -566,10 +717,10 @@ def _jsonl_scan(
             # record whose newline did not make it, which is kept.
             record = _json_object(raw)
             if record is not None and all(key in record for key in RECORD_KEYS):
-                done.add(line_of(record["line"], lineno))
-                return done, None, True
+                add(record, lineno, offset)
+                return None, True
             if raw.startswith(RECORD_START) or RECORD_START.startswith(raw):
-                return done, offset, False
+                return offset, False
             raise _refused(name, lineno, "the last line is neither a record nor the start of one")
         if raw.isspace():
             continue
@@ -587,8 +738,8 @@ def _jsonl_scan(
         missing = [key for key in RECORD_KEYS if key not in record]
         if missing:
             raise _refused(name, lineno, f'no "{missing[0]}" field')
-        done.add(line_of(record["line"], lineno))
-    return done, None, False
+        add(record, lineno, offset)
+    return None, False
 
 
 def _json_object(raw: bytes) -> dict[str, Any] | None:
@@ -600,21 +751,17 @@ def _json_object(raw: bytes) -> dict[str, Any] | None:
 
 
 def _csv_scan(
-    lines: _Lines,
-    name: str,
-    extras: tuple[str, ...] | None,
-    line_of: collections.abc.Callable[[object, int], int],
-) -> tuple[LineSet, int | None, bool]:
-    done = LineSet()
+    lines: _Lines, name: str, extras: tuple[str, ...] | None, add: _Add
+) -> tuple[int | None, bool]:
     first = next(lines, None)
     if first is None:
-        return done, None, False
+        return None, False
     raw, whole, _ = first
     text = _text(raw, name, 1, partial=not whole)
     if not whole:
         ours = ",".join(CSV_COLUMNS + (extras or ()))
         if ours.startswith(text):
-            return done, 0, False  # a header cut short: the file starts again
+            return 0, False  # a header cut short: the file starts again
         raise _refused(name, 1, "the only line is neither surge's CSV header nor part of it")
     header = next(csv.reader([text]), [])
     width = len(header)
@@ -626,10 +773,11 @@ def _csv_scan(
     if extras is not None and fields != extras:
         raise UsageError(
             f"{name}: written with the record fields {list(fields)}, not {list(extras)}: "
-            "resume with the first run's options (-i, --output-dir)"
+            "resume with the first run's options (-i, --output-dir, -C)"
         )
     column = header.index("line")
-    where = [1]
+    input_column = header.index("input")
+    where = [1, 0]  # the line number and offset of the row read
     tail: list[tuple[bytes, int]] = []
 
     def texts() -> Iterator[str]:
@@ -637,7 +785,7 @@ def _csv_scan(
             if not whole:
                 tail.append((raw, offset))
                 return
-            where[0] = lineno
+            where[0], where[1] = lineno, offset
             if len(raw) > MAX_RECORD_BYTES + 1:
                 raise _refused(name, lineno, f"a line of more than {MAX_RECORD_BYTES:,} bytes")
             yield _text(raw, name, lineno)
@@ -653,7 +801,13 @@ def _csv_scan(
                 line = int(row[column])
             except ValueError:
                 line = 0
-            done.add(line_of(line, where[0]))
+            # a CSV record's empty cells are its nulls
+            record: dict[str, Any] = {
+                key: value or None for key, value in zip(header, row, strict=True)
+            }
+            record["line"] = line
+            record["input"] = row[input_column]
+            add(record, where[0], where[1])
     except csv.Error as exc:
         raise _refused(name, where[0], f"not valid CSV ({exc})") from None
     if tail:
@@ -662,8 +816,8 @@ def _csv_scan(
         cut_row = next(csv.reader([_text(raw, name, lineno, partial=True)]), [])
         if "\0" in raw.decode("utf-8", "replace") or len(cut_row) > width:
             raise _refused(name, lineno, "the last line is neither a record nor the start of one")
-        return done, offset, False
-    return done, None, False
+        return offset, False
+    return None, False
 
 
 def _text(raw: bytes, name: str, lineno: int, *, partial: bool = False) -> str:

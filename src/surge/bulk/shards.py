@@ -50,7 +50,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from surge.bulk.engine import FetchOptions, Record, fetch_one
+from surge.bulk.engine import FetchOptions, Record, RunState, fetch_one
 from surge.bulk.inputs import InputItem
 from surge.bulk.limits import fit_open_files
 from surge.bulk.outputs import encode_records
@@ -103,13 +103,19 @@ def pack_inputs(items: Sequence[InputItem]) -> bytes:
     (docs/cluster.md), as Dask's pickles need anyway.
     """
     columns = ([i.line for i in items], [i.input for i in items], [i.url for i in items])
-    return marshal.dumps(columns, _MARSHAL_VERSION)
+    # an input that cannot be fetched (InputItem.problem) travels with its reason
+    problems = {n: i.problem for n, i in enumerate(items) if i.problem is not None}
+    return marshal.dumps((*columns, problems), _MARSHAL_VERSION)
 
 
 def unpack_inputs(packed: bytes) -> list[InputItem]:
     """The inputs :func:`pack_inputs` packed."""
-    lines, inputs, urls = marshal.loads(packed)
-    return list(map(InputItem, lines, inputs, urls))
+    lines, inputs, urls, problems = marshal.loads(packed)
+    items = list(map(InputItem, lines, inputs, urls))
+    for n, problem in problems.items():
+        item = items[n]
+        items[n] = InputItem(item.line, item.input, item.url, problem=problem)
+    return items
 
 
 def run_shard(
@@ -272,6 +278,11 @@ class _Engine:
 
     def __init__(self, opts: FetchOptions) -> None:
         self.opts = replace(opts, concurrency=fit_open_files(opts.concurrency))
+        # What the crawl controls keep (the hosts' error budget...), for every
+        # shard of the job this worker runs; never a sink here: the records
+        # are the client's to write.
+        kept = RunState(replace(self.opts, warc=None, output_dir=None, continue_at=None))
+        self.state = kept if kept.needed else None
         self.active = 0  # shards running on it (guarded by the registry's lock)
         self.closing: asyncio.TimerHandle | None = None
         # On the loop's thread only: inputs not yet taken, idle fetchers, since when
@@ -344,7 +355,7 @@ class _Engine:
             if shard.error is not None:
                 continue  # the shard failed already: its other inputs are moot
             try:
-                record = await fetch_one(client, item, self.opts)
+                record = await fetch_one(client, item, self.opts, self.state)
             except Exception as error:  # a bug, not a remote failure: fail the shard
                 shard.fail(error)
             else:

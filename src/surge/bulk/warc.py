@@ -44,7 +44,13 @@ are no gzip member (a file system that extended the file with zeros), or a
 ``request``/``response`` whose partner (named by its ``WARC-Concurrent-To``)
 is not the record before it.  Damage followed by further complete records is
 not a torn tail: :func:`recover` raises :class:`~surge.errors.UsageError`
-rather than throw those records away.
+rather than throw those records away.  Each exchange of ``surge fetch`` names
+its input line (``Surge-Input-Line``, an extension field), so that a resumed
+run can tell which records the WARC holds (:func:`exchange_lines`: a record
+whose exchange is gone is done again) and cut the exchanges whose records
+never got out (:meth:`WarcWriter.cut_unrecorded`); a failed write stays
+failed (each later flush raises it), and ``surge fetch`` writes its records
+only after the WARC's flush.
 
 Rotation.  With ``max_size``, an exchange that would take the file past it goes
 to a new file instead, named by :func:`rotated_path` (``out.warc.gz``,
@@ -80,21 +86,23 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Container, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, Final, TypeAlias
 from urllib.parse import quote
 
 from surge._version import __version__
-from surge.errors import UsageError
-from surge.sinks import Sink, open_output
+from surge.bulk.outputs import LineSet
+from surge.errors import SinkError, UsageError
+from surge.sinks import Sink, open_output, reason
 
 __all__ = [
     "BUFFER_SIZE",
     "FLUSH_INTERVAL",
     "Body",
     "WarcWriter",
+    "exchange_lines",
     "recover",
     "rotated_path",
     "rotated_paths",
@@ -253,7 +261,9 @@ os.register_at_fork(after_in_child=_ids.clear)
 def _target_uri(url: str) -> bytes:
     """``url`` as a WARC-Target-URI: an RFC 3986 URI has no spaces, controls or
     non-ASCII characters, so those are percent-encoded (UTF-8), as browsers and
-    curl send them; everything else, ``%`` included, is kept as given."""
+    curl send them; everything else, ``%`` included, is kept as given - but a
+    fragment, which is never sent (and holds OAuth's ``#access_token=``)."""
+    url = url.partition("#")[0]
     if url.isascii() and url.isprintable() and " " not in url:
         return url.encode("ascii")
     return quote(url, safe=_URI_SAFE, errors="surrogatepass").encode("ascii")
@@ -449,6 +459,9 @@ class WarcWriter:
         self._exchanges = False  # whether the current file holds an exchange
         self._warcinfo_id = b""  # the ID of this writer's warcinfo in the current file
         self._warcinfo_written = False  # (an appended file gets it with its first exchange)
+        #: The failure of a write: every later flush raises it again, so that
+        #: no record is written for an exchange the failed write lost.
+        self._failed: SinkError | None = None
         if append and (existing := rotated_paths(self._base)):
             self._index = len(existing) - 1
             current = existing[-1]
@@ -483,6 +496,7 @@ class WarcWriter:
         response_head: bytes,
         response_body: Body,
         date: datetime | float | None = None,
+        line: int | None = None,
     ) -> int:
         """Write one exchange as a ``request`` and a ``response`` record.
 
@@ -491,8 +505,11 @@ class WarcWriter:
         heads are as sent and received, with or without their closing blank line;
         the bodies are entity bodies (dechunked, not content-decoded).  ``date``:
         when the request was sent (a datetime, naive meaning UTC, or POSIX
-        seconds); now if None.  Returns the bytes this call added to the WARC
-        files (compressed), a warcinfo it had to start included.
+        seconds); now if None.  ``line``: the input line the exchange is of
+        (``surge fetch``), written as ``Surge-Input-Line`` - what ``--resume``
+        matches the records with (:func:`exchange_lines`).  Returns the bytes
+        this call added to the WARC files (compressed), a warcinfo it had to
+        start included.
         """
         target = _target_uri(url)
         if ip is None:
@@ -512,6 +529,7 @@ class WarcWriter:
                 request_body,
                 response_head,
                 response_body,
+                b"" if line is None else b"Surge-Input-Line: %d\r\n" % line,
             )
             records = self._exchange(*exchange)
             written = 0
@@ -536,6 +554,43 @@ class WarcWriter:
                 self._flush()
             return written
 
+    def cut_unrecorded(self, done: Container[int]) -> int:
+        """Resumed (``append``): cut the exchanges after the last one whose
+        input line is in ``done`` (the lines the records hold), from the end of
+        the series back - the exchanges of records that never reached the
+        records file (a write of it failed, the run was killed), which the
+        resumed run makes again.  Call it before any exchange is written;
+        returns the bytes cut."""
+        with self._lock:
+            cut = 0
+            for index in range(self._index, -1, -1):
+                current = index == self._index
+                path = rotated_path(self._base, index)
+                try:
+                    with open(path, "rb") as file:
+                        size = file.seek(0, os.SEEK_END)
+                        keep, exchanges = _kept_end(file, done)
+                except FileNotFoundError:
+                    continue
+                except OSError as exc:
+                    raise UsageError(f"{path}: cannot read: {reason(exc)}") from None
+                if keep < size:
+                    cut += size - keep
+                    if current:
+                        self._file_sink.truncate(keep)  # through the locked descriptor
+                    else:
+                        os.truncate(path, keep)
+                if current:
+                    self._exchanges = exchanges
+                if exchanges:
+                    break  # the last exchange a record holds: kept, and all before it
+            sink = self._file_sink
+            if cut and sink.regular:
+                self._size = sink.position + self._pending_bytes
+                if sink.position == 0 and not self._pending:
+                    self._add(self._warcinfo())  # a file emptied starts again
+            return cut
+
     def flush(self) -> None:
         """Write the buffered exchanges now (call it when the producer goes idle)."""
         with self._lock:
@@ -549,7 +604,8 @@ class WarcWriter:
                 return
             self._closed = True
             try:
-                self._flush()
+                if self._failed is None:  # (else raised already: nothing more is written)
+                    self._flush()
             finally:
                 if self._sink is not None:
                     sink, self._sink = self._sink, None
@@ -572,6 +628,7 @@ class WarcWriter:
         request_body: Body,
         response_head: bytes,
         response_body: Body,
+        line_field: bytes,
     ) -> bytes:
         request_parts = _pieces(request_body)
         response_parts = _pieces(response_body)
@@ -596,6 +653,7 @@ class WarcWriter:
                 ip_line,
                 self._warcinfo_id,
                 response_id,
+                line_field,
                 b"request",
                 digests[0:32],
                 digests[32:64],
@@ -613,6 +671,7 @@ class WarcWriter:
                 ip_line,
                 self._warcinfo_id,
                 request_id,
+                line_field,
                 b"response",
                 digests[64:96],
                 digests[96:128],
@@ -787,6 +846,8 @@ class WarcWriter:
 
     def _flush(self) -> None:
         self._last_flush = time.monotonic()
+        if self._failed is not None:
+            raise SinkError(str(self._failed), errno=self._failed.errno)
         if not self._pending:
             return
         data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
@@ -796,8 +857,13 @@ class WarcWriter:
         try:
             # whole, or a SinkError with the file cut back to its last exchange
             self._file_sink.write(data)
+        except SinkError as e:
+            self._size = on_disk
+            self._failed = e
+            raise
         except BaseException:
             self._size = on_disk
+            self._failed = SinkError(f"{self._file_sink.name}: a write was interrupted")
             raise
 
 
@@ -810,6 +876,7 @@ _HTTP_RECORD: Final = (
     b"%s"  # WARC-IP-Address, if known
     b"WARC-Warcinfo-ID: %s\r\n"
     b"WARC-Concurrent-To: %s\r\n"
+    b"%s"  # Surge-Input-Line, if the exchange is an input's
     b"Content-Type: application/http;msgtype=%s\r\n"
     b"WARC-Block-Digest: sha1:%s\r\n"
     b"WARC-Payload-Digest: sha1:%s\r\n"
@@ -993,6 +1060,60 @@ def recover(path: str | os.PathLike[str]) -> int:
         if keep < size:
             file.truncate(keep)
         return size - keep
+
+
+def _line_of(member: _Member) -> int | None:
+    """The input line an exchange's record names (``Surge-Input-Line``), if any."""
+    value = member.field(b"Surge-Input-Line")
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def exchange_lines(path: str | os.PathLike[str]) -> LineSet | None:
+    """The input lines whose responses the WARC series at ``path`` holds (its
+    rotated parts included), read up to a torn tail: what ``--resume`` checks
+    the records against.  None when there is nothing to check against: no
+    such file, or responses that name no line (a WARC of an earlier surge)."""
+    lines = LineSet()
+    unnamed = False
+    paths = rotated_paths(path)
+    if not paths:
+        return None
+    for part in paths:
+        try:
+            file = open(part, "rb")  # noqa: SIM115 - closed by the with below
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise UsageError(f"{part}: cannot read: {reason(exc)}") from None
+        with file:
+            for member in _members(file, 0):
+                if member.state != "ok":
+                    break
+                if member.field(b"WARC-Type") != b"response":
+                    continue
+                line = _line_of(member)
+                if line is None:
+                    unnamed = True
+                elif line >= 1:
+                    lines.add(line)
+    return None if unnamed and not lines else lines
+
+
+def _kept_end(file: IO[bytes], done: Container[int]) -> tuple[int, bool]:
+    """Where a WARC file ends once the exchanges after the last one of a line
+    in ``done`` are cut (those whose records were lost), and whether it then
+    holds an exchange.  Members that name no line (warcinfo, an earlier
+    surge's exchanges) are kept."""
+    keep = 0
+    exchanges = False
+    for member in _members(file, 0):
+        if member.state != "ok":
+            break
+        line = _line_of(member)
+        if line is None or line in done:
+            keep = member.end
+            exchanges = exchanges or line is not None
+    return keep, exchanges
 
 
 def _unpaired(last: _Member, previous: _Member | None) -> bool:

@@ -41,6 +41,17 @@ The approaches, and what each leaves of one user's session to the next
                             (``pool_mode=session``, ``server_reset_query=DISCARD
                             ALL``: pgbouncer's default).  Leaves nothing.
 
+For asyncio on PostgreSQL (``--asyncio-only`` runs just these), the same loop
+awaited, ``fetch`` of the query, autocommit (asyncpg has no other mode):
+``asyncpg, one reused connection`` (leaves everything), the same with surge's
+asyncpg reset awaited after each query (keeps asyncpg's statement cache) and
+with ``DISCARD ALL`` instead (asyncpg re-prepares the query every time: the
+cost the kept cache saves), ``asyncpg.create_pool``
+(its reset: advisory unlock, CLOSE ALL, UNLISTEN, RESET ALL; leaves SET ROLE,
+PREPARE, temporary tables and more), ``surge.db.async_pool, asyncpg`` (leaves
+nothing but asyncpg's statement cache), and psycopg's AsyncConnection reused and
+through ``surge.db.async_pool``.
+
 The target: ``surge.db.pool`` at most 1.05x ``one reused connection``, or - where
 the reset itself costs more than that on this machine - within 10% of the
 ``reset floor`` measured in the same run.  Results go to
@@ -374,6 +385,115 @@ def measure(
     return out
 
 
+def measure_asyncio(server: Any, sql: str, queries: int, repeat: int) -> dict[str, Any]:
+    """The asyncio approaches (see the module's doc), interleaved round by round."""
+    import asyncio
+
+    import asyncpg
+    import psycopg
+
+    import surge.db
+    from surge.db._asyncpg import RESET_SQL
+
+    async def run() -> dict[str, Any]:
+        reused = await asyncpg.connect(server.url)
+        theirs = await asyncpg.create_pool(server.url, min_size=1, max_size=1)
+        ours = surge.db.async_pool(server.url, driver="asyncpg", max_size=1)
+        pg_reused = await psycopg.AsyncConnection.connect(server.url, autocommit=True)
+        pg_ours = surge.db.async_pool(server.url, max_size=1, autocommit=True)
+
+        async def reused_step() -> None:
+            await reused.fetch(sql)
+
+        async def keep_step() -> None:
+            await reused.fetch(sql)
+            await reused.execute(RESET_SQL)
+
+        async def reprepare_step() -> None:
+            await reused.fetch(sql)
+            await reused.execute("DISCARD ALL")
+            reused._drop_local_statement_cache()  # what DISCARD ALL deallocated
+
+        async def theirs_step() -> None:
+            async with theirs.acquire() as conn:
+                await conn.fetch(sql)
+
+        async def ours_step() -> None:
+            async with ours.connection() as conn:
+                await conn.fetch(sql)
+
+        async def pg_reused_step() -> None:
+            await (await pg_reused.execute(sql)).fetchall()
+
+        async def pg_ours_step() -> None:
+            async with pg_ours.connection() as conn:
+                await (await conn.execute(sql)).fetchall()
+
+        steps = {
+            "asyncpg, one reused connection": ("everything", reused_step),
+            "asyncpg reused + surge's reset": ("asyncpg's statement cache", keep_step),
+            "asyncpg reused + DISCARD ALL": ("nothing (re-prepares)", reprepare_step),
+            "asyncpg.create_pool": ("8 kinds of session state", theirs_step),
+            "surge.db.async_pool, asyncpg": ("asyncpg's statement cache", ours_step),
+            "psycopg AsyncConnection, reused": ("everything", pg_reused_step),
+            "surge.db.async_pool, psycopg": ("nothing", pg_ours_step),
+        }
+        walls: dict[str, list[float]] = {name: [] for name in steps}
+        cpus: dict[str, list[float]] = {name: [] for name in steps}
+        try:
+            for _, step in steps.values():  # warm
+                for _ in range(min(200, queries // 10)):
+                    await step()
+            for _ in range(repeat):
+                for name, (_, step) in steps.items():
+                    with gc_paused():
+                        cpu0, t0 = process_time(), perf_counter()
+                        for _ in range(queries):
+                            await step()
+                        wall, cpu = perf_counter() - t0, process_time() - cpu0
+                    walls[name].append(wall / queries * 1e6)
+                    cpus[name].append(cpu / queries * 1e6)
+        finally:
+            await reused.close()
+            await theirs.close()
+            await ours.close()
+            await pg_reused.close()
+            await pg_ours.close()
+        base = statistics.median(walls["asyncpg, one reused connection"])
+        return {
+            name: {
+                "leaves": leaves,
+                "wall_us_median": statistics.median(walls[name]),
+                "wall_us_best": min(walls[name]),
+                "wall_us_rounds": walls[name],
+                "cpu_us_median": statistics.median(cpus[name]),
+                "x_asyncpg_reused": statistics.median(walls[name]) / base,
+            }
+            for name, (leaves, _) in steps.items()
+        }
+
+    return asyncio.run(run())
+
+
+def report_asyncio(title: str, best: dict[str, Any]) -> str:
+    table = Table(title, ["approach", "leaves to the next user", "median", "x reused", "CPU"])
+    for name, b in best.items():
+        table.add(
+            name,
+            b["leaves"],
+            f"{b['wall_us_median']:,.0f} us",
+            f"{b['x_asyncpg_reused']:.2f}x",
+            f"{b['cpu_us_median']:,.0f} us",
+        )
+    table.print()
+    ours = best["surge.db.async_pool, asyncpg"]["wall_us_median"]
+    theirs = best["asyncpg.create_pool"]["wall_us_median"]
+    return (
+        f"{title}: surge.db.async_pool(asyncpg) {ours / theirs:.2f}x asyncpg.create_pool, "
+        f"{best['surge.db.async_pool, asyncpg']['x_asyncpg_reused']:.2f}x a reused connection"
+    )
+
+
 def report(title: str, best: dict[str, Any]) -> str:
     table = Table(
         title, ["approach", "leaves to the next user", "median", "x reused", "x floor", "CPU"]
@@ -412,13 +532,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--queries", type=int, help="queries per round (default 2000)")
     parser.add_argument("--repeat", type=int, help="rounds, interleaved (default 5)")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="JSON results path")
+    parser.add_argument(
+        "--asyncio-only", action="store_true", help="only the asyncio section (PostgreSQL)"
+    )
     args = parser.parse_args(argv)
     queries = args.queries or (200 if args.quick else 2000)
     repeat = args.repeat or (2 if args.quick else 5)
 
     import surge.testing
 
-    packages = ["surge", "pymysql", "psycopg", "sqlalchemy", "psycopg-pool"]
+    packages = ["surge", "pymysql", "psycopg", "sqlalchemy", "psycopg-pool", "asyncpg"]
     info = machine_info(packages)
     print(
         f"surge.db benchmark -- {info['cpu_model']}, {info['cpu_count']} cores, "
@@ -430,12 +553,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     verdicts: list[str] = []
     servers = {"mariadb": surge.testing.mariadb, "postgresql": surge.testing.postgresql}
     for kind in BACKENDS:
-        if args.only and kind != args.only:
+        if (args.only and kind != args.only) or (args.asyncio_only and kind != "postgresql"):
             continue
         with servers[kind]() as server:
             if kind == "mariadb":  # the write-up's query reads mysql.user
                 with server.connect(admin=True, autocommit=True) as admin:
                     admin.cursor().execute(f"GRANT SELECT ON mysql.user TO '{server.user}'@'%'")
+            if kind == "postgresql":
+                for label, sql in QUERIES[kind].items():
+                    title = f"postgresql, asyncio, {label}"
+                    results[title] = measure_asyncio(server, sql, queries, repeat)
+                    verdicts.append(report_asyncio(title, results[title]))
+            if args.asyncio_only:
+                continue
             with pgbouncer(server) if kind == "postgresql" else _nothing() as bouncer:
                 for autocommit in (False, True):
                     for label, sql in QUERIES[kind].items():

@@ -120,12 +120,14 @@ HTTP_ENGINE = frozenset(
         "surge.http.dnscache",
         "surge.http.gate",
         "surge.http.headers",
+        "surge.http.multiplex",  # HTTP/2's streams per origin (h2 itself: not loaded)
         "surge.http.redirects",
         "surge.http.resolver",
         "surge.http.response",
         "surge.http.stream",
         "surge.http.timeout",
         "surge.http.timings",
+        "surge.http.tlssession",  # TLS session resumption's per-origin cache (stdlib only)
         "surge.http.url",
         "surge.loops",
         "surge.pool",
@@ -134,6 +136,7 @@ HTTP_ENGINE = frozenset(
         "surge.pool._fork",
         "surge.pool._keyed_core",
         "surge.pool._options",
+        "surge.retry",  # may_resend: the at-most-once rule under every request
     }
 )
 #: The engine's third-party parts a plain request needs: the command line, the

@@ -10,6 +10,9 @@ counting); a test may restart it but must leave it running.
 ``start_mariadb`` / ``start_postgresql``: a server of the test's own, with
 options (``settings=``, ``auth=``, ``tls=``), stopped when the test ends.
 
+``served(httpd)``: an ``http.server`` server of a test's own, serving on a
+thread until the block ends.
+
 Every test runs with the machine's proxy variables (``http_proxy``...) unset.
 
 When a server or its Python driver is not installed: under CI (the environment
@@ -23,14 +26,17 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import shutil
 import stat
 import subprocess
 import sys
 import tarfile
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from socketserver import BaseServer
 from types import ModuleType
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import pytest
 
@@ -41,6 +47,20 @@ from surge.testing import DBServer, ServerNotInstalled, mariadb, postgresql
 RESOLVE = "*.sim:*:127.0.0.1"
 
 StartServer = Callable[..., DBServer]
+
+S = TypeVar("S", bound=BaseServer)
+
+
+@contextlib.contextmanager
+def served(httpd: S) -> Iterator[S]:
+    """``httpd`` serving on a daemon thread; shut down and closed on exit."""
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield httpd
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
 
 
 def memory_device(directory: Path, name: str) -> Path:
@@ -82,6 +102,16 @@ def require(module: str) -> ModuleType:
         if os.environ.get("CI"):
             pytest.fail(f"{hint} (CI is set: these tests must not be skipped)", pytrace=False)
         pytest.skip(hint, allow_module_level=True)
+
+
+def needs(binary: str) -> pytest.MarkDecorator:
+    """A test of ``binary`` (a reference client: curl, wget): skipped where it is
+    not installed, except under CI, where .ci/run installs it and the test runs
+    (and fails without it): a skip must not hide a broken setup."""
+    return pytest.mark.skipif(
+        shutil.which(binary) is None and not os.environ.get("CI"),
+        reason=f"{binary}, the reference, is not installed (under CI: a failure)",
+    )
 
 
 def sdist(project: str, version: str) -> Path:

@@ -6,12 +6,16 @@ The command tree is walked as click sees it (subcommands are imported lazily,
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import click
+import pytest
 from click.testing import CliRunner
 
-from surge.cli import main
+from surge._version import __version__
+from surge.cli import SUMMARIES, main
 
 
 def commands(
@@ -58,3 +62,31 @@ def test_every_command_prints_its_help() -> None:
         result = runner.invoke(main, args, catch_exceptions=False)
         assert result.exit_code == 0, (path, result.output)
         assert result.output.startswith("Usage: "), path
+
+
+@pytest.mark.parametrize("flag", ["-V", "--version"])
+@pytest.mark.parametrize("how", ["surge", "python -m surge"])
+def test_the_version_and_python_m_surge(flag: str, how: str) -> None:
+    """``surge -V``/``--version`` print surge._version's, as ``python -m surge``
+    (for an environment whose scripts are not on PATH) does."""
+    argv = (
+        [sys.executable, "-m", "surge", flag]
+        if how != "surge"
+        else [sys.executable, "-c", "from surge.cli import main; main()", flag]
+    )
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"surge, version {__version__}\n", "")
+
+
+def test_python_m_surge_runs_every_command() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "surge", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and all(name in done.stdout for name in SUMMARIES)
+    done = subprocess.run(
+        [sys.executable, "-m", "surge", "trace", "not a url"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1 and "FAILED: invalid_url" in done.stdout

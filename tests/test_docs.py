@@ -1,15 +1,26 @@
 """Every example in README.md and docs/ runs, as written, offline; so do the
 ``>>>`` examples in the public API's docstrings; and the site builds.
 
-- Every ```python block runs in a fresh namespace, in a temporary directory; a
-  block with top-level ``await`` runs as ``python -m asyncio`` runs it.
+- Every ```python block is saved as a file and run as a script (``python
+  example.py``, in a temporary directory), as a reader who saves it runs it:
+  what only works pasted into a REPL or exec'd in-process - top-level
+  ``await``, a process pool or Dask cluster without ``if __name__ ==
+  "__main__":`` - fails here.
 - Every ```sh block of a page runs, in order, as one bash script (``set -euo
   pipefail``) in a temporary directory, with this interpreter's ``bin`` (surge,
   python, mkdocs...) first on PATH and ``.venv`` pointing at its environment (the
   README's ``.venv/bin/surge``): a later block uses what an earlier one made or
   started (files, a ``surge sim &``), as a reader following the page would.
-  The fixed ports the examples name (:data:`PORTS`) are each replaced by a free
-  one, so that the test runs beside anything else on the machine.
+  MinIO is where .ci/run builds it (``${XDG_CACHE_HOME:-~/.cache}/surge/bin``),
+  not on PATH, unless this machine has it on PATH.
+- An example never names a fixed port: it takes a free one (``surge sim``
+  writes the ports it got to its JSON line) and the lines after it use that.
+  While a page's examples run, the fixed ports examples used to name
+  (:data:`PORTS`) are held by this test, so one that names them fails; the
+  pages of :data:`FIXED_PORT_PAGES`, not converted yet, get each replaced by a
+  free one instead.
+- Every wait loop (``until``/``while``) of a shell example is bounded: it runs
+  under ``timeout``, so a server that never comes up is a message, not a hang.
 - ``mkdocs build --strict`` builds the site (docs/hooks.py adds README.md and
   benchmarks/README.md): a broken link or anchor fails it.
 
@@ -28,11 +39,9 @@ plain text replacement of that address and nothing else.
 from __future__ import annotations
 
 import ast
-import asyncio
 import contextlib
 import doctest
 import importlib
-import inspect
 import io
 import os
 import re
@@ -41,6 +50,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,8 +59,7 @@ import pytest
 from tests.conftest import require
 from tests.http.conftest import httpbin  # noqa: F401 - a fixture, used by name
 
-from surge.s3.minio import MinioNotInstalled, find_minio
-from surge.testing import ServerNotInstalled
+from surge.s3.minio import MinioNotInstalled, cache_dir, find_minio
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -60,9 +69,19 @@ PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 #: Public address in the docstrings -> the fixture whose value replaces it.
 STAND_INS = {"https://httpbin.org": "httpbin"}
 
-#: Fixed ports the shell examples name (surge sim's, MinIO's, Dask's), each
-#: replaced by a free port when a page's examples run.
+#: Fixed ports examples used to name (surge sim's, MinIO's, Dask's): held while a
+#: page's examples run, or on a page of FIXED_PORT_PAGES each replaced by a free port.
 PORTS = ("8080", "8443", "8053", "9000", "9001", "8786", "8787")
+
+#: Pages whose shell examples still name fixed ports (their owners' to convert:
+#: take port 0 and read the port got, as README.md does).
+FIXED_PORT_PAGES = {"docs/fetch.md", "docs/s3.md"}
+
+#: Pages whose wait loops are not bounded yet (their owners' to convert).
+UNBOUNDED_WAIT_PAGES = {"docs/fetch.md"}
+
+#: Seconds any one example (a Python block, a page's shell blocks) may take.
+EXAMPLE_TIMEOUT = 300
 
 #: The blocks marked not to run, by their page and first line of code.
 MARKED_SKIPS: set[tuple[str, str]] = {
@@ -174,16 +193,54 @@ def _require_imports(code: str) -> None:
                 require(name.split(".")[0])
 
 
-def run_code(code: str, name: str) -> dict[str, Any]:
-    """Run ``code`` in a fresh namespace; top-level ``await`` as ``python -m
-    asyncio`` runs it (on a fresh event loop)."""
-    compiled = compile(code, name, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-    namespace: dict[str, Any] = {"__name__": "__docs__"}
-    if compiled.co_flags & inspect.CO_COROUTINE:
-        asyncio.run(eval(compiled, namespace))
-    else:
-        exec(compiled, namespace)
-    return namespace
+def run_bounded(
+    argv: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = EXAMPLE_TIMEOUT
+) -> tuple[int | None, str, str]:
+    """(exit status, stdout, stderr) of ``argv`` in its own session; at ``timeout``
+    the whole session (its background jobs, a cluster's workers) is killed and
+    the status is None.  Whatever it started is stopped on return.
+
+    The output goes to files, not pipes: a pipe's reader waits for every process
+    that holds its write end, and a grandchild that left the session (a server
+    that calls setsid) would hold it open after the kill, a wait with no end."""
+    with (
+        tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as out_file,
+        tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as err_file,
+    ):
+        process = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out_file,
+            stderr=err_file,
+            start_new_session=True,  # its background jobs (surge sim &) are stopped with it
+        )
+        status: int | None
+        try:
+            status = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+            status = None
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+        out_file.seek(0)
+        err_file.seek(0)
+        return status, out_file.read(), err_file.read()
+
+
+def run_script(
+    code: str, cwd: Path, timeout: float = EXAMPLE_TIMEOUT
+) -> tuple[int | None, str, str]:
+    """Run ``code`` as a reader who saved it runs it: ``python example.py``."""
+    (cwd / "example.py").write_text(code, encoding="utf-8")
+    return run_bounded([sys.executable, "example.py"], cwd, timeout=timeout)
+
+
+#: The last line of a traceback that says a server the suite installs is missing.
+_NOT_INSTALLED = re.compile(r"^(?:[\w.]+\.)?(?:MinioNotInstalled|ServerNotInstalled): (.+)$", re.M)
 
 
 def stand_ins(text: str, request: pytest.FixtureRequest) -> str:
@@ -195,19 +252,19 @@ def stand_ins(text: str, request: pytest.FixtureRequest) -> str:
 
 
 @pytest.mark.parametrize("block", PYTHON, ids=[b.where for b in PYTHON])
-def test_python_example_runs(
-    block: Block,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_python_example_runs_as_a_saved_script(block: Block, tmp_path: Path) -> None:
     if block.skip is not None:
         pytest.skip(f"marked in {block.page}: {block.skip}")
     _require_imports(block.code)
-    monkeypatch.chdir(tmp_path)
-    try:
-        run_code(block.code, block.where)
-    except (ServerNotInstalled, MinioNotInstalled) as error:
-        _not_installed(str(error))
+    status, out, err = run_script(block.code, tmp_path)
+    missing = _NOT_INSTALLED.findall(err)
+    if status != 0 and missing:
+        _not_installed(missing[-1])
+    assert status == 0, (
+        f"{block.where}, saved as example.py, "
+        + (f"still ran after {EXAMPLE_TIMEOUT} s" if status is None else f"exited {status}")
+        + f":\n{err[-3000:]}\n--- stdout ---\n{out[-1000:]}"
+    )
 
 
 def _free_port() -> int:
@@ -231,49 +288,92 @@ def shell_script(page: str, ports: dict[str, str]) -> str:
     return "\n".join(parts) + "\n"
 
 
+@contextlib.contextmanager
+def holding(ports: tuple[str, ...]) -> Any:
+    """Listen on each of ``ports`` of 127.0.0.1 meanwhile, so that an example that
+    names one finds it taken, as on a machine where something else has it (one
+    already taken is left to its owner: it is taken either way)."""
+    with contextlib.ExitStack() as stack:
+        for port in ports:
+            sock = stack.enter_context(socket.socket())
+            try:
+                sock.bind(("127.0.0.1", int(port)))
+                sock.listen()
+            except OSError:
+                pass
+        yield
+
+
+def _wait_loops(code: str) -> list[str]:
+    """The lines of ``code`` with an ``until`` or ``while`` loop not run under ``timeout``."""
+    return [
+        line.strip()
+        for line in code.splitlines()
+        if re.search(r"(^|[;&|(]\s*|\s)(until|while)\s", line.split("#", 1)[0])
+        and not re.search(r"\btimeout\s+\S+\s+(ba)?sh\s+-c\s+['\"](until|while)\s", line)
+    ]
+
+
+@pytest.mark.parametrize("page", sorted({b.page for b in BLOCKS if b.language == "sh"}))
+def test_every_wait_loop_is_bounded(page: str) -> None:
+    unbounded = [
+        line
+        for block in BLOCKS
+        if block.page == page and block.language == "sh" and block.skip is None
+        for line in _wait_loops(block.code)
+    ]
+    if page in UNBOUNDED_WAIT_PAGES:
+        assert unbounded, f"{page} has no unbounded wait left: take it off UNBOUNDED_WAIT_PAGES"
+    else:
+        assert not unbounded, f"{page}: a wait loop that may never end (run it under timeout)"
+
+
+def _minio_path() -> list[str]:
+    """What PATH needs for this machine's MinIO to be where a reader's is: nothing
+    when it is on PATH or where .ci/run builds it (the examples look there), its
+    directory when only $SURGE_MINIO names it."""
+    try:
+        binary = Path(find_minio())
+    except MinioNotInstalled as error:
+        _not_installed(str(error))
+    if shutil.which("minio") or binary == cache_dir() / "bin" / "minio":
+        return []
+    return [str(binary.parent)]
+
+
 @pytest.mark.parametrize("page", SHELL_PAGES)
 def test_shell_examples_run(page: str, tmp_path: Path) -> None:
-    script = shell_script(page, {fixed: str(_free_port()) for fixed in PORTS})
+    fixed = page in FIXED_PORT_PAGES
+    script = shell_script(page, {port: str(_free_port()) for port in PORTS} if fixed else {})
+    if fixed:
+        named = [p for p in PORTS if re.search(rf"\b{p}\b", shell_script(page, {}))]
+        assert named, f"{page} names no fixed port: take it off FIXED_PORT_PAGES"
     path = [str(Path(sys.executable).parent)]
-    if re.search(r"^\s*minio ", script, re.MULTILINE):
-        try:
-            path.append(str(Path(find_minio()).parent))
-        except MinioNotInstalled as error:
-            _not_installed(str(error))
+    if "minio" in script:
+        path += _minio_path()
     if re.search(r"\bdask (scheduler|worker)\b|--cluster\b", script):
         require("distributed")
     env = {
         **os.environ,
         "PATH": os.pathsep.join([*path, os.environ.get("PATH", "")]),
         "HOME": str(tmp_path),  # nothing from this machine's ~/.aws, ~/.config
+        # ... but its cache, where .ci/run built MinIO, as a reader's HOME has it
+        "XDG_CACHE_HOME": str(cache_dir().parent),
     }
     for name in ("AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"):
         env.pop(name, None)
     (tmp_path / ".venv").symlink_to(Path(sys.executable).parent.parent)
     (tmp_path / "script.sh").write_text(script)
-    process = subprocess.Popen(
-        ["bash", "script.sh"],
-        cwd=tmp_path,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # its background jobs (surge sim &) are stopped with it
-    )
-    try:
-        out, err = process.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        out, err = process.communicate()
-        pytest.fail(f"{page}: examples still running after 300 s\n{err[-3000:]}")
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
+    with holding(() if fixed else PORTS):
+        status, out, err = run_bounded(["bash", "script.sh"], tmp_path, env)
     announced = re.findall(r"^== (\S+)$", err, re.MULTILINE)
-    assert process.returncode == 0, (
-        f"the example at {announced[-1] if announced else page} failed "
-        f"(exit status {process.returncode}):\n{err[-3000:]}\n--- stdout ---\n{out[-2000:]}"
+    where = announced[-1] if announced else page
+    assert status is not None, (
+        f"{page}: examples still running after {EXAMPLE_TIMEOUT} s\n{err[-3000:]}"
+    )
+    assert status == 0, (
+        f"the example at {where} failed (exit status {status}):\n{err[-3000:]}"
+        f"\n--- stdout ---\n{out[-2000:]}"
     )
 
 
@@ -345,8 +445,6 @@ def test_the_mechanism_finds_blocks_markers_and_ports(tmp_path: Path) -> None:
         (9, "python", "x = await f()", None),
         (14, "sh", "surge sim --port 8080 &", None),
     ]
-    namespace = run_code("async def f():\n    return 7\nx = await f()\n", "t")
-    assert namespace["x"] == 7
     global BLOCKS
     saved, BLOCKS = BLOCKS, found
     try:
@@ -354,3 +452,37 @@ def test_the_mechanism_finds_blocks_markers_and_ports(tmp_path: Path) -> None:
     finally:
         BLOCKS = saved
     assert "surge sim --port 41234 &" in script and script.startswith("set -euo pipefail")
+
+
+#: Code that runs exec'd in-process, or pasted into ``python -m asyncio``, but not
+#: saved as a file and run: the examples the saved-script run catches.
+NOT_SCRIPTS = {
+    "top-level await": "import asyncio\nawait asyncio.sleep(0)\n",
+    "a spawned pool without a main guard": (
+        "import multiprocessing\nfrom concurrent.futures import ProcessPoolExecutor\n"
+        "with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context('spawn')) as pool:\n"
+        "    print(pool.submit(abs, -1).result())\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("code", NOT_SCRIPTS.values(), ids=NOT_SCRIPTS)
+def test_what_runs_only_in_process_fails_as_a_saved_script(code: str, tmp_path: Path) -> None:
+    # The same code did run exec'd in this process, as the examples used to.
+    status, _, err = run_script(code, tmp_path, timeout=120)
+    assert status not in (0, None), err
+    guarded = "if __name__ == '__main__':\n" + "".join(
+        f"    {line}\n" for line in code.splitlines()
+    )
+    if "await" not in code:
+        status, out, err = run_script(guarded, tmp_path, timeout=120)
+        assert (status, out) == (0, "1\n"), err
+
+
+def test_the_mechanism_finds_unbounded_wait_loops() -> None:
+    assert _wait_loops(
+        "until [ -s sim.json ]; do sleep 0.1; done\n"
+        "x=1; while true; do :; done   # forever\n"
+        "timeout 10 sh -c 'until [ -s sim.json ]; do sleep 0.1; done' || echo late\n"
+        "for i in 1 2; do echo $i; done  # until ... in a comment\n"
+    ) == ["until [ -s sim.json ]; do sleep 0.1; done", "x=1; while true; do :; done   # forever"]

@@ -41,6 +41,7 @@ CASES = [
     ("botocore", "import surge.s3; list(surge.s3.list_all('s3://bucket/', profile='p'))", "[s3]"),
     ("distributed", "import surge; list(surge.fetch_on_cluster(None, ['http://x/']))", "[cluster]"),
     ("dask", "import surge; list(surge.fetch_on_cluster(None, ['http://x/']))", "[cluster]"),
+    ("protego", "import surge; surge.fetch_all(['http://x/'], robots='obey')", "[crawl]"),
     ("pymysql", "import surge.testing; surge.testing.mariadb().__enter__()", "[db]"),
     ("psycopg", "import surge.testing; surge.testing.postgresql().__enter__()", "[db]"),
     ("httpx", "import surge.httpx", "[httpx]"),

@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import surge
-from surge.retry import RetryPolicy, retry_after_seconds
+from surge.retry import RetryPolicy, may_resend, retry_after_seconds
 
 
 @given(
@@ -128,3 +128,23 @@ def test_fetch_gives_up_when_retry_after_is_beyond_max_time(busy_server: str) ->
     (record,) = surge.fetch_all([f"{busy_server}/3600"], retries=3, max_time=5.0)
     assert (record["status"], record["attempts"]) == (503, 1)
     assert len(Busy.arrivals["/3600"]) == 1
+
+
+@pytest.mark.parametrize(
+    ("method", "written", "allowed"),
+    [
+        *((m, True, True) for m in ("GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE")),
+        *((m, True, False) for m in ("POST", "PATCH", "CONNECT", "PROPFIND", "LOCK")),
+        *((m, False, True) for m in ("GET", "POST", "PATCH", "CONNECT")),
+    ],
+)
+def test_only_an_idempotent_request_is_sent_again_once_written(
+    method: str, written: bool, allowed: bool
+) -> None:
+    assert may_resend(method, written) is allowed
+
+
+def test_a_write_timeout_is_retried_as_a_read_timeout_is() -> None:
+    policy = RetryPolicy(retries=1)
+    assert policy.error_worth_retrying("write_timeout")
+    assert policy.error_worth_retrying("read_timeout")

@@ -21,6 +21,7 @@ from tests.conftest import memory_device
 
 from surge.errors import LocalResourceError, SinkError, UsageError
 from surge.sinks import (
+    claim,
     lock_holder,
     names_stdout,
     open_output,
@@ -399,3 +400,33 @@ def test_parts_written_at_their_offsets_by_threads(tmp_path: Path) -> None:
 def test_the_names_of_stdout(path: str, is_stdout: bool) -> None:
     """What ``cp s3://b/k PATH`` streams to stdout, by name (nothing written)."""
     assert names_stdout(path) is is_stdout
+
+
+# -- no two sinks are one file -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("link", ["same", "hard", "symbolic"])
+@pytest.mark.parametrize("owner", ["locked output", "claimed"])
+def test_a_replacement_onto_a_claimed_file_is_refused_until_the_claim_ends(
+    tmp_path: Path, link: str, owner: str
+) -> None:
+    kept = tmp_path / "records.jsonl"
+    kept.write_bytes(b"kept\n")
+    if owner == "locked output":
+        sink = open_output(kept, append=True)
+        release = sink.close
+    else:
+        release = claim(kept)
+    other = tmp_path / "body"
+    if link == "same":
+        other = kept
+    elif link == "hard":
+        os.link(kept, other)
+    else:
+        other.symlink_to(kept)
+    with pytest.raises(SinkError, match="another output of this run"):
+        open_replacement(other)
+    assert kept.read_bytes() == b"kept\n"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp
+    release()
+    open_replacement(other).discard()  # the run's end gave the file back

@@ -37,12 +37,13 @@ FETCH = frozenset(
         "surge.bulk.summary",
         "surge.gc_tuning",
         "surge.histogram",
-        "surge.retry",
         "surge.trace",
+        "surge.trace.redact",  # the records' URLs, headers and error details
         "surge.trace.tracer",
     }
 )
-TRACE = frozenset({"surge.trace", "surge.trace.cli"})
+#: surge.trace.redact: what every writer of URLs and headers writes them through.
+TRACE = frozenset({"surge.trace", "surge.trace.cli", "surge.trace.redact"})
 
 
 @pytest.fixture(scope="module")

@@ -147,7 +147,7 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="surge")
+@click.version_option(__version__, "-V", "--version", prog_name="surge")
 def main() -> None:
     """Bulk network I/O that is fast by default and shows where the time goes."""
 

@@ -18,6 +18,7 @@ EXTRAS = {
     "botocore": "s3",
     "dask": "cluster",
     "distributed": "cluster",
+    "protego": "crawl",
     "pymysql": "db",
     "psycopg": "db",
     "aiomysql": "db",

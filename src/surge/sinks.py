@@ -36,7 +36,16 @@ through a :class:`Sink`, so one set of rules holds for all of them:
   replace ``/dev/null`` itself.
 * **No output is an input** (:func:`protect_input`): a file the run reads is
   refused by every sink, by what it is (device and inode), not by its name -
-  a hard link, a symlink, a rotated WARC's next name.
+  a hard link, a symlink, a rotated WARC's next name - and so is the file on
+  standard input (:func:`protect_stdin`: by the inode of descriptor 0, so
+  ``-o st.txt < st.txt`` and ``-o /dev/stdin`` alike).
+* **No two sinks are one file** (:func:`claim`): a locked output (records, a
+  WARC) claims its file as it opens it, a file written whole that must stay
+  the run's own (a HAR, the trace page) is claimed by its caller; any later
+  sink - a saved body - that would be a claimed file, by device and inode or
+  by the path a rename would land on (a hard link, a symlink), is refused
+  (a ``SinkError``) before it writes a byte, and the claimed file is left as
+  it is.
 * **An output deleted or replaced during the run stops it** (one line), rather
   than go on writing into a file nobody can reach.
 * **A closed stdin or stdout is a usage error; a closed stderr is none.**
@@ -62,7 +71,7 @@ import os
 import select
 import stat
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Final
 
 from surge.errors import LocalResourceError, SinkError, UsageError
@@ -81,7 +90,9 @@ __all__ = [
     "names_stdout",
     "open_output",
     "open_replacement",
+    "claim",
     "protect_input",
+    "protect_stdin",
     "read_capped",
     "read_lines",
     "read_up_to",
@@ -117,6 +128,10 @@ ENDS_RUN: Final = frozenset(
 _closed_at_start: set[int] = set()
 #: The run's input files, by (st_dev, st_ino) -> the name given: no sink opens one.
 _inputs: dict[tuple[int, int], str] = {}
+#: The run's claimed outputs (:func:`claim`): by (st_dev, st_ino), and by the
+#: real path a replacement would be renamed to -> the name given.
+_claimed: dict[tuple[int, int], str] = {}
+_claimed_paths: dict[str, str] = {}
 
 
 def reason(exc: OSError) -> str:
@@ -144,6 +159,7 @@ class Sink:
     __slots__ = (
         "_broken",
         "_broken_errno",
+        "_claim",
         "_closed",
         "_identity",
         "_owned",
@@ -192,6 +208,8 @@ class Sink:
         self._closed = False
         #: The open created the file: :meth:`abandon` removes it again.
         self.created = False
+        #: What :func:`claim` took for it, given back by :meth:`close`.
+        self._claim: Callable[[], None] | None = None
 
     @property
     def closed(self) -> bool:
@@ -366,6 +384,9 @@ class Sink:
         if self._closed:
             return
         self._closed = True
+        if self._claim is not None:
+            self._claim()
+            self._claim = None
         if self._owned:
             try:
                 os.close(self.fd)
@@ -486,7 +507,7 @@ def open_output(
             return Sink(fd, name, path=name, regular=False, owned=True, rollback=None)
         _refuse_input(name, info)
         if lock:
-            _lock(fd, name, info)
+            _lock(fd, name, info)  # two locked outputs on one file: refused here
         if append:
             position = os.lseek(fd, 0, os.SEEK_END)
         else:
@@ -503,6 +524,8 @@ def open_output(
             identity=(info.st_dev, info.st_ino),
         )
         sink.created = created
+        if lock:  # no other sink of the run may be this file (a body's link)
+            sink._claim = _claim_file(name, info, os.path.realpath(name))
         return sink
     except OSError as exc:
         os.close(fd)
@@ -543,6 +566,7 @@ def open_replacement(
         _refuse_input(name, existing)
     # a symlink's target is replaced (follow_links), not the link
     target = os.path.realpath(name) if follow_links else os.path.abspath(name)
+    _refuse_claimed(name, existing, target)
     folder, base = os.path.split(target)
     try:
         from surge.temps import create  # a run that replaces no file never loads it
@@ -607,6 +631,72 @@ def protect_input(path: str | os.PathLike[str]) -> None:
         return  # not there (or stdin): nothing to protect; the read says why
     if stat.S_ISREG(info.st_mode):
         _inputs[(info.st_dev, info.st_ino)] = os.fspath(path)
+
+
+def protect_stdin() -> None:
+    """Make the regular file open as standard input (descriptor 0: ``< st.txt``)
+    a file no sink of this process opens, as :func:`protect_input` does for an
+    input named by its path (a pipe or a terminal has nothing to overwrite)."""
+    if 0 in _closed_at_start:
+        return  # /dev/null stands in for it
+    try:
+        info = os.fstat(0)
+    except OSError:
+        return
+    if stat.S_ISREG(info.st_mode):
+        _inputs.setdefault((info.st_dev, info.st_ino), "stdin")
+
+
+def claim(path: str | os.PathLike[str]) -> Callable[[], None]:
+    """Make ``path`` (an output of the run written whole: a HAR, the trace page)
+    a file no other sink of this process opens: the file it is now (a hard
+    link to it), and the path it will be renamed to (a symlink to that).  A
+    locked :func:`open_output` claims its file itself (until it is closed).
+    Returns what gives the claim back (the run's end)."""
+    name = os.fspath(path)
+    try:
+        info: os.stat_result | None = os.stat(name)
+    except OSError:
+        info = None
+    return _claim_file(name, info, os.path.realpath(name))
+
+
+def refuse_claimed(path: str | os.PathLike[str]) -> None:
+    """Refuse (a ``SinkError``) ``path`` if it is a file another output of this
+    run claimed (:func:`claim`): for a file written in place (a body continued
+    by ``surge fetch -C -``), which :func:`open_replacement` would check."""
+    name = os.fspath(path)
+    try:
+        info: os.stat_result | None = os.stat(name)
+    except OSError:
+        info = None
+    _refuse_claimed(name, info, os.path.realpath(name))
+
+
+def _claim_file(name: str, info: os.stat_result | None, target: str) -> Callable[[], None]:
+    key = (info.st_dev, info.st_ino) if info is not None and stat.S_ISREG(info.st_mode) else None
+    if key is not None:
+        _claimed[key] = name
+    _claimed_paths[target] = name
+
+    def release() -> None:
+        if key is not None and _claimed.get(key) == name:
+            del _claimed[key]
+        if _claimed_paths.get(target) == name:
+            del _claimed_paths[target]
+
+    return release
+
+
+def _refuse_claimed(name: str, info: os.stat_result | None, target: str) -> None:
+    given = _claimed_paths.get(target)
+    if given is None and info is not None and stat.S_ISREG(info.st_mode):
+        given = _claimed.get((info.st_dev, info.st_ino))
+    if given is not None:
+        raise SinkError(
+            f"{name}: is the file of another output of this run ({given}); write elsewhere",
+            errno=errno.EINVAL,
+        )
 
 
 def _refuse_input(name: str, info: os.stat_result) -> None:

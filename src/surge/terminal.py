@@ -1,8 +1,20 @@
-"""What every ``surge`` command writes to stderr: a usage error as one line, and a
-progress line rewritten in place a few times a second.
+"""What every ``surge`` command writes to a terminal: a usage error as one line,
+a progress line rewritten in place a few times a second, and colour.
 
-One place for both, so that ``surge fetch``, ``surge s3 ls`` and click's own
-usage errors read the same: ``surge fetch: error: <file>:<line>: <problem>``.
+One place for all three, so that ``surge fetch``, ``surge s3 ls`` and click's own
+usage errors read the same (``surge fetch: error: <file>:<line>: <problem>``),
+and so that one place decides which escape codes a command may write:
+
+- colour (SGR, ``ESC [ ... m``) only to a terminal, never under ``NO_COLOR``
+  set and not empty (https://no-color.org) nor ``TERM=dumb``: :func:`colours`,
+  :func:`paint`;
+- no escape code at all under ``TERM=dumb`` (terminfo's ``dumb`` has no
+  cursor or erase capability, only a carriage return): the progress line is
+  then redrawn with ``\\r`` and spaces over what it wrote before
+  (:func:`escapes`, :class:`ProgressLine`).
+
+Nothing else in surge writes ``\\x1b[``; tests/test_terminal.py runs each
+command that colours or redraws under both variables on a pseudo-terminal.
 """
 
 from __future__ import annotations
@@ -16,6 +28,31 @@ import click
 
 #: Seconds between two drawings of a progress line.
 REDRAW_EVERY = 0.2
+
+#: Erase from the cursor to the end of the line (EL, ECMA-48), after a ``\\r``.
+_ERASE_LINE = "\x1b[K"
+
+
+def escapes() -> bool:
+    """Whether this terminal takes escape codes at all: not under ``TERM=dumb``."""
+    return os.environ.get("TERM") != "dumb"
+
+
+def colours(stream: TextIO | None) -> bool:
+    """Whether to colour what goes to ``stream``: a terminal that takes escape
+    codes, and ``NO_COLOR`` unset or empty."""
+    if stream is None or os.environ.get("NO_COLOR") or not escapes():
+        return False
+    try:
+        return stream.isatty()
+    except (OSError, ValueError):  # closed, or no descriptor
+        return False
+
+
+def paint(text: str, sgr: str, colour: bool) -> str:
+    """``text`` in the colour of the SGR parameters ``sgr`` ("1" bold, "31" red...)
+    when ``colour`` (:func:`colours` of its stream), else as it is."""
+    return f"\x1b[{sgr}m{text}\x1b[0m" if colour else text
 
 
 def error_line(command: str, message: str) -> str:
@@ -60,6 +97,10 @@ class ProgressLine:
         self.stream = stream or sys.stderr
         self.started = time.perf_counter()
         self.next_draw = 0.0
+        #: Escape codes allowed (decided once, at the start): else the line is
+        #: rewritten with spaces over the longest one drawn.
+        self.erase = _ERASE_LINE if escapes() else None
+        self.width = 0
 
     def due(self, force: bool = False) -> float | None:
         """Seconds since the start if it is time to redraw (or ``force``), else None."""
@@ -70,10 +111,17 @@ class ProgressLine:
         return now - self.started
 
     def show(self, line: str) -> None:
-        self._draw("\r\x1b[K" + line)
+        if self.erase is not None:
+            self._draw("\r" + self.erase + line)
+        else:
+            self._draw("\r" + line.ljust(self.width))
+        self.width = max(self.width, len(line))
 
     def close(self) -> None:
-        self._draw("\r\x1b[K")
+        if self.erase is not None:
+            self._draw("\r" + self.erase)
+        elif self.width:
+            self._draw("\r" + " " * self.width + "\r")
 
     def _draw(self, text: str) -> None:
         """Progress is no output of the run: a stderr that fails (a closed

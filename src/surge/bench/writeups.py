@@ -144,6 +144,10 @@ class CountingDeque(deque[Any]):
         self.moved += 1
         return super().popleft()
 
+    def __delitem__(self, index: Any) -> None:  # the core takes ``del idle[-1]``, not pop()
+        self.moved += 1
+        super().__delitem__(index)
+
 
 @dataclass
 class DrainRow:

@@ -165,6 +165,59 @@ async def test_goaway_streams_above_the_last_are_sent_again_once() -> None:
     assert server.connections == 2
 
 
+def goaway_then_answer(code: int) -> Behaviour:
+    """On the first connection, as nginx with ``keepalive_timeout 0`` does: a
+    GOAWAY with the lowest stream id as the last, and only then that stream's
+    response, on the same connection; later connections answer all."""
+
+    def behaviour(exchange: Exchange) -> None:
+        if exchange.index == 0:
+            first = min(exchange.conn.streams)
+            if exchange.stream_id == first:
+                goaway = hyperframe.frame.GoAwayFrame(0)
+                goaway.last_stream_id = first
+                goaway.error_code = code
+                exchange.raw.append(exchange.conn.data_to_send() + goaway.serialize())
+                exchange.respond(body=b"first")
+                exchange.raw.append(exchange.conn.data_to_send())
+            return
+        exchange.respond(body=exchange.body)
+
+    return behaviour
+
+
+async def test_a_response_after_a_goaway_that_promised_it_arrives() -> None:
+    """h2 alone refuses every frame after a GOAWAY (python-hyper/h2 #1181): the
+    response the GOAWAY promised was a protocol error."""
+    bodies = [b"post-%d" % n for n in range(3)]
+    behaviour = goaway_then_answer(h2.errors.ErrorCodes.NO_ERROR)
+    async with hostile(behaviour, batch=3) as (server, url), h2c() as client:
+        responses = await asyncio.gather(*(client.post(url + "/p", content=b) for b in bodies))
+    assert [r.status_code for r in responses] == [200] * 3
+    contents = [r.content for r in responses]
+    assert contents.count(b"first") == 1 and len(set(contents) & set(bodies)) == 2, contents
+    assert sorted(server.received.values()) == [1, 2, 2]  # the two above the last id: again
+    assert server.connections == 2
+
+
+async def test_a_goaway_with_an_error_ends_the_rest_and_resends_the_unprocessed() -> None:
+    """A GOAWAY with an error code and frames after it in the same read: the
+    streams above its last id are sent again (not processed, whatever the
+    code), the one at it ends with ``connection_reset`` (no protocol error)."""
+    bodies = [b"post-%d" % n for n in range(3)]
+    behaviour = goaway_then_answer(h2.errors.ErrorCodes.INTERNAL_ERROR)
+    async with hostile(behaviour, batch=3) as (server, url), h2c() as client:
+        outcomes = await asyncio.gather(
+            *(client.post(url + "/p", content=b) for b in bodies), return_exceptions=True
+        )
+    errors = [o for o in outcomes if isinstance(o, RequestError)]
+    assert len(errors) == 1 and errors[0].error_class == "connection_reset", outcomes
+    assert "GOAWAY (INTERNAL_ERROR)" in errors[0].detail
+    assert sorted(o.status_code for o in outcomes if not isinstance(o, BaseException)) == [200, 200]
+    assert sorted(server.received.values()) == [1, 2, 2]
+    assert server.connections == 2
+
+
 def refuse_first(exchange: Exchange) -> None:
     if exchange.server.received[exchange.body] == 1:
         exchange.conn.reset_stream(exchange.stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)

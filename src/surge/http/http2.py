@@ -119,6 +119,29 @@ _CONFIG = h2.config.H2Configuration(
 )
 
 
+class _H2Connection(h2.connection.H2Connection):
+    """h2's connection, with a GOAWAY read as RFC 9113 section 6.8 does: streams
+    at or below its last stream id may still complete.  h2 moves its state
+    machine to CLOSED on a GOAWAY (python-hyper/h2 #1181) and then refuses
+    every later frame as a protocol error - even the response of a stream the
+    GOAWAY promised to finish, which nginx with ``keepalive_timeout 0`` sends
+    right after it - and drops what was queued to send (the acknowledgements
+    of DATA already read).  Here the state stays open and the queue kept;
+    :meth:`HTTP2Connection._goaway` ends the streams above the last id, and
+    no new stream starts on a draining connection (``draining``)."""
+
+    def _receive_goaway_frame(
+        self, frame: hyperframe.frame.GoAwayFrame
+    ) -> tuple[list[hyperframe.frame.Frame], list[h2.events.Event]]:
+        state = self.state_machine.state
+        queued = self._data_to_send
+        frames, events = super()._receive_goaway_frame(frame)
+        if state is not h2.connection.ConnectionState.CLOSED:
+            self.state_machine.state = state
+            self._data_to_send = queued
+        return frames, events
+
+
 def _data_body_repr(frame: hyperframe.frame.DataFrame) -> str:
     """hyperframe's ``repr`` of a DATA frame's body, the same text, without
     its cost: h2 formats ``repr(frame)`` for a trace log line on every frame
@@ -535,7 +558,7 @@ class HTTP2Connection(asyncio.Protocol):
         #: PING and SETTINGS frames answered in the second that began at _answers_since.
         self._answers = 0
         self._answers_since = 0.0
-        h2conn = self.h2 = h2.connection.H2Connection(config=_CONFIG)
+        h2conn = self.h2 = _H2Connection(config=_CONFIG)
         h2conn.local_settings = h2.settings.Settings(
             client=True,
             initial_values={

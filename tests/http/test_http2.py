@@ -435,3 +435,35 @@ def test_trace_json_says_http2(servers: Servers) -> None:
         "HTTP/2",
         "h2",
     )
+
+
+@pytest.mark.parametrize(
+    ("flags", "version"),
+    [((), "HTTP/2.0"), (("--http1.1", "--per-host", "3"), "HTTP/1.1")],
+)
+def test_a_har_says_the_version_and_which_connection_each_request_went_on(
+    servers: Servers, tmp_path: Path, flags: tuple[str, ...], version: str
+) -> None:
+    """HAR's ``httpVersion`` and ``connection``: the requests nginx saw on one
+    connection (its ``$connection``) are those the HAR puts on one."""
+    marker = f"m=har-{len(flags)}"
+    urls = "".join(f"{servers.nginx_tls}/?n={n}&{marker}\n" for n in range(30))
+    har = tmp_path / "out.har"
+    subprocess.run(
+        [sys.executable, "-m", "surge", "fetch", "--cacert", servers.cafile, "-q", "-c", "30",
+         *flags, "--har", str(har), "-"],
+        input=urls, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    entries = json.loads(har.read_text())["log"]["entries"]
+    assert len(entries) == 30
+    assert {e["request"]["httpVersion"] for e in entries} == {version}
+    assert {e["response"]["httpVersion"] for e in entries} == {version}
+    by_har: dict[str, set[str]] = {}
+    for entry in entries:
+        by_har.setdefault(entry["connection"], set()).add(entry["request"]["url"])
+    by_nginx: dict[str, set[str]] = {}
+    for line in log_lines(servers.access_log, marker, 30):
+        conn, uri, _ = line.split()
+        by_nginx.setdefault(conn, set()).add(servers.nginx_tls + uri)
+    assert sorted(map(sorted, by_har.values())) == sorted(map(sorted, by_nginx.values()))
+    assert len(by_har) == (1 if version == "HTTP/2.0" else 3)

@@ -646,6 +646,8 @@ class AsyncClient:
                     raise
                 break
             timings.first_byte = wire.first_byte
+            timings.connection = conn.serial
+            timings.http2 = conn.http2
             if jar is None and self._keeps_cookies and sets_cookies(wire.head):
                 jar = self._cookie_store()
             if jar is not None:

@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import asyncio.sslproto
 import inspect
+import itertools
 import json
 import re
 import ssl
@@ -56,6 +57,9 @@ from surge.http.timings import Timings
 from surge.http.tlssession import Offer, Resume, ResumingContext, keep_session, offer_var
 
 _NO_BODY_STATUSES = frozenset({204, 304})
+#: Each connection's ``serial``: a number per connection in the process (a
+#: HAR entry's ``connection``, a waterfall's lanes).  ``next`` on it is atomic.
+_serials = itertools.count(1)
 
 #: RFC 8305 section 5's Connection Attempt Delay: with several addresses, the
 #: next one is tried when this long has passed since the last attempt began
@@ -266,6 +270,7 @@ class HTTPConnection(asyncio.Protocol):
     loop: asyncio.AbstractEventLoop  # set when the transport connects
     #: TCP connections begun to open this one (several only in a Happy Eyeballs race).
     connect_attempts: int = 1
+    http2 = False  # (H2Stream's is True)
     #: One exchange at a time (http2.py's HTTP2Connection carries many).
     multiplexed = False
     #: A connection, not an HTTP/2 stream standing in for one (http2.H2Stream).
@@ -278,6 +283,7 @@ class HTTPConnection(asyncio.Protocol):
         body_cap: int,
     ) -> None:
         self.key = key
+        self.serial = next(_serials)
         self._deadlines = deadlines
         #: The client's body cap: the same for every exchange on the connection.
         self._body_cap = body_cap

@@ -235,15 +235,19 @@ class H2Stream:
         "loop",
         "response",
         "sent_end",
+        "serial",
     )
 
     #: Not an HTTP/2 connection itself: the client tells the two apart by this.
     multiplexed = False
     #: What goes back to the multiplexer, not to the pool (the client reads it).
     is_stream = True
+    #: Its response is HTTP/2 (the client's Timings.http2; HTTPConnection's is False).
+    http2 = True
 
     def __init__(self, conn: HTTP2Connection) -> None:
         self.conn = conn
+        self.serial = conn.serial
         self.loop = conn.loop
         self.id = 0  # set by send
         self.response: WireResponse | None = None
@@ -530,6 +534,7 @@ class HTTP2Connection(asyncio.Protocol):
 
     def __init__(self, opened: HTTPConnection) -> None:
         self.key = opened.key
+        self.serial = opened.serial  # the same TCP connection, taken over
         self.scheme = opened.key[0].encode()
         self.loop = opened.loop
         self.deadlines: Deadlines = opened._deadlines

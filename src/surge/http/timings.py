@@ -29,11 +29,13 @@ class Timings:
     __slots__ = (
         "connect_start",
         "connected",
+        "connection",
         "dns_end",
         "dns_start",
         "done",
         "first_byte",
         "hop_start",
+        "http2",
         "previous",
         "queued",
         "sent",
@@ -63,6 +65,11 @@ class Timings:
         self.sent: float | None = None
         self.first_byte: float | None = None
         self.done: float | None = None
+        #: The connection the hop's response came on (its ``serial``: a number
+        #: per connection in the process, HAR's ``connection``), and whether
+        #: it spoke HTTP/2 (HAR's ``httpVersion``).
+        self.connection: int | None = None
+        self.http2 = False
 
     def phases_ms(self) -> dict[str, float | None]:
         """The record's ``timings`` object: milliseconds per phase (as :func:`ms3`).

@@ -267,12 +267,12 @@ def _origin(url: str) -> tuple[str, str, int] | None:
 # several times more per request (strings go through json.dumps, so are escaped).
 _ENTRY = (
     '{"startedDateTime":"%s","time":%.3f,'
-    '"request":{"method":"%s","url":%s,"httpVersion":"HTTP/1.1","cookies":%s,"headers":%s,'
+    '"request":{"method":"%s","url":%s,"httpVersion":"%s","cookies":%s,"headers":%s,'
     '"queryString":%s,"headersSize":-1,"bodySize":0},'
     '"response":{"status":%d,"statusText":"","httpVersion":"%s","cookies":[],"headers":%s,'
     '"content":{"size":%d,"mimeType":""},"redirectURL":%s,"headersSize":-1,"bodySize":%d},'
     '"cache":{},"timings":{"blocked":%.3f,"dns":%.3f,"connect":%.3f,"ssl":%.3f,"send":%.3f,'
-    '"wait":%.3f,"receive":%.3f},"_line":%s,"_attempts":%s,"_hop":%d%s}'
+    '"wait":%.3f,"receive":%.3f}%s,"_line":%s,"_attempts":%s,"_hop":%d%s}'
 )
 # A quoted JSON string (C implementation), as the record writer does.
 _json_str = json.encoder.encode_basestring
@@ -310,17 +310,26 @@ def entry_json(
     total = sum(v for v in (blocked, dns, connect, send, wait, receive) if v > 0)
     extra = ""
     response_headers = "[]"
+    timings = hop.timings
+    # HAR 1.2's httpVersion as the browsers write it ("HTTP/2.0"), and its
+    # connection: the id of the connection the hop went on, so that a viewer's
+    # waterfall shows which requests shared one (HTTP/2's streams, keep-alive).
+    spoken = "HTTP/2.0" if timings is not None and timings.http2 else "HTTP/1.1"
+    connection = (
+        "" if timings is None or timings.connection is None
+        else ',"connection":"%d"' % timings.connection  # noqa: UP031
+    )  # fmt: skip
     if following is not None:  # a redirect this hop answered, then followed
         assert hop.timings is not None
         url = str(hop.timings.url)
-        status, error, version = hop.timings.status, None, "HTTP/1.1"
+        status, error, version = hop.timings.status, None, spoken
         redirect = str(following.timings.url if following.timings and following.timings.url
                        else record.get("final_url") or "")  # fmt: skip
         size, body_size = 0, -1
     else:
         url = str(record.get("final_url") or record["url"]) if hop_index else str(record["url"])
         status, error = record.get("status"), record.get("error")
-        version = "HTTP/1.1" if status is not None else ""
+        version = spoken if status is not None else ""
         redirect = ""
         size = int(record.get("bytes") or 0)
         body_size = size if status is not None else -1
@@ -346,6 +355,7 @@ def entry_json(
         total,
         method,
         _json_str(url),
+        spoken,
         cookies,
         headers,
         policy.query(url),
@@ -362,6 +372,7 @@ def entry_json(
         send,
         wait,
         receive,
+        connection,
         _json_int(record.get("line")),
         _json_int(record.get("attempts")),
         hop_index,

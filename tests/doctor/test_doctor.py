@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import ssl
 import subprocess
 import sys
 from collections.abc import Callable
@@ -362,6 +363,29 @@ def test_the_ssl_measurement_runs_in_an_interpreter_without_surge() -> None:
     findings = checked_after(f"import sys; sys.executable = {system_python!r}", "ssl-context-cost")
     measured = findings["ssl-context-cost"]["measured"]
     assert measured["skipped"] is None and measured["ms"] > 0
+
+
+@pytest.mark.parametrize("where", ["in process", "in a child"])
+def test_a_tls_handshake_is_measured_full_and_resumed(where: str) -> None:
+    findings = checked_after(
+        "import ssl" if where == "in process" else "pass", "tls-handshake-cost"
+    )
+    finding = findings["tls-handshake-cost"]
+    measured = finding["measured"]
+    assert measured["skipped"] is None
+    assert measured["full_ms"] > 0 and measured["resumed_ms"] > 0
+    assert measured["resumed_share"] == 1.0  # every second handshake resumed the first's
+    assert measured["openssl"] == ssl.OPENSSL_VERSION
+    slow = tuple(ssl.OPENSSL_VERSION_INFO[:2]) in ((3, 0), (3, 1))
+    assert finding["status"] == ("warn" if slow else "ok"), finding
+    assert ("OpenSSL 3.2 or newer" in finding["fix"]) == slow
+
+
+def test_the_handshake_probe_is_skipped_when_not_measuring() -> None:
+    _, findings = doctor_cli("--only", "tls-handshake-cost", "--no-measure")
+    finding = findings["tls-handshake-cost"]
+    assert finding["status"] == "ok" and finding["measured"]["full_ms"] is None
+    assert "measuring was turned off" in finding["measured"]["skipped"]
 
 
 def test_measurements_are_skipped_when_sys_executable_is_not_python() -> None:

@@ -1,5 +1,5 @@
-"""Checks that measure a cost: building an SSLContext, and PyMySQL connections
-that each built one."""
+"""Checks that measure a cost: building an SSLContext, a TLS handshake, and
+PyMySQL connections that each built a context."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from surge.doctor import counters
-from surge.doctor._probe import _SSL_COST_PROBE, _probe, _version
+from surge.doctor._probe import _SSL_COST_PROBE, _TLS_HANDSHAKE_PROBE, _probe, _version
 from surge.doctor.checks import _check, _Context, _Verdict
 
 #: Building an SSLContext with the default CAs above this is worth avoiding per
@@ -46,6 +46,51 @@ def _check_ssl_context(context: _Context) -> _Verdict:
         "(OpenSSL 3 loads CA stores ~5-10x slower than 1.1.1, cpython#95031)",
         "build one ssl.SSLContext per configuration and reuse it for every connection "
         "(requests/urllib3: one Session; aiohttp: one connector; PyMySQL: ssl=context)",
+        measured,
+    )
+
+
+#: OpenSSL releases whose handshakes cost about 1.3-2x those of 3.2 and later,
+#: aws-lc or rustls (HAProxy's "The state of SSL stacks", 2025, and OpenSSL's
+#: own performance issues of 3.0, e.g. openssl/openssl#17627): 3.0 and 3.1.
+SLOW_HANDSHAKE_OPENSSL: tuple[tuple[int, int], ...] = ((3, 0), (3, 1))
+
+
+@_check(
+    "tls-handshake-cost",
+    ("full_ms", "resumed_ms", "resumed_share", "openssl", "openssl_info", "skipped"),
+)
+def _check_tls_handshake(context: _Context) -> _Verdict:
+    result = _probe(_TLS_HANDSHAKE_PROBE, context, here="ssl" in sys.modules)
+    if isinstance(result, str):
+        return _Verdict(
+            "ok",
+            f"a TLS handshake's cost was not measured ({result})",
+            "",
+            dict.fromkeys(
+                ("full_ms", "resumed_ms", "resumed_share", "openssl", "openssl_info"), None
+            )
+            | {"skipped": result},
+        )
+    measured = {**result, "skipped": None}
+    full, resumed = measured["full_ms"], measured["resumed_ms"]
+    message = (
+        f"a full TLS 1.3 handshake costs the client {full:.2f} ms of CPU here, a resumed one "
+        f"{resumed:.2f} ms ({measured['openssl']})"
+    )
+    major_minor = tuple(measured["openssl_info"][:2])
+    if major_minor not in SLOW_HANDSHAKE_OPENSSL:
+        return _Verdict("ok", message, "", measured)
+    return _Verdict(
+        "warn",
+        message + f": OpenSSL {major_minor[0]}.{major_minor[1]}'s handshakes cost about "
+        "1.3-2x those of OpenSSL 3.2+, aws-lc or rustls (pyreqwest's), and every new "
+        "connection pays one",
+        "keep connections open (one client or Session for the run, keep-alive); let TLS "
+        "sessions resume (surge's clients do by default; a resumed handshake costs "
+        f"{resumed:.2f} ms here); to cut the first handshake too, run a Python linked "
+        "with OpenSSL 3.2 or newer (python-build-standalone's builds, as uv installs "
+        "them, or a distribution that ships 3.2+)",
         measured,
     )
 

@@ -25,7 +25,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from surge.errors import RequestError
-from surge.http import AsyncClient, http2
+from surge.http import AsyncClient, http2, multiplex
 from surge.http.connection import MAX_HEAD_BYTES
 
 Behaviour = Callable[["Exchange"], None]
@@ -67,6 +67,10 @@ class Server:
         self.batch = batch  # on the first connection, answer once this many have come
         self.received: Counter[bytes] = Counter()
         self.connections = 0
+        self.pings = 0  # PINGs received (h2 answers each)
+        #: Connections that stop reading (and so answering) once they answered
+        #: one request: a server gone silent, its TCP connection still open.
+        self.silent_after_one: set[int] = set()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         index = self.connections
@@ -90,6 +94,8 @@ class Server:
                 except h2.exceptions.ProtocolError:
                     break
                 for event in events:
+                    if isinstance(event, h2.events.PingReceived):
+                        self.pings += 1
                     if isinstance(event, h2.events.RequestReceived):
                         exchanges[event.stream_id] = Exchange(
                             self, conn, index, event.stream_id, event.headers
@@ -115,6 +121,8 @@ class Server:
                 await writer.drain()
                 if any(exchange.hang_up for exchange in exchanges.values()):
                     break
+                if index in self.silent_after_one and self.received:
+                    await asyncio.sleep(3600)  # gone silent: reads nothing, answers nothing
         except (ConnectionError, KeyError):
             pass
         finally:
@@ -216,6 +224,49 @@ async def test_a_goaway_with_an_error_ends_the_rest_and_resends_the_unprocessed(
     assert sorted(o.status_code for o in outcomes if not isinstance(o, BaseException)) == [200, 200]
     assert sorted(server.received.values()) == [1, 2, 2]
     assert server.connections == 2
+
+
+def echo(exchange: Exchange) -> None:
+    exchange.respond(body=exchange.body or exchange.path.encode())
+
+
+@pytest.fixture
+def ping_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every reuse of an idle HTTP/2 connection pings first (not after 10 s)."""
+    monkeypatch.setattr(multiplex, "PING_IDLE_S", 0.0)
+    monkeypatch.setattr(multiplex, "PING_TIMEOUT_S", 0.3)
+
+
+@pytest.mark.usefixtures("ping_at_once")
+async def test_an_idle_connection_whose_server_went_silent_is_replaced_before_a_post() -> None:
+    """The first connection stops reading after one answer: the PING of its
+    reuse gets no ACK, so the POST goes on a new connection - sent once, never
+    on the dead one (where it would have waited for its deadline)."""
+    async with hostile(echo) as (server, url), h2c(max_time=3.0) as client:
+        server.silent_after_one.add(0)
+        first = await client.get(url + "/one")
+        await asyncio.sleep(0.05)  # idle in the pool
+        second = await client.post(url + "/p", content=b"posted")
+    assert (first.content, second.content) == (b"/one", b"posted")
+    assert server.connections == 2
+    assert server.received[b"posted"] == 1
+
+
+@pytest.mark.usefixtures("ping_at_once")
+async def test_an_idle_connection_that_answers_the_ping_is_reused() -> None:
+    async with hostile(echo) as (server, url), h2c() as client:
+        for n in range(3):
+            await client.get(url + f"/{n}")
+            await asyncio.sleep(0.02)
+    assert server.connections == 1
+    assert server.pings == 2  # the two reuses, not the first request
+
+
+async def test_a_connection_idle_briefly_is_reused_without_a_ping() -> None:
+    async with hostile(echo) as (server, url), h2c() as client:
+        for n in range(3):
+            await client.get(url + f"/{n}")
+    assert (server.connections, server.pings) == (1, 0)
 
 
 def refuse_first(exchange: Exchange) -> None:

@@ -566,6 +566,8 @@ class AsyncClient:
                         finally:
                             _opening_for.reset(token)
                     elif conn.multiplexed:  # an idle HTTP/2 connection
+                        if mux.idle_long(conn) and not await mux.alive(conn):
+                            continue  # its server went silent: closed, and another tried
                         conn = mux.adopt(key, conn)
                 if conn.is_stream:  # an HTTP/2 stream: it goes back to the multiplexer
                     owner = mux

@@ -563,6 +563,12 @@ class HTTP2Connection(asyncio.Protocol):
         #: PING and SETTINGS frames answered in the second that began at _answers_since.
         self._answers = 0
         self._answers_since = 0.0
+        #: When its last stream ended (the loop's clock; None: never idle yet):
+        #: the Multiplexer pings a connection idle long before reusing it.
+        self.idle_since: float | None = None
+        #: Our PINGs waiting for their ACK, by their 8 bytes.
+        self._pings: dict[bytes, asyncio.Future[bool]] = {}
+        self._ping_count = 0
         h2conn = self.h2 = _H2Connection(config=_CONFIG)
         h2conn.local_settings = h2.settings.Settings(
             client=True,
@@ -666,6 +672,29 @@ class HTTP2Connection(asyncio.Protocol):
         if pending is not None and pending[2] is not None and not pending[2].done():
             pending[2].set_result(None)
 
+    async def ping(self, timeout: float) -> bool:
+        """Send a PING and wait up to ``timeout`` for its ACK: whether the
+        server is still there (False: no ACK in time, or the connection ended)."""
+        if self.closed or self.transport is None:
+            return False
+        self._ping_count += 1
+        data = self._ping_count.to_bytes(8, "big")
+        waiter = self._pings[data] = self.loop.create_future()
+        try:
+            self.h2.ping(data)
+            self.flush()
+            return await asyncio.wait_for(waiter, timeout)
+        except (TimeoutError, h2.exceptions.ProtocolError):
+            return False
+        finally:
+            self._pings.pop(data, None)
+
+    def _end_pings(self) -> None:
+        for waiter in self._pings.values():
+            if not waiter.done():
+                waiter.set_result(False)
+        self._pings.clear()
+
     # -- streams ------------------------------------------------------------------------
 
     def new_stream(self) -> H2Stream:
@@ -707,6 +736,8 @@ class HTTP2Connection(asyncio.Protocol):
             stream.fail(RequestError("connection_reset", "the request was given up"))
         self.forget(stream, reset=True)
         self.active -= 1
+        if not self.active:
+            self.idle_since = self.loop.time()
         if self.draining and not self.streams and not self.closed:
             self.close()
         if self.on_slots is not None:
@@ -723,6 +754,7 @@ class HTTP2Connection(asyncio.Protocol):
 
     def fail(self, error: RequestError) -> None:
         """The connection is lost or broken: every stream ends with ``error``."""
+        self._end_pings()
         if not self.closed:
             self.closed = True
             if self.transport is not None:
@@ -738,6 +770,7 @@ class HTTP2Connection(asyncio.Protocol):
         if self.closed:
             return
         self.closed = True
+        self._end_pings()
         if self.transport is not None:
             try:
                 self.h2.close_connection()
@@ -811,6 +844,10 @@ class HTTP2Connection(asyncio.Protocol):
                 self._goaway(event.error_code or 0, event.last_stream_id)
             elif kind is h2.events.PingReceived and self._answered():
                 return
+            elif kind is h2.events.PingAckReceived:
+                waiter = self._pings.get(event.ping_data)
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(True)
             # InformationalResponseReceived (1xx), TrailersReceived, SettingsAcknowledged,
             # PriorityUpdated: nothing to do.
         if acks and not self.closed:
@@ -874,6 +911,7 @@ class HTTP2Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         was_closed = self.closed
         self.closed = True
+        self._end_pings()
         if self.resume is not None and keep_session(self.resume, self._ssl_object):
             self.resume = None
         if self.streams:

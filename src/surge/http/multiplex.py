@@ -19,6 +19,15 @@ if TYPE_CHECKING:
 
 #: Origins remembered as HTTP/1.1 (see Multiplexer.h1).
 H1_ORIGINS_KEPT = 4096
+#: An HTTP/2 connection idle in the pool this long is asked with a PING whether
+#: its server is still there before a request goes on it (Chromium's health
+#: check of an HTTP/2 session idle 10 s); one that does not answer within
+#: PING_TIMEOUT_S is closed and another opened - the request not yet sent, so
+#: a POST as well.  A TCP connection that died silently (a NAT or firewall that
+#: forgot it, a server gone without a FIN) would otherwise take the request
+#: and hold it until its deadline.
+PING_IDLE_S = 10.0
+PING_TIMEOUT_S = 2.0
 
 #: A waiter's result that leaves the opening of a new connection to it.
 _OPEN = object()
@@ -151,7 +160,11 @@ class Multiplexer:
             if not may_multiplex or key in self.h1:
                 # (A caller's own ssl_context may negotiate h2 all the same.)
                 conn = await pool.acquire(key, timeout)
-                return self.adopt(key, conn) if conn.multiplexed else conn
+                if not conn.multiplexed:
+                    return conn
+                if await self.alive(conn):
+                    return self.adopt(key, conn)
+                continue
             origin = origins.get(key)
             if origin is None:
                 origin = origins[key] = _Origin()
@@ -159,7 +172,11 @@ class Multiplexer:
                 return self._stream_on(origin, next(iter(origin.free)))
             idle = pool.acquire_nowait(key)
             if idle is not None:
-                return self.adopt(key, idle) if idle.multiplexed else idle
+                if not idle.multiplexed:
+                    return idle
+                if await self.alive(idle):
+                    return self.adopt(key, idle)
+                continue
             if origin.opening or len(origin.conns) >= self.per_host:
                 waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
                 origin.waiters.append(waiter)
@@ -193,7 +210,9 @@ class Multiplexer:
                 raise
             origin.opening = False
             if conn.multiplexed:
-                return self.adopt(key, conn)
+                if await self.alive(conn):
+                    return self.adopt(key, conn)
+                continue  # (closed: the next turn opens another, or waits for a slot)
             h1 = self.h1
             h1[key] = None
             if len(h1) > H1_ORIGINS_KEPT:
@@ -205,6 +224,30 @@ class Multiplexer:
                     waiter.set_result(None)
             self._tidy(key, origin)
             return conn
+
+    @staticmethod
+    def idle_long(conn: HTTP2Connection) -> bool:
+        """``conn``, taken from the pool, was idle PING_IDLE_S or more: it is
+        pinged (:meth:`alive`) before a request goes on it."""
+        idle_since = conn.idle_since
+        return idle_since is not None and conn.loop.time() - idle_since >= PING_IDLE_S
+
+    async def alive(self, conn: HTTP2Connection) -> bool:
+        """Whether an HTTP/2 connection taken from the pool may carry a request:
+        yes unless it was idle long and its server then did not answer a PING
+        within PING_TIMEOUT_S (it is then closed and discarded)."""
+        if not self.idle_long(conn):
+            return True
+        try:
+            if await conn.ping(PING_TIMEOUT_S):
+                return True
+        except BaseException:
+            conn.close()
+            await self.pool.discard(conn)
+            raise
+        conn.close()
+        await self.pool.discard(conn)
+        return False
 
     def _tidy(self, key: Any, origin: _Origin) -> None:
         """Forget an origin that holds nothing (a crawl meets each host once)."""

@@ -7,6 +7,7 @@ import asyncio
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -237,3 +238,34 @@ def start_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartProxy
     finally:
         for server in servers:
             server.stop()
+
+
+@asynccontextmanager
+async def tls_front(
+    target_port: int, context: ssl.SSLContext, resumed: list[bool] | None = None
+) -> AsyncIterator[int]:
+    """TLS in front of a plain proxy: what an https:// proxy is to its clients
+    (``resumed``: each connection's ``session_reused``, as the server saw it)."""
+
+    async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if resumed is not None:
+            resumed.append(writer.get_extra_info("ssl_object").session_reused)
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", target_port)
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            try:
+                while data := await source.read(65536):
+                    sink.write(data)
+                    await sink.drain()
+            except (ConnectionError, ssl.SSLError):
+                pass
+            finally:
+                sink.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    server = await asyncio.start_server(relay, "127.0.0.1", 0, ssl=context)
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        server.close()

@@ -13,12 +13,11 @@ import re
 import ssl
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from tests.http.conftest import StartProxy, _tiny_server
+from tests.http.conftest import StartProxy, _tiny_server, tls_front
 
 import surge
 from surge.errors import RequestError, UsageError
@@ -569,32 +568,6 @@ async def test_a_tunnel_carries_no_proxy_credentials(start_proxy: StartProxy) ->
 
 
 # -- an https:// proxy: TLS to the proxy itself ------------------------------------------------
-
-
-@asynccontextmanager
-async def tls_front(target_port: int, context: ssl.SSLContext) -> AsyncIterator[int]:
-    """TLS in front of a plain proxy: what an https:// proxy is to its clients."""
-
-    async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", target_port)
-
-        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
-            try:
-                while data := await source.read(65536):
-                    sink.write(data)
-                    await sink.drain()
-            except (ConnectionError, ssl.SSLError):
-                pass
-            finally:
-                sink.close()
-
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-
-    server = await asyncio.start_server(relay, "127.0.0.1", 0, ssl=context)
-    try:
-        yield server.sockets[0].getsockname()[1]
-    finally:
-        server.close()
 
 
 async def test_an_https_proxy(sim: SimInfo, start_proxy: StartProxy, tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import trustme
 from tests._nginx import free_port, nginx
+from tests.http.conftest import StartProxy, tls_front
 
 from surge.http import AsyncClient, Client, make_ssl_context
 from surge.http.tlssession import ResumingContext
@@ -49,7 +50,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     cafile = str(base / "ca.pem")
     ca.cert_pem.write_to_path(cafile)
     cert = str(base / "cert.pem")
-    ca.issue_cert(*NAMES, "127.0.0.1").private_key_and_cert_chain_pem.write_to_path(cert)
+    ca.issue_cert(*NAMES, "127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(
+        cert
+    )
     client_cert = str(base / "client.pem")
     ca.issue_cert("client@surge.test").private_key_and_cert_chain_pem.write_to_path(client_cert)
     log = base / "access.log"
@@ -58,7 +61,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     for protocol, port in ports.items():
         listen = "ssl http2" if protocol == "h2" else "ssl"
         versions = "TLSv1.3" if protocol == "h2" else protocol
-        for name in NAMES:  # a server block per name: the SNI picks it
+        # a server block per name: the SNI picks it (localhost: reached through a
+        # proxy, which resolves the name itself)
+        for name in (*NAMES, "localhost"):
             blocks.append(f"""
     server {{
         listen 127.0.0.1:{port} {listen};
@@ -235,3 +240,40 @@ def test_the_cache_is_bounded_least_recently_used_first(server: Server) -> None:
         assert context.sessions[("a.test", port)] is None  # seen once: nothing read
     seen = reused(server, "bound", 12)
     assert [r for _, _, r, _ in seen] == [False] * 10 + [True, False]
+
+
+async def test_both_sessions_resume_through_an_https_proxy(
+    server: Server, start_proxy: StartProxy
+) -> None:
+    """TLS inside TLS (an https:// origin through an https:// proxy's tunnel):
+    the proxy's session and the origin's each resume on every reconnect - the
+    origin's as nginx logs it, the proxy's as the proxy saw it."""
+    port = server.ports["TLSv1.3"]
+    tinyproxy = start_proxy("tinyproxy", connect_ports=[port])
+    ca = trustme.CA()
+    front = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ca.issue_cert("localhost").configure_cert(front)
+    proxy_ca = server.base / "proxy-ca.pem"
+    ca.cert_pem.write_to_path(str(proxy_ca))
+    outer: list[bool] = []
+    async with (
+        tls_front(tinyproxy.port, front, outer) as proxy_port,
+        AsyncClient(
+            proxy=f"https://localhost:{proxy_port}",
+            proxy_cafile=str(proxy_ca),
+            cafile=server.cafile,
+            idle_timeout=0.001,  # a new tunnel for each request (nginx closes anyway)
+        ) as client,
+    ):
+        inner = []
+        for _ in range(6):
+            response = await client.get(f"https://localhost:{port}/?m=proxied")
+            assert response.status_code == 200
+            info = response.connection.tls_info()
+            assert info is not None
+            inner.append(info["resumed"])
+    seen = reused(server, "proxied", 6)
+    assert [sni for sni, _, _, _ in seen] == ["localhost"] * 6
+    assert [r for _, _, r, _ in seen] == inner  # the client says what nginx saw
+    assert sum(inner) >= 4, inner  # all but the first one or two
+    assert len(outer) == 6 and sum(outer) >= 4, outer

@@ -422,6 +422,10 @@ class HTTPConnection(asyncio.Protocol):
             transport._force_close = lambda exc: transport.abort()  # type: ignore[attr-defined]
         self.early = []  # if ALPN says h2, bytes before the caller resumes are HTTP/2's
         offer = self.offer
+        if self.resume is not None:
+            # TLS inside TLS: the https proxy's session, kept before the tunnel's
+            # TLS replaces it (its TLS 1.3 ticket was read with the CONNECT answer).
+            keep_session(self.resume, self._ssl_object)
         self.resume = None
         if isinstance(ssl_context, ResumingContext):
             offer.session, keep = ssl_context.sighting(server_hostname, port)

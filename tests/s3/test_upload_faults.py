@@ -130,6 +130,62 @@ def test_a_complete_answered_200_with_an_error_is_a_failure(
     assert buckets.s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
 
 
+def test_a_complete_whose_answer_was_lost_is_confirmed_not_failed(
+    buckets: Buckets, tmp_path: Path
+) -> None:
+    """The server completed the upload and the answer was lost (the proxy hangs
+    up after forwarding): the retried CompleteMultipartUpload finds no upload
+    (NoSuchUpload), and the object there, whose ETag is the one S3 makes of
+    these parts, says it was this upload's - a success, reported once."""
+    source = tmp_path / "big.bin"
+    body = os.urandom(12 * MiB)
+    source.write_bytes(body)
+    bucket = new_bucket(buckets, {})
+    lost: list[str] = []
+
+    def lose_the_complete(
+        method: str, path: str, headers: list[tuple[str, str]], data: bytes
+    ) -> tuple[list[tuple[str, str]], bytes]:
+        if method == "POST" and "uploadId=" in path and not lost:
+            lost.append(path)
+            raise ConnectionAbortedError("the answer is lost")  # the proxy hangs up
+        return headers, data
+
+    with fault_proxy(_upstream(buckets), lambda method, path: None, lose_the_complete) as url:
+        code, stdout, err = cli(
+            url, buckets.credentials, str(source), f"s3://{bucket}/big.bin", "--part-size", "5MiB"
+        )
+    assert len(lost) == 1
+    assert code == 0, (stdout, err)
+    assert stdout.count("upload:") == 1
+    assert buckets.s3.get_object(Bucket=bucket, Key="big.bin")["Body"].read() == body
+    assert buckets.s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+
+
+def test_no_such_upload_with_another_object_there_is_a_failure(
+    buckets: Buckets, tmp_path: Path
+) -> None:
+    """NoSuchUpload, and the object at the key is not this upload's (its ETag
+    is not these parts'): a failure, never taken for a success."""
+    source = tmp_path / "big.bin"
+    source.write_bytes(os.urandom(12 * MiB))
+    bucket = new_bucket(buckets, {})
+    buckets.s3.put_object(Bucket=bucket, Key="big.bin", Body=b"somebody else's")
+
+    def no_such_upload(method: str, path: str) -> tuple[int, bytes] | None:
+        if method == "POST" and "uploadId=" in path:
+            return 404, (b"<Error><Code>NoSuchUpload</Code><Message>gone</Message></Error>")
+        return None
+
+    with fault_proxy(_upstream(buckets), no_such_upload) as url:
+        code, stdout, err = cli(
+            url, buckets.credentials, str(source), f"s3://{bucket}/big.bin", "--part-size", "5MiB"
+        )
+    assert code == 1 and "NoSuchUpload" in err, (stdout, err)
+    assert "upload:" not in stdout
+    assert buckets.s3.get_object(Bucket=bucket, Key="big.bin")["Body"].read() == b"somebody else's"
+
+
 def _as_sse_kms(with_sse_header: bool) -> Rewrite:
     """Answers as S3 gives them for an SSE-KMS object on a server that echoes
     no checksum: the CRC-32 left out, the ETag of a single PUT and of the

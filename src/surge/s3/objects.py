@@ -309,15 +309,23 @@ class Objects:
         amz = []
         if crc32:
             amz = [("x-amz-checksum-crc32", crc32), ("x-amz-checksum-type", "FULL_OBJECT")]
-        response = await self._call(
-            "POST",
-            key,
-            params={"uploadId": upload_id},
-            body=lambda: body,
-            payload_hash=hashlib.sha256(body).hexdigest(),
-            plain=[("Content-Type", "application/xml")],
-            amz=amz,
-        )
+        try:
+            response = await self._call(
+                "POST",
+                key,
+                params={"uploadId": upload_id},
+                body=lambda: body,
+                payload_hash=hashlib.sha256(body).hexdigest(),
+                plain=[("Content-Type", "application/xml")],
+                amz=amz,
+            )
+        except S3Error as e:
+            if e.code != "NoSuchUpload":
+                raise
+            done = await self._completed_already(key, parts, element)
+            if done is None:
+                raise
+            return done
         etag = _element(response.body, "ETag")
         if not etag:  # no object said to be made: never taken for a success
             raise self._error(
@@ -326,6 +334,35 @@ class Objects:
                 response.status,
             )
         return etag, _element(response.body, element)
+
+    async def _completed_already(
+        self, key: str, parts: Sequence[tuple[int, str, str | None]], element: str
+    ) -> tuple[str, str | None] | None:
+        """A CompleteMultipartUpload answered NoSuchUpload: a try before it may
+        have completed the upload, its answer lost (a reset, a timeout), and a
+        retry of a POST that S3 already acted on finds no upload.  Whether the
+        object now there is this upload's: its ETag is the one S3 makes of
+        these parts (the MD5 of their MD5s, then ``-`` and their count).  That
+        object's (ETag, checksum), or None: not this upload's (or parts whose
+        ETags are no MD5s, as under SSE-KMS and SSE-C: not knowable)."""
+        digests = []
+        for _, etag, _ in parts:
+            text = etag.strip('"')
+            if len(text) != 32:
+                return None
+            try:
+                digests.append(bytes.fromhex(text))
+            except ValueError:
+                return None
+        digest = hashlib.md5(b"".join(digests), usedforsecurity=False).hexdigest()
+        expected = f'"{digest}-{len(parts)}"'
+        try:
+            head = await self.head(key)
+        except S3Error:
+            return None
+        if (head.get("etag") or "").lower() != expected:
+            return None
+        return expected, head.get(f"x-amz-checksum-{element[len('Checksum') :].lower()}")
 
     # -- copies within the endpoint -------------------------------------------------
 
@@ -538,6 +575,10 @@ class Objects:
         back once the policy's pause is over, or S3Error - whose message says
         how many tries failed."""
         tries.count += 1
+        # As for a GET, whatever the method: S3's POSTs are safe to repeat
+        # (DeleteObjects names its keys; a CompleteMultipartUpload repeated
+        # after the lost try completed it is confirmed by the object's ETag,
+        # _completed_already) - docs/s3.md, "Retries of S3's POSTs".
         if self.policy.error_worth_retrying(error.error_class) and await self._pause(
             tries, None, deadline
         ):

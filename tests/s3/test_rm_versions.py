@@ -483,3 +483,28 @@ def test_versions_of_a_key_xml_cannot_carry(minio_buckets: Buckets) -> None:
     )
     assert (summary.deleted, summary.failures, summary.requests) == (4, [], 3)
     assert _versions(server, bucket) == []
+
+
+@pytest.mark.parametrize("versioned", [True, False])
+def test_rb_force_leaves_no_version_marker_or_upload(server: Buckets, versioned: bool) -> None:
+    """rb --force on a bucket with versions, delete markers and an upload in
+    progress: all of it goes (a line each, as rm --all-versions and rm
+    --incomplete tell them), then the bucket; aws s3 rb --force stops at
+    BucketNotEmpty on a versioned bucket."""
+    bucket = _bucket(server, versioned=versioned)
+    for key in ("a", "b/c", "d"):
+        server.s3.put_object(Bucket=bucket, Key=key, Body=b"1")
+        server.s3.put_object(Bucket=bucket, Key=key, Body=b"22")
+    server.s3.delete_object(Bucket=bucket, Key="d")  # (versioned: a delete marker)
+    upload = server.s3.create_multipart_upload(Bucket=bucket, Key="big")["UploadId"]
+    versions = _versions(server, bucket)
+    done = _surge(server, "rb", f"s3://{bucket}", "--force")
+    assert done.exit_code == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[-1] == f"remove_bucket: {bucket}"
+    if versioned:
+        # the current versions first (rm --recursive's lines), then what is left
+        assert {f"delete: s3://{bucket}/{key}" for key in ("a", "b/c")} <= set(lines)
+        assert {f"delete: s3://{bucket}/{k} (version {v})" for k, v in versions} <= set(lines)
+    assert f"abort: s3://{bucket}/big (upload id {upload})" in lines or not versioned
+    assert bucket not in [b["Name"] for b in server.s3.list_buckets()["Buckets"]]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from surge.errors import UsageError
+from surge.errors import S3Error, UsageError
 from surge.s3.config import split_s3_url
 from surge.s3.objects import Objects
 from surge.s3.transfer import Summary, TransferOptions, run_sync, transfer_client
@@ -42,23 +42,44 @@ async def remove_bucket_async(
     url: str, *, force: bool = False, options: TransferOptions | None = None, **kwargs: Any
 ) -> Summary | None:
     """Remove the bucket ``url`` names; ``force``: every object in it deleted
-    first (the summary of those deletes, whose failures leave the bucket:
-    S3Error BucketNotEmpty)."""
+    first, as ``rm --recursive`` does, and if the bucket still holds something
+    (BucketNotEmpty: a versioned bucket's versions and delete markers, uploads
+    in progress) those too, as ``rm --all-versions`` and ``rm --incomplete``
+    do.  The summary of those deletes (None without ``force``); their
+    failures leave the bucket."""
     from surge.s3.deletes import RemoveOptions, remove_async
 
     opts = options or TransferOptions(**kwargs)
     bucket = _bucket(url)
+    fields = {name: getattr(opts, name) for name in opts.__dataclass_fields__}
+
+    async def remove(**what: bool) -> Summary:
+        return await remove_async(
+            f"s3://{bucket}/", options=RemoveOptions(**fields | {"recursive": True} | what)
+        )
+
     summary = None
     if force:
-        fields = {name: getattr(opts, name) for name in opts.__dataclass_fields__}
-        summary = await remove_async(
-            f"s3://{bucket}/", options=RemoveOptions(**fields | {"recursive": True})
-        )
+        summary = await remove()
         if summary.failed:
             return summary
     client = transfer_client(opts, 1)
     try:
-        await Objects(opts.target(bucket), client, opts.retry_policy()).delete_bucket()
+        objects = Objects(opts.target(bucket), client, opts.retry_policy())
+        try:
+            await objects.delete_bucket()
+        except S3Error as e:
+            if summary is None or e.code != "BucketNotEmpty":
+                raise
+            for what in ("all_versions", "incomplete"):
+                more = await remove(**{what: True})
+                summary.objects += more.objects
+                summary.failures += more.failures
+                summary.requests += more.requests
+                summary.retries += more.retries
+                if more.failed:
+                    return summary
+            await objects.delete_bucket()
     finally:
         await client.close()
     return summary

@@ -1076,7 +1076,12 @@ def mb_command(url: str, **endpoint: Any) -> None:
 
 @s3_group.command("rb")
 @click.argument("url", metavar="s3://BUCKET")
-@click.option("--force", is_flag=True, help="Delete every object first (as rm --recursive).")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Delete every object first (as rm --recursive), and on a versioned bucket every"
+    " version and delete marker, and abort uploads in progress.",
+)
 @lambda command: _with(_ENDPOINT_OPTIONS, command)
 def rb_command(url: str, force: bool, **endpoint: Any) -> None:
     """Remove a bucket, as aws s3 rb; --force deletes its objects first
@@ -1088,15 +1093,15 @@ def rb_command(url: str, force: bool, **endpoint: Any) -> None:
     out = _stdout(command)
 
     def on_result(result: Result) -> None:
+        # a versioned bucket's versions and delete markers, and uploads in
+        # progress, are told as rm --all-versions and rm --incomplete tell them
+        what = f"{result.destination}{_version_or_upload(result)}"
+        verb = "abort" if result.upload_id is not None else "delete"
         if result.failure is not None:
             failure = result.failure
-            tell(
-                escape_key(
-                    f"delete failed: {result.destination}: {failure.code}: {failure.message}"
-                )
-            )
+            tell(escape_key(f"{verb} failed: {what}: {failure.code}: {failure.message}"))
         else:
-            out.line(escape_key(f"delete: {result.destination}"))
+            out.line(escape_key(f"{verb}: {what}"))
 
     try:
         options = TransferOptions(

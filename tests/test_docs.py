@@ -16,9 +16,7 @@
 - An example never names a fixed port: it takes a free one (``surge sim``
   writes the ports it got to its JSON line) and the lines after it use that.
   While a page's examples run, the fixed ports examples used to name
-  (:data:`PORTS`) are held by this test, so one that names them fails; the
-  pages of :data:`FIXED_PORT_PAGES`, not converted yet, get each replaced by a
-  free one instead.
+  (:data:`PORTS`) are held by this test, so one that names them fails.
 - Every wait loop (``until``/``while``) of a shell example is bounded: it runs
   under ``timeout``, so a server that never comes up is a message, not a hang.
 - ``mkdocs build --strict`` builds the site (docs/hooks.py adds README.md and
@@ -70,15 +68,8 @@ PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 STAND_INS = {"https://httpbin.org": "httpbin"}
 
 #: Fixed ports examples used to name (surge sim's, MinIO's, Dask's): held while a
-#: page's examples run, or on a page of FIXED_PORT_PAGES each replaced by a free port.
+#: page's examples run.
 PORTS = ("8080", "8443", "8053", "9000", "9001", "8786", "8787")
-
-#: Pages whose shell examples still name fixed ports (their owners' to convert:
-#: take port 0 and read the port got, as README.md does).
-FIXED_PORT_PAGES = {"docs/fetch.md", "docs/s3.md"}
-
-#: Pages whose wait loops are not bounded yet (their owners' to convert).
-UNBOUNDED_WAIT_PAGES = {"docs/fetch.md"}
 
 #: Seconds any one example (a Python block, a page's shell blocks) may take.
 EXAMPLE_TIMEOUT = 300
@@ -267,24 +258,13 @@ def test_python_example_runs_as_a_saved_script(block: Block, tmp_path: Path) -> 
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def shell_script(page: str, ports: dict[str, str]) -> str:
-    """A page's ```sh blocks as one script, each announced on stderr, with the
-    fixed ports replaced."""
+def shell_script(page: str) -> str:
+    """A page's ```sh blocks as one script, each announced on stderr."""
     parts = ["set -euo pipefail"]
     for block in (b for b in BLOCKS if b.page == page and b.language == "sh"):
         if block.skip is not None:
             continue
-        code = block.code
-        for fixed, free in ports.items():
-            code = re.sub(rf"\b{fixed}\b", free, code)
-        parts.append(f"echo '== {block.where}' >&2\n{code}")
+        parts.append(f"echo '== {block.where}' >&2\n{block.code}")
     return "\n".join(parts) + "\n"
 
 
@@ -322,10 +302,7 @@ def test_every_wait_loop_is_bounded(page: str) -> None:
         if block.page == page and block.language == "sh" and block.skip is None
         for line in _wait_loops(block.code)
     ]
-    if page in UNBOUNDED_WAIT_PAGES:
-        assert unbounded, f"{page} has no unbounded wait left: take it off UNBOUNDED_WAIT_PAGES"
-    else:
-        assert not unbounded, f"{page}: a wait loop that may never end (run it under timeout)"
+    assert not unbounded, f"{page}: a wait loop that may never end (run it under timeout)"
 
 
 def _minio_path() -> list[str]:
@@ -343,11 +320,7 @@ def _minio_path() -> list[str]:
 
 @pytest.mark.parametrize("page", SHELL_PAGES)
 def test_shell_examples_run(page: str, tmp_path: Path) -> None:
-    fixed = page in FIXED_PORT_PAGES
-    script = shell_script(page, {port: str(_free_port()) for port in PORTS} if fixed else {})
-    if fixed:
-        named = [p for p in PORTS if re.search(rf"\b{p}\b", shell_script(page, {}))]
-        assert named, f"{page} names no fixed port: take it off FIXED_PORT_PAGES"
+    script = shell_script(page)
     path = [str(Path(sys.executable).parent)]
     if "minio" in script:
         path += _minio_path()
@@ -364,7 +337,7 @@ def test_shell_examples_run(page: str, tmp_path: Path) -> None:
         env.pop(name, None)
     (tmp_path / ".venv").symlink_to(Path(sys.executable).parent.parent)
     (tmp_path / "script.sh").write_text(script)
-    with holding(() if fixed else PORTS):
+    with holding(PORTS):
         status, out, err = run_bounded(["bash", "script.sh"], tmp_path, env)
     announced = re.findall(r"^== (\S+)$", err, re.MULTILINE)
     where = announced[-1] if announced else page
@@ -448,10 +421,10 @@ def test_the_mechanism_finds_blocks_markers_and_ports(tmp_path: Path) -> None:
     global BLOCKS
     saved, BLOCKS = BLOCKS, found
     try:
-        script = shell_script("page.md", {"8080": "41234"})
+        script = shell_script("page.md")
     finally:
         BLOCKS = saved
-    assert "surge sim --port 41234 &" in script and script.startswith("set -euo pipefail")
+    assert "surge sim --port 8080 &" in script and script.startswith("set -euo pipefail")
 
 
 #: Code that runs exec'd in-process, or pasted into ``python -m asyncio``, but not

@@ -251,11 +251,12 @@ def _response(
     )
 
 
-class HTTPTransport(httpx.BaseTransport):
-    """httpx's ``HTTPTransport`` on surge's engine: its options (``verify``,
-    ``cert``, ``trust_env``, ``limits``, ``proxy``, ...); more keyword
-    arguments are surge's client options (``resolve=``, ``dns_servers=``, ...:
-    :class:`surge.http.AsyncClient`)."""
+class _Configured:
+    """What both transports take: httpx's transport arguments (its signature,
+    mirrored for callers and their tools), made surge client options once
+    (:func:`_options`); each transport makes its client of them (``_start``)."""
+
+    _options: dict[str, Any]
 
     def __init__(
         self,
@@ -272,22 +273,34 @@ class HTTPTransport(httpx.BaseTransport):
         socket_options: Any = None,
         **surge_options: Any,
     ) -> None:
-        self._client = Client(
-            **_options(
-                verify,
-                cert,
-                trust_env,
-                http1,
-                http2,
-                limits,
-                proxy,
-                uds,
-                local_address,
-                retries,
-                socket_options,
-                surge_options,
-            )
+        self._options = _options(
+            verify,
+            cert,
+            trust_env,
+            http1,
+            http2,
+            limits,
+            proxy,
+            uds,
+            local_address,
+            retries,
+            socket_options,
+            surge_options,
         )
+        self._start()
+
+    def _start(self) -> None:
+        raise NotImplementedError
+
+
+class HTTPTransport(_Configured, httpx.BaseTransport):
+    """httpx's ``HTTPTransport`` on surge's engine: its options (``verify``,
+    ``cert``, ``trust_env``, ``limits``, ``proxy``, ...); more keyword
+    arguments are surge's client options (``resolve=``, ``dns_servers=``, ...:
+    :class:`surge.http.AsyncClient`)."""
+
+    def _start(self) -> None:
+        self._client = Client(**self._options)
 
     @property
     def client(self) -> Client:
@@ -345,41 +358,13 @@ class _Body(httpx.SyncByteStream):
                 self._response.close()
 
 
-class AsyncHTTPTransport(httpx.AsyncBaseTransport):
+class AsyncHTTPTransport(_Configured, httpx.AsyncBaseTransport):
     """httpx's ``AsyncHTTPTransport`` on surge's :class:`~surge.http.AsyncClient`
     (the options as :class:`HTTPTransport`'s).  Under asyncio the requests run
     on the caller's loop; under trio (which surge's engine does not run on)
     each goes to a surge client's portal through a worker thread."""
 
-    def __init__(
-        self,
-        verify: ssl.SSLContext | str | bool = True,
-        cert: Any = None,
-        trust_env: bool = True,
-        http1: bool = True,
-        http2: bool = False,
-        limits: httpx.Limits = DEFAULT_LIMITS,
-        proxy: Any = None,
-        uds: str | None = None,
-        local_address: str | None = None,
-        retries: int = 0,
-        socket_options: Any = None,
-        **surge_options: Any,
-    ) -> None:
-        self._options = _options(
-            verify,
-            cert,
-            trust_env,
-            http1,
-            http2,
-            limits,
-            proxy,
-            uds,
-            local_address,
-            retries,
-            socket_options,
-            surge_options,
-        )
+    def _start(self) -> None:
         self._client = AsyncClient(**self._options)
         self._threaded: Client | None = None  # made by the first request under trio
 

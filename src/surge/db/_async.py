@@ -37,9 +37,6 @@ from surge.db._pool import (
     LIFETIME_SHARE,
     SOCKET_CHECK_AFTER,
     SessionResets,
-    check_init_sql,
-    check_reset_mode,
-    checkout_check_after,
     log,
     needs_ping,
     start_session_reset,
@@ -438,36 +435,17 @@ class AsyncDBPool(SessionResets):
         driver: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.url = DatabaseURL.parse(url)
-        self.driver: AsyncDriver = async_driver_for(self.url, driver, url)
-        self.reset = check_reset_mode(reset, self.driver)
-        self.init_sql = check_init_sql(init_sql)
-        self.autocommit = autocommit
-        self.check_idle_after = check_idle_after
-        self._connect_args = dict(connect_args or {})
-        self.timeout = timeout
+        parsed = DatabaseURL.parse(url)
+        self.driver: AsyncDriver = async_driver_for(parsed, driver, url)
+        self._settings(
+            parsed, reset, init_sql, autocommit, check_idle_after, connect_args, timeout,
+            max_lifetime,
+        )  # fmt: skip
         self._lifetime_lock = asyncio.Lock()
-        self.max_lifetime: float | Literal["auto"] | None = max_lifetime
-        self.n_pings = self.n_rollbacks = 0
-        #: Called with each connection the pool closes (SQLAlchemy's records forget it).
-        self.on_close: list[Callable[[Any], object]] = []
         self.pool: AsyncPool[Any] = AsyncPool(
             self._create,
-            max_size=max_size,
-            max_overflow=max_overflow,
-            timeout=timeout,
-            max_idle=max_idle,
-            lifetime_jitter=lifetime_jitter,
-            check=self._check,
-            check_idle_after=checkout_check_after(check_idle_after, self.reset, self.driver),
-            reset=self._reset,
-            close=self._close,
-            sever=self._sever_inherited,
-            lifo=lifo,
-            clock=clock,
+            **self._pool_options(max_size, max_overflow, max_idle, lifetime_jitter, lifo, clock),
         )
-        if isinstance(max_lifetime, int | float):
-            self.pool.set_max_lifetime(max_lifetime)
 
     async def acquire(self, timeout: float | None = None) -> Any:
         """As :meth:`surge.db.DBPool.acquire`."""
@@ -496,33 +474,11 @@ class AsyncDBPool(SessionResets):
         """As :meth:`surge.db.DBPool.server_gone`."""
         await self.pool.invalidate(generation)
 
-    def generation_of(self, conn: Any) -> int | None:
-        return self.pool.generation_of(conn)
-
     async def lost(self, conn: Any) -> None:
         """A checked-out connection found the server gone: discard it, move on."""
         generation = self.pool.generation_of(conn)
         await self.pool.discard(conn)
         await self.pool.invalidate(generation)
-
-    @property
-    def generation(self) -> int:
-        return self.pool.generation
-
-    def stats(self) -> dict[str, Any]:
-        stats = self.pool.stats()
-        written = getattr(self.driver, "written", None) or [self.n_resets, self.n_resets]
-        stats.update(
-            pings=self.n_pings,
-            rollbacks=self.n_rollbacks,
-            resets=self.n_resets,
-            resets_written=written[0],
-            reset_commands=written[1],
-            severed=self.n_severed,
-            server_gone=stats["generation"],
-            max_lifetime=self.max_lifetime,
-        )
-        return stats
 
     async def close(self) -> None:
         await self.pool.close()

@@ -63,12 +63,104 @@ SOCKET_CHECK_AFTER = 0.05
 
 
 class SessionResets:
-    """What DBPool and AsyncDBPool share around the session reset at return (its
-    sending is the same, sync or async: nothing is waited for)."""
+    """What DBPool and AsyncDBPool share: their settings, their counters and
+    ``stats()``, and the session reset at return (its sending is the same,
+    sync or async: nothing is waited for).  Only waiting differs between them:
+    each wraps its own pool (surge.pool's Pool or AsyncPool) as ``pool``."""
 
     driver: Any
+    pool: Any
+    #: Each front-end's own, sync or async (surge.pool awaits what returns an awaitable).
+    _check: Callable[[Any, float], Any]
+    _reset: Callable[[Any], Any]
+    _close: Callable[[Any], Any]
     n_resets = 0
     n_severed = 0
+    n_pings = 0
+    n_rollbacks = 0
+
+    def _settings(
+        self,
+        url: DatabaseURL,
+        reset: str,
+        init_sql: Sequence[str],
+        autocommit: bool,
+        check_idle_after: float,
+        connect_args: dict[str, Any] | None,
+        timeout: float,
+        max_lifetime: float | Literal["auto"] | None,
+    ) -> None:
+        """The settings both keep as given (``driver`` set before: the reset
+        mode is checked against it)."""
+        self.url = url
+        self.reset = check_reset_mode(reset, self.driver)
+        self.init_sql = check_init_sql(init_sql)
+        self.autocommit = autocommit
+        self.check_idle_after = check_idle_after
+        self._connect_args = dict(connect_args or {})
+        self.timeout = timeout
+        #: The lifetime in force; ``"auto"`` until the first connection has read it.
+        self.max_lifetime: float | Literal["auto"] | None = max_lifetime
+        #: Called with each connection the pool closes (glue that keeps its own
+        #: record per connection, as SQLAlchemy's, forgets it here).
+        self.on_close: list[Callable[[Any], object]] = []
+
+    def _pool_options(
+        self,
+        max_size: int,
+        max_overflow: int,
+        max_idle: float | None,
+        lifetime_jitter: float,
+        lifo: bool,
+        clock: Callable[[], float],
+    ) -> dict[str, Any]:
+        """surge.pool's arguments (Pool's or AsyncPool's: the same), with this
+        pool's callbacks: the check, the reset and close at return, the sever
+        of a forked child's inherited connections."""
+        max_lifetime = self.max_lifetime
+        return {
+            "max_size": max_size,
+            "max_overflow": max_overflow,
+            "timeout": self.timeout,
+            "max_idle": max_idle,
+            "max_lifetime": None if max_lifetime == "auto" else max_lifetime,
+            "lifetime_jitter": lifetime_jitter,
+            "check": self._check,
+            "check_idle_after": checkout_check_after(
+                self.check_idle_after, self.reset, self.driver
+            ),
+            "reset": self._reset,
+            "close": self._close,
+            "sever": self._sever_inherited,
+            "lifo": lifo,
+            "clock": clock,
+        }
+
+    @property
+    def generation(self) -> int:
+        return int(self.pool.generation)
+
+    def generation_of(self, conn: Any) -> int | None:
+        """The generation ``conn`` was made in (None if it is not checked out)."""
+        generation: int | None = self.pool.generation_of(conn)
+        return generation
+
+    def stats(self) -> dict[str, Any]:
+        """The pool's counters plus ``generation``, ``pings``, ``rollbacks`` and
+        ``server_gone`` (how many times a disconnect moved the generation on)."""
+        stats: dict[str, Any] = self.pool.stats()
+        written = getattr(self.driver, "written", None) or [self.n_resets, self.n_resets]
+        stats.update(
+            pings=self.n_pings,
+            rollbacks=self.n_rollbacks,
+            resets=self.n_resets,
+            resets_written=written[0],
+            reset_commands=written[1],
+            severed=self.n_severed,
+            server_gone=stats["generation"],
+            max_lifetime=self.max_lifetime,
+        )
+        return stats
 
     def _after_reset(self, conn: Any, outcome: bool | Exception | None) -> bool:
         """Count a session reset started at return; sever a connection that could
@@ -141,42 +233,21 @@ class DBPool(SessionResets):
     ) -> None:
         if check_idle_after < 0:
             raise ValueError(f"check_idle_after must be 0 or more, not {check_idle_after}")
-        self.url = DatabaseURL.parse(url)
-        self.driver: Driver = driver_for(self.url, driver, ssl_context)
-        self.reset = check_reset_mode(reset, self.driver)
-        self.init_sql = check_init_sql(init_sql)
-        self.autocommit = autocommit
-        self.check_idle_after = check_idle_after
-        self._connect_args = dict(connect_args or {})
-        self.timeout = timeout
+        parsed = DatabaseURL.parse(url)
+        self.driver: Driver = driver_for(parsed, driver, ssl_context)
+        self._settings(
+            parsed, reset, init_sql, autocommit, check_idle_after, connect_args, timeout,
+            max_lifetime,
+        )  # fmt: skip
         #: The acquire under way in this thread: its timeout bounds a connect.
         self._budget = threading.local()
         self._lifetime_lock = _fork.lock()
-        #: The lifetime in force; ``"auto"`` until the first connection has read it.
-        self.max_lifetime: float | Literal["auto"] | None = max_lifetime
-        self.n_pings = 0
-        self.n_rollbacks = 0
-        #: Called with each connection the pool closes (glue that keeps its own
-        #: record per connection forgets it here).
-        self.on_close: list[Callable[[Any], object]] = []
         #: Makes a new connection; glue that knows better replaces it (SQLAlchemy's
         #: dialect arguments and ``do_connect`` events, see surge.db.sqlalchemy).
         self.connector: Callable[[], Any] = self._connect_to_url
         self.pool: Pool[Any] = Pool(
             self._create,
-            max_size=max_size,
-            max_overflow=max_overflow,
-            timeout=timeout,
-            max_idle=max_idle,
-            max_lifetime=None if max_lifetime == "auto" else max_lifetime,
-            lifetime_jitter=lifetime_jitter,
-            check=self._check,
-            check_idle_after=checkout_check_after(check_idle_after, self.reset, self.driver),
-            reset=self._reset,
-            close=self._close,
-            sever=self._sever_inherited,
-            lifo=lifo,
-            clock=clock,
+            **self._pool_options(max_size, max_overflow, max_idle, lifetime_jitter, lifo, clock),
         )
 
     # -- the public surface ---------------------------------------------------------------
@@ -237,37 +308,12 @@ class DBPool(SessionResets):
         connections of the new server are not dropped seven times over."""
         self.pool.invalidate(generation)
 
-    def generation_of(self, conn: Any) -> int | None:
-        """The generation ``conn`` was made in (None if it is not checked out)."""
-        return self.pool.generation_of(conn)
-
     def lost(self, conn: Any, owner: Owner | None = None) -> None:
         """A checked-out connection found the server gone: discard it and move the
         generation on (once per generation)."""
         generation = self.pool.generation_of(conn)
         self.pool.discard(conn, owner)
         self.pool.invalidate(generation)
-
-    @property
-    def generation(self) -> int:
-        return self.pool.generation
-
-    def stats(self) -> dict[str, Any]:
-        """The pool's counters plus ``generation``, ``pings``, ``rollbacks`` and
-        ``server_gone`` (how many times a disconnect moved the generation on)."""
-        stats = self.pool.stats()
-        written = getattr(self.driver, "written", None) or [self.n_resets, self.n_resets]
-        stats.update(
-            pings=self.n_pings,
-            rollbacks=self.n_rollbacks,
-            resets=self.n_resets,
-            resets_written=written[0],
-            reset_commands=written[1],
-            severed=self.n_severed,
-            server_gone=stats["generation"],
-            max_lifetime=self.max_lifetime,
-        )
-        return stats
 
     def close(self) -> None:
         """Close idle connections now, in-use ones when they come back."""

@@ -11,7 +11,10 @@ requests alone, not the imports or the client's construction.
 Clients: surge's ``Client`` (its SSLContext resumes), surge given a plain
 ``ssl.SSLContext`` (no resumption: the full-handshake cost), requests (one
 ``Session``: urllib3 does not resume), pycurl (one easy handle: libcurl keeps
-the session), pyreqwest (``SyncClient``: rustls resumes); and surge with each
+the session), pyreqwest (``SyncClient``: rustls resumes), ``stdlib-floor``
+(a blocking socket and the ssl module: the resumed handshake, the request and
+the read to the close, nothing else - what any CPython client on OpenSSL
+pays at the least); and surge with each
 request to a host name of its own (``surge-distinct-hosts``: never resumes, so
 it measures what the resumption code costs a full handshake).  ``--old-src DIR``
 adds the same two surge runs with another checkout's ``src`` (the code before
@@ -50,7 +53,17 @@ if kind == "surge-distinct-hosts":  # every request to a host of its own: no res
     names = [f"h{i}.bench.test" for i in range(n + 1)]
     fixed = url.replace("localhost", "{}")
     url = fixed.format(names[0])
-if kind.startswith("surge"):
+if kind.startswith("surge-async"):  # AsyncClient on the child's own loop: no portal hop
+    # (surge-async-stdlib-loop: on asyncio's own loop, not uvloop)
+    import asyncio
+    from surge.http import AsyncClient
+    from surge.loops import new_event_loop
+    loop = asyncio.new_event_loop() if kind == "surge-async-stdlib-loop" else new_event_loop()
+    client = AsyncClient(cafile=cafile)
+    async def fetch(u):
+        return (await client.get(u)).content
+    get = lambda u: loop.run_until_complete(fetch(u))
+elif kind.startswith("surge"):
     from surge.http import Client
     options = {"cafile": cafile}
     if kind == "surge-plain-context":
@@ -75,6 +88,28 @@ elif kind == "pycurl":
         curl.setopt(pycurl.WRITEDATA, buffer)
         curl.perform()
         return buffer.getvalue()
+elif kind == "stdlib-floor":
+    # The least a CPython + OpenSSL client does per reconnect: a blocking socket,
+    # the resumed handshake (one context, the last session offered), the request
+    # and the read to the close; no HTTP parsing, no pool, no event loop.
+    import socket
+    from urllib.parse import urlsplit
+    context = ssl.create_default_context(cafile=cafile)
+    parts = urlsplit(url)
+    session = None
+    def get(u):
+        global session
+        target = urlsplit(u)
+        with socket.create_connection((parts.hostname, parts.port)) as raw:
+            with context.wrap_socket(raw, server_hostname=parts.hostname, session=session) as tls:
+                tls.sendall(b"GET %s?%s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n"
+                            % (target.path.encode(), target.query.encode(), parts.netloc.encode()))
+                chunks = []
+                while data := tls.recv(65536):
+                    chunks.append(data)
+                if not tls.session_reused:
+                    session = tls.session
+        return b"".join(chunks).partition(b"\r\n\r\n")[2]
 elif kind == "pyreqwest":
     from pyreqwest.client import SyncClientBuilder
     with open(cafile, "rb") as ca:
@@ -159,8 +194,10 @@ def main() -> int:
     parser.add_argument("--old-src", help="another checkout's src/: surge before a change")
     args = parser.parse_args()
     info = machine_info(["surge", "requests", "pycurl", "pyreqwest", "uvloop"])
-    kinds = ["surge", "surge-plain-context", "surge-distinct-hosts", "requests", "pycurl"]
-    kinds.append("pyreqwest")
+    kinds = ["surge", "surge-async", "surge-async-stdlib-loop", "surge-plain-context"]
+    kinds += ["surge-distinct-hosts"]
+    kinds += ["requests", "pycurl"]
+    kinds += ["pyreqwest", "stdlib-floor"]
     runs: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         process, port, cafile, log = start_nginx(Path(tmp))

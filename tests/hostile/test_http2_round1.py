@@ -53,8 +53,7 @@ from hyperframe.frame import (
     WindowUpdateFrame,
 )
 from tests._nginx import free_port, nginx
-from tests.conftest import needs
-from tests.hostile.conftest import run
+from tests.hostile.conftest import SURGE, run
 
 import surge
 import surge.http
@@ -210,6 +209,11 @@ class Conn:
             if not self.frames(self.headers(req.sid, pairs, end_stream=not body)):
                 return False
         return not body or self.send_body(req.sid, body)
+
+    def shutdown(self) -> None:
+        """Close the connection (TCP FIN both ways), whatever state it is in."""
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
 
     # reading
     def read_exact(self, n: int) -> bytes:
@@ -620,7 +624,7 @@ def goaway_first_conn(last: int = 0, code: int = NO_ERROR) -> Handler:
         if conn.index == 0:
             conn.frames(conn.goaway(last, code))
             time.sleep(0.05)
-            conn.sock.shutdown(socket.SHUT_RDWR)
+            conn.shutdown()
         else:
             ok(conn, req)
 
@@ -684,7 +688,7 @@ def test_goaway_with_error_code_between_headers_and_data_is_reset_post_once() ->
         conn.frames(conn.headers(req.sid, [(":status", "200"), ("content-length", "100")]))
         conn.frames(conn.goaway(req.sid, INTERNAL_ERROR))
         time.sleep(0.1)
-        conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.shutdown()
 
     with h2server(handler) as srv:
         _, error, _ = get(srv.url("/p"), method="POST", content=b"p")
@@ -707,7 +711,7 @@ def test_goaway_with_error_code_followed_by_frames_in_one_write() -> None:
                 conn.headers(req.sid, [(":status", "500")], end_stream=True),
             )
             time.sleep(0.1)
-            conn.sock.shutdown(socket.SHUT_RDWR)
+            conn.shutdown()
         else:
             ok(conn, req)
 
@@ -745,7 +749,7 @@ def test_two_goaways_with_decreasing_ids_retry_exactly_the_unprocessed() -> None
         conn.respond(req0, 200, b"hello " + req0.path.encode())
         time.sleep(0.2)
         barrier.set()
-        conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.shutdown()
 
     async def main(url: str) -> list[Any]:
         async with surge.AsyncClient(http2_prior_knowledge=True, max_time=10) as client:
@@ -778,7 +782,7 @@ def test_goaway_always_is_bounded(method: str) -> None:
     def handler(conn: Conn, req: Request) -> None:
         conn.frames(conn.goaway(0))
         time.sleep(0.05)
-        conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.shutdown()
 
     with h2server(handler) as srv:
         _, error, took = get(srv.url("/x"), method=method, content=b"b", max_time=20)
@@ -891,7 +895,7 @@ def test_connection_lost_fails_each_stream_and_posts_once() -> None:
                 break
             time.sleep(0.05)
         time.sleep(0.1)
-        conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.shutdown()
 
     async def main(url: str) -> list[Any]:
         async with surge.AsyncClient(http2_prior_knowledge=True, max_time=10) as client:
@@ -1766,6 +1770,8 @@ def ngx(ca: trustme.CA, cafile: str, tmp_path_factory: pytest.TempPathFactory) -
         "tls_h1_ka0",
         "tls_kr5",
         "tls_idle1",
+        "tls12_ka0",
+        "tls_stateful_ka0",
     ]
     ports = {k: free_port() for k in kinds}
     pem = base / "server.pem"
@@ -1803,6 +1809,10 @@ def ngx(ca: trustme.CA, cafile: str, tmp_path_factory: pytest.TempPathFactory) -
     servers += block("h2c_mcs1", "http2", "http2_max_concurrent_streams 1;")
     servers += block("tls_kr5", "ssl http2", tls + " keepalive_requests 5;")
     servers += block("tls_idle1", "ssl http2", tls + " keepalive_timeout 1s;")
+    servers += block("tls12_ka0", "ssl http2", tls + " ssl_protocols TLSv1.2; keepalive_timeout 0;")
+    servers += block(
+        "tls_stateful_ka0", "ssl http2", tls + " ssl_session_tickets off; keepalive_timeout 0;"
+    )
     servers = servers.replace("echo_sleep 0; ", "")
     with nginx(base, servers, wait_port=ports["tls_h1_ka0"]):
         for port in ports.values():
@@ -1836,7 +1846,6 @@ def curl_head(*args: str) -> tuple[str, dict[str, str], bytes]:
     return lines[0].split(" ")[0], headers, body
 
 
-@needs("curl")
 @pytest.mark.parametrize("kind", ["tls", "h2c"])
 def test_nginx_h2_matches_curl(ngx: Nginx, kind: str) -> None:
     url = ngx.url(kind, "/big")
@@ -2000,7 +2009,7 @@ def sequential(urls: list[str], **options: Any) -> list[Any]:
     return asyncio.run(asyncio.wait_for(main(), 120))
 
 
-@pytest.mark.parametrize("kind", ["tls_ka0", "tls_h1_ka0"])
+@pytest.mark.parametrize("kind", ["tls_ka0", "tls_h1_ka0", "tls12_ka0"])
 def test_resumption_third_and_later_resume(ngx: Nginx, kind: str) -> None:
     """docs/http.md: "The first connection to an origin only marks it seen; the
     second keeps its session; the third and later resume" - checked at nginx."""
@@ -2188,7 +2197,6 @@ def hyper(ca: trustme.CA, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         proc.wait(timeout=10)
 
 
-@needs("curl")
 @pytest.mark.parametrize("kind", ["tls", "plain"])
 def test_hypercorn_matches_curl(hyper: dict[str, Any], cafile: str, kind: str) -> None:
     url = hyper[kind] + "/big"
@@ -2233,7 +2241,8 @@ def test_hypercorn_fetch_prior_knowledge(hyper: dict[str, Any], tmp_path: Path) 
 
 
 def test_httpx_transport_http2_true_speaks_h2(ngx: Nginx) -> None:
-    httpx = pytest.importorskip("httpx")
+    import httpx
+
     import surge.httpx
 
     with httpx.Client(transport=surge.httpx.HTTPTransport(http2=True, verify=ngx.cafile)) as client:
@@ -2248,7 +2257,8 @@ def test_httpx_transport_http2_true_speaks_h2(ngx: Nginx) -> None:
 
 
 def test_httpx_async_transport_http2_true(ngx: Nginx) -> None:
-    httpx = pytest.importorskip("httpx")
+    import httpx
+
     import surge.httpx
 
     async def main() -> list[str]:
@@ -2269,7 +2279,8 @@ def test_httpx_async_transport_http2_true(ngx: Nginx) -> None:
 
 def test_httpx_transport_h2_reset_is_an_httpx_exception(ca: trustme.CA, cafile: str) -> None:
     """docs/dropins.md: "A drop-in raises only its library's exceptions"."""
-    httpx = pytest.importorskip("httpx")
+    import httpx
+
     import surge.httpx
 
     def handler(conn: Conn, req: Request) -> None:
@@ -2285,7 +2296,8 @@ def test_httpx_transport_h2_reset_is_an_httpx_exception(ca: trustme.CA, cafile: 
 
 
 def test_httpx_transport_goaway_retried(ca: trustme.CA, cafile: str) -> None:
-    httpx = pytest.importorskip("httpx")
+    import httpx
+
     import surge.httpx
 
     with h2server(goaway_first_conn(0), tls=server_context(ca, ["h2"])) as srv:
@@ -2390,7 +2402,7 @@ def test_trace_h2_failure_is_one_line_exit_1(tmp_path: Path, ca: trustme.CA, caf
     def handler(conn: Conn, req: Request) -> None:
         conn.frames(conn.goaway(req.sid, PROTOCOL_ERROR))
         time.sleep(0.05)
-        conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.shutdown()
 
     with h2server(handler, tls=server_context(ca, ["h2"])) as srv:
         proc = run(["trace", "--cacert", cafile, "--max-time", "5", srv.url("/")], timeout=60)
@@ -2444,7 +2456,7 @@ def test_idle_goaway_and_close_then_post_succeeds() -> None:
         ok(conn, req)
         time.sleep(0.2)
         conn.frames(conn.goaway(req.sid))
-        conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.shutdown()
 
     async def main(url: str) -> list[Any]:
         out = []
@@ -2470,7 +2482,7 @@ def test_idle_close_without_goaway_then_get_succeeds() -> None:
     def handler(conn: Conn, req: Request) -> None:
         ok(conn, req)
         time.sleep(0.2)
-        conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.shutdown()
 
     async def main(url: str) -> list[Any]:
         out = []
@@ -2681,7 +2693,6 @@ def test_fetch_mixed_hostile_batch_one_record_each(tmp_path: Path) -> None:
     ],
     ids=["connection-header", "no-status", "more-data-than-content-length"],
 )
-@needs("curl")
 def test_a_malformed_response_fails_its_own_stream_only(bad: list[tuple[str, str]]) -> None:
     """RFC 9113 8.1.1: a malformed response is a *stream* error (PROTOCOL_ERROR):
     docs/http.md names the response a protocol_error, and the other requests
@@ -2725,3 +2736,298 @@ def test_a_malformed_response_fails_its_own_stream_only(bad: list[tuple[str, str
     assert results == ["protocol_error", 200], (
         f"[bad, good]: {results} (curl: the good one is a 200)"
     )
+
+
+# --- stream slots: cancelled and timed-out streams give theirs back ---------------
+
+
+def hang_or_ok(conn: Conn, req: Request) -> None:
+    if req.path.startswith("/hang"):
+        return  # never answers
+    if req.path.startswith("/slow"):
+        time.sleep(1.0)
+    ok(conn, req)
+
+
+def test_timed_out_streams_free_their_slots() -> None:
+    """SETTINGS_MAX_CONCURRENT_STREAMS 1: three requests that time out
+    (read_timeout, max_time 1), then one that the server answers - on the one
+    connection, so each timed-out stream must have been reset to free the slot."""
+
+    async def main(url: str) -> list[Any]:
+        out = []
+        async with surge.AsyncClient(http2_prior_knowledge=True, per_host=1) as client:
+            await client.get(url + "/warm", timeout=5)
+            for i in range(3):
+                try:
+                    await client.get(url + f"/hang{i}", timeout=1)
+                    out.append(200)
+                except surge.http.RequestError as e:
+                    out.append(e.error_class)
+            try:
+                out.append((await client.get(url + "/after", timeout=5)).status_code)
+            except surge.http.RequestError as e:
+                out.append(e.error_class)
+        return out
+
+    with h2server(hang_or_ok, settings={SettingsFrame.MAX_CONCURRENT_STREAMS: 1}) as srv:
+        results = asyncio.run(asyncio.wait_for(main(srv.url("").rstrip("/")), 60))
+        rsts = [(c.index, sid, code) for c in srv.conns for sid, code in c.rsts_received]
+    assert results == ["read_timeout"] * 3 + [200], f"{results}; RST_STREAMs the server got: {rsts}"
+
+
+def test_cancelled_tasks_free_their_slots_and_reset_their_streams() -> None:
+    """asyncio tasks cancelled while their requests wait on the server: each
+    stream is reset (RST_STREAM CANCEL, RFC 9113 8.7), and a request after
+    them, on a connection of 2 slots, is answered."""
+
+    async def main(url: str) -> Any:
+        async with surge.AsyncClient(http2_prior_knowledge=True, per_host=1, max_time=10) as client:
+            await client.get(url + "/warm")
+            for i in range(4):
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(client.get(url + f"/hang{i}"), 0.3)
+            await asyncio.sleep(0.2)
+            return (await asyncio.wait_for(client.get(url + "/after"), 5)).status_code
+
+    with h2server(hang_or_ok, settings={SettingsFrame.MAX_CONCURRENT_STREAMS: 2}) as srv:
+        status = asyncio.run(asyncio.wait_for(main(srv.url("").rstrip("/")), 60))
+        rsts = [code for c in srv.conns for _, code in c.rsts_received]
+        conns = len(srv.conns)
+    assert status == 200
+    assert conns == 1, f"per_host=1: {conns} connections"
+    assert rsts.count(CANCEL) == 4, f"each cancelled stream reset with CANCEL: {rsts}"
+
+
+def test_cancelling_one_request_leaves_the_others_on_the_connection() -> None:
+    async def main(url: str) -> Any:
+        async with surge.AsyncClient(http2_prior_knowledge=True, max_time=10) as client:
+            slow = asyncio.ensure_future(client.get(url + "/slow"))
+            await asyncio.sleep(0.1)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(client.get(url + "/hang"), 0.2)
+            return (await slow).status_code
+
+    with h2server(hang_or_ok) as srv:
+        status = asyncio.run(asyncio.wait_for(main(srv.url("").rstrip("/")), 60))
+        conns = len(srv.conns)
+    assert status == 200 and conns == 1
+
+
+def test_stream_closed_unread_leaves_the_others_on_the_connection() -> None:
+    """A streamed response left unread at the end of its ``with`` block: the
+    other stream in flight on the connection still completes."""
+    big = b"q" * (6 * 2**20)
+
+    def handler(conn: Conn, req: Request) -> None:
+        if req.path == "/big":
+            conn.respond(req, 200, big)
+        else:
+            hang_or_ok(conn, req)
+
+    async def main(url: str) -> Any:
+        async with surge.AsyncClient(
+            http2_prior_knowledge=True, max_time=10, body_cap=64 * 2**20
+        ) as client:
+            slow = asyncio.ensure_future(client.get(url + "/slow"))
+            await asyncio.sleep(0.1)
+            async with client.stream("GET", url + "/big") as r:
+                assert r.status_code == 200
+            after = await client.get(url + "/after")
+            return (await slow).status_code, after.status_code
+
+    with h2server(handler) as srv:
+        statuses = asyncio.run(asyncio.wait_for(main(srv.url("").rstrip("/")), 60))
+    assert statuses == (200, 200), statuses
+
+
+def test_sync_client_close_from_another_thread_ends_h2_requests() -> None:
+    """docs/http.md: "close() from any thread ends the requests in flight"."""
+    outcome: dict[str, Any] = {}
+
+    with h2server(hang_or_ok) as srv:
+        client = surge.Client(http2_prior_knowledge=True, max_time=30)
+
+        def worker() -> None:
+            start = time.monotonic()
+            try:
+                client.get(srv.url("/hang"))
+                outcome["result"] = "answered"
+            except surge.http.RequestError as e:
+                outcome["result"] = e.error_class
+            except Exception as e:
+                outcome["result"] = repr(e)
+            outcome["took"] = time.monotonic() - start
+
+        t = threading.Thread(target=worker, daemon=True)
+        t.start()
+        time.sleep(0.7)
+        client.close()
+        t.join(15)
+    assert not t.is_alive(), "a request still waiting 15 s after close()"
+    assert outcome["took"] < 10 and outcome["result"] != "answered", outcome
+
+
+def test_fetch_sigint_with_h2_streams_in_flight(tmp_path: Path) -> None:
+    """docs/fetch.md: exit 130 when interrupted; a record per input written
+    before is kept; no traceback."""
+    import signal
+
+    with h2server(hang_or_ok) as srv:
+        inp = tmp_path / "in.txt"
+        inp.write_text(
+            "".join(srv.url(f"/hang{i}") + "\n" for i in range(20)) + srv.url("/ok") + "\n"
+        )
+        proc = subprocess.Popen(
+            [
+                *SURGE,
+                "fetch",
+                str(inp),
+                "-o",
+                str(tmp_path / "o.jsonl"),
+                "-q",
+                "--no-progress",
+                "--http2-prior-knowledge",
+                "--max-time",
+                "60",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 20
+        while len(srv.heads) < 21 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            pytest.fail("surge fetch still running 15 s after SIGINT with h2 streams in flight")
+    assert proc.returncode == 130, (proc.returncode, err[-500:])
+    assert b"Traceback" not in err, err[-2000:]
+
+
+# --- phases: a request that rode another's connection did not connect ------------
+
+
+def test_multiplexed_records_have_one_handshake(ngx: Nginx, tmp_path: Path) -> None:
+    """docs/fetch.md: "a reused connection has no dns/connect/tls"; the HAR's
+    connect and ssl are -1 "when a reused connection skipped them". Twelve
+    requests at once on one h2 connection: one handshake."""
+    urls = [ngx.url("tls", f"/echo?ph={i}") for i in range(12)]
+    har = tmp_path / "ph.har"
+    mark = ngx.mark()
+    _proc, recs = fetch_records(
+        tmp_path, urls, "--cacert", ngx.cafile, "-c", "12", "--har", str(har)
+    )
+    time.sleep(0.2)
+    conns = {x["conn"] for x in ngx.since(mark)}
+    assert len(conns) == 1
+    with_tls = [r["timings"]["tls_ms"] for r in recs if r["timings"]["tls_ms"] is not None]
+    assert len(with_tls) == 1, (
+        f"one TLS handshake on one connection; {len(with_tls)} records claim one: {with_tls}"
+    )
+    ssl = [e["timings"]["ssl"] for e in har_entries(har) if e["timings"]["ssl"] != -1]
+    assert len(ssl) == 1, f"HAR: {len(ssl)} entries with an ssl time on one connection"
+
+
+def test_resumption_with_single_use_sessions(ngx: Nginx) -> None:
+    """nginx without tickets (TLS 1.3 stateful sessions, which OpenSSL takes
+    once): docs/http.md: "a server that takes each ticket only once refuses it,
+    and the full handshake that follows keeps a new one" - so from the third
+    connection on, every other one at least resumes, and nothing fails."""
+    mark = ngx.mark()
+    results = sequential(
+        [ngx.url("tls_stateful_ka0", f"/echo?su={i}") for i in range(12)], cafile=ngx.cafile
+    )
+    time.sleep(0.2)
+    reused = [x["reused"] for x in ngx.since(mark)]
+    assert [s for s, _ in results] == [200] * 12, results
+    assert reused[2:].count("r") >= 5, f"$ssl_session_reused: {reused}"
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_user_transfer_encoding_header_over_h2(method: str) -> None:
+    """A user's ``Transfer-Encoding: chunked`` header (which HTTP/1.1 surge
+    sends as given) has no meaning in HTTP/2 (RFC 9113 8.2.2): curl drops it
+    and gets its answer. surge must send the request (or refuse the header at
+    once as a usage error), never sit on it until max_time."""
+    with h2server(ok) as srv:  # the reference: curl
+        flags = ["-X", "POST", "--data-binary", "abc"] if method == "POST" else []
+        ref = curl(
+            "--http2-prior-knowledge", "-H", "Transfer-Encoding: chunked", *flags, srv.url("/te")
+        )
+        assert ref.stdout == b"hello /te", ref
+    with h2server(ok) as srv:
+        start = time.monotonic()
+        try:
+            response, error, took = get(
+                srv.url("/te"),
+                method=method,
+                content=b"abc" if method == "POST" else None,
+                headers={"Transfer-Encoding": "chunked"},
+                max_time=4,
+            )
+        except ValueError:  # InvalidHeader, a usage error: acceptable
+            return
+        sent = srv.count("/te")
+    assert error is None and response.status_code == 200, (
+        f"{error} after {took:.1f} s; the server got its HEADERS {sent} time(s), and never the end of the stream"
+    )
+    assert time.monotonic() - start < 3
+
+
+# --- your own ssl_context, the requests adapter -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("alpn", "want"), [(["http/1.1"], "HTTP/1.1"), (["h2"], "HTTP/2"), (None, "HTTP/1.1")]
+)
+def test_own_ssl_context_alpn_decides(ngx: Nginx, alpn: list[str] | None, want: str) -> None:
+    """docs/http.md: "A ssl_context= of your own is used as it is: its ALPN decides"."""
+    ctx = ssl.create_default_context(cafile=ngx.cafile)
+    if alpn:
+        ctx.set_alpn_protocols(alpn)
+    response, error, _ = get(ngx.url("tls"), ssl_context=ctx)
+    assert error is None and response.http_version == want, (
+        error,
+        response and response.http_version,
+    )
+
+
+def test_own_plain_ssl_context_does_not_resume(ngx: Nginx) -> None:
+    """docs/http.md: "Any other ssl.SSLContext is used as it is, and does not resume"."""
+    ctx = ssl.create_default_context(cafile=ngx.cafile)
+    mark = ngx.mark()
+    results = sequential([ngx.url("tls_ka0", f"/echo?own={i}") for i in range(5)], ssl_context=ctx)
+    time.sleep(0.2)
+    reused = [x["reused"] for x in ngx.since(mark)]
+    assert [s for s, _ in results] == [200] * 5
+    assert reused == ["."] * 5, reused
+
+
+def test_make_ssl_context_resumes(ngx: Nginx) -> None:
+    ctx = surge.http.make_ssl_context(cafile=ngx.cafile)
+    mark = ngx.mark()
+    results = sequential([ngx.url("tls_ka0", f"/echo?mk={i}") for i in range(5)], ssl_context=ctx)
+    time.sleep(0.2)
+    reused = [x["reused"] for x in ngx.since(mark)]
+    assert [s for s, _ in results] == [200] * 5
+    assert reused[2:] == ["r"] * 3, reused
+
+
+def test_requests_adapter_speaks_http11(ngx: Nginx) -> None:
+    """docs/http.md: "The requests adapter (surge.requests) speaks HTTP/1.1"."""
+    import requests
+
+    import surge.requests
+
+    mark = ngx.mark()
+    with requests.Session() as session:
+        session.mount("https://", surge.requests.Adapter())
+        r = session.get(ngx.url("tls", "/echo?rq"), verify=ngx.cafile, timeout=10)
+    time.sleep(0.2)
+    assert r.status_code == 200
+    assert [x["proto"] for x in ngx.since(mark)] == ["HTTP/1.1"]

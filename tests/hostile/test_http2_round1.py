@@ -3031,3 +3031,265 @@ def test_requests_adapter_speaks_http11(ngx: Nginx) -> None:
     time.sleep(0.2)
     assert r.status_code == 200
     assert [x["proto"] for x in ngx.since(mark)] == ["HTTP/1.1"]
+
+
+# --- frames a client must ignore, and frames that break the protocol --------------
+
+
+def raw_frame(kind: int, flags: int, sid: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + sid.to_bytes(4, "big") + payload
+
+
+def before_response(raw: bytes) -> Handler:
+    def handler(conn: Conn, req: Request) -> None:
+        conn.write(raw)
+        time.sleep(0.1)
+        ok(conn, req)
+
+    return handler
+
+
+IGNORED = {
+    "unknown-frame-type": raw_frame(0xFA, 0, 0, b"whatever"),
+    "unknown-frame-on-stream": raw_frame(0xFB, 0xFF, 1, b"x" * 100),
+    "unknown-setting": raw_frame(0x4, 0, 0, (0xABCD).to_bytes(2, "big") + (7).to_bytes(4, "big")),
+    "priority": raw_frame(0x2, 0, 1, (3).to_bytes(4, "big") + b"\x10"),
+    "priority-update": raw_frame(0x10, 0, 0, (1).to_bytes(4, "big") + b"u=1"),
+    "altsvc": raw_frame(0xA, 0, 0, (0).to_bytes(2, "big") + b'h3=":443"'),
+}
+
+
+@pytest.mark.parametrize("name", sorted(IGNORED))
+def test_frames_to_ignore_are_ignored(name: str) -> None:
+    """RFC 9113 4.1/5.5: unknown frame types and settings are ignored."""
+    with h2server(before_response(IGNORED[name])) as srv:
+        response, error, _ = get(srv.url("/i"))
+    assert error is None and response.content == b"hello /i", f"{name}: {error}"
+
+
+BREAKING = {
+    "window-update-zero": raw_frame(0x8, 0, 0, (0).to_bytes(4, "big")),
+    "settings-enable-push-2": raw_frame(0x4, 0, 0, (2).to_bytes(2, "big") + (2).to_bytes(4, "big")),
+    "settings-window-too-big": raw_frame(
+        0x4, 0, 0, (4).to_bytes(2, "big") + (2**31).to_bytes(4, "big")
+    ),
+    "settings-frame-size-tiny": raw_frame(
+        0x4, 0, 0, (5).to_bytes(2, "big") + (100).to_bytes(4, "big")
+    ),
+    "settings-bad-length": raw_frame(0x4, 0, 0, b"\x00\x01\x00"),
+    "ping-bad-length": raw_frame(0x6, 0, 0, b"1234567"),
+    "ping-on-stream": raw_frame(0x6, 0, 1, b"12345678"),
+    "data-on-stream-0": raw_frame(0x0, 1, 0, b"xx"),
+    "rst-on-stream-0": raw_frame(0x3, 0, 0, (2).to_bytes(4, "big")),
+    "goaway-on-stream": raw_frame(0x7, 0, 1, (0).to_bytes(4, "big") + (0).to_bytes(4, "big")),
+    "continuation-alone": raw_frame(0x9, 4, 1, b"\x88"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BREAKING))
+def test_frames_that_break_the_protocol(name: str) -> None:
+    """docs/http.md: a connection "that breaks the protocol fails each of its
+    streams (... protocol_error)" - at once, not at max_time."""
+    with h2server(before_response(BREAKING[name])) as srv:
+        _, error, took = get(srv.url("/b"), max_time=5)
+    assert error == "protocol_error" and took < 4, f"{name}: {error} after {took:.1f} s"
+
+
+def test_padding_counts_in_flow_control() -> None:
+    """A body of 40,000 one-byte DATA frames, each with 255 bytes of padding
+    (RFC 9113 6.1: padding is flow-controlled): 10 MB of window for 40 KB of
+    body. A client that acknowledged the data but not the padding would run its
+    stream's 4 MiB window out and stall."""
+    frames = 40_000
+
+    def handler(conn: Conn, req: Request) -> None:
+        conn.frames(conn.headers(req.sid, [(":status", "200"), ("content-length", str(frames))]))
+        one = raw_frame(
+            0x0, 0x8, req.sid, b"\xff" + b"p" + b"\x00" * 255
+        )  # PADDED, pad 255, 1 byte
+        cost = len(one) - 9
+        sent = 0
+        while sent < frames:
+            with conn.cv:
+                ok_ = conn.cv.wait_for(
+                    lambda: (
+                        conn.closed
+                        or (conn.conn_window >= cost and conn.stream_windows[req.sid] >= cost)
+                    ),
+                    timeout=5,
+                )
+                if not ok_ or conn.closed:
+                    return
+                n = min(
+                    frames - sent,
+                    conn.conn_window // cost,
+                    conn.stream_windows[req.sid] // cost,
+                    256,
+                )
+                conn.conn_window -= n * cost
+                conn.stream_windows[req.sid] -= n * cost
+            if not conn.write(one * n):
+                return
+            sent += n
+        conn.frames(conn.data(req.sid, b"", end_stream=True))
+
+    with h2server(handler) as srv:
+        response, error, _ = get(srv.url("/pad"), max_time=30)
+    assert error is None and response.content == b"p" * frames, error
+
+
+# --- through a proxy: h2 inside a CONNECT tunnel; the proxy itself in HTTP/1.1 ----
+
+
+class Proxy:
+    """A forward proxy: CONNECT tunnels to anywhere on loopback; an
+    absolute-form request is answered by the proxy itself ("via proxy").
+    Records each request line it was sent."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self) -> None:
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.serve, args=(c,), daemon=True).start()
+
+    def serve(self, c: socket.socket) -> None:
+        with contextlib.suppress(OSError), c:
+            head = b""
+            while b"\r\n\r\n" not in head and len(head) < 65536:
+                chunk = c.recv(4096)
+                if not chunk:
+                    return
+                head += chunk
+            line = head.split(b"\r\n", 1)[0].decode(errors="replace")
+            self.lines.append(line)
+            if not line.startswith("CONNECT "):
+                c.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\nConnection: close\r\n\r\nvia proxy"
+                )
+                return
+            _host, _, port = line.split()[1].rpartition(":")
+            up = socket.create_connection(("127.0.0.1", int(port)), 5)
+            c.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            rest = head.split(b"\r\n\r\n", 1)[1]
+            if rest:
+                up.sendall(rest)
+
+            def pipe(a: socket.socket, b: socket.socket) -> None:
+                with contextlib.suppress(OSError):
+                    while data := a.recv(65536):
+                        b.sendall(data)
+                with contextlib.suppress(OSError):
+                    b.shutdown(socket.SHUT_WR)
+
+            t = threading.Thread(target=pipe, args=(up, c), daemon=True)
+            t.start()
+            pipe(c, up)
+            t.join(30)
+            up.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def proxy() -> Iterator[Proxy]:
+    p = Proxy()
+    yield p
+    p.close()
+
+
+def test_h2_through_a_connect_tunnel(ngx: Nginx, proxy: Proxy, tmp_path: Path) -> None:
+    """docs/http.md: "a tunnel (CONNECT) to an https:// origin may carry
+    HTTP/2"; one origin, one tunnel, its requests as streams."""
+    urls = [ngx.url("tls", f"/echo?px={i}") for i in range(10)]
+    mark = ngx.mark()
+    _proc, recs = fetch_records(
+        tmp_path, urls, "--cacert", ngx.cafile, "-c", "10", "-x", f"http://127.0.0.1:{proxy.port}"
+    )
+    time.sleep(0.2)
+    seen = ngx.since(mark)
+    assert [r["status"] for r in recs] == [200] * 10, recs[0]
+    assert {r["tls"]["alpn"] for r in recs} == {"h2"}
+    assert {x["proto"] for x in seen} == {"HTTP/2.0"}
+    connects = [x for x in proxy.lines if x.startswith("CONNECT ")]
+    assert len(connects) == 1, f"one tunnel for one h2 origin: {proxy.lines}"
+
+
+def test_prior_knowledge_through_a_proxy_speaks_http11_to_it(proxy: Proxy, tmp_path: Path) -> None:
+    """docs/http.md: "the proxy itself is always spoken to in HTTP/1.1" - an
+    http:// URL under --http2-prior-knowledge through a proxy is an HTTP/1.1
+    request to the proxy, not an h2 preface."""
+    _proc, recs = fetch_records(
+        tmp_path,
+        ["http://origin.test:8080/pk"],
+        "--http2-prior-knowledge",
+        "-x",
+        f"http://127.0.0.1:{proxy.port}",
+    )
+    assert proxy.lines and proxy.lines[0].startswith("GET http://origin.test:8080/pk HTTP/1.1"), (
+        proxy.lines
+    )
+    assert recs[0]["status"] == 200, recs[0]
+
+
+# --- the first connection to an origin: the others wait to learn what it speaks ---
+
+
+def test_many_at_once_to_an_h2_origin_open_one_connection(ngx: Nginx, tmp_path: Path) -> None:
+    urls = [ngx.url("tls", f"/echo?w={i}") for i in range(200)]
+    mark = ngx.mark()
+    _proc, recs = fetch_records(tmp_path, urls, "--cacert", ngx.cafile, "-c", "100")
+    time.sleep(0.3)
+    conns = {x["conn"] for x in ngx.since(mark)}
+    assert [r["status"] for r in recs] == [200] * 200
+    assert len(conns) <= 2, f"200 requests, -c 100, one h2 origin: {len(conns)} connections"
+
+
+def test_many_at_once_to_an_http11_tls_origin_fall_back(ngx: Nginx, tmp_path: Path) -> None:
+    """An origin that answers ALPN with http/1.1 (and closes after each
+    response): the requests that waited go to the pool, and all complete."""
+    urls = [ngx.url("tls_h1_ka0", f"/echo?h1={i}") for i in range(40)]
+    _proc, recs = fetch_records(
+        tmp_path, urls, "--cacert", ngx.cafile, "-c", "20", "--max-time", "15"
+    )
+    assert [r["status"] for r in recs] == [200] * 40, [
+        (r["error"], r["error_detail"]) for r in recs if r["error"]
+    ][:3]
+    assert {r["tls"]["alpn"] for r in recs} == {"http/1.1"}
+
+
+def test_first_h2_connection_dies_at_once(ca: trustme.CA, cafile: str) -> None:
+    """The first connection completes TLS (ALPN h2), sends its SETTINGS and
+    closes before reading a request; the requests waiting on it end, each a 200 (sent on a later
+    connection) or a connection_reset, in bounded time - none hangs."""
+
+    def on_connect(conn: Conn) -> None:
+        if conn.index == 0:
+            conn.shutdown()
+
+    async def main(url: str) -> list[Any]:
+        async with surge.AsyncClient(cafile=cafile, max_time=10) as client:
+            return await asyncio.gather(
+                *(client.get(url + f"/{i}") for i in range(10)), return_exceptions=True
+            )
+
+    with h2server(
+        ok, tls=server_context(ca, ["h2"]), on_connect=on_connect, no_settings=True
+    ) as srv:
+        start = time.monotonic()
+        results = asyncio.run(asyncio.wait_for(main(srv.url("").rstrip("/")), 60))
+        took = time.monotonic() - start
+    outcomes = [
+        getattr(r, "error_class", None) or getattr(r, "status_code", repr(r)) for r in results
+    ]
+    assert set(outcomes) <= {200, "connection_reset"} and took < 9, (outcomes, took)

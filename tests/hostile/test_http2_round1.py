@@ -3293,3 +3293,76 @@ def test_first_h2_connection_dies_at_once(ca: trustme.CA, cafile: str) -> None:
         getattr(r, "error_class", None) or getattr(r, "status_code", repr(r)) for r in results
     ]
     assert set(outcomes) <= {200, "connection_reset"} and took < 9, (outcomes, took)
+
+
+# --- read timeouts are per stream: connection traffic is not the response ---------
+
+
+@pytest.mark.parametrize(
+    "chatter",
+    [
+        lambda i: PingFrame(0, i.to_bytes(8, "big")),
+        lambda i: WindowUpdateFrame(0, window_increment=1),
+        lambda i: SettingsFrame(0, settings={SettingsFrame.MAX_CONCURRENT_STREAMS: 100}),
+    ],
+    ids=["PING", "WINDOW_UPDATE", "SETTINGS"],
+)
+def test_connection_chatter_does_not_feed_a_silent_stream(chatter: Callable[[int], Frame]) -> None:
+    """A server that never answers the request but sends a frame on the
+    connection every 0.3 s: docs/http.md's read timeout is "the longest the
+    server may stay silent" about the response; the request is a
+    read_timeout near its read timeout (1 s), not at max_time (20 s)."""
+    stop = threading.Event()
+
+    def handler(conn: Conn, req: Request) -> None:
+        for i in range(100):
+            if stop.wait(0.3) or not conn.frames(chatter(i)):
+                return
+
+    with h2server(handler) as srv:
+        try:
+            _, error, took = get(srv.url("/"), max_time=20, read_timeout=1)
+        finally:
+            stop.set()
+    assert error == "read_timeout" and took < 6, f"{error} after {took:.1f} s"
+
+
+def test_a_busy_stream_does_not_feed_an_idle_one() -> None:
+    """Stream A trickles its body (a DATA frame each 0.3 s); stream B, on the
+    same connection, is never answered: B is a read_timeout near 1 s, A a 200."""
+    stop = threading.Event()
+
+    def handler(conn: Conn, req: Request) -> None:
+        if req.path == "/idle":
+            return
+        conn.frames(conn.headers(req.sid, [(":status", "200"), ("content-length", "12")]))
+        for _ in range(12):
+            if stop.wait(0.3):
+                return
+            conn.frames(conn.data(req.sid, b"t"))
+        conn.frames(conn.data(req.sid, b"", end_stream=True))
+
+    async def main(url: str) -> list[Any]:
+        async with surge.AsyncClient(
+            http2_prior_knowledge=True, max_time=20, read_timeout=1
+        ) as client:
+
+            async def timed(path: str) -> Any:
+                start = time.monotonic()
+                try:
+                    r = await client.get(url + path)
+                    return r.status_code, round(time.monotonic() - start, 1)
+                except surge.http.RequestError as e:
+                    return e.error_class, round(time.monotonic() - start, 1)
+
+            return await asyncio.gather(timed("/busy"), timed("/idle"))
+
+    with h2server(handler) as srv:
+        try:
+            busy, idle = asyncio.run(asyncio.wait_for(main(srv.url("").rstrip("/")), 60))
+        finally:
+            stop.set()
+        conns = len(srv.conns)
+    assert conns == 1
+    assert busy[0] == 200, busy
+    assert idle[0] == "read_timeout" and idle[1] < 3, f"the idle stream: {idle}"

@@ -316,6 +316,34 @@ async def test_a_second_connection_opens_only_when_streams_are_full(servers: Ser
     assert len(set(connections_of(servers.access_log, "m=overflow", 200))) == 2
 
 
+async def test_requests_made_in_one_turn_go_out_in_one_write(
+    servers: Servers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 100 GETs started together: their HEADERS are written at the end of the
+    # loop's turn as one TLS record, not one write (and one send) each.
+    import asyncio.sslproto
+
+    writes = 0
+    write = asyncio.sslproto._SSLProtocolTransport.write
+
+    def counted(self: asyncio.sslproto._SSLProtocolTransport, data: bytes) -> None:
+        nonlocal writes
+        writes += 1
+        write(self, data)
+
+    monkeypatch.setattr(asyncio.sslproto._SSLProtocolTransport, "write", counted)
+    async with AsyncClient(cafile=servers.cafile) as client:
+        await client.get(f"{servers.nginx_tls}/?m=one-turn-warm")
+        writes = 0
+        responses = await asyncio.gather(
+            *(client.get(f"{servers.nginx_tls}/?n={n}&m=one-turn") for n in range(100))
+        )
+    assert {r.status_code for r in responses} == {200}
+    assert len(set(connections_of(servers.access_log, "m=one-turn", 100))) == 1
+    # the HEADERS in one, then at most one a read of responses (acknowledgements)
+    assert writes <= 20, writes
+
+
 async def test_per_host_1_queues_for_streams(servers: Servers) -> None:
     async with AsyncClient(cafile=servers.cafile, per_host=1) as client:
         responses = await asyncio.gather(

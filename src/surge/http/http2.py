@@ -569,6 +569,8 @@ class HTTP2Connection(asyncio.Protocol):
         #: Our PINGs waiting for their ACK, by their 8 bytes.
         self._pings: dict[bytes, asyncio.Future[bool]] = {}
         self._ping_count = 0
+        #: A flush is scheduled for the end of this turn of the loop (flush).
+        self._flush_due = False
         h2conn = self.h2 = _H2Connection(config=_CONFIG)
         h2conn.local_settings = h2.settings.Settings(
             client=True,
@@ -618,8 +620,22 @@ class HTTP2Connection(asyncio.Protocol):
     # -- writing -----------------------------------------------------------------------
 
     def flush(self) -> None:
+        """Write what ``h2`` has to send, at the end of this turn of the event
+        loop: the HEADERS of every request made in one turn (100 tasks woken by
+        one read of responses, say) and the acknowledgements of that read go
+        out as one TLS record in one ``send``, not one each.  A ``send`` per
+        request was the largest single cost of a small GET over HTTP/2 (~25%
+        of its CPU, cProfile of 5,000 GETs to nginx, 100 in flight)."""
+        if not self._flush_due:
+            self._flush_due = True
+            self.loop.call_soon(self._flush_now)
+
+    def _flush_now(self) -> None:
+        self._flush_due = False
+        if self.closed:
+            return
         data = self.h2.data_to_send()
-        if data and self.transport is not None and not self.closed:
+        if data and self.transport is not None:
             self.transport.write(data)
 
     def queue_data(self, stream: H2Stream, data: bytes, end: bool) -> asyncio.Future[None] | None:
@@ -871,7 +887,7 @@ class HTTP2Connection(asyncio.Protocol):
             return False
         with contextlib.suppress(h2.exceptions.ProtocolError):
             self.h2.close_connection(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
-            self.flush()
+            self.flush_unchecked()  # now: fail() aborts the transport
         self.fail(
             RequestError(
                 "protocol_error", f"HTTP/2: over {MAX_ANSWERS:,} PING/SETTINGS frames in a second"

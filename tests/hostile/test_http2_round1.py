@@ -1326,7 +1326,12 @@ def test_garbage_instead_of_frames_is_protocol_error() -> None:
 
 def test_zero_window_that_never_opens_is_a_bounded_write_timeout(tmp_path: Path) -> None:
     """SETTINGS_INITIAL_WINDOW_SIZE 0 and no WINDOW_UPDATE ever: the POST's body
-    can never go. docs: "a stalled upload is write_timeout", within --max-time."""
+    can never go. docs: "a stalled upload is write_timeout", within --max-time.
+    (The body is over the default 65,535-byte window: a client may send that
+    much before the server's SETTINGS arrive, RFC 9113 6.9.2, and the 5,000
+    bytes first tried here all went before them - a read_timeout, rightly.)"""
+    body = tmp_path / "body.bin"
+    body.write_bytes(b"x" * 200_000)
     with h2server(
         lambda c, r: None, settings={SettingsFrame.INITIAL_WINDOW_SIZE: 0}, auto_window=False
     ) as srv:
@@ -1338,7 +1343,7 @@ def test_zero_window_that_never_opens_is_a_bounded_write_timeout(tmp_path: Path)
             "--max-time",
             "3",
             "--data-binary",
-            "x" * 5000,
+            "@" + str(body),
         )
         took = time.monotonic() - start
     assert recs[0]["error"] == "write_timeout", recs[0]

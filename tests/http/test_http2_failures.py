@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from surge.errors import RequestError
 from surge.http import AsyncClient, http2, multiplex
+from surge.http import client as client_module
 from surge.http.connection import MAX_HEAD_BYTES
 
 Behaviour = Callable[["Exchange"], None]
@@ -170,7 +171,9 @@ async def test_goaway_streams_above_the_last_are_sent_again_once() -> None:
     # One POST was processed on the first connection; the two above the
     # GOAWAY's last stream id came again on a second one, once each.
     assert sorted(server.received.values()) == [1, 2, 2]
-    assert server.connections == 2
+    # on one connection or two: the GOAWAY taught that the server processes one
+    # stream a connection, until a connection's streams end without a GOAWAY
+    assert server.connections in (2, 3)
 
 
 def goaway_then_answer(code: int) -> Behaviour:
@@ -205,7 +208,7 @@ async def test_a_response_after_a_goaway_that_promised_it_arrives() -> None:
     contents = [r.content for r in responses]
     assert contents.count(b"first") == 1 and len(set(contents) & set(bodies)) == 2, contents
     assert sorted(server.received.values()) == [1, 2, 2]  # the two above the last id: again
-    assert server.connections == 2
+    assert server.connections in (2, 3)  # (as in the test above)
 
 
 async def test_a_goaway_with_an_error_ends_the_rest_and_resends_the_unprocessed() -> None:
@@ -223,7 +226,9 @@ async def test_a_goaway_with_an_error_ends_the_rest_and_resends_the_unprocessed(
     assert "GOAWAY (INTERNAL_ERROR)" in errors[0].detail
     assert sorted(o.status_code for o in outcomes if not isinstance(o, BaseException)) == [200, 200]
     assert sorted(server.received.values()) == [1, 2, 2]
-    assert server.connections == 2
+    # on one connection or two: the GOAWAY taught that the server processes one
+    # stream a connection, until a connection's streams end without a GOAWAY
+    assert server.connections in (2, 3)
 
 
 def echo(exchange: Exchange) -> None:
@@ -293,7 +298,7 @@ async def test_a_stream_refused_twice_is_an_error() -> None:
             await client.post(url + "/p", content=b"twice")
     assert caught.value.error_class == "connection_reset"
     assert "REFUSED_STREAM" in caught.value.detail
-    assert server.received[b"twice"] == 2  # the one resend, no more
+    assert server.received[b"twice"] == 1 + client_module.UNPROCESSED_RETRIES  # once more
 
 
 @pytest.mark.parametrize(

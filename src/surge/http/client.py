@@ -75,6 +75,14 @@ may_send: ContextVar[Callable[[], None] | None] = ContextVar("surge_may_send", d
 log = logging.getLogger("surge.http")
 _DEBUG = logging.DEBUG
 
+#: How many times one request goes again after HTTP/2 said it was not
+#: processed (a GOAWAY above its stream, REFUSED_STREAM, a stream the
+#: server's lowered limit would not open): the protocol's promise makes it
+#: safe for a POST too; once, as docs/http.md says (the Multiplexer learns a
+#: server's streams per connection from its GOAWAY, so the resend goes where
+#: it is taken), apart from the one resend of a stale HTTP/1.1 connection.
+UNPROCESSED_RETRIES = 1
+
 _REDIRECTS = redirect_policy.STATUSES
 
 
@@ -549,6 +557,8 @@ class AsyncClient:
                 )
                 head = b"%s%s\r\n\r\n" % (head[:-2], framing)
             retried = False
+            unprocessed_left = UNPROCESSED_RETRIES
+            unsent_left = 16
             while True:  # an attempt per turn
                 # A free HTTP/2 stream to the origin, or a keep-alive connection if idle.
                 owner: Any = pool  # what the connection (or stream) goes back to
@@ -607,6 +617,10 @@ class AsyncClient:
                     )
                     if upload is not None:
                         await _send_upload(conn, upload, wire)
+                    elif conn.is_stream and not conn.sent_end:
+                        # HTTP/2 read a caller's Transfer-Encoding header as a body
+                        # to come: none comes (RFC 9113 8.2.2: the field means nothing)
+                        conn.end_body()
                     timings.sent = perf_counter()
                     await (wire.done if wire.head_ready is None else wire.head_ready)
                 except RequestError as e:
@@ -616,17 +630,28 @@ class AsyncClient:
                     # (a tunnel's first request, whoever opened it, is none).  Or
                     # HTTP/2's GOAWAY or REFUSED_STREAM: the server did not process it.
                     unprocessed = e.unprocessed
+                    if unprocessed and wire is None and unsent_left:
+                        # Never sent (a GOAWAY came between its stream slot and its
+                        # HEADERS): not a resend at all; bounded all the same.
+                        unsent_left -= 1
+                        _reset_attempt(timings)
+                        continue
+                    if (
+                        unprocessed
+                        and unprocessed_left
+                        and may_resend(method, wire is not None, True)
+                        and (upload is None or upload.rewind())
+                    ):  # the server said it did not process it: again, a few times
+                        unprocessed_left -= 1
+                        _reset_attempt(timings)
+                        continue
                     stale = (
                         not retried
-                        and (
-                            unprocessed
-                            or (
-                                conn.requests
-                                and e.error_class == "connection_reset"
-                                and first_byte is None
-                            )
-                        )
-                        and may_resend(method, wire is not None, unprocessed)  # at most once
+                        and not unprocessed
+                        and conn.requests
+                        and e.error_class == "connection_reset"
+                        and first_byte is None
+                        and may_resend(method, wire is not None, False)  # at most once
                         and (upload is None or upload.rewind())
                     )
                     if stale:  # closed by the server as we reused it: once more, afresh

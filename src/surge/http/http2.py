@@ -86,9 +86,12 @@ if TYPE_CHECKING:
 CONNECTION_WINDOW = 16 * 1024 * 1024
 #: Each stream's receive window (SETTINGS_INITIAL_WINDOW_SIZE).
 STREAM_WINDOW = 4 * 1024 * 1024
-#: Streams assumed allowed until the server's SETTINGS say (RFC 9113 6.5.2
-#: recommends servers allow no fewer than 100).
-INITIAL_STREAMS = 100
+#: Streams a new connection carries until the server's SETTINGS say how many
+#: it allows (RFC 9113 6.5.2 lets a client assume 100, but a server allowing
+#: fewer then refuses the rest): the first request goes at once, the others
+#: wait the moment its SETTINGS take (they come with the handshake's answer),
+#: and no second connection opens meanwhile (Multiplexer._more).
+INITIAL_STREAMS = 1
 #: The most streams surge opens on one connection at once, whatever the server allows.
 MAX_STREAMS = 1000
 #: PING and SETTINGS frames (each answered with an ACK) a server may send in a
@@ -335,11 +338,18 @@ class H2Stream:
             self.id = 0
             raise refused(f"HTTP/2: cannot open a stream: {e}") from None
         conn.streams[stream_id] = self
+        conn.started += 1
         self.sent_end = end
         if body:
             conn.queue_data(self, body, end=not more)
         conn.flush()
         return response
+
+    def end_body(self) -> None:
+        """End the request's stream: no more body comes (see AsyncClient.request)."""
+        if not self.sent_end:
+            self.conn.queue_data(self, b"", end=True)
+            self.conn.flush()
 
     async def send_body(self, chunks: Any, chunked: bool, response: WireResponse) -> int:
         """As ``HTTPConnection.send_body``: the body as DATA frames, each chunk
@@ -380,6 +390,18 @@ class H2Stream:
 
     # -- the response, fed by the connection ------------------------------------------
 
+    def _still_writing(self, response: WireResponse) -> bool:
+        """Whether the request is still going out as its exchange times out (as
+        HTTPConnection's): body bytes wait for the server's flow-control window,
+        or in the transport - and no byte of an answer came first."""
+        if response.first_byte is not None:
+            return False
+        conn = self.conn
+        transport = conn.transport
+        return self.id in conn._pending or (
+            transport is not None and transport.get_write_buffer_size() > 0
+        )
+
     def expire(self) -> None:
         """The deadline slot came: the whole deadline passed, or maybe the read
         (idle) timeout (then checked against the stream's last activity)."""
@@ -394,11 +416,27 @@ class H2Stream:
             if due > now:
                 self._slot = self.conn.deadlines.add(self, min(due, self._deadline))
                 return
+            if self._still_writing(response):
+                self.fail(
+                    RequestError(
+                        "write_timeout",
+                        f"the server took none of the request body for {idle:g} s"
+                        " (the read timeout)",
+                    )
+                )
+                return
             self.fail(
                 RequestError(
                     "read_timeout",
                     f"no data from the server for {idle:g} s (the read timeout)",
                     status=response.status if response.head_done else None,
+                )
+            )
+            return
+        if self._still_writing(response):
+            self.fail(
+                RequestError(
+                    "write_timeout", f"timed out sending the request (limit {response.limit:g} s)"
                 )
             )
             return
@@ -556,6 +594,16 @@ class HTTP2Connection(asyncio.Protocol):
         #: Stream slots taken (streams open, and those reserved by the Multiplexer).
         self.active = 0
         self.capacity = INITIAL_STREAMS
+        #: The server's SETTINGS came (its stream limit is known).
+        self.settled = False
+        #: Streams started on it (HEADERS sent), and the most it may start: the
+        #: streams its origin's server processed on a connection before its
+        #: GOAWAY cut the rest off (nginx's keepalive_requests, or 1 under
+        #: keepalive_timeout 0; the Multiplexer learns it), None: no such bound.
+        self.started = 0
+        self.stream_limit: int | None = None
+        #: What its GOAWAY taught (the streams processed), for the Multiplexer.
+        self.processed: int | None = None
         #: Called when a slot frees or the capacity grows (the Multiplexer's).
         self.on_slots: Callable[[HTTP2Connection], None] | None = None
         #: Request body bytes waiting for window: stream id -> [data, end, waiter].
@@ -615,7 +663,11 @@ class HTTP2Connection(asyncio.Protocol):
         """Stream slots free for new requests."""
         if self.closed or self.draining:
             return 0
-        return min(self.capacity, MAX_STREAMS) - self.active
+        free = min(self.capacity, MAX_STREAMS) - self.active
+        limit = self.stream_limit
+        if limit is not None:  # slots reserved and not started yet count as started
+            free = min(free, limit - self.started - max(0, self.active - len(self.streams)))
+        return free
 
     # -- writing -----------------------------------------------------------------------
 
@@ -852,6 +904,7 @@ class HTTP2Connection(asyncio.Protocol):
                     if self._answered():
                         return
                     self.capacity = min(self.h2.remote_settings.max_concurrent_streams, MAX_STREAMS)
+                    self.settled = True
                     if self.on_slots is not None:
                         self.on_slots(self)
                 if self._pending:
@@ -885,6 +938,9 @@ class HTTP2Connection(asyncio.Protocol):
         self._answers += 1
         if self._answers <= MAX_ANSWERS:
             return False
+        # h2 queued an ACK for every frame of this read already (a 64 KiB read
+        # holds ~3,800 PINGs): none of them goes out, only the GOAWAY.
+        self.h2.clear_outbound_data_buffer()
         with contextlib.suppress(h2.exceptions.ProtocolError):
             self.h2.close_connection(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
             self.flush_unchecked()  # now: fail() aborts the transport
@@ -908,6 +964,10 @@ class HTTP2Connection(asyncio.Protocol):
         self.draining = True
         last = last_stream_id if last_stream_id is not None else 2**31
         name = _code_name(code)
+        if any(stream_id > last for stream_id in self.streams):
+            # The server processed this many of our streams (ids 1, 3, 5, ...)
+            # and cut the rest off: a bound the Multiplexer keeps for a while.
+            self.processed = (last + 1) // 2
         for stream_id, stream in list(self.streams.items()):
             if stream_id > last:
                 stream.fail(

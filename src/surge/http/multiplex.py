@@ -17,8 +17,15 @@ if TYPE_CHECKING:
     from surge.pool import AsyncKeyedPool
 
 
-#: Origins remembered as HTTP/1.1 (see Multiplexer.h1).
+#: Origins remembered as HTTP/1.1 (see Multiplexer.h1), and origins whose
+#: server cut a connection off after a number of streams (Multiplexer.limits).
 H1_ORIGINS_KEPT = 4096
+#: How long the streams a server processed on a connection before its GOAWAY
+#: cut the rest off (nginx: keepalive_requests, 1 under keepalive_timeout 0)
+#: bound each new connection to it: that many streams a connection, no more,
+#: so requests are not sent to be turned away.  Learned again after it (a
+#: graceful restart's GOAWAY teaches a bound that a minute later is gone).
+STREAM_LIMIT_S = 60.0
 #: An HTTP/2 connection idle in the pool this long is asked with a PING whether
 #: its server is still there before a request goes on it (Chromium's health
 #: check of an HTTP/2 session idle 10 s); one that does not answer within
@@ -36,7 +43,7 @@ _OPEN = object()
 class _Origin:
     """One origin's HTTP/2 connections in use, and the requests waiting for a slot."""
 
-    __slots__ = ("conns", "free", "opening", "waiters")
+    __slots__ = ("conns", "free", "opening", "unsettled", "waiters")
 
     def __init__(self) -> None:
         #: Connections with a free slot (an ordered set: the oldest first).
@@ -46,6 +53,9 @@ class _Origin:
         #: Requests waiting for a slot (or for an opening connection's protocol), FIFO.
         self.waiters: deque[asyncio.Future[Any]] = deque()
         self.opening = False
+        #: Connections whose server's SETTINGS have not come yet: their stream
+        #: limit is unknown, so no other connection opens meanwhile.
+        self.unsettled: set[HTTP2Connection] = set()
 
 
 class Multiplexer:
@@ -61,6 +71,8 @@ class Multiplexer:
         #: Origins whose last new connection spoke HTTP/1.1 (the oldest forgotten
         #: first): requests to them go to the pool without waiting to multiplex.
         self.h1: dict[Any, None] = {}
+        #: Origin -> (streams a connection may start, until when): see STREAM_LIMIT_S.
+        self.limits: dict[Any, tuple[int, float]] = {}
 
     def ready(self, key: Any) -> H2Stream | None:
         """A stream on a connection to ``key`` with a free slot, at once, or None."""
@@ -76,6 +88,15 @@ class Multiplexer:
             origin = self.origins[key] = _Origin()
         self.h1.pop(key, None)
         origin.conns.add(conn)
+        if not conn.settled:
+            origin.unsettled.add(conn)
+        if conn.started == 0:
+            learned = self.limits.get(key)
+            if learned is not None:
+                if learned[1] > conn.loop.time():
+                    conn.stream_limit = learned[0]
+                else:
+                    del self.limits[key]
         conn.on_slots = lambda c: self._slots_changed(key, c)
         stream = self._stream_on(origin, conn)
         self._hand_out(origin, conn)
@@ -107,7 +128,12 @@ class Multiplexer:
         """Requests wait and no connection has a free slot: the first waiting
         opens another connection (_OPEN), if the per-host bound allows one and
         none is being opened already."""
-        if origin.opening or origin.free or len(origin.conns) >= self.per_host:
+        if (
+            origin.opening
+            or origin.free
+            or origin.unsettled
+            or len(origin.conns) >= self.per_host
+        ):
             return
         waiters = origin.waiters
         while waiters:
@@ -121,6 +147,23 @@ class Multiplexer:
         origin = self.origins.get(key)
         if origin is None:
             return
+        if conn.processed is not None:  # its GOAWAY cut streams off: learn the bound
+            limits = self.limits
+            limits[key] = (max(1, conn.processed), conn.loop.time() + STREAM_LIMIT_S)
+            conn.processed = None
+            if len(limits) > H1_ORIGINS_KEPT:
+                del limits[next(iter(limits))]
+        if conn.settled or conn.closed:
+            origin.unsettled.discard(conn)
+        limit = conn.stream_limit
+        if (
+            limit is not None
+            and conn.started >= limit
+            and not conn.active
+            and not (conn.closed or conn.draining)
+        ):  # its streams all done, and no GOAWAY cut it off: the bound was wrong
+            conn.stream_limit = None
+            self.limits.pop(key, None)
         if conn.closed or conn.draining:
             origin.free.pop(conn, None)
             if conn in origin.conns and (conn.closed or conn.active == 0):
@@ -130,6 +173,7 @@ class Multiplexer:
         if conn.active == 0:  # idle: back to the pool, which bounds and expires it
             origin.free.pop(conn, None)
             origin.conns.discard(conn)
+            origin.unsettled.discard(conn)
             conn.on_slots = None
             if not origin.conns and not origin.waiters:
                 del self.origins[key]
@@ -137,6 +181,7 @@ class Multiplexer:
 
     def _drop(self, key: Any, origin: _Origin, conn: HTTP2Connection) -> None:
         origin.conns.discard(conn)
+        origin.unsettled.discard(conn)
         conn.on_slots = None
         self.loop_task(self.pool.discard(conn))
         if origin.waiters:

@@ -288,3 +288,42 @@ def test_source_options_on_a_download_are_a_usage_error(tmp_path: Any) -> None:
     done = _cli(["cp", "s3://a-bucket/k", str(tmp_path / "k"), "--source-region", "eu-west-1"], env)
     assert done.returncode == 2
     assert "--source-region is for a copy between buckets" in done.stderr
+
+
+def test_a_move_between_endpoints_onto_the_same_bucket_name(ends: tuple[Buckets, Buckets]) -> None:
+    """The same bucket name on two endpoints is two buckets: a recursive move
+    s3://b/p/ -> s3://b/p/ is no move onto itself; each source is deleted at
+    the source's endpoint once its copy is at the destination."""
+    source, destination = ends
+    name = new_bucket(source, ["p/a", "p/b", "keep"])
+    destination.s3.create_bucket(Bucket=name)
+    summary = surge.s3.move(
+        f"s3://{name}/p/", f"s3://{name}/p/", recursive=True, **_options(source, destination)
+    )
+    assert (summary.objects, summary.deleted, summary.failed) == (2, 2, 0)
+    assert source.boto3_keys(name) == ["keep"]
+    assert destination.boto3_keys(name) == ["p/a", "p/b"]
+
+
+def test_bytes_that_are_not_the_sources_md5_are_not_stored(
+    minio_buckets: Buckets, moto_s3: Buckets
+) -> None:
+    """A small object's GET whose bytes are not its ETag's MD5 (a byte
+    flipped on the way, the length kept): a BadDigest failure, nothing stored."""
+    src, dst = new_bucket(minio_buckets, []), new_bucket(moto_s3, [])
+    minio_buckets.s3.put_object(Bucket=src, Key="k", Body=b"abcdef")
+
+    def flip(
+        method: str, path: str, headers: list[tuple[str, str]], body: bytes
+    ) -> tuple[list[tuple[str, str]], bytes]:
+        if method == "GET" and path.startswith(f"/{src}/k"):
+            return headers, b"X" + body[1:]
+        return headers, body
+
+    with fault_proxy(_upstream(minio_buckets), lambda method, path: None, flip) as url:
+        summary = copy(
+            f"s3://{src}/k", f"s3://{dst}/k",
+            **{**_options(minio_buckets, moto_s3), "source_endpoint_url": url},
+        )  # fmt: skip
+    assert [f.code for f in summary.failures] == ["BadDigest"]
+    assert moto_s3.boto3_keys(dst) == []

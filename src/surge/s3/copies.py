@@ -51,7 +51,6 @@ reuses: the same slots, multipart upload, aborts and summary):
 from __future__ import annotations
 
 import functools
-import hashlib
 import posixpath
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
@@ -62,7 +61,7 @@ from surge.errors import S3Error, UsageError
 from surge.http.client import AsyncClient
 from surge.http.response import Response
 from surge.s3.api import ListOptions, list_pages
-from surge.s3.checksums import Expected
+from surge.s3.checksums import Expected, off_loop
 from surge.s3.config import Target, resolve_endpoint, resolve_region, split_s3_url
 from surge.s3.objects import Objects, check_range, copy_source, object_metadata
 from surge.s3.parse import S3Object
@@ -70,7 +69,7 @@ from surge.s3.paths import Filters, prefix_dir
 from surge.s3.putoptions import SSE_C_KINDS, checked_key, customer_key_headers, one_of
 from surge.s3.sigv4 import Credentials
 from surge.s3.transfer import Failure, Result, Summary, run_sync, run_transfer
-from surge.s3.uploads import UploadOptions, UploadPlan, _Body, _File, _Upload
+from surge.s3.uploads import HASH_INLINE, UploadOptions, UploadPlan, _Body, _File, _Upload
 
 DIRECTIVES = ("COPY", "REPLACE")
 
@@ -158,6 +157,17 @@ class CopyOptions(UploadOptions):
         if self.source_region is not None:
             fields["region"] = self.source_region
         return fields
+
+    def one_place(self) -> bool:
+        """Whether the source's bucket names are the destination's: one
+        endpoint and one way of signing, by what the options say (nothing
+        resolved).  Elsewhere, a bucket of the same name is another bucket."""
+        source, here = self.source_options(), self.endpoint()
+        names = ("endpoint_url", "profile", "credentials")
+        same = [source[name] == here[name] for name in names]
+        if source["endpoint_url"] and here["endpoint_url"]:
+            same[0] = source["endpoint_url"].rstrip("/") == here["endpoint_url"].rstrip("/")
+        return all(same)
 
     def source_target(self, bucket: str) -> Target:
         """Where and how the source bucket's requests go."""
@@ -278,7 +288,7 @@ def plan_copy(source: str, destination: str, opts: CopyOptions) -> CopyPlan:
             to_prefix += posixpath.basename(prefix)
         filters = Filters(bucket, prefix_dir(prefix), rules)
     # a sync's --delete takes what the filters take, relative to the prefix
-    if bucket == to_bucket and opts.recursive and to_prefix.startswith(prefix):
+    if bucket == to_bucket and opts.recursive and to_prefix.startswith(prefix) and opts.one_place():
         raise UsageError(
             f"{destination!r} is inside {source!r}: the copy would list its own copies"
         )
@@ -471,9 +481,11 @@ class _Copies(_Upload):
         async with self.slots:
             got = await self._fetch(item, 0, item.size, whole=True)
             try:
+                body = _Body(item.size, data=got.data)
                 expected = Expected.from_headers(item.size, got.headers).md5
                 if expected is not None and self.opts.verify:
-                    md5 = hashlib.md5(got.data, usedforsecurity=False).hexdigest()
+                    small = item.size <= HASH_INLINE  # else in a thread: the loop goes on
+                    md5 = (body.md5() if small else await off_loop(body.md5)).hex()
                     if md5 != expected:
                         raise S3Error(
                             "BadDigest",
@@ -483,7 +495,6 @@ class _Copies(_Upload):
                         )
                 metadata = object_metadata(got.headers) if replace is None else replace
                 headers = sorted([*metadata, *self.copy_opts.storage_headers()])
-                body = _Body(item.size, data=got.data)
                 crc = await self._crc32(body)
                 answer = await self.objects.put(
                     item.key, body.make, checksum=self._sent(crc), headers=headers

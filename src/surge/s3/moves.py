@@ -80,7 +80,7 @@ async def move_async(
         if (the_plan.bucket, the_plan.prefix) == (
             the_plan.destination.bucket,
             the_plan.destination.key,
-        ):
+        ) and opts.one_place():
             raise UsageError(f"{source!r}: a move onto itself would delete it")
     if not from_s3:
         return await upload_async(

@@ -8,6 +8,7 @@ ways; boto3 reads back what each holds."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -262,6 +263,19 @@ def test_the_cli_says_once_that_the_copy_goes_through_this_machine(
         " endpoint is not the destination's (memory: --concurrency x --part-size at most)"
     ]
     assert moto_s3.boto3_keys(dst) == ["p/a", "p/b"]
+    # a sync between the two then finds both the same; its JSON summary says relayed
+    again = _cli(
+        [
+            "sync", f"s3://{src}/p/", f"s3://{dst}/p/", "--json-summary", "--quiet",
+            "--endpoint-url", moto_s3.endpoint_url,
+            "--source-endpoint-url", minio_buckets.endpoint_url, "--source-profile", "src",
+        ],
+        env,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    summary = json.loads(again.stdout)
+    assert (summary["objects"], summary["unchanged"], summary["relayed"]) == (0, 2, True)
+    assert again.stderr == ""  # --quiet: not even the line that says so
 
 
 @pytest.mark.parametrize(

@@ -542,8 +542,11 @@ async def copy_async(
 ) -> Summary:
     """Copy ``source`` (``s3://bucket/key``; with ``recursive=True``, every
     object under ``s3://bucket/prefix/``) to ``destination`` (``s3://...``: a
-    key, or a prefix), by the server (CopyObject, UploadPartCopy); options as
-    :class:`CopyOptions`.  Per-object failures are in the summary; a bad
+    key, or a prefix), by the server (CopyObject, UploadPartCopy) - or, the
+    source on another endpoint or read with other credentials
+    (``source_endpoint_url``, ``source_region``, ``source_profile``,
+    ``source_credentials``), through this process (``summary.relayed``);
+    options as :class:`CopyOptions`.  Per-object failures are in the summary; a bad
     argument raises :class:`UsageError`, a listing that fails or a missing
     bucket :class:`S3Error`."""
     opts = options or CopyOptions(**kwargs)

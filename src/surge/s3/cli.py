@@ -1323,10 +1323,13 @@ def _transfer(
         if copying:
             from surge.s3.copies import CopyOptions, copy_async
 
+            if not quiet:
+                stored["on_relay"] = lambda why: tell(
+                    f"{command}: copying through this machine, not by the server: {why}"
+                    " (memory: --concurrency x --part-size at most)"
+                )
             options = CopyOptions(metadata_directive=metadata_directive, **stored, **common)
             run = copy_async
-            if not quiet:
-                _say_relayed(command, source, destination, options)
         elif uploading:
             from surge.s3.uploads import UploadOptions, upload_async  # a download needs none
 
@@ -1381,22 +1384,6 @@ def _transfer(
             f" {_bytes(summary.bytes)}{rate}, {summary.failed} failed{skipped}{notes}"
         )
     sys.exit(1 if summary.failed else 0)
-
-
-def _say_relayed(command: str, source: str, destination: str, options: Any) -> None:
-    """The one line that says a copy goes through this machine, and why."""
-    from surge.s3.config import split_s3_url
-    from surge.s3.copies import relayed
-
-    why = relayed(
-        options.source_target(split_s3_url(source)[0]),
-        options.target(split_s3_url(destination)[0]),
-    )
-    if why is not None:
-        tell(
-            f"{command}: copying through this machine, not by the server: {why}"
-            " (memory: --concurrency x --part-size at most)"
-        )
 
 
 def _left(command: str, summary: Any) -> None:

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import functools
 import posixpath
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
@@ -99,6 +99,9 @@ class CopyOptions(UploadOptions):
     source_region: str | None = None
     source_profile: str | None = None
     source_credentials: Credentials | None = None
+    #: Told once, before any object is read, why the copy goes through this
+    #: process (:func:`relayed`'s reason); not told when the server copies.
+    on_relay: Callable[[str], None] | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -316,6 +319,8 @@ class _Copies(_Upload):
         self.relayed = relayed(self.source.target, target)
         self.held = Held()
         summary.relayed = self.relayed is not None
+        if self.relayed is not None and opts.on_relay is not None:
+            opts.on_relay(self.relayed)
         #: how each new object is stored, and the source's key, whichever the directive
         self.storing = [*opts.storage_headers(), *opts.source_key_headers("copy-source-")]
         if opts.checksum_algorithm:  # the server computes it (a multipart copy's: not carried)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -341,3 +342,43 @@ def test_bytes_that_are_not_the_sources_md5_are_not_stored(
         )  # fmt: skip
     assert [f.code for f in summary.failures] == ["BadDigest"]
     assert moto_s3.boto3_keys(dst) == []
+
+
+def test_sigint_mid_relay_aborts_the_multipart_upload_and_exits_130(
+    minio_buckets: Buckets, moto_s3: Buckets, tmp_path: Any
+) -> None:
+    """``surge s3 cp`` moto -> MinIO, SIGINT while a part goes up (the
+    destination's part PUTs slowed by a proxy): exit 130, the line saying
+    it was interrupted, and no multipart upload left at the destination."""
+    src, dst = new_bucket(moto_s3, []), new_bucket(minio_buckets, [])
+    moto_s3.s3.put_object(Bucket=src, Key="big", Body=os.urandom(20 * MiB))
+    part_sent = threading.Event()
+
+    def slow_parts(method: str, path: str) -> tuple[int, bytes] | None:
+        if method == "PUT" and "partNumber=" in path:
+            part_sent.set()
+            time.sleep(2)
+        return None
+
+    env = _profile_env(tmp_path, moto_s3, minio_buckets)
+    with fault_proxy(_upstream(minio_buckets), slow_parts) as url:
+        process = subprocess.Popen(
+            [
+                *SURGE_S3, "cp", f"s3://{src}/big", f"s3://{dst}/big", "--endpoint-url", url,
+                "--source-endpoint-url", moto_s3.endpoint_url, "--source-profile", "src",
+                "--part-size", "5MiB", "--concurrency", "2", "--no-progress",
+            ],
+            stderr=subprocess.PIPE, text=True, env=env,
+        )  # fmt: skip
+        try:
+            assert part_sent.wait(60), "no part was sent"
+            process.send_signal(signal.SIGINT)
+            _, err = process.communicate(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    assert process.returncode == 130, err
+    assert "surge s3 cp: interrupted" in err
+    assert minio_buckets.s3.list_multipart_uploads(Bucket=dst).get("Uploads", []) == []
+    assert minio_buckets.boto3_keys(dst) == []

@@ -88,6 +88,27 @@ def test_many_small_objects_and_a_multipart_one_both_ways(ends: tuple[Buckets, B
     assert _held(destination, dst) == want
 
 
+def test_the_memory_budget_holds_below_the_slots_bound(
+    minio_buckets: Buckets, moto_s3: Buckets
+) -> None:
+    """``relay_memory`` below concurrency x part size: 8 slots, but one 5 MiB
+    part held at a time (a 5 MiB budget), 20 small objects of 1 MiB each
+    at most 5 at once; every byte arrives all the same."""
+    src, dst = new_bucket(minio_buckets, []), new_bucket(moto_s3, [])
+    bodies = {f"s/{n:02}": os.urandom(MiB) for n in range(20)}
+    bodies["big"] = os.urandom(20 * MiB)
+    for key, body in bodies.items():
+        minio_buckets.s3.put_object(Bucket=src, Key=key, Body=body)
+    summary = copy(
+        f"s3://{src}/", f"s3://{dst}/", recursive=True,
+        **_options(minio_buckets, moto_s3, part_size=5 * MiB, concurrency=8, relay_memory=5 * MiB),
+    )  # fmt: skip
+    assert (summary.objects, summary.failures) == (21, [])
+    assert 1 * MiB <= summary.held_most <= 5 * MiB
+    for key, body in bodies.items():
+        assert moto_s3.s3.get_object(Bucket=dst, Key=key)["Body"].read() == body
+
+
 def test_metadata_replaced_and_storage_options(ends: tuple[Buckets, Buckets]) -> None:
     """--metadata-directive REPLACE: the new object has what the options say,
     nothing of the source's (no Content-Type guessed: as a server's copy)."""
@@ -261,7 +282,8 @@ def test_the_cli_says_once_that_the_copy_goes_through_this_machine(
     said = [line for line in done.stderr.splitlines() if "through this machine" in line]
     assert said == [
         "surge s3 cp: copying through this machine, not by the server: the source's"
-        " endpoint is not the destination's (memory: --concurrency x --part-size at most)"
+        " endpoint is not the destination's (memory: 256 MiB, or --concurrency x --part-size"
+        " if less, at most)"
     ]
     assert moto_s3.boto3_keys(dst) == ["p/a", "p/b"]
     # a sync between the two then finds both the same; its JSON summary says relayed

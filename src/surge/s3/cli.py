@@ -1326,7 +1326,7 @@ def _transfer(
             if not quiet:
                 stored["on_relay"] = lambda why: tell(
                     f"{command}: copying through this machine, not by the server: {why}"
-                    " (memory: --concurrency x --part-size at most)"
+                    " (memory: 256 MiB, or --concurrency x --part-size if less, at most)"
                 )
             options = CopyOptions(metadata_directive=metadata_directive, **stored, **common)
             run = copy_async

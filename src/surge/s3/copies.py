@@ -42,14 +42,18 @@ reuses: the same slots, multipart upload, aborts and summary):
   against the source's ETag where that is their MD5.  A part holds its
   request slot from its GET to its upload's answer, so the bytes held at
   once are at most ``concurrency`` x the part size (or the multipart
-  threshold, if bigger; :attr:`Summary.held_most` counts them): no temporary
-  file, no whole object in memory.  Metadata as a server's copy carries it:
+  threshold, if bigger), and at most ``relay_memory`` (:data:`RELAY_MEMORY`,
+  256 MiB: the default slots alone would allow 2 GiB; a body bigger than it
+  goes alone), the buffer made only once the budget has room
+  (:attr:`Summary.held_most` counts them): no temporary file, no whole
+  object in memory.  Metadata as a server's copy carries it:
   COPY takes it from the source's GET (a small object) or HEAD (a multipart
   one).  Which of the two runs is decided once, by :func:`relayed`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import posixpath
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -72,6 +76,10 @@ from surge.s3.transfer import Failure, Result, Summary, run_sync, run_transfer
 from surge.s3.uploads import HASH_INLINE, UploadOptions, UploadPlan, _Body, _File, _Upload
 
 DIRECTIVES = ("COPY", "REPLACE")
+#: A relayed copy's bytes held at once, at most, by default: with the default
+#: concurrency (256) and part size (8 MiB) the slots alone would allow 2 GiB.
+#: rclone's defaults hold 4 transfers x 4 chunks x 5 MiB = 80 MiB.
+RELAY_MEMORY = 256 * 1024 * 1024
 
 
 @dataclass
@@ -99,6 +107,9 @@ class CopyOptions(UploadOptions):
     source_region: str | None = None
     source_profile: str | None = None
     source_credentials: Credentials | None = None
+    #: A relayed copy's bytes held at once, at most (besides the bound of
+    #: ``concurrency`` x the part size that the request slots make).
+    relay_memory: int = RELAY_MEMORY
     #: Told once, before any object is read, why the copy goes through this
     #: process (:func:`relayed`'s reason); not told when the server copies.
     on_relay: Callable[[str], None] | None = None
@@ -114,6 +125,8 @@ class CopyOptions(UploadOptions):
                 raise UsageError(
                     f"--source-endpoint-url {self.source_endpoint_url!r}: not an http(s) URL"
                 ) from None
+        if self.relay_memory < 1:
+            raise UsageError(f"relay memory must be at least 1 byte, not {self.relay_memory}")
         if self.source_region is not None and not self.source_region.strip():
             raise UsageError("--source-region is empty")
         if self.source_profile is not None:
@@ -201,18 +214,34 @@ def relayed(source: Target, destination: Target) -> str | None:
 
 
 class Held:
-    """Bytes of relayed objects held in memory: now, and the most at once."""
+    """Bytes of relayed objects held in memory: now, the most at once, and
+    the budget that :meth:`take` waits for (one body bigger than all of it
+    is taken alone)."""
 
-    def __init__(self) -> None:
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
         self.now = 0
         self.most = 0
+        self._waiting: list[asyncio.Future[None]] = []
 
-    def take(self, size: int) -> None:
+    async def take(self, size: int) -> None:
+        while self.now and self.now + size > self.budget:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiting.append(waiter)
+            try:
+                await waiter
+            finally:
+                if waiter in self._waiting:
+                    self._waiting.remove(waiter)
         self.now += size
         self.most = max(self.most, self.now)
 
     def give(self, size: int) -> None:
         self.now -= size
+        waiting, self._waiting = self._waiting, []
+        for waiter in waiting:  # each looks again: few, as few bodies fit
+            if not waiter.done():
+                waiter.set_result(None)
 
 
 class _Range:
@@ -317,7 +346,7 @@ class _Copies(_Upload):
         self.source.reading = opts.source_key_headers("")
         #: why the bytes go through this process (None: the server copies)
         self.relayed = relayed(self.source.target, target)
-        self.held = Held()
+        self.held = Held(opts.relay_memory)
         summary.relayed = self.relayed is not None
         if self.relayed is not None and opts.on_relay is not None:
             opts.on_relay(self.relayed)
@@ -463,10 +492,10 @@ class _Copies(_Upload):
     async def _fetch(self, item: _Copy, first: int, length: int, whole: bool) -> _Range:
         """Bytes ``first``.. (``length`` of them; ``whole``: the object, no
         Range) of the source, pinned to its ETag, counted as held."""
-        got = _Range(first, length, not whole)
-        self.held.take(length)
+        await self.held.take(length)  # before the buffer is made: the budget holds
         self.summary.held_most = max(self.summary.held_most, self.held.most)
         try:
+            got = _Range(first, length, not whole)
             if whole:
                 await self.source.get(item.source_key, got, if_match=item.etag)
             else:

@@ -586,12 +586,17 @@ async def copy_async(
     opts = options or CopyOptions(**kwargs)
     the_plan = plan_copy(source, destination, opts)
     target = opts.target(the_plan.destination.bucket)
-    return await run_transfer(
-        opts,
-        client,
-        opts.concurrency + opts.list_parallel,
-        lambda client, summary: _Copies(the_plan, opts, target, client, summary),
-    )
+    made: list[_Copies] = []
+
+    def start(client: AsyncClient, summary: Summary) -> _Copies:
+        made.append(_Copies(the_plan, opts, target, client, summary))
+        return made[0]
+
+    summary = await run_transfer(opts, client, opts.concurrency + opts.list_parallel, start)
+    # the source's requests too (its HEADs; a relay's GETs), besides the destination's
+    summary.requests += made[0].source.requests
+    summary.retries += made[0].source.retries
+    return summary
 
 
 def copy(

@@ -408,3 +408,42 @@ def test_sigint_mid_relay_aborts_the_multipart_upload_and_exits_130(
     assert "surge s3 cp: interrupted" in err
     assert minio_buckets.s3.list_multipart_uploads(Bucket=dst).get("Uploads", []) == []
     assert minio_buckets.boto3_keys(dst) == []
+
+
+def test_the_rule_that_decides_a_relay() -> None:
+    """:func:`relayed`, the one rule: two endpoints, or two keys, relay; AWS's
+    regions are one service (CopyObject crosses them); one endpoint and one
+    key is the server's copy, whatever the region."""
+    from surge.s3 import Credentials
+    from surge.s3.config import make_target
+    from surge.s3.copies import relayed
+
+    one, two = Credentials("a", "b"), Credentials("c", "d")
+
+    def at(url: str | None, keys: Credentials, region: str = "us-east-1") -> Any:
+        return make_target("bucket", endpoint_url=url, region=region, credentials=keys)
+
+    here = at("http://127.0.0.1:9000", one)
+    assert relayed(here, at("http://127.0.0.1:9000/", one, "eu-west-1")) is None
+    assert relayed(here, at("http://127.0.0.1:9001", one)) == (
+        "the source's endpoint is not the destination's"
+    )
+    assert relayed(here, at("http://127.0.0.1:9000", two)) == (
+        "the source is read with other credentials than the destination's"
+    )
+    assert relayed(at(None, one, "eu-west-1"), at(None, one, "us-east-1")) is None
+    assert relayed(at(None, one), here) is not None
+
+
+def test_the_same_endpoint_named_twice_is_the_servers_copy(minio_buckets: Buckets) -> None:
+    """--source-endpoint-url naming the destination's own endpoint, with its
+    keys: CopyObject, nothing relayed, no byte held here."""
+    src, dst = new_bucket(minio_buckets, ["k"]), new_bucket(minio_buckets, [])
+    summary = copy(f"s3://{src}/k", f"s3://{dst}/k", **_options(minio_buckets, minio_buckets))
+    assert (summary.objects, summary.failures, summary.relayed, summary.held_most) == (
+        1,
+        [],
+        False,
+        0,
+    )
+    assert minio_buckets.boto3_keys(dst) == ["k"]

@@ -8,6 +8,8 @@
     summary = surge.s3.upload("dir/", "s3://bucket/prefix/", recursive=True)    # and back
     summary = surge.s3.sync("s3://bucket/prefix/", "dir/", delete=True)        # surge s3 sync
     summary = surge.s3.copy("s3://a/prefix/", "s3://b/prefix/", recursive=True)  # by the server
+    summary = surge.s3.copy("s3://a/p/", "s3://b/p/", recursive=True,            # two endpoints:
+                            source_endpoint_url="http://127.0.0.1:9000")       # through here
     summary = surge.s3.move("s3://bucket/inbox/", "done/", recursive=True)     # surge s3 mv
     url = surge.s3.presign("s3://bucket/key", expires_in=3600)                 # surge s3 presign
     for result in surge.s3.remove("s3://bucket/prefix/", recursive=True):       # surge s3 rm

@@ -765,6 +765,30 @@ _PUT_OPTIONS: list[Any] = [
         " CRC32C, SHA1, SHA256 or CRC64NVME.",
     ),
 ]
+#: Where a copy's source is when not where the destination is (aws-cli's
+#: --source-region; the endpoint and profile as rclone's two remotes): a
+#: source on another endpoint, or read with other credentials, is relayed
+#: through this machine (surge.s3.copies).
+_SOURCE_OPTIONS: list[Any] = [
+    click.option(
+        "--source-endpoint-url",
+        metavar="URL",
+        help="Copies between buckets: the source's S3-compatible server (default: the"
+        " destination's, or --source-profile's).",
+    ),
+    click.option(
+        "--source-region",
+        metavar="REGION",
+        help="Copies between buckets: the source bucket's region (default: --source-profile's,"
+        " else the destination's).",
+    ),
+    click.option(
+        "--source-profile",
+        metavar="NAME",
+        help="Copies between buckets: the source's credentials (and endpoint, region) from"
+        " this profile of the AWS config files.",
+    ),
+]
 #: The flags of _PUT_OPTIONS that a download takes too.
 _READ_FLAGS = ("sse_c", "sse_c_key")
 
@@ -781,7 +805,13 @@ def _put_keywords(flags: dict[str, Any], copying: bool) -> dict[str, Any]:
     if "metadata" in out:
         out["metadata"] = parse_metadata(out["metadata"])
     if not copying:
-        for name in ("sse_c_copy_source", "sse_c_copy_source_key"):
+        for name in (
+            "sse_c_copy_source",
+            "sse_c_copy_source_key",
+            "source_endpoint_url",
+            "source_region",
+            "source_profile",
+        ):
             if name in out:
                 raise UsageError(f"--{name.replace('_', '-')} is for a copy between buckets")
     return out
@@ -821,6 +851,7 @@ def _transfer_options(command: Callable[..., None]) -> Callable[..., None]:
             " guessed, as the AWS CLI).",
         ),
         *_PUT_OPTIONS,
+        *_SOURCE_OPTIONS,
         click.option(
             "--follow-symlinks/--no-follow-symlinks",
             default=True,
@@ -1292,6 +1323,11 @@ def _transfer(
         if copying:
             from surge.s3.copies import CopyOptions, copy_async
 
+            if not quiet:
+                stored["on_relay"] = lambda why: tell(
+                    f"{command}: copying through this machine, not by the server: {why}"
+                    " (memory: 256 MiB, or --concurrency x --part-size if less, at most)"
+                )
             options = CopyOptions(metadata_directive=metadata_directive, **stored, **common)
             run = copy_async
         elif uploading:

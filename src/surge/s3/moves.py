@@ -80,7 +80,7 @@ async def move_async(
         if (the_plan.bucket, the_plan.prefix) == (
             the_plan.destination.bucket,
             the_plan.destination.key,
-        ):
+        ) and opts.one_place():
             raise UsageError(f"{source!r}: a move onto itself would delete it")
     if not from_s3:
         return await upload_async(
@@ -90,7 +90,9 @@ async def move_async(
     own_client = client is None
     if client is None:
         client = transfer_client(opts, opts.concurrency + opts.list_parallel + BATCHES_IN_FLIGHT)
-    deleter = _SourceDeletes(Objects(opts.target(bucket), client, opts.retry_policy()), opts, told)
+    # the source's own endpoint and credentials (a copy's may differ from the destination's)
+    where = opts.source_target(bucket) if isinstance(opts, CopyOptions) else opts.target(bucket)
+    deleter = _SourceDeletes(Objects(where, client, opts.retry_policy()), opts, told)
     copies = _replace(opts, deleter.offer)
     try:
         async with deleter:

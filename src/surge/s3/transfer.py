@@ -336,6 +336,12 @@ class Summary:
     open_uploads: dict[str, str] = field(default_factory=dict)
     #: Multipart uploads that earlier runs left of the keys uploaded, aborted.
     left_aborted: int = 0
+    #: A copy between buckets relayed through this process (the source on
+    #: another endpoint, or read with other credentials), not by the server.
+    relayed: bool = False
+    #: A relayed copy's bytes held in memory at once, at most (a bound of
+    #: concurrency x the part size: :mod:`surge.s3.copies`).
+    held_most: int = 0
 
     @property
     def failed(self) -> int:
@@ -366,6 +372,7 @@ class Summary:
             "retries": self.retries,
             "dryrun": self.dryrun,
             "left_aborted": self.left_aborted,
+            "relayed": self.relayed,
         }
 
 

@@ -556,6 +556,8 @@ class _Upload:
 
         async def send(index: int, body: _Body) -> None:
             try:
+                if body.fetch is not None:
+                    body = await body.fetch()
                 if body.copy is not None:
                     last = body.offset + body.length - 1
                     etags[index] = await self.objects.upload_part_copy(
@@ -584,6 +586,8 @@ class _Upload:
             except (S3Error, OSError) as e:
                 failures.append(e)
             finally:
+                if body.release is not None:
+                    body.release()
                 self.slots.release()
                 if window is not None:
                     window.release()
@@ -850,19 +854,24 @@ class _Body:
     length: int
     fd: int = -1
     offset: int = 0
-    data: bytes | None = None
+    data: bytes | bytearray | None = None
     #: A copy's part: bytes ``offset``.. of this x-amz-copy-source (pinned to
     #: its ``etag``), copied by the server (UploadPartCopy), never read here.
     copy: str | None = None
     etag: str | None = None
     #: The copy's source's SSE-C headers (x-amz-copy-source-server-side-encryption-customer-*).
     copy_headers: Sequence[tuple[str, str]] = ()
+    #: A relayed copy's part (:mod:`surge.s3.copies`): its bytes got by
+    #: ``fetch()`` (a body with ``data``) in the part's request slot, and
+    #: ``release()`` once it is sent (its bytes let go).
+    fetch: Callable[[], Awaitable[_Body]] | None = None
+    release: Callable[[], None] | None = None
 
-    def make(self) -> bytes | FileRange:
+    def make(self) -> bytes | bytearray | FileRange:
         """The body for one try (made afresh for each)."""
         return self.data if self.data is not None else FileRange(self.fd, self.offset, self.length)
 
-    def _blocks(self, stop: threading.Event | None) -> Iterator[bytes | memoryview]:
+    def _blocks(self, stop: threading.Event | None) -> Iterator[bytes | bytearray | memoryview]:
         if self.data is not None:
             return iter((self.data,))
         return iter(blocks(self.fd, self.offset, self.length, stop))

@@ -578,7 +578,9 @@ class AsyncClient:
                     elif conn.multiplexed:  # an idle HTTP/2 connection
                         if mux.idle_long(conn) and not await mux.alive(conn):
                             continue  # its server went silent: closed, and another tried
-                        conn = mux.adopt(key, conn)
+                        conn = mux.adopted(key, conn)
+                        if conn is None:  # its server allows no stream now: wait for one
+                            continue
                 if conn.is_stream:  # an HTTP/2 stream: it goes back to the multiplexer
                     owner = mux
                 if conn.closed:  # the server closed it while it was idle

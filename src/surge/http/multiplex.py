@@ -81,8 +81,8 @@ class Multiplexer:
             return None
         return self._stream_on(origin, next(iter(origin.free)))
 
-    def adopt(self, key: Any, conn: HTTP2Connection) -> H2Stream:
-        """A stream on ``conn``, just taken from the pool (new or idle)."""
+    def take(self, key: Any, conn: HTTP2Connection) -> _Origin:
+        """``conn``, just taken from the pool, joins its origin's connections."""
         origin = self.origins.get(key)
         if origin is None:
             origin = self.origins[key] = _Origin()
@@ -98,9 +98,23 @@ class Multiplexer:
                 else:
                     del self.limits[key]
         conn.on_slots = lambda c: self._slots_changed(key, c)
+        return origin
+
+    def adopt(self, key: Any, conn: HTTP2Connection) -> H2Stream:
+        """A stream on ``conn``, just taken from the pool (new or idle)."""
+        origin = self.take(key, conn)
         stream = self._stream_on(origin, conn)
         self._hand_out(origin, conn)
         return stream
+
+    def adopted(self, key: Any, conn: HTTP2Connection) -> H2Stream | None:
+        """:meth:`adopt`, unless the server's SETTINGS already allow no stream
+        (a limit of 0): then it joins the origin's connections without one,
+        and the request waits for a slot (None)."""
+        if conn.settled and conn.free <= 0:
+            self.take(key, conn)
+            return None
+        return self.adopt(key, conn)
 
     def _stream_on(self, origin: _Origin, conn: HTTP2Connection) -> H2Stream:
         stream = conn.new_stream()
@@ -208,7 +222,9 @@ class Multiplexer:
                 if not conn.multiplexed:
                     return conn
                 if await self.alive(conn):
-                    return self.adopt(key, conn)
+                    stream = self.adopted(key, conn)
+                    if stream is not None:
+                        return stream
                 continue
             origin = origins.get(key)
             if origin is None:
@@ -220,9 +236,11 @@ class Multiplexer:
                 if not idle.multiplexed:
                     return idle
                 if await self.alive(idle):
-                    return self.adopt(key, idle)
+                    stream = self.adopted(key, idle)
+                    if stream is not None:
+                        return stream
                 continue
-            if origin.opening or len(origin.conns) >= self.per_host:
+            if origin.opening or origin.unsettled or len(origin.conns) >= self.per_host:
                 waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
                 origin.waiters.append(waiter)
                 try:
@@ -256,8 +274,10 @@ class Multiplexer:
             origin.opening = False
             if conn.multiplexed:
                 if await self.alive(conn):
-                    return self.adopt(key, conn)
-                continue  # (closed: the next turn opens another, or waits for a slot)
+                    stream = self.adopted(key, conn)
+                    if stream is not None:
+                        return stream
+                continue  # (closed, or no stream allowed: the next turn waits or opens)
             h1 = self.h1
             h1[key] = None
             if len(h1) > H1_ORIGINS_KEPT:

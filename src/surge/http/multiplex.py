@@ -142,12 +142,7 @@ class Multiplexer:
         """Requests wait and no connection has a free slot: the first waiting
         opens another connection (_OPEN), if the per-host bound allows one and
         none is being opened already."""
-        if (
-            origin.opening
-            or origin.free
-            or origin.unsettled
-            or len(origin.conns) >= self.per_host
-        ):
+        if origin.opening or origin.free or origin.unsettled or len(origin.conns) >= self.per_host:
             return
         waiters = origin.waiters
         while waiters:

@@ -59,6 +59,17 @@ from surge.trace.redact import safe_headers, safe_text, safe_url
 @click.option("--connect-timeout", default=10.0, show_default=True, help="Seconds for DNS+TCP+TLS.")
 @click.option("--max-time", default=30.0, show_default=True, help="Seconds per request, all in.")
 @click.option("--no-headers", is_flag=True, help="Do not print the response headers.")
+@click.option(
+    "--http1.1",
+    "http1_1",
+    is_flag=True,
+    help="HTTP/1.1 only: do not offer HTTP/2 (ALPN h2) over TLS (as surge fetch).",
+)
+@click.option(
+    "--http2-prior-knowledge",
+    is_flag=True,
+    help="Speak HTTP/2 in cleartext (h2c) to http:// URLs, without asking (as surge fetch).",
+)
 def trace_command(
     urls: tuple[str, ...],
     count: int,
@@ -73,6 +84,8 @@ def trace_command(
     connect_timeout: float,
     max_time: float,
     no_headers: bool,
+    http1_1: bool,
+    http2_prior_knowledge: bool,
 ) -> None:
     """Request each URL and show where its time went, phase by phase."""
     try:
@@ -84,6 +97,8 @@ def trace_command(
             "resolve": list(resolve),
             "cafile": cacert,
             "insecure": insecure,
+            "http2": not http1_1,
+            "http2_prior_knowledge": http2_prior_knowledge,
             "connect_timeout": connect_timeout,
             "max_time": max_time,
         }

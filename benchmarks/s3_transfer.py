@@ -45,6 +45,25 @@ surge's wall within 10% of s5cmd's, and its CPU per GB no higher than s5cmd's.
 
 Both sections: every surge run's peak RSS under 200 MB.
 
+Issue #46's sections (peers: surge, s5cmd and aws-cli v1 unless ``--peers``
+is given; ``aws``: ``aws s3 cp|rm ... --recursive --only-show-errors``):
+
+* ``rm``: ``rm --recursive`` of ``--rm-keys`` (20,000) keys of 16 bytes, each
+  run on a fresh prefix filled (untimed) by s5cmd from a tree of 100 folders;
+  ``surge s3 rm s3://b/p/ --recursive`` against ``s5cmd rm 's3://b/p/*'`` and
+  ``aws s3 rm --recursive``.  Targets: surge's wall <= s5cmd's, and <= 1.1x the
+  floor of its own runs, (MinIO's CPU + the client's) / cores: the wall no
+  client could beat on this box (benchmarks/s3.py's floor).
+* ``copy``: bucket to bucket on one server, ``--copy-objects`` (2,000) objects
+  of ``--object-kb`` KB (``cp --recursive``; s5cmd: ``cp 's3://a/p/*'
+  s3://b/p/``) and one object of ``--copy-mb`` (512) MB.  Target: surge's wall
+  <= s5cmd's.
+* ``startup``: an empty listing (``ls`` of a prefix with no key): a process's
+  start-up and one request, ``--rounds`` x 3 times per peer (no target).
+
+``--burners N`` runs N CPU-bound processes beside the whole run (a loaded box),
+killed when it ends.  Every run records the load average (1 min) as it ends.
+
 ``--server`` (``minio``, the default; ``moto``; ``both``: MinIO's sections,
 then moto's, in the same run, as issue #23 asks).  moto's server is a
 ``ThreadedMotoServer`` in a ``python -c`` process of its own (started by
@@ -101,10 +120,23 @@ from _common import (
 )
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "s3_transfer.json"
-SECTIONS = ("small", "big")
-PEERS = ("surge", "s5cmd", "boto3")
+SECTIONS = ("small", "big", "rm", "copy", "startup")
+PEERS = ("surge", "s5cmd", "boto3", "aws")
+#: the peers a section runs when --peers is not given
+DEFAULT_PEERS = {
+    "small": ("surge", "s5cmd", "boto3"),
+    "big": ("surge", "s5cmd", "boto3"),
+    "rm": ("surge", "s5cmd", "aws"),
+    "copy": ("surge", "s5cmd", "aws"),
+    "startup": ("surge", "s5cmd", "aws"),
+}
 BUCKET = "transfer"
+COPY_BUCKET = "transfer-copy"
+RM_KEYS = 20_000
+COPY_OBJECTS = 2_000
+COPY_MB = 512
 RSS_BOUND = 200 * 2**20
+CORES = os.cpu_count() or 1
 SERVERS = ("minio", "moto")
 SERVER_NAMES = {"minio": "MinIO", "moto": "moto"}
 MOTO_OBJECTS = 2_000
@@ -205,7 +237,27 @@ def _s5cmd() -> str:
     return found
 
 
+def _aws() -> str:
+    found = shutil.which("aws") or str(Path(sys.executable).parent / "aws")
+    if not os.path.exists(found):
+        raise SystemExit("aws-cli is missing: pip install awscli")
+    return found
+
+
 def command(peer: str, endpoint: str, source: str, destination: str, recursive: bool) -> list[str]:
+    if peer == "aws":
+        return [
+            _aws(),
+            "--endpoint-url",
+            endpoint,
+            "s3",
+            "cp",
+            source,
+            destination,
+            *(["--recursive"] if recursive else []),
+            "--only-show-errors",
+            "--no-progress",
+        ]
     if peer.startswith("surge"):
         return [
             *surge_command(),
@@ -224,8 +276,36 @@ def command(peer: str, endpoint: str, source: str, destination: str, recursive: 
         if recursive and source.startswith("s3://"):
             source += "*"  # s5cmd copies a prefix's objects by wildcard
         return [_s5cmd(), "--endpoint-url", endpoint, "cp", source, destination]
+    if source.startswith("s3://") and destination.startswith("s3://"):
+        raise ValueError(f"{peer} has no bucket-to-bucket copy here")
     direction = "down" if source.startswith("s3://") else "up"
     return [sys.executable, __file__, "--child", "boto3", direction, source, destination]
+
+
+def rm_command(peer: str, endpoint: str, prefix: str) -> list[str]:
+    """Every object under ``prefix`` (s3://B/P/) deleted: each peer's own way."""
+    if peer == "surge":
+        return [*surge_command(), "s3", "rm", prefix, "--recursive", "--endpoint-url", endpoint,
+                "--only-show-errors"]  # fmt: skip
+    if peer == "s5cmd":
+        return [_s5cmd(), "--endpoint-url", endpoint, "rm", prefix + "*"]
+    if peer == "aws":
+        return [_aws(), "--endpoint-url", endpoint, "s3", "rm", prefix, "--recursive",
+                "--only-show-errors"]  # fmt: skip
+    raise ValueError(f"{peer} has no rm here")
+
+
+def startup_command(peer: str, endpoint: str) -> list[str]:
+    """An empty listing (a prefix with no key under it): a process's start-up and
+    one request."""
+    url = f"s3://{BUCKET}/no-such-prefix/"
+    if peer.startswith("surge"):
+        return [*surge_command(), "s3", "ls", url, "--endpoint-url", endpoint]
+    if peer == "s5cmd":
+        return [_s5cmd(), "--endpoint-url", endpoint, "ls", url]
+    if peer == "aws":
+        return [_aws(), "--endpoint-url", endpoint, "s3", "ls", url]
+    return [sys.executable, "-c", "import boto3; boto3.client('s3')"]
 
 
 def _random_file(path: Path, size: int, rng: random.Random) -> None:
@@ -243,7 +323,7 @@ def _run(argv: list[str], env: dict[str, str], what: str) -> None:
         raise RuntimeError(f"{what} failed ({done.returncode}): {done.stderr[-2000:]}")
 
 
-def _listing(env: dict[str, str], prefix: str) -> tuple[int, int]:
+def _listing(env: dict[str, str], prefix: str, bucket: str = BUCKET) -> tuple[int, int]:
     """(objects, bytes) under ``prefix``, by boto3 (the reference client)."""
     import boto3
 
@@ -255,15 +335,15 @@ def _listing(env: dict[str, str], prefix: str) -> tuple[int, int]:
         aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
     )
     count = total = 0
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         for item in page.get("Contents", []):
             count += 1
             total += item["Size"]
     return count, total
 
 
-def _delete_prefix(env: dict[str, str], endpoint: str, prefix: str) -> None:
-    _run([_s5cmd(), "--endpoint-url", endpoint, "rm", f"s3://{BUCKET}/{prefix}*"], env, "s5cmd rm")
+def _delete_prefix(env: dict[str, str], endpoint: str, prefix: str, bucket: str = BUCKET) -> None:
+    _run([_s5cmd(), "--endpoint-url", endpoint, "rm", f"s3://{bucket}/{prefix}*"], env, "s5cmd rm")
 
 
 def _sha256(path: Path) -> str:
@@ -313,6 +393,7 @@ def timed(
     before = process_cpu(server_pid)
     run, _ = run_child(argv, limit, poll_rss=True, env=env)
     server_cpu = process_cpu(server_pid) - before
+    load = os.getloadavg()[0]
     wrong = check() if run.status == 0 and not run.killed else None
     return {
         "peer": peer,
@@ -322,6 +403,7 @@ def timed(
         "wall_s": run.wall_s,
         "cpu_s": run.cpu_s,
         "server_cpu_s": server_cpu,
+        "load_1min": load,
         "peak_rss_bytes": run.hwm_bytes or run.maxrss_bytes,
         "correct": run.status == 0 and not run.killed and wrong is None,
         "wrong": wrong,
@@ -456,6 +538,119 @@ def run_big(
     return {"server": server.name, "object_bytes": size, "runs": runs}
 
 
+def _populate(env: dict[str, str], endpoint: str, tree: Path, url: str, what: str) -> None:
+    """A local tree's files up under ``url`` (s5cmd: the fastest filler; not timed)."""
+    _run([_s5cmd(), "--endpoint-url", endpoint, "cp", f"{tree}/", url], env, what)
+
+
+def run_rm(args: argparse.Namespace, server: Server, env: dict[str, str], base: Path) -> Any:
+    """``rm --recursive`` of ``--rm-keys`` keys: every run gets a fresh prefix of
+    its own, filled (untimed) from a tree of tiny files; MinIO's CPU during the
+    deletes is the floor's part no client can take away."""
+    n = args.rm_keys
+    tree = base / "rm-src"
+    tree.mkdir()
+    for i in range(n):  # 100 folders of n/100: MinIO keeps a key's folders on disk too
+        folder = tree / f"d{i % 100:03d}"
+        if i < 100:
+            folder.mkdir()
+        (folder / f"k{i:06d}").write_bytes(b"x" * 16)
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for round_ in range(args.rounds):
+        for peer in _turned(args.peers, round_):
+            prefix = f"rm-{peer}-{round_}/"
+            progress(f"rm on {server.name}: round {round_ + 1}/{args.rounds}, {peer}: filling")
+            _populate(env, server.endpoint_url, tree, f"s3://{BUCKET}/{prefix}", "filling rm/")
+            assert _listing(env, prefix) == (n, n * 16)
+            progress(f"rm on {server.name}: round {round_ + 1}/{args.rounds}, {peer}: deleting")
+
+            def check(prefix: str = prefix) -> str | None:
+                got = _listing(env, prefix)
+                return None if got == (0, 0) else f"{got[0]} objects left"
+
+            argv = rm_command(peer, server.endpoint_url, f"s3://{BUCKET}/{prefix}")
+            result = timed(peer, argv, env, args.limit, check, server.pid)
+            result["keys_per_s"] = n / result["wall_s"]
+            result["floor_s"] = (result["server_cpu_s"] + result["cpu_s"]) / CORES
+            result["server_floor_s"] = result["server_cpu_s"] / CORES
+            runs.setdefault(f"rm:{peer}", []).append(result)
+            if not result["correct"]:
+                _delete_prefix(env, server.endpoint_url, prefix)
+    shutil.rmtree(tree)
+    return {"server": server.name, "keys": n, "runs": runs}
+
+
+def run_copy(args: argparse.Namespace, server: Server, env: dict[str, str], base: Path) -> Any:
+    """Bucket to bucket, on one server: ``--copy-objects`` small objects
+    (recursive) and one object of ``--copy-mb`` MB."""
+    n, size = args.copy_objects, args.object_kb * 1024
+    big = args.copy_mb * 2**20
+    tree = base / "copy-src"
+    tree.mkdir()
+    rng = random.Random(46)
+    for i in range(n):
+        (tree / f"obj-{i:06d}.bin").write_bytes(rng.randbytes(size))
+    _populate(env, server.endpoint_url, tree, f"s3://{BUCKET}/copy-small/", "filling copy-small/")
+    assert _listing(env, "copy-small/") == (n, n * size)
+    shutil.rmtree(tree)
+    source = base / "copy-big.bin"
+    progress(f"copy on {server.name}: writing {big / 2**20:,.0f} MB")
+    _random_file(source, big, random.Random(4646))
+    _run([_s5cmd(), "--endpoint-url", server.endpoint_url, "cp", str(source),
+          f"s3://{BUCKET}/copy-big.bin"], env, "filling copy-big.bin")  # fmt: skip
+    source.unlink()
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for round_ in range(args.rounds):
+        for what in ("small", "big"):
+            for peer in _turned(args.peers, round_):
+                progress(f"copy on {server.name}: round {round_ + 1}/{args.rounds}, {what}, {peer}")
+                prefix = f"{peer}-{round_}/"
+                if what == "small":
+                    src, dst, want = f"s3://{BUCKET}/copy-small/", prefix, (n, n * size)
+                else:
+                    src, dst, want = f"s3://{BUCKET}/copy-big.bin", prefix + "big.bin", (1, big)
+                argv = command(
+                    peer, server.endpoint_url, src, f"s3://{COPY_BUCKET}/{dst}", what == "small"
+                )
+
+                def check(prefix: str = prefix, want: tuple[int, int] = want) -> str | None:
+                    got = _listing(env, prefix, COPY_BUCKET)
+                    return None if got == want else f"{got[0]} objects, {got[1]} bytes"
+
+                result = timed(peer, argv, env, args.limit, check, server.pid)
+                if what == "small":
+                    result["objects_per_s"] = n / result["wall_s"]
+                else:
+                    result["mb_per_s"] = big / 2**20 / result["wall_s"]
+                runs.setdefault(f"{what}:{peer}", []).append(result)
+                _delete_prefix(env, server.endpoint_url, prefix, COPY_BUCKET)
+    return {"server": server.name, "objects": n, "object_bytes": size, "big_bytes": big,
+            "runs": runs}  # fmt: skip
+
+
+def run_startup(args: argparse.Namespace, server: Server, env: dict[str, str], base: Path) -> Any:
+    """A process's start-up: an empty listing, ``--rounds`` x 3 times each."""
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for round_ in range(args.rounds * 3):
+        for peer in _turned(args.peers, round_):
+            argv = startup_command(peer, server.endpoint_url)
+            run, _ = run_child(argv, args.limit, env=env)
+            runs.setdefault(f"startup:{peer}", []).append(
+                {
+                    "peer": peer,
+                    "command": argv,
+                    "status": run.status,
+                    "wall_s": run.wall_s,
+                    "cpu_s": run.cpu_s,
+                    "correct": not run.killed,
+                    "killed": run.killed,
+                    "wrong": None,
+                    "load_1min": os.getloadavg()[0],
+                }
+            )
+    return {"server": server.name, "runs": runs}
+
+
 # -- tables and targets ------------------------------------------------------------------
 
 
@@ -524,6 +719,7 @@ def report(section: str, result: dict[str, Any], peers: list[str], targets: list
                 f"{sum(r['correct'] for r in rows)}/{len(rows)}",
             )
         table.note(f"server CPU: {server}'s own CPU seconds during the client's run (/proc)")
+        _load_note(table, [r for p in peers for r in runs.get(f"{direction}:{p}", [])])
         for peer in peers:
             if failed := _failures(runs.get(f"{direction}:{peer}", [])):
                 table.note(f"{peer} on {server}: {failed}")
@@ -587,6 +783,133 @@ def report(section: str, result: dict[str, Any], peers: list[str], targets: list
             )
 
 
+def _load_note(table: Table, rows: list[dict[str, Any]]) -> None:
+    loads = [r["load_1min"] for r in rows if "load_1min" in r]
+    if loads:
+        table.note(f"load average (1 min) as each run ended: {min(loads):.1f} to {max(loads):.1f}")
+
+
+def report_rm(result: dict[str, Any], peers: list[str], targets: list[Target]) -> None:
+    runs, server = result["runs"], result["server"]
+    table = Table(
+        f"rm --recursive of {result['keys']:,} keys, on {server}: median (range)",
+        ["client", "keys/s", "wall s", "CPU s", "server CPU s", "floor s", "wall / floor",
+         "right"],
+    )  # fmt: skip
+    for peer in peers:
+        rows = runs.get(f"rm:{peer}", [])
+        table.add(
+            peer,
+            _spread([r["keys_per_s"] for r in rows], ",.0f"),
+            _spread([r["wall_s"] for r in rows], ".2f"),
+            _spread([r["cpu_s"] for r in rows], ".2f"),
+            _spread([r["server_cpu_s"] for r in rows], ".2f"),
+            _spread([r["floor_s"] for r in rows], ".2f"),
+            _spread([r["wall_s"] / r["floor_s"] for r in rows], ".2f"),
+            f"{sum(r['correct'] for r in rows)}/{len(rows)}",
+        )
+        if failed := _failures(rows):
+            table.note(f"{peer}: {failed}")
+    table.note(
+        f"floor: {server}'s CPU and the client's over the {CORES} cores they share "
+        "(benchmarks/s3.py's), the wall no client could beat on this box"
+    )
+    _load_note(table, [r for rows in runs.values() for r in rows])
+    table.print()
+    surge, s5 = runs.get("rm:surge", []), runs.get("rm:s5cmd", [])
+    if not surge:
+        return
+    right = all(r["correct"] for r in surge)
+    if s5:
+        ratio = _median(surge, "wall_s") / _median(s5, "wall_s")
+        name = f"{server}: rm --recursive, surge's wall vs s5cmd's"
+        targets.append(
+            _compared(name, "<= 1.00x", "s5cmd", s5, right)
+            or Target(name, "<= 1.00x", f"{ratio:.2f}x", right and ratio <= 1.0)
+        )
+    floor = statistics.median(r["wall_s"] / r["floor_s"] for r in surge)
+    targets.append(
+        Target(
+            f"{server}: rm --recursive, surge's wall vs the floor of its own runs",
+            "<= 1.10x",
+            f"{_median(surge, 'wall_s'):.2f} s against {_median(surge, 'floor_s'):.2f} s "
+            f"= {floor:.2f}x",
+            right and floor <= 1.10,
+        )
+    )
+
+
+def report_copy(result: dict[str, Any], peers: list[str], targets: list[Target]) -> None:
+    runs, server = result["runs"], result["server"]
+    for what in ("small", "big"):
+        if what == "small":
+            title = f"{result['objects']:,} objects of {result['object_bytes'] // 1024} KB"
+            rate, unit = "objects_per_s", "objects/s"
+        else:
+            title = f"one object of {result['big_bytes'] // 2**20:,} MB"
+            rate, unit = "mb_per_s", "MB/s"
+        table = Table(
+            f"bucket to bucket, {title}, on {server}: median (range)",
+            ["client", unit, "wall s", "CPU s", "server CPU s", "peak RSS MB", "right"],
+        )
+        for peer in peers:
+            rows = runs.get(f"{what}:{peer}", [])
+            table.add(
+                peer,
+                _spread([r[rate] for r in rows], ",.0f"),
+                _spread([r["wall_s"] for r in rows], ".2f"),
+                _spread([r["cpu_s"] for r in rows], ".2f"),
+                _spread([r["server_cpu_s"] for r in rows], ".2f"),
+                _spread([r["peak_rss_bytes"] / 2**20 for r in rows], ".0f"),
+                f"{sum(r['correct'] for r in rows)}/{len(rows)}",
+            )
+            if failed := _failures(rows):
+                table.note(f"{peer}: {failed}")
+        _load_note(table, [r for rows in runs.values() for r in rows])
+        table.print()
+        surge, s5 = runs.get(f"{what}:surge", []), runs.get(f"{what}:s5cmd", [])
+        if surge and s5:
+            right = all(r["correct"] for r in surge)
+            ratio = _median(surge, "wall_s") / _median(s5, "wall_s")
+            name = f"{server}: bucket to bucket, {title}, surge's wall vs s5cmd's"
+            targets.append(
+                _compared(name, "<= 1.00x", "s5cmd", s5, right)
+                or Target(name, "<= 1.00x", f"{ratio:.2f}x", right and ratio <= 1.0)
+            )
+
+
+def report_startup(result: dict[str, Any], peers: list[str]) -> None:
+    runs, server = result["runs"], result["server"]
+    table = Table(
+        f"start-up: an empty listing (one process, one request), on {server}: median (range)",
+        ["client", "wall s", "CPU s"],
+    )
+    for peer in peers:
+        rows = runs.get(f"startup:{peer}", [])
+        table.add(
+            peer,
+            _spread([r["wall_s"] for r in rows], ".3f"),
+            _spread([r["cpu_s"] for r in rows], ".3f"),
+        )
+    _load_note(table, [r for rows in runs.values() for r in rows])
+    table.print()
+
+
+@contextmanager
+def burners(count: int) -> Iterator[None]:
+    """``count`` CPU-bound processes beside the run (a loaded box), killed after."""
+    procs = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+        for _ in range(count)
+    ]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         boto3_child(*sys.argv[3:6])
@@ -597,7 +920,15 @@ def main() -> None:
         "--server", choices=[*SERVERS, "both"], default="minio", help="minio (default), moto, both"
     )
     parser.add_argument("--only", help=f"comma-separated sections: {','.join(SECTIONS)}")
-    parser.add_argument("--peers", default=",".join(PEERS), help="comma-separated peers")
+    parser.add_argument(
+        "--peers", help="comma-separated peers (default: each section's own, DEFAULT_PEERS)"
+    )
+    parser.add_argument("--rm-keys", type=int, help=f"rm: keys ({RM_KEYS:,})")
+    parser.add_argument("--copy-objects", type=int, help=f"copy: small objects ({COPY_OBJECTS:,})")
+    parser.add_argument("--copy-mb", type=int, help=f"copy: the big object's MB ({COPY_MB})")
+    parser.add_argument(
+        "--burners", type=int, default=0, help="CPU-bound processes beside the run (0)"
+    )
     parser.add_argument("--rounds", type=int, help="interleaved rounds (3; quick: 1)")
     parser.add_argument("--objects", type=int, help="small: objects (10,000)")
     parser.add_argument("--object-kb", type=int, default=10, help="small: KB an object (10)")
@@ -614,8 +945,8 @@ def main() -> None:
     args = parser.parse_args()
     sections = parse_sections(parser, args.only, SECTIONS)
     servers = list(SERVERS) if args.server == "both" else [args.server]
-    args.peers = [p.strip() for p in args.peers.split(",") if p.strip()]
-    if unknown := set(args.peers) - {*PEERS, "surge_8mib"}:
+    given = [p.strip() for p in (args.peers or "").split(",") if p.strip()]
+    if unknown := set(given) - {*PEERS, "surge_8mib"}:
         parser.error(f"unknown peer(s) {sorted(unknown)}; choose from {PEERS} or surge_8mib")
     args.rounds = args.rounds or (1 if args.quick else 3)
     # moto's sizes: their own flags, else the ones given for both, else moto's defaults
@@ -623,6 +954,9 @@ def main() -> None:
     args.moto_big_mb = args.moto_big_mb or args.big_mb or (64 if args.quick else MOTO_BIG_MB)
     args.objects = args.objects or (300 if args.quick else 10_000)
     args.big_mb = args.big_mb or (64 if args.quick else 2048)
+    args.rm_keys = args.rm_keys or (1000 if args.quick else RM_KEYS)
+    args.copy_objects = args.copy_objects or (300 if args.quick else COPY_OBJECTS)
+    args.copy_mb = args.copy_mb or (64 if args.quick else COPY_MB)
     if args.out is None:
         name = "s3_transfer-moto.json" if args.server == "moto" else "s3_transfer.json"
         args.out = str(DEFAULT_OUT.with_name(name))
@@ -637,34 +971,64 @@ def main() -> None:
 
     results: dict[str, Any] = {}
     targets: list[Target] = []
-    for kind in servers:
-        objects = args.moto_objects if kind == "moto" else args.objects
-        big_mb = args.moto_big_mb if kind == "moto" else args.big_mb
-        with (
-            tempfile.TemporaryDirectory(prefix="s3-transfer-", dir=args.tmp) as tmp,
-            s3_server(kind, Path(tmp)) as server,
-        ):
-            base = Path(tmp)
-            env = _env(server)
-            _run(
-                [_s5cmd(), "--endpoint-url", server.endpoint_url, "mb", f"s3://{BUCKET}"],
-                env,
-                "making the bucket",
-            )
-            for section in sections:
-                if section == "small":
-                    result = run_small(args, server, env, base, objects)
-                else:
-                    result = run_big(args, server, env, base, big_mb)
-                # one server: the sections' names, as before; both: "minio:small" ...
-                results[section if len(servers) == 1 else f"{kind}:{section}"] = result
-                report(section, result, args.peers, targets)
+    with burners(args.burners):
+        for kind in servers:
+            run_server(args, kind, sections, servers, given, results, targets)
     print_targets(targets, args.quick)
     settings = {k: v for k, v in vars(args).items() if k not in ("out",)}
     out = write_json(
         args.out, payload("s3_transfer", info, settings, results, targets, started, argv=sys.argv)
     )
     print(f"\nwrote {out} in {time.perf_counter() - started:.1f} s")
+
+
+def run_server(
+    args: argparse.Namespace,
+    kind: str,
+    sections: list[str],
+    servers: list[str],
+    given: list[str],
+    results: dict[str, Any],
+    targets: list[Target],
+) -> None:
+    """Every section on one server (started here, stopped after)."""
+    objects = args.moto_objects if kind == "moto" else args.objects
+    big_mb = args.moto_big_mb if kind == "moto" else args.big_mb
+    with (
+        tempfile.TemporaryDirectory(prefix="s3-transfer-", dir=args.tmp) as tmp,
+        s3_server(kind, Path(tmp)) as server,
+    ):
+        base = Path(tmp)
+        env = _env(server)
+        for bucket in (BUCKET, COPY_BUCKET):
+            _run(
+                [_s5cmd(), "--endpoint-url", server.endpoint_url, "mb", f"s3://{bucket}"],
+                env,
+                "making the buckets",
+            )
+        for section in sections:
+            args.peers = given or list(DEFAULT_PEERS[section])
+            if section == "small":
+                result = run_small(args, server, env, base, objects)
+            elif section == "big":
+                result = run_big(args, server, env, base, big_mb)
+            elif section == "rm":
+                result = run_rm(args, server, env, base)
+            elif section == "copy":
+                result = run_copy(args, server, env, base)
+            else:
+                result = run_startup(args, server, env, base)
+            result["peers"] = args.peers
+            # one server: the sections' names, as before; both: "minio:small" ...
+            results[section if len(servers) == 1 else f"{kind}:{section}"] = result
+            if section == "rm":
+                report_rm(result, args.peers, targets)
+            elif section == "copy":
+                report_copy(result, args.peers, targets)
+            elif section == "startup":
+                report_startup(result, args.peers)
+            else:
+                report(section, result, args.peers, targets)
 
 
 if __name__ == "__main__":

@@ -150,11 +150,18 @@ def test_after_a_restart_no_stale_connection_is_handed_out(
                 assert len(query(conn)) == 1
         stats = pool.stats()
         counts = counter.since(pool)
-    seen = (sorted(stats.items()), counts)  # (a busy box has shown generation 0 here)
-    assert stats["generation"] == 1 and stats["server_gone"] == 1, seen
-    # one dead connection found (by its ping, or by reading its reset's answers:
-    # PostgreSQL's reset is read at checkout); the other three dropped unpinged
-    assert stats["pings"] <= 1, seen
+    seen = (sorted(stats.items()), counts)
+    if stats["generation"] == 0:
+        # On a busy box the restart can come before the resets of the four
+        # returns were written (they go out just after a return): the writer
+        # finds each connection gone and it is dropped there, never handed out
+        # - no checkout met a dead one, so nothing moved the generation on.
+        assert stats["discarded"] == 4 and stats["pings"] == 0, seen
+    else:
+        assert stats["generation"] == 1 and stats["server_gone"] == 1, seen
+        # one dead connection found (by its ping, or by reading its reset's answers:
+        # PostgreSQL's reset is read at checkout); the other three dropped unpinged
+        assert stats["pings"] <= 1, seen
     assert counts.connects == 1, seen  # one fresh connection served all ten, LIFO
     assert stats["created"] == 5 and stats["open"] == 1, seen
 

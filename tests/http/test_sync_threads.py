@@ -222,6 +222,9 @@ def test_ctrl_c_while_waiting_cancels_the_request() -> None:
         from gate_server import GateServer
         from surge.http import Client, Request
 
+        # Python keeps an inherited SIG_IGN for SIGINT (a runner started with
+        # `&` from a non-interactive shell ignores it): Ctrl-C's own handler here.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         with GateServer() as server, Client(max_time=30) as client:
             def interrupt():
                 server.wait_holding(1)

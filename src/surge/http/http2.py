@@ -596,9 +596,6 @@ class HTTP2Connection(asyncio.Protocol):
         self.capacity = INITIAL_STREAMS
         #: The server's SETTINGS came (its stream limit is known).
         self.settled = False
-        #: The first bytes of the server's, until 9 came: its preface must open
-        #: with a SETTINGS frame (RFC 9113 3.4); None once it did.
-        self._preface: bytes | None = b""
         #: Streams started on it (HEADERS sent), and the most it may start: the
         #: streams its origin's server processed on a connection before its
         #: GOAWAY cut the rest off (nginx's keepalive_requests, or 1 under
@@ -868,8 +865,6 @@ class HTTP2Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
-        if self._preface is not None and self._not_http2(data):
-            return
         try:
             events: list[Any] = self.h2.receive_data(data)
         except h2.exceptions.ProtocolError as e:
@@ -945,27 +940,6 @@ class HTTP2Connection(asyncio.Protocol):
                 )
                 return
         self.flush()
-
-    def _not_http2(self, data: bytes) -> bool:
-        """Whether the server's first bytes are no HTTP/2 preface (a SETTINGS
-        frame, a multiple of 6 bytes long): then the connection fails at once
-        with ``protocol_error``.  h2 would read "HTTP/1.1 400" as the header of
-        a 4.7 MB frame and wait for all of it before checking its length."""
-        head = self._preface = (self._preface or b"") + data[:9]
-        if len(head) < 9:
-            return False
-        self._preface = None
-        length = int.from_bytes(head[:3], "big")
-        if head[3] == 0x4 and length % 6 == 0 and length <= 16384:
-            return False
-        shown = head[:9].decode("latin-1").encode("unicode_escape").decode("ascii")
-        self.fail(
-            RequestError(
-                "protocol_error",
-                f"HTTP/2: the server's first bytes are no HTTP/2 preface ({shown!r}...)",
-            )
-        )
-        return True
 
     def _answered(self) -> bool:
         """A PING or SETTINGS frame came, which h2 answers (an ACK): past

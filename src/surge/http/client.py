@@ -82,6 +82,10 @@ _DEBUG = logging.DEBUG
 #: server's streams per connection from its GOAWAY, so the resend goes where
 #: it is taken), apart from the one resend of a stale HTTP/1.1 connection.
 UNPROCESSED_RETRIES = 1
+#: How many times one request may find its stream slot taken back before its
+#: HEADERS went out (a GOAWAY came between): no resend, nothing was sent, but
+#: bounded all the same against a server that goes away on every connection.
+UNSENT_RETRIES = 16
 
 _REDIRECTS = redirect_policy.STATUSES
 
@@ -558,7 +562,7 @@ class AsyncClient:
                 head = b"%s%s\r\n\r\n" % (head[:-2], framing)
             retried = False
             unprocessed_left = UNPROCESSED_RETRIES
-            unsent_left = 16
+            unsent_left = UNSENT_RETRIES
             while True:  # an attempt per turn
                 # A free HTTP/2 stream to the origin, or a keep-alive connection if idle.
                 owner: Any = pool  # what the connection (or stream) goes back to
@@ -576,10 +580,13 @@ class AsyncClient:
                         finally:
                             _opening_for.reset(token)
                     elif conn.multiplexed:  # an idle HTTP/2 connection
-                        if mux.idle_long(conn) and not await mux.alive(conn):
-                            continue  # its server went silent: closed, and another tried
-                        conn = mux.adopted(key, conn)
-                        if conn is None:  # its server allows no stream now: wait for one
+                        # (pinged first only if idle long: no await on the hot path)
+                        conn = (
+                            await mux.stream_for(key, conn)
+                            if mux.idle_long(conn)
+                            else mux.adopted(key, conn)
+                        )
+                        if conn is None:  # its server went silent, or allows no stream now
                             continue
                 if conn.is_stream:  # an HTTP/2 stream: it goes back to the multiplexer
                     owner = mux
@@ -634,7 +641,7 @@ class AsyncClient:
                     unprocessed = e.unprocessed
                     if unprocessed and wire is None and unsent_left:
                         # Never sent (a GOAWAY came between its stream slot and its
-                        # HEADERS): not a resend at all; bounded all the same.
+                        # HEADERS): not a resend at all (UNSENT_RETRIES).
                         unsent_left -= 1
                         _reset_attempt(timings)
                         continue

@@ -116,6 +116,15 @@ class Multiplexer:
             return None
         return self.adopt(key, conn)
 
+    async def stream_for(self, key: Any, conn: HTTP2Connection) -> H2Stream | None:
+        """A stream on ``conn``, just taken from the pool: :meth:`adopted`
+        once :meth:`alive` says it may carry one; None if its server went
+        silent (closed and discarded) or allows no stream now (the request
+        waits for a slot)."""
+        if not await self.alive(conn):
+            return None
+        return self.adopted(key, conn)
+
     def _stream_on(self, origin: _Origin, conn: HTTP2Connection) -> H2Stream:
         stream = conn.new_stream()
         if conn.free <= 0:
@@ -216,10 +225,9 @@ class Multiplexer:
                 conn = await pool.acquire(key, timeout)
                 if not conn.multiplexed:
                     return conn
-                if await self.alive(conn):
-                    stream = self.adopted(key, conn)
-                    if stream is not None:
-                        return stream
+                stream = await self.stream_for(key, conn)
+                if stream is not None:
+                    return stream
                 continue
             origin = origins.get(key)
             if origin is None:
@@ -230,10 +238,9 @@ class Multiplexer:
             if idle is not None:
                 if not idle.multiplexed:
                     return idle
-                if await self.alive(idle):
-                    stream = self.adopted(key, idle)
-                    if stream is not None:
-                        return stream
+                stream = await self.stream_for(key, idle)
+                if stream is not None:
+                    return stream
                 continue
             if origin.opening or origin.unsettled or len(origin.conns) >= self.per_host:
                 waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -268,10 +275,9 @@ class Multiplexer:
                 raise
             origin.opening = False
             if conn.multiplexed:
-                if await self.alive(conn):
-                    stream = self.adopted(key, conn)
-                    if stream is not None:
-                        return stream
+                stream = await self.stream_for(key, conn)
+                if stream is not None:
+                    return stream
                 continue  # (closed, or no stream allowed: the next turn waits or opens)
             h1 = self.h1
             h1[key] = None

@@ -14,6 +14,7 @@ server is held to the same bound.  No assertion on the total time.
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import threading
@@ -212,3 +213,29 @@ def test_the_pacers_own_intervals_are_forgotten_with_their_hosts() -> None:
     assert len(pacer._own) <= 201 and len(pacer) <= 201
     assert pacer.slot("kept") == pytest.approx(100.0 - now[0])
     assert pacer.slot("kept") == pytest.approx(150.0 - now[0])  # still 50 s apart
+
+
+def test_waiters_a_stalled_loop_wakes_together_go_an_interval_apart() -> None:
+    """Ten waiters hold slots 50 ms apart; the loop then stalls past all of them.
+    They start an interval apart from the stall's end, not at once (a burst of
+    ten requests, which a pacer that only keeps slots would send)."""
+    import asyncio
+
+    interval = 0.05
+    pacer = HostPacer(1 / interval)
+    starts: list[float] = []
+
+    async def one() -> None:
+        await pacer.wait("")
+        starts.append(time.monotonic())
+
+    async def main() -> None:
+        waiters = [asyncio.ensure_future(one()) for _ in range(10)]
+        await asyncio.sleep(0)  # every waiter took its slot (0, 50, ... 450 ms)
+        time.sleep(0.6)  # the loop stalls past them all
+        await asyncio.gather(*waiters)
+
+    asyncio.run(main())
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert len(starts) == 10
+    assert min(gaps) >= interval - 0.002, gaps  # the timers' granularity aside

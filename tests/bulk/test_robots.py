@@ -297,3 +297,43 @@ def test_a_crawl_delay_the_pacer_forgot_is_given_again() -> None:
     assert "slow.example" not in pacer._own
     assert asyncio.run(robots.refusal(None, origin, "http://slow.example/")) is None  # type: ignore[arg-type]
     assert [pacer.slot("slow.example"), pacer.slot("slow.example")] == [0.0, 2.0]
+
+
+@pytest.mark.parametrize("bound", ["origins", "bytes"])
+def test_the_rules_kept_are_bounded_and_a_forgotten_origin_is_asked_again(
+    origins: Origins, monkeypatch: pytest.MonkeyPatch, bound: str
+) -> None:
+    """A crawl of many hosts keeps the most recently used origins' rules, three
+    here (by count, or by their robots.txt bytes); one forgotten is fetched again,
+    and its rules still hold."""
+    from surge.bulk import robots
+
+    if bound == "origins":
+        monkeypatch.setattr(robots, "MOST_KEPT", 3)
+    else:
+        monkeypatch.setattr(robots, "MOST_KEPT_BYTES", 3 * len(RFC_EXAMPLE.encode()))
+    hosts = [f"rfc--{bound}{n}" for n in range(6)]
+    urls = [origins.url(h, "/other") for h in hosts] + [origins.url(h, "/example/") for h in hosts]
+    records = list(
+        surge.fetch_all(urls, concurrency=1, max_time=2, resolve=[RESOLVE], robots="obey")
+    )
+    assert [r["error"] for r in records] == [None] * 6 + ["robots_disallowed"] * 6
+    # in order, one at a time: each origin was forgotten before it came again
+    assert [origins.robots[f"{h}.test"] for h in hosts] == [2] * 6
+
+
+def test_an_origin_used_again_stays_kept() -> None:
+    """Least recently *used*: an origin asked for again moves to the kept end."""
+    import asyncio
+
+    from surge.bulk.pacing import HostPacer
+    from surge.bulk.robots import RobotsRules, Rules
+
+    robots = RobotsRules("surge", HostPacer(None), None)
+    robots.most_kept = 2
+    a, b, c = (("http", f"{n}.example", 80) for n in "abc")
+    robots._keep(a, Rules())
+    robots._keep(b, Rules())
+    assert asyncio.run(robots.refusal(None, a, "http://a.example/")) is None  # type: ignore[arg-type]
+    robots._keep(c, Rules())
+    assert list(robots._kept) == [a, c]

@@ -16,10 +16,12 @@ the same terms, forgotten with their host's slot: the caller that knows one
 
 Smooth, not bursty: a slot is a time, not a token saved up, so a pacer that
 was idle sends one request at once and the next an interval later - never a
-burst of the tokens an idle bucket would have kept.  Any window of T seconds
-holds at most T x rate + 1 slots; a request starts at its slot or later (a
-busy event loop wakes it late), never earlier - so, L being the longest a
-request starts late, at most (T + L) x rate + 1 requests start in it.
+burst of the tokens an idle bucket would have kept.  A request starts at its
+slot or later, never earlier, and never sooner than an interval after the
+host's last start (:data:`EARLY_S` aside, a timer's granularity): when a
+stalled event loop wakes several waiters late at once, they go out an interval
+apart from then, not together.  So any window of T seconds holds at most
+T x rate + 1 starts, however late the loop ran.
 """
 
 from __future__ import annotations
@@ -32,6 +34,11 @@ from typing import Final
 
 #: The one key of a pacer that spaces every request of the run (``--rate``).
 RUN: Final = ""
+
+#: How much sooner than an interval after the last start a request may still
+#: go: a timer's granularity (libuv's is 1 ms), so that a waiter woken a
+#: fraction early does not sleep again for that fraction.
+EARLY_S: Final = 0.001
 
 #: ``--rate``'s units, as curl's: the seconds each names.
 RATE_UNITS: Final = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -56,6 +63,7 @@ class HostPacer:
         self.clock = clock
         self._next: dict[str, float] = {}
         self._own: dict[str, float] = {}  # hosts spaced more than the rate (Crawl-delay)
+        self._started: dict[str, float] = {}  # each paced host's last start
         self._limit = max_hosts  # the size that makes the table forget (amortised)
         self.waits = 0  # requests that had to wait for their slot
         self.waited_s = 0.0  # ... and the seconds they were told to, in all
@@ -87,11 +95,26 @@ class HostPacer:
             own[host] = seconds
 
     async def wait(self, host: str, at_least: float = 0.0) -> None:
+        """Wait for ``host``'s next slot, then until an interval after its last
+        start (a waiter woken late, with others, by a stalled loop)."""
         delay = self.slot(host, at_least)
         if delay > 0:
             self.waits += 1
             self.waited_s += delay
             await asyncio.sleep(delay)
+        interval = self._own.get(host, self.interval) if self._own else self.interval
+        if at_least > interval:
+            interval = at_least
+        if interval <= 0:
+            return  # unpaced: nothing to space from
+        started = self._started
+        while True:
+            now = self.clock()
+            last = started.get(host)
+            if last is None or now >= last + interval - EARLY_S:
+                break
+            await asyncio.sleep(last + interval - now)
+        started[host] = now
 
     def hold(self, host: str, seconds: float) -> None:
         """The host asked for ``seconds`` of quiet (Retry-After)."""
@@ -100,9 +123,14 @@ class HostPacer:
             self._next[host] = until
 
     def _forget(self, now: float) -> None:
+        longest = max(self.interval, max(self._own.values(), default=0.0))
         self._next = nexts = {host: due for host, due in self._next.items() if due > now}
         if self._own:  # a host's own interval goes with its slot
             self._own = {host: seconds for host, seconds in self._own.items() if host in nexts}
+        # a last start matters while its host has a slot ahead, or for an interval
+        self._started = {
+            host: t for host, t in self._started.items() if host in nexts or now - t < longest
+        }
         # Every host still waiting stays; the next sweep waits for as many more
         # again, so that sweeping costs O(1) a request however many wait.
         self._limit = max(self.max_hosts, 2 * len(self._next))

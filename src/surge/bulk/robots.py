@@ -4,7 +4,10 @@ its inputs are sent.
 
 - Fetched once per origin (scheme, host, port of the input URL), when its first
   input comes; inputs of the origin that come meanwhile wait for that fetch, not
-  for one of their own.  The answer is kept for the run.
+  for one of their own.  The answer is kept for the run, within a bound: the
+  :data:`MOST_KEPT` origins, and :data:`MOST_KEPT_BYTES` of their robots.txt,
+  most recently used (a crawl of a million hosts keeps no million parsers); an
+  origin forgotten and asked for again is fetched again.
 - Matched with the run's User-Agent (``-A``, an ``-H 'User-Agent: ...'``, or
   ``surge/VERSION``): the group whose product token it holds, else ``*``.
 - A disallowed input is a record with the error class ``robots_disallowed``,
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -53,6 +57,11 @@ MAX_BYTES: Final = 500 * 1024
 #: The most redirects a robots.txt request follows (RFC 9309 2.3.1.2: at
 #: least five; Google follows five): a longer chain is unavailable, allow all.
 MOST_HOPS: Final = 5
+#: The most origins whose rules are kept at once, and the most of their
+#: robots.txt bodies (what their parsers hold) kept in all: past either, the
+#: least recently used are forgotten.
+MOST_KEPT: Final = 10_000
+MOST_KEPT_BYTES: Final = 64 * 1024 * 1024
 #: The statuses of a robots.txt that leave everything allowed (4xx but 429).
 _UNAVAILABLE: Final = frozenset(range(400, 500)) - {429}
 
@@ -61,12 +70,14 @@ _UNAVAILABLE: Final = frozenset(range(400, 500)) - {429}
 class Rules:
     """What one origin's robots.txt says: ``parser`` (None: no rules), or, when
     ``disallow_all``, nothing may be fetched, for the reason ``why``;
-    ``delay``: its Crawl-delay for the run's agent, seconds (0: none)."""
+    ``delay``: its Crawl-delay for the run's agent, seconds (0: none);
+    ``size``: the bytes of robots.txt it was parsed from."""
 
     parser: Protego | None = None
     disallow_all: bool = False
     why: str = ""
     delay: float = 0.0
+    size: int = 0
 
     def refusal(self, url: str, agent: str) -> str | None:
         """None if ``url`` may be fetched, else the record's ``error_detail``."""
@@ -97,14 +108,19 @@ class RobotsRules:
         self.longest_delay = longest_delay
         self.pacer = pacer
         self.run_pacer = run_pacer
-        self._kept: dict[Origin, Rules | asyncio.Future[Rules | None]] = {}
-        self.fetched = 0  # origins whose robots.txt was asked for
+        #: most recently used last; a fetch in flight is its waiters' future
+        self._kept: OrderedDict[Origin, Rules | asyncio.Future[Rules | None]] = OrderedDict()
+        self._kept_bytes = 0  # the sizes of the Rules in _kept
+        self.most_kept = MOST_KEPT
+        self.most_kept_bytes = MOST_KEPT_BYTES
+        self.fetched = 0  # robots.txt requests made (an origin forgotten: again)
 
     async def refusal(self, client: AsyncClient, origin: Origin, url: str) -> str | None:
         """None if ``url`` (of ``origin``) may be fetched, else why not."""
         while True:
             kept = self._kept.get(origin)
             if isinstance(kept, Rules):
+                self._kept.move_to_end(origin)
                 if kept.delay:
                     self.pacer.space(origin[1], kept.delay)  # again: the pacer may forget
                 return kept.refusal(url, self.agent)
@@ -124,10 +140,28 @@ class RobotsRules:
                 if not waiting.done():
                     waiting.set_result(None)  # those waiting try again (or are stopped too)
                 raise
-            self._kept[origin] = rules
+            self._keep(origin, rules)
             if not waiting.done():
                 waiting.set_result(rules)
             return rules.refusal(url, self.agent)
+
+    def _keep(self, origin: Origin, rules: Rules) -> None:
+        """``rules`` kept as the most recent; the least recent forgotten past
+        the bounds (a fetch in flight is never: its waiters hold it)."""
+        kept = self._kept
+        kept[origin] = rules
+        kept.move_to_end(origin)
+        self._kept_bytes += rules.size
+        # From the least recent end; a fetch in flight (bounded by the run's
+        # concurrency) goes to the other end instead, so each look is O(1).
+        looks = len(kept)
+        while looks and (len(kept) > self.most_kept or self._kept_bytes > self.most_kept_bytes):
+            looks -= 1
+            old, value = kept.popitem(last=False)
+            if old == origin or not isinstance(value, Rules):
+                kept[old] = value
+            else:
+                self._kept_bytes -= value.size
 
     async def _fetch(self, client: AsyncClient, origin: Origin) -> Rules:
         scheme, host, port = origin
@@ -148,7 +182,7 @@ class RobotsRules:
             parser = self._protego.parse(body)
             delay = parser.crawl_delay(self.agent)
             delay = min(delay, self.longest_delay) if delay is not None and delay > 0 else 0.0
-            rules = Rules(parser, delay=delay)
+            rules = Rules(parser, delay=delay, size=len(body))
             if rules.delay:
                 self.pacer.space(host, rules.delay)
                 self.pacer.hold(host, rules.delay)  # from the robots.txt request on

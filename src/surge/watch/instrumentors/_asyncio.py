@@ -8,6 +8,13 @@ ran.  A watchdog thread looks every :data:`TICK` too: a beat overdue by half of
 the program's own code: the line the loop was stuck on), which becomes the
 span's site.
 
+Lateness that is not the loop's own is not counted (a busy machine is not a
+blocked loop): the time the loop's thread waited for a CPU meanwhile (its
+run-queue wait, ``/proc/<pid>/task/<tid>/schedstat`` on Linux) comes off the
+lateness, and a beat whose thread the watchdog found waiting in the selector
+(its I/O wait ended, the thread not yet running again: another thread held the
+GIL) counts as no block.
+
 Nothing is added per callback: the cost is one beat per loop per :data:`TICK`.
 The watchdog starts with the first loop (a program that never runs one has no
 thread), a raw ``_thread`` that ends when the recording stops.  uvloop's loop
@@ -34,14 +41,53 @@ BLOCKED = 0.1
 TICK = 0.025
 
 
+def _waiting_for_io(frame: Any) -> bool:
+    """Whether ``frame`` is the loop's own wait for I/O (its selector, called
+    from ``_run_once``), not a callback's (subprocess's wait uses selectors too)."""
+    caller = frame.f_back
+    return (
+        frame.f_code.co_filename.endswith("selectors.py")
+        and caller is not None
+        and caller.f_code.co_name == "_run_once"
+    )
+
+
+def _open_schedstat() -> int | None:
+    """This thread's scheduler statistics, kept open (a pread re-reads them), or
+    None where there are none (not Linux, or no such file)."""
+    try:
+        return os.open(f"/proc/self/task/{_thread.get_native_id()}/schedstat", os.O_RDONLY)
+    except (OSError, AttributeError):
+        return None
+
+
+def _queued_s(fd: int | None) -> float:
+    """How long the thread has waited, runnable, for a CPU in all (seconds)."""
+    if fd is None:
+        return 0.0
+    try:
+        return int(os.pread(fd, 64, 0).split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 class _Beat:
-    __slots__ = ("due", "handle", "ident", "site")
+    __slots__ = ("due", "handle", "ident", "idle", "queued", "schedstat", "site")
 
     def __init__(self) -> None:
         self.ident = _thread.get_ident()
         self.due = 0.0
         self.site: Site | None = None
+        self.idle = False  # sampled waiting in the selector while overdue
         self.handle: Any = None
+        self.schedstat = _open_schedstat()
+        self.queued = 0.0  # the thread's run-queue wait when the beat was scheduled
+
+    def close(self) -> None:
+        if self.schedstat is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.schedstat)
+            self.schedstat = None
 
 
 class AsyncioInstrumentor(Instrumentor):
@@ -78,21 +124,28 @@ class AsyncioInstrumentor(Instrumentor):
                 return original(loop)
             finally:
                 instrumentor.beats.pop(id(loop), None)
-                if beat is not None and beat.handle is not None:
-                    beat.handle.cancel()
+                if beat is not None:
+                    if beat.handle is not None:
+                        beat.handle.cancel()
+                    beat.close()
 
         return run_forever
 
     def _schedule(self, loop: Any, beat: _Beat) -> None:
         beat.due = clock() + TICK
         beat.site = None
+        beat.idle = False
+        beat.queued = _queued_s(beat.schedstat)
         beat.handle = loop.call_later(TICK, self._beat, loop, beat)
 
     def _beat(self, loop: Any, beat: _Beat) -> None:
         try:
             now = clock()
-            if now - beat.due >= BLOCKED and self.on:
-                self.recorder.loop_blocked("event loop lag", beat.due, now, beat.site)
+            if now - beat.due >= BLOCKED and self.on and not beat.idle:
+                # the part of the lateness spent waiting for a CPU is the machine's
+                start = beat.due + max(0.0, _queued_s(beat.schedstat) - beat.queued)
+                if now - start >= BLOCKED:
+                    self.recorder.loop_blocked("event loop lag", start, now, beat.site)
             self._schedule(loop, beat)
         except Exception:
             failed("asyncio heartbeat")
@@ -119,6 +172,7 @@ class AsyncioInstrumentor(Instrumentor):
                         frame = frames.get(beat.ident)
                         if frame is not None:
                             beat.site = site_in(frame)
+                            beat.idle = _waiting_for_io(frame)
             except Exception:
                 failed("the asyncio watchdog")
         self.watching = False

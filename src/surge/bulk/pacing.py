@@ -74,15 +74,19 @@ class HostPacer:
         delay, surge.bulk.throttle), if more than the host's interval."""
         now = self.clock()
         start = max(now, self._next.get(host, now))
-        interval = self._own.get(host, self.interval) if self._own else self.interval
-        if at_least > interval:
-            interval = at_least
+        interval = self._interval(host, at_least)
         if interval <= 0 and start <= now:
             return 0.0  # unpaced, and not held: nothing to keep
         self._next[host] = start + interval
         if len(self._next) > self._limit:
             self._forget(now)
         return start - now
+
+    def _interval(self, host: str, at_least: float) -> float:
+        """The spacing of ``host``'s requests: its own (a Crawl-delay) or the
+        rate's, or ``at_least`` if more."""
+        interval = self._own.get(host, self.interval) if self._own else self.interval
+        return at_least if at_least > interval else interval
 
     def space(self, host: str, seconds: float) -> None:
         """Space ``host``'s requests at least ``seconds`` apart (a Crawl-delay),
@@ -102,9 +106,7 @@ class HostPacer:
             self.waits += 1
             self.waited_s += delay
             await asyncio.sleep(delay)
-        interval = self._own.get(host, self.interval) if self._own else self.interval
-        if at_least > interval:
-            interval = at_least
+        interval = self._interval(host, at_least)
         if interval <= 0:
             return  # unpaced: nothing to space from
         started = self._started

@@ -131,22 +131,24 @@ class AsyncioInstrumentor(Instrumentor):
 
         return run_forever
 
-    def _schedule(self, loop: Any, beat: _Beat) -> None:
+    def _schedule(self, loop: Any, beat: _Beat, queued: float | None = None) -> None:
+        """The next beat; ``queued``: the thread's run-queue wait now, if read."""
         beat.due = clock() + TICK
         beat.site = None
         beat.idle = False
-        beat.queued = _queued_s(beat.schedstat)
+        beat.queued = _queued_s(beat.schedstat) if queued is None else queued
         beat.handle = loop.call_later(TICK, self._beat, loop, beat)
 
     def _beat(self, loop: Any, beat: _Beat) -> None:
         try:
             now = clock()
+            queued = _queued_s(beat.schedstat)  # one read: this beat's end, the next's start
             if now - beat.due >= BLOCKED and self.on and not beat.idle:
                 # the part of the lateness spent waiting for a CPU is the machine's
-                start = beat.due + max(0.0, _queued_s(beat.schedstat) - beat.queued)
+                start = beat.due + max(0.0, queued - beat.queued)
                 if now - start >= BLOCKED:
                     self.recorder.loop_blocked("event loop lag", start, now, beat.site)
-            self._schedule(loop, beat)
+            self._schedule(loop, beat, queued)
         except Exception:
             failed("asyncio heartbeat")
 

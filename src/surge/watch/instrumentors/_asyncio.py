@@ -9,11 +9,11 @@ the program's own code: the line the loop was stuck on), which becomes the
 span's site.
 
 Lateness that is not the loop's own is not counted (a busy machine is not a
-blocked loop): the time the loop's thread waited for a CPU meanwhile (its
-run-queue wait, ``/proc/<pid>/task/<tid>/schedstat`` on Linux) comes off the
-lateness, and a beat whose thread the watchdog found waiting in the selector
-(its I/O wait ended, the thread not yet running again: another thread held the
-GIL) counts as no block.
+blocked loop): unless the watchdog saw the loop's thread running code of
+something other than the loop itself (a callback: the program's, a library's),
+the time the thread waited for a CPU meanwhile (its run-queue wait,
+``/proc/<pid>/task/<tid>/schedstat`` on Linux) comes off the lateness.  A
+callback seen running keeps its whole lateness: it held the loop, CPU or not.
 
 Nothing is added per callback: the cost is one beat per loop per :data:`TICK`.
 The watchdog starts with the first loop (a program that never runs one has no
@@ -41,17 +41,6 @@ BLOCKED = 0.1
 TICK = 0.025
 
 
-def _waiting_for_io(frame: Any) -> bool:
-    """Whether ``frame`` is the loop's own wait for I/O (its selector, called
-    from ``_run_once``), not a callback's (subprocess's wait uses selectors too)."""
-    caller = frame.f_back
-    return (
-        frame.f_code.co_filename.endswith("selectors.py")
-        and caller is not None
-        and caller.f_code.co_name == "_run_once"
-    )
-
-
 def _open_schedstat() -> int | None:
     """This thread's scheduler statistics, kept open (a pread re-reads them), or
     None where there are none (not Linux, or no such file)."""
@@ -72,13 +61,13 @@ def _queued_s(fd: int | None) -> float:
 
 
 class _Beat:
-    __slots__ = ("due", "handle", "ident", "idle", "queued", "schedstat", "site")
+    __slots__ = ("busy", "due", "handle", "ident", "queued", "schedstat", "site")
 
     def __init__(self) -> None:
         self.ident = _thread.get_ident()
         self.due = 0.0
         self.site: Site | None = None
-        self.idle = False  # sampled waiting in the selector while overdue
+        self.busy = False  # sampled, overdue, running other code than the loop's
         self.handle: Any = None
         self.schedstat = _open_schedstat()
         self.queued = 0.0  # the thread's run-queue wait when the beat was scheduled
@@ -96,6 +85,9 @@ class AsyncioInstrumentor(Instrumentor):
 
     def apply(self, module: ModuleType) -> None:
         self.beats: dict[int, _Beat] = {}  # per loop running now
+        # the loop's own code (its selector wait, its bookkeeping): asyncio's
+        # files, and selectors'
+        self.loop_dir = os.path.dirname(module.__file__ or "") + os.sep
         self.watching = False
         with contextlib.suppress(AttributeError):
             os.register_at_fork(after_in_child=self._forked)
@@ -135,7 +127,7 @@ class AsyncioInstrumentor(Instrumentor):
         """The next beat; ``queued``: the thread's run-queue wait now, if read."""
         beat.due = clock() + TICK
         beat.site = None
-        beat.idle = False
+        beat.busy = False
         beat.queued = _queued_s(beat.schedstat) if queued is None else queued
         beat.handle = loop.call_later(TICK, self._beat, loop, beat)
 
@@ -143,9 +135,12 @@ class AsyncioInstrumentor(Instrumentor):
         try:
             now = clock()
             queued = _queued_s(beat.schedstat)  # one read: this beat's end, the next's start
-            if now - beat.due >= BLOCKED and self.on and not beat.idle:
-                # the part of the lateness spent waiting for a CPU is the machine's
-                start = beat.due + max(0.0, queued - beat.queued)
+            if now - beat.due >= BLOCKED and self.on:
+                # the part of an idle loop's lateness spent waiting for a CPU
+                # is the machine's
+                start = beat.due
+                if not beat.busy:
+                    start += max(0.0, queued - beat.queued)
                 if now - start >= BLOCKED:
                     self.recorder.loop_blocked("event loop lag", start, now, beat.site)
             self._schedule(loop, beat, queued)
@@ -174,7 +169,10 @@ class AsyncioInstrumentor(Instrumentor):
                         frame = frames.get(beat.ident)
                         if frame is not None:
                             beat.site = site_in(frame)
-                            beat.idle = _waiting_for_io(frame)
+                            name = frame.f_code.co_filename
+                            beat.busy = not (
+                                name.startswith(self.loop_dir) or name.endswith("selectors.py")
+                            )
             except Exception:
                 failed("the asyncio watchdog")
         self.watching = False

@@ -2695,14 +2695,29 @@ def test_fetch_mixed_hostile_batch_one_record_each(tmp_path: Path) -> None:
         [(":status", "200"), ("connection", "close"), ("content-length", "2")],
         [("content-length", "2")],
         [(":status", "200"), ("content-length", "1")],
+        # the rest of RFC 9113 8.1.1's and 8.3's class, as h2 checks them
+        [(":status", "200"), ("Content-Type", "text/plain")],
+        [("content-type", "text/plain"), (":status", "200")],
+        [(":status", "200"), (":status", "204")],
+        [(":status", "200"), (":path", "/")],
+        [(":status", "200"), ("transfer-encoding", "chunked")],
+        [(":status", "200"), ("content-length", "10")],
+        [(":status", "200"), ("content-length", "3"), ("content-length", "4")],
+        [(":status", "200"), ("content-length", "abc")],
     ],
-    ids=["connection-header", "no-status", "more-data-than-content-length"],
-)
-@pytest.mark.xfail(
-    strict=True,
-    reason="not fixed yet: h2 treats a malformed response as a connection error (it sends"
-    " GOAWAY and raises), so the other streams fail with it; a stream error needs surge's"
-    " own validation of inbound heads with h2's turned off",
+    ids=[
+        "connection-header",
+        "no-status",
+        "more-data-than-content-length",
+        "uppercase-name",
+        "pseudo-after-regular",
+        "two-statuses",
+        "request-pseudo-header",
+        "transfer-encoding",
+        "less-data-than-content-length",
+        "conflicting-content-lengths",
+        "content-length-not-digits",
+    ],
 )
 def test_a_malformed_response_fails_its_own_stream_only(bad: list[tuple[str, str]]) -> None:
     """RFC 9113 8.1.1: a malformed response is a *stream* error (PROTOCOL_ERROR):
@@ -2747,6 +2762,44 @@ def test_a_malformed_response_fails_its_own_stream_only(bad: list[tuple[str, str
     assert results == ["protocol_error", 200], (
         f"[bad, good]: {results} (curl: the good one is a 200)"
     )
+
+
+def test_malformed_responses_give_the_connection_window_back() -> None:
+    """The DATA of a stream found malformed counts against the connection's
+    receive window, as any DATA: its bytes must be acknowledged though no
+    reader takes them.  1,100 responses of 16 KiB past their Content-Length
+    outweigh the client's 16 MiB connection window: if they were kept, the
+    good response after them, on the same connection, could never come."""
+    frame = b"x" * 16384
+
+    def handler(conn: Conn, req: Request) -> None:
+        if req.path.startswith("/bad"):
+            pairs = [(":status", "200"), ("content-length", "1")]
+            conn.frames(conn.headers(req.sid, pairs), conn.data(req.sid, frame, end_stream=True))
+        else:
+            conn.respond(req, 200, frame)
+
+    async def main(url: str) -> tuple[list[str], int]:
+        async with surge.AsyncClient(http2_prior_knowledge=True, max_time=10) as client:
+            gate = asyncio.Semaphore(50)
+
+            async def bad(i: int) -> str:
+                async with gate:
+                    try:
+                        await client.get(f"{url}/bad{i}")
+                        return "200"
+                    except surge.http.RequestError as e:
+                        return e.error_class
+
+            errors = await asyncio.gather(*(bad(i) for i in range(1100)))
+            good = await client.get(url + "/good")
+        return sorted(set(errors)), len(good.content)
+
+    with h2server(handler) as srv:
+        errors, size = asyncio.run(asyncio.wait_for(main(srv.url("").rstrip("/")), 120))
+        conns = len(srv.conns)
+    assert errors == ["protocol_error"]
+    assert (size, conns) == (16384, 1)
 
 
 # --- stream slots: cancelled and timed-out streams give theirs back ---------------

@@ -39,13 +39,16 @@ Failures: a GOAWAY ends the streams above its last stream id with an error
 marked ``unprocessed`` (the server promised it did not act on them), as does
 RST_STREAM with REFUSED_STREAM; the client sends such a request again on
 another connection, a POST too (surge.retry.may_resend).  Any other reset is
-``connection_reset`` (``protocol_error`` for a PROTOCOL_ERROR), and a
-protocol violation ``h2`` detects - connection-specific or invalid
-pseudo-header fields, a header list past the bound, a CONTINUATION flood
-(``h2`` buffers at most 64 frames of one header block), DATA past the
-Content-Length - fails the connection with ``protocol_error``, as does a
-flood of PING or SETTINGS frames (:data:`MAX_ANSWERS` a second), which the
-client would otherwise answer without end.
+``connection_reset`` (``protocol_error`` for a PROTOCOL_ERROR).  A malformed
+response (RFC 9113 8.1.1) - connection-specific or invalid pseudo-header
+fields, a Content-Length the DATA does not match - is its own stream's
+``protocol_error`` (the stream is reset, the others on the connection go on:
+:class:`_H2Stream`); a violation of the connection's framing - a header
+list past the bound, HPACK that does not decode, a CONTINUATION flood
+(``h2`` buffers at most 64 frames of one header block) - fails the
+connection with ``protocol_error``, as does a flood of PING or SETTINGS
+frames (:data:`MAX_ANSWERS` a second), which the client would otherwise
+answer without end.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
+import h2.stream
 import hyperframe.frame
 
 from surge.errors import RequestError
@@ -122,6 +126,58 @@ _CONFIG = h2.config.H2Configuration(
 )
 
 
+class _Malformed(Exception):
+    """A response ``h2`` found malformed inside one stream, raised through
+    ``h2``'s frame loop to :meth:`_H2Connection._receive_frame` (which would
+    otherwise end the whole connection)."""
+
+    def __init__(self, stream_id: int, error: h2.exceptions.ProtocolError) -> None:
+        super().__init__(str(error) or type(error).__name__)
+        self.stream_id = stream_id
+
+
+class StreamMalformed(h2.events.Event):
+    """The event for a malformed response (RFC 9113 8.1.1: a stream error): its
+    stream was reset (PROTOCOL_ERROR), the connection carries on.  ``flow``:
+    the flow-controlled length of the DATA frame that was found bad, for the
+    connection's window to get back."""
+
+    def __init__(self, stream_id: int, detail: str, flow: int) -> None:
+        self.stream_id = stream_id
+        self.detail = detail
+        self.flow = flow
+
+
+class _H2Stream(h2.stream.H2Stream):
+    """h2's stream, whose check of what the server sent on it - the response's
+    header fields (pseudo-headers, connection-specific fields), its
+    Content-Length against the DATA - raises a stream's error, not the
+    connection's: RFC 9113 8.1.1 makes a malformed response a stream error,
+    and h2 raises one ProtocolError for both kinds.  What h2 checks before a
+    stream sees the frame (HPACK decoding and its size bound, frame sizes,
+    flow control) stays the connection's."""
+
+    def receive_headers(
+        self, headers: Any, end_stream: bool, header_encoding: bool | str | None
+    ) -> tuple[list[hyperframe.frame.Frame], list[h2.events.Event]]:
+        try:
+            return super().receive_headers(headers, end_stream, header_encoding)
+        except h2.exceptions.StreamClosedError:
+            raise  # h2's own handling of frames on closed streams
+        except h2.exceptions.ProtocolError as e:
+            raise _Malformed(self.stream_id, e) from e
+
+    def receive_data(
+        self, data: bytes, end_stream: bool, flow_control_len: int
+    ) -> tuple[list[hyperframe.frame.Frame], list[h2.events.Event]]:
+        try:
+            return super().receive_data(data, end_stream, flow_control_len)
+        except h2.exceptions.StreamClosedError:
+            raise
+        except h2.exceptions.ProtocolError as e:
+            raise _Malformed(self.stream_id, e) from e
+
+
 class _H2Connection(h2.connection.H2Connection):
     """h2's connection, with a GOAWAY read as RFC 9113 section 6.8 does: streams
     at or below its last stream id may still complete.  h2 moves its state
@@ -143,6 +199,24 @@ class _H2Connection(h2.connection.H2Connection):
             self.state_machine.state = state
             self._data_to_send = queued
         return frames, events
+
+    def _begin_new_stream(
+        self, stream_id: int, allowed_ids: h2.connection.AllowedStreamIDs
+    ) -> h2.stream.H2Stream:
+        stream = super()._begin_new_stream(stream_id, allowed_ids)
+        stream.__class__ = _H2Stream  # (the same object: h2 builds it with no hook)
+        return stream
+
+    def _receive_frame(self, frame: hyperframe.frame.Frame) -> list[h2.events.Event]:
+        try:
+            return super()._receive_frame(frame)
+        except _Malformed as e:
+            # Reset that stream alone; closed at both ends already (its
+            # END_STREAM came with the bad head), it has nothing to reset.
+            with contextlib.suppress(h2.exceptions.ProtocolError):
+                self.reset_stream(e.stream_id, h2.errors.ErrorCodes.PROTOCOL_ERROR)
+            flow = frame.flow_controlled_length if type(frame) is hyperframe.frame.DataFrame else 0
+            return [StreamMalformed(e.stream_id, str(e), flow)]
 
 
 def _data_body_repr(frame: hyperframe.frame.DataFrame) -> str:
@@ -909,6 +983,16 @@ class HTTP2Connection(asyncio.Protocol):
                         self.on_slots(self)
                 if self._pending:
                     self._window_opened()
+            elif kind is StreamMalformed:
+                if event.flow:
+                    acks[event.stream_id] = acks.get(event.stream_id, 0) + event.flow
+                stream = streams.get(event.stream_id)
+                if stream is not None:
+                    stream.fail(
+                        RequestError(
+                            "protocol_error", f"HTTP/2: a malformed response: {event.detail}"[:300]
+                        )
+                    )
             elif kind is h2.events.ConnectionTerminated:
                 self._goaway(event.error_code or 0, event.last_stream_id)
             elif kind is h2.events.PingReceived and self._answered():

@@ -680,6 +680,58 @@ def test_goaway_between_headers_and_data_lets_the_stream_finish() -> None:
     assert response.content == body and sent == 1
 
 
+def test_a_goaway_after_each_response_teaches_its_bound_from_a_request_it_cut_unsent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A server that ends each connection after one response (nginx's
+    keepalive_timeout 0), whose GOAWAY comes a moment after the response, and
+    a client whose request, handed the slot the response freed, is slow to
+    send (a busy machine, made to happen here: each request handed a freed
+    slot waits 0.2 s before its HEADERS).  The GOAWAY cuts that request off
+    unsent, with no stream above its last id to teach the bound: the cut
+    request teaches it, so later requests open connections of their own
+    rather than each meeting a GOAWAY (16 of them, then a failure)."""
+    from surge.http import multiplex
+
+    def handler(conn: Conn, req: Request) -> None:
+        conn.respond(req, 200, b"ok")
+        time.sleep(0.05)
+        conn.frames(conn.goaway(req.sid))
+        time.sleep(0.05)
+        conn.shutdown()
+
+    handed = []
+    acquire = multiplex.Multiplexer.acquire
+
+    async def slow_after_a_freed_slot(self: Any, key: Any, *args: Any) -> Any:
+        got = await acquire(self, key, *args)
+        if getattr(got, "conn", None) is not None and got.conn.started:
+            handed.append(got.conn.started)
+            await asyncio.sleep(0.2)
+        return got
+
+    monkeypatch.setattr(multiplex.Multiplexer, "acquire", slow_after_a_freed_slot)
+
+    async def main(url: str) -> list[Any]:
+        async with surge.AsyncClient(http2_prior_knowledge=True, per_host=2, max_time=20) as c:
+
+            async def one(i: int) -> Any:
+                try:
+                    return (await c.get(f"{url}/r{i}")).status_code
+                except surge.http.RequestError as e:
+                    return e.error_class
+
+            return await asyncio.gather(*(one(i) for i in range(12)))
+
+    settings = {SettingsFrame.MAX_CONCURRENT_STREAMS: 1}
+    with h2server(handler, settings=settings) as srv:
+        results = asyncio.run(asyncio.wait_for(main(srv.url("").rstrip("/")), 60))
+        counts = {p: srv.count(p) for p in (f"/r{i}" for i in range(12))}
+    assert results == [200] * 12, results
+    assert set(counts.values()) == {1}, counts
+    assert len(handed) <= 2, f"{len(handed)} requests handed a slot past the server's bound"
+
+
 def test_goaway_with_error_code_between_headers_and_data_is_reset_post_once() -> None:
     """docs/http.md: "A GOAWAY with an error code ends the streams up to its
     last id with connection_reset" (and a POST is not sent again)."""

@@ -676,6 +676,8 @@ class HTTP2Connection(asyncio.Protocol):
         #: keepalive_timeout 0; the Multiplexer learns it), None: no such bound.
         self.started = 0
         self.stream_limit: int | None = None
+        #: At its bound, streams all ended, waiting LIFT_S for a GOAWAY (multiplex.py).
+        self.lifting = False
         #: What its GOAWAY taught (the streams processed), for the Multiplexer.
         self.processed: int | None = None
         #: Called when a slot frees or the capacity grows (the Multiplexer's).
@@ -1063,9 +1065,13 @@ class HTTP2Connection(asyncio.Protocol):
         self.draining = True
         last = last_stream_id if last_stream_id is not None else 2**31
         name = _code_name(code)
-        if any(stream_id > last for stream_id in self.streams):
+        if self.active > len(self.streams) or any(stream_id > last for stream_id in self.streams):
             # The server processed this many of our streams (ids 1, 3, 5, ...)
-            # and cut the rest off: a bound the Multiplexer keeps for a while.
+            # and cut the rest off - those above its last id, or a request
+            # handed a slot here and not sent yet (``active`` counts it; nginx
+            # under keepalive_timeout 0 sends its GOAWAY just after the one
+            # response, with no stream above): a bound the Multiplexer keeps
+            # for a while, so that no later connection hands out a slot past it.
             self.processed = (last + 1) // 2
         for stream_id, stream in list(self.streams.items()):
             if stream_id > last:

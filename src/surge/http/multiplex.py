@@ -26,6 +26,13 @@ H1_ORIGINS_KEPT = 4096
 #: so requests are not sent to be turned away.  Learned again after it (a
 #: graceful restart's GOAWAY teaches a bound that a minute later is gone).
 STREAM_LIMIT_S = 60.0
+#: A connection at its learned bound whose streams all ended without a GOAWAY
+#: waits this long for one before the bound is taken as wrong and lifted (a
+#: server that kept the connection open past it): nginx sends its GOAWAY right
+#: after the last response, but a busy client may read the response, let the
+#: stream go and hand its slot on before it reads the GOAWAY - which then cuts
+#: that request off unsent, and the next, each connection over.
+LIFT_S = 0.5
 #: An HTTP/2 connection idle in the pool this long is asked with a PING whether
 #: its server is still there before a request goes on it (Chromium's health
 #: check of an HTTP/2 session idle 10 s); one that does not answer within
@@ -179,9 +186,12 @@ class Multiplexer:
             and conn.started >= limit
             and not conn.active
             and not (conn.closed or conn.draining)
-        ):  # its streams all done, and no GOAWAY cut it off: the bound was wrong
-            conn.stream_limit = None
-            self.limits.pop(key, None)
+        ):  # its streams all done, no GOAWAY yet: if none comes, the bound was wrong
+            if not conn.lifting:
+                conn.lifting = True
+                conn.loop.call_later(LIFT_S, self._lift, key, conn)
+                self._more(origin)  # meanwhile, the requests waiting open their own
+            return
         if conn.closed or conn.draining:
             origin.free.pop(conn, None)
             if conn in origin.conns and (conn.closed or conn.active == 0):
@@ -196,6 +206,18 @@ class Multiplexer:
             if not origin.conns and not origin.waiters:
                 del self.origins[key]
             self.pool.release_nowait(conn)
+
+    def _lift(self, key: Any, conn: HTTP2Connection) -> None:
+        """LIFT_S after a connection's streams ended at its bound: no GOAWAY came
+        (else it is draining, or gone), so the bound goes, for it and its origin."""
+        conn.lifting = False
+        if conn.closed or conn.draining or conn.on_slots is None:
+            if conn.on_slots is not None:
+                conn.on_slots(conn)
+            return
+        conn.stream_limit = None
+        self.limits.pop(key, None)
+        self._slots_changed(key, conn)
 
     def _drop(self, key: Any, origin: _Origin, conn: HTTP2Connection) -> None:
         origin.conns.discard(conn)

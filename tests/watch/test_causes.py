@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import aiohttp
+import asyncpg
 import httpx
 import pymysql
 import pytest
@@ -94,6 +95,25 @@ def engine_per_request(db: DBServer) -> None:
         engine.dispose()
 
 
+def asyncpg_per_query(db: DBServer) -> None:
+    async def main() -> None:
+        for i in range(N):
+            conn = await asyncpg.connect(db.url)
+            await conn.fetchval("SELECT $1::int", i)
+            await conn.close()
+
+    asyncio.run(main())
+
+
+def asyncpg_pool(db: DBServer) -> None:
+    async def main() -> None:
+        async with asyncpg.create_pool(db.url, min_size=1, max_size=2) as pool:
+            for i in range(N):
+                await pool.fetchval("SELECT $1::int", i)
+
+    asyncio.run(main())
+
+
 # -- n-plus-one: a query, then one more per row it returned -------------------------
 ROWS = 60  # x ~1 ms each: past the 50 ms the finding asks of the repeats
 ITEMS = f"SELECT seq FROM seq_1_to_{ROWS}"  # MariaDB's sequence engine: rows without a table
@@ -132,6 +152,25 @@ def one_query(db: DBServer) -> None:
         seqs = [seq for (seq,) in cur.fetchall()]
         cur.execute(f"SELECT SLEEP(0.001), seq FROM seq_1_to_{ROWS} WHERE seq IN %s", (seqs,))
     conn.close()
+
+
+def per_row_asyncpg(db: DBServer) -> None:
+    async def main() -> None:
+        conn = await asyncpg.connect(db.url)
+        for (seq,) in await conn.fetch(f"SELECT generate_series(1, {ROWS})"):
+            await conn.fetchrow("SELECT pg_sleep(0.001), $1::int", seq)
+        await conn.close()
+
+    asyncio.run(main())
+
+
+def one_query_asyncpg(db: DBServer) -> None:
+    async def main() -> None:
+        conn = await asyncpg.connect(db.url)
+        await conn.fetch(f"SELECT pg_sleep(0.001), s FROM generate_series(1, {ROWS}) AS s")
+        await conn.close()
+
+    asyncio.run(main())
 
 
 def one_query_sqlalchemy(db: DBServer) -> None:
@@ -290,9 +329,11 @@ CASES = [
     ("connect-per-query", pymysql_per_query, pymysql_one_connection),
     ("connect-per-query", nullpool_with_set, queuepool_with_set),
     ("connect-per-query", engine_per_request, queuepool_with_set),
+    ("connect-per-query", asyncpg_per_query, asyncpg_pool),
     ("n-plus-one", per_row_parameters, one_query),
     ("n-plus-one", per_row_formatted, one_query),
     ("n-plus-one", per_row_sqlalchemy, one_query_sqlalchemy),
+    ("n-plus-one", per_row_asyncpg, one_query_asyncpg),
     ("blocked-loop", cpu_between_requests, cpu_in_a_thread),
     ("blocked-loop", sleep_in_a_coroutine, asyncio_sleep),
     ("blocked-loop", blocking_client_in_a_coroutine, async_client),
@@ -305,6 +346,8 @@ CASES = [
 @pytest.fixture
 def server(request: pytest.FixtureRequest) -> Any:
     cause = request.node.callspec.params["cause"]
+    if "asyncpg" in request.node.callspec.params["slow"].__name__:
+        return request.getfixturevalue("postgresql_server")
     database = cause in ("connect-per-query", "n-plus-one")
     return request.getfixturevalue("mariadb_server" if database else "sim")
 

@@ -162,6 +162,41 @@ def test_psycopg_sync_and_async(postgresql_server: DBServer) -> None:
     assert [op["what"] for op in _ops(rec, "db.query")] == ["SELECT pg_settings", "SELECT"]
 
 
+def test_asyncpg_connects_statements_and_pools(postgresql_server: DBServer) -> None:
+    asyncpg = require("asyncpg")
+    s = postgresql_server
+
+    async def with_asyncpg() -> None:
+        conn = await asyncpg.connect(s.url)
+        await conn.execute("CREATE TEMPORARY TABLE watched (a INT)")
+        await conn.execute("INSERT INTO watched VALUES ($1)", 1)
+        await conn.fetchrow("SELECT a FROM watched WHERE a = $1", 1)
+        statement = await conn.prepare("SELECT a FROM watched WHERE a > $1")
+        await statement.fetch(0)
+        await conn.close()
+        async with asyncpg.create_pool(s.url, min_size=2, max_size=2) as pool:
+            await pool.fetchval("SELECT 1")
+
+    before = asyncpg.Connection.fetch
+    with surge.watch.recording() as rec:
+        asyncio.run(with_asyncpg())
+    assert asyncpg.Connection.fetch is before
+    peer = f"{s.host}:{s.port}"
+    connects = _ops(rec, "db.connect")
+    assert [(op["library"], op["peer"]) for op in connects] == [("asyncpg", peer)] * 3
+    queries = [(op["library"], op["what"]) for op in _ops(rec, "db.query")]
+    assert queries == [
+        ("asyncpg", "CREATE"),
+        ("asyncpg", "INSERT watched"),
+        ("asyncpg", "SELECT watched"),
+        ("asyncpg", "SELECT watched"),  # prepare
+        ("asyncpg", "SELECT watched"),  # the prepared statement's fetch
+        ("asyncpg", "SELECT"),  # the pool's fetchval, on its connection
+        ("asyncpg", "SELECT"),  # the pool's reset as it takes the connection back
+    ]
+    assert rec.data()["databases"][peer]["connects"] == 3
+
+
 def test_one_recording_at_a_time() -> None:
     with surge.watch.recording(), pytest.raises(RuntimeError, match="already running"):
         surge.watch.recording().__enter__()

@@ -10,6 +10,7 @@ aiohttp            every request's phases                              TraceConf
 httpx              every request's phases (httpcore)                   trace extension
 botocore           operation names, parse time, pages                  botocore events
 pymysql, ...       DB-API connect and execute                          wrappers
+asyncpg            connect attempts, statements (pools' too)           wrappers
 sqlalchemy         QueuePool waits (pool and overflow all in use)      a wrapper
 gevent             re-hooks the floor after monkey-patching            gevent.events
 asyncio            event loop lag (a beat >= 100 ms late), its stack    a heartbeat, a watchdog
@@ -24,6 +25,7 @@ from surge.watch.instrumentors._asyncio import AsyncioInstrumentor
 from surge.watch.instrumentors._botocore import BotocoreInstrumentor
 from surge.watch.instrumentors._dbapi import (
     AiomysqlInstrumentor,
+    AsyncpgInstrumentor,
     MySQLdbInstrumentor,
     PsycopgInstrumentor,
     PyMySQLInstrumentor,
@@ -52,6 +54,7 @@ def instrumentors(recorder: Recorder) -> list[Instrumentor]:
         MySQLdbInstrumentor(recorder),
         PsycopgInstrumentor(recorder),
         AiomysqlInstrumentor(recorder),
+        AsyncpgInstrumentor(recorder),
         SQLAlchemyInstrumentor(recorder),
         AsyncioInstrumentor(recorder),
     ]

@@ -351,3 +351,69 @@ class AiomysqlInstrumentor(_Driver):
     def _peer(self, cursor: Any) -> str:
         connection = getattr(cursor, "_connection", None)
         return self._conn_peer(connection) if connection is not None else "?"
+
+
+def _asyncpg_addr(addr: Any) -> str:
+    """host:port of an asyncpg address: a (host, port) pair, or a Unix socket's path."""
+    if isinstance(addr, str):
+        return f"unix:{addr[:200]}"
+    try:
+        host, port = addr[0], addr[1]
+    except Exception:
+        return "?"
+    return _host_port(host, port, 5432)
+
+
+def _asyncpg_peer(connection: Any) -> str:
+    return _asyncpg_addr(getattr(connection, "_addr", None))
+
+
+def _asyncpg_statement(
+    connection: Any, query: Any = None, *args: Any, **kwargs: Any
+) -> tuple[str, str, tuple[int, int] | None]:
+    """``describe`` for ``Connection.fetch(query, *args)`` and the like: asyncpg's
+    parameters are the positional arguments after the query, all of them."""
+    what, shape = statement_and_shape(query)
+    peer = _asyncpg_peer(connection)
+    if shape is None:
+        return peer, what, None
+    return peer, what, (shape, _values(query, (args,)))
+
+
+def _asyncpg_prepared(
+    statement: Any, *args: Any, **kwargs: Any
+) -> tuple[str, str, tuple[int, int] | None]:
+    """``describe`` for a PreparedStatement's ``fetch(*args)`` and the like."""
+    try:
+        query, connection = statement.get_query(), statement._connection
+    except Exception:
+        return "?", "SQL", None
+    return _asyncpg_statement(connection, query, *args)
+
+
+class AsyncpgInstrumentor(_Driver):
+    """asyncpg, which is no DB-API driver: a connect is one attempt at one
+    address (``connect_utils._connect_addr``, which ``asyncpg.connect``, a
+    pool's new connections and a ``connect=`` of a pool's own all come
+    through; a list of hosts is an attempt each); a statement is a call of a
+    Connection's ``execute``, ``executemany``, ``fetch``, ``fetchrow``,
+    ``fetchval``, ``fetchmany`` or ``prepare`` (a Pool's are its connection's),
+    or of a PreparedStatement's.  Not recorded: cursors' fetches and the COPY
+    methods (their time shows in the socket floor only)."""
+
+    library = "asyncpg"
+    modules = ("asyncpg.connect_utils", "asyncpg.connection", "asyncpg.prepared_stmt")
+    STATEMENTS = ("execute", "executemany", "fetch", "fetchrow", "fetchval", "fetchmany")
+
+    def apply(self, module: ModuleType) -> None:
+        if module.__name__ == "asyncpg.connect_utils":
+            describe = _connect_of(lambda *args, addr=None, **kwargs: _asyncpg_addr(addr))
+            self.replace(module, "_connect_addr", self.timed_async("db.connect", describe))
+        elif module.__name__ == "asyncpg.connection":
+            query = self.timed_async("db.query", _asyncpg_statement)
+            for name in (*self.STATEMENTS, "prepare"):
+                self.replace(module.Connection, name, query)
+        else:
+            prepared = self.timed_async("db.query", _asyncpg_prepared)
+            for name in self.STATEMENTS[1:]:
+                self.replace(module.PreparedStatement, name, prepared)

@@ -17,6 +17,7 @@ import asyncpg
 import httpx
 import pymysql
 import pytest
+import redis
 import requests
 import sqlalchemy
 from sqlalchemy.pool import NullPool
@@ -112,6 +113,20 @@ def asyncpg_pool(db: DBServer) -> None:
                 await pool.fetchval("SELECT $1::int", i)
 
     asyncio.run(main())
+
+
+def redis_client_per_call(url: str) -> None:
+    for i in range(N):
+        client = redis.Redis.from_url(url)  # a pool of its own, each time
+        client.get(f"item:{i}")
+        client.close()
+
+
+def redis_one_client(url: str) -> None:
+    client = redis.Redis.from_url(url)
+    for i in range(N):
+        client.get(f"item:{i}")
+    client.close()
 
 
 # -- n-plus-one: a query, then one more per row it returned -------------------------
@@ -330,6 +345,7 @@ CASES = [
     ("connect-per-query", nullpool_with_set, queuepool_with_set),
     ("connect-per-query", engine_per_request, queuepool_with_set),
     ("connect-per-query", asyncpg_per_query, asyncpg_pool),
+    ("connect-per-query", redis_client_per_call, redis_one_client),
     ("n-plus-one", per_row_parameters, one_query),
     ("n-plus-one", per_row_formatted, one_query),
     ("n-plus-one", per_row_sqlalchemy, one_query_sqlalchemy),
@@ -346,8 +362,11 @@ CASES = [
 @pytest.fixture
 def server(request: pytest.FixtureRequest) -> Any:
     cause = request.node.callspec.params["cause"]
-    if "asyncpg" in request.node.callspec.params["slow"].__name__:
+    slow = request.node.callspec.params["slow"].__name__
+    if "asyncpg" in slow:
         return request.getfixturevalue("postgresql_server")
+    if "redis" in slow:
+        return request.getfixturevalue("redis_url")
     database = cause in ("connect-per-query", "n-plus-one")
     return request.getfixturevalue("mariadb_server" if database else "sim")
 

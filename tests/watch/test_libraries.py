@@ -197,6 +197,42 @@ def test_asyncpg_connects_statements_and_pools(postgresql_server: DBServer) -> N
     assert rec.data()["databases"][peer]["connects"] == 3
 
 
+def test_redis_sync_and_async(redis_url: str) -> None:
+    redis = require("redis")
+    redis_asyncio = require("redis.asyncio")
+
+    async def with_async() -> None:
+        client = redis_asyncio.Redis.from_url(redis_url)
+        await client.set("watched:b", "secret-value")
+        async with client.pipeline(transaction=True) as pipe:
+            await pipe.get("watched:a").get("watched:b").execute()
+        await client.aclose()
+
+    before = redis.Redis.execute_command
+    with surge.watch.recording() as rec:
+        client = redis.Redis.from_url(redis_url)
+        client.set("watched:a", "secret-value")
+        for _ in range(3):
+            client.get("watched:a")  # one connection, taken from the pool each time
+        client.pipeline(transaction=False).get("watched:a").incr("watched:n").execute()
+        client.close()
+        asyncio.run(with_async())
+    assert redis.Redis.execute_command is before
+    peer = redis_url.split("//")[1].split("/")[0]
+    connects = _ops(rec, "db.connect")
+    assert [(op["library"], op["peer"]) for op in connects] == [("redis", peer)] * 2
+    assert [op["what"] for op in _ops(rec, "db.query")] == [
+        "SET",
+        "GET",
+        "GET",
+        "GET",
+        "PIPELINE",
+        "SET",
+        "MULTI",
+    ]
+    assert "secret-value" not in str(rec.data()) and "watched:" not in str(rec.data())
+
+
 def test_one_recording_at_a_time() -> None:
     with surge.watch.recording(), pytest.raises(RuntimeError, match="already running"):
         surge.watch.recording().__enter__()

@@ -11,6 +11,7 @@ httpx              every request's phases (httpcore)                   trace ext
 botocore           operation names, parse time, pages                  botocore events
 pymysql, ...       DB-API connect and execute                          wrappers
 asyncpg            connect attempts, statements (pools' too)           wrappers
+redis              connects, commands, pipelines (sync and asyncio)    wrappers
 sqlalchemy         QueuePool waits (pool and overflow all in use)      a wrapper
 gevent             re-hooks the floor after monkey-patching            gevent.events
 asyncio            event loop lag (a beat >= 100 ms late), its stack    a heartbeat, a watchdog
@@ -33,6 +34,7 @@ from surge.watch.instrumentors._dbapi import (
 from surge.watch.instrumentors._gevent import GeventInstrumentor
 from surge.watch.instrumentors._http_client import HTTPClientInstrumentor
 from surge.watch.instrumentors._httpx import HttpxInstrumentor
+from surge.watch.instrumentors._redis import RedisInstrumentor
 from surge.watch.instrumentors._socket import SocketInstrumentor
 from surge.watch.instrumentors._sqlalchemy import SQLAlchemyInstrumentor
 from surge.watch.instrumentors._urllib3 import Urllib3Instrumentor
@@ -55,6 +57,7 @@ def instrumentors(recorder: Recorder) -> list[Instrumentor]:
         PsycopgInstrumentor(recorder),
         AiomysqlInstrumentor(recorder),
         AsyncpgInstrumentor(recorder),
+        RedisInstrumentor(recorder),
         SQLAlchemyInstrumentor(recorder),
         AsyncioInstrumentor(recorder),
     ]

@@ -38,7 +38,8 @@ tls-per-request        >= 10 TLS handshakes to one host, one per request (>= 80%
                        whichever session made them (requests, httpx, aiohttp...)
 repeated-dns           one name resolved >= 10 times, the lookups >= 1% of wall time
 n-plus-one             >= 5 statements of one shape (differing only in their values) in
-                       a row from one caller, right after a different SELECT, their
+                       a row from one caller, right after a different SELECT (in
+                       Redis: a read of a collection, SMEMBERS, LRANGE, ...), their
                        values not all the same (not a poll),
                        time >= 50 ms in all and >= 5% of the wall time
 blocked-loop           an asyncio loop's heartbeat ran >= 100 ms late (the loop ran
@@ -567,18 +568,28 @@ def n_plus_one(data: dict[str, Any]) -> list[Finding]:
             "mean_ms": _ms(row["time_total_s"] / calls),
             "min_repeats": REPEATS,
         }
+        redis = row.get("library") == "redis"
         out.append(
             Finding(
                 "n-plus-one",
                 "warn",
-                f"{calls:,} {what} statements to the database at {row['database']} ran one "
+                f"{calls:,} {what} "
+                + ("commands to Redis" if redis else "statements to the database")
+                + f" at {row['database']} ran one "
                 f"after another, differing only in their values, in {row['runs']:,} "
                 f"run{'s' if row['runs'] != 1 else ''} (the longest {row['longest']:,}) after "
-                f"a {source}: a query per row "
-                f"of the one before (N+1). They took {_pct(spent, wall)}% of the wall time "
+                f"a {source}: a "
+                + ("command per member" if redis else "query per row")
+                + f" of the one before (N+1). They took {_pct(spent, wall)}% of the wall time "
                 f"({spent:.2f} s), {_shown_ms(evidence['mean_ms'])} ms each",
                 evidence,
-                "fetch the rows in one statement: a JOIN, or WHERE id IN (...) / = ANY(%s) "
+                (
+                    "fetch them in one round trip: MGET / HMGET with the keys the first "
+                    "command returned, or a pipeline (redis-py: "
+                    "client.pipeline(transaction=False)), which sends every command at once"
+                )
+                if redis
+                else "fetch the rows in one statement: a JOIN, or WHERE id IN (...) / = ANY(%s) "
                 "with the ids the first query returned; with an ORM, load them eagerly "
                 "(SQLAlchemy selectinload / joinedload, Django select_related / "
                 "prefetch_related)",

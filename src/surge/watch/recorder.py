@@ -497,6 +497,23 @@ class PageTotals:
     sites: dict[Site | None, int] = field(default_factory=dict)
 
 
+#: Redis commands that read a collection (members, a range, keys): what an N+1
+#: run follows there, as a SELECT does in SQL (the redis instrumentor names a
+#: command by its name alone).
+COLLECTION_READS = frozenset(
+    {
+        "SMEMBERS", "SSCAN", "SINTER", "SUNION", "SDIFF", "LRANGE", "ZRANGE",
+        "ZRANGEBYSCORE", "ZREVRANGE", "ZREVRANGEBYSCORE", "ZSCAN", "KEYS", "SCAN",
+        "HKEYS", "HVALS", "HGETALL", "HSCAN", "SORT", "XRANGE", "XREVRANGE", "MGET",
+    }
+)  # fmt: skip
+
+
+def reads_rows(what: str) -> bool:
+    """Whether a statement named ``what`` reads many rows: what N+1 runs follow."""
+    return what.startswith("SELECT") or what in COLLECTION_READS
+
+
 @dataclass
 class RepeatTotals:
     """Runs of one statement shape repeated by one caller right after a different
@@ -504,6 +521,7 @@ class RepeatTotals:
     database and shape: how many runs, the calls in them, and their time."""
 
     database: str = ""
+    library: str = ""  # the driver of the repeated statements (redis: commands)
     what: str = ""  # the repeated statement (SELECT orders)
     source: str = ""  # the statement before the first run (SELECT users)
     runs: int = 0
@@ -993,7 +1011,9 @@ class Recorder:
                 if ran is not None:
                     row.segments[ident] = ran + 1
                 if shape is not None:
-                    self._repeat(ident, (peer, shape[0]), shape[1], what, start, end, op.site)
+                    self._repeat(
+                        ident, (peer, shape[0]), shape[1], what, library, start, end, op.site
+                    )
                 row.query_total_s += end - start
                 row.query_busy.add(start, end)
                 if error is not None:
@@ -1005,6 +1025,7 @@ class Recorder:
         key: tuple[str, int],
         values: int,
         what: str,
+        library: str,
         start: float,
         end: float,
         site: Site | None,
@@ -1016,7 +1037,7 @@ class Recorder:
         and so is the rest of it."""
         run = self._runs.get(ident)
         if run is None or run.key != key:
-            source = run.what if run is not None and run.what.startswith("SELECT") else None
+            source = run.what if run is not None and reads_rows(run.what) else None
             if run is None and len(self._runs) >= MAX_WHOS:
                 self._runs.pop(next(iter(self._runs)))
             run = self._runs[ident] = _Run(key, what, source, values)
@@ -1038,7 +1059,7 @@ class Recorder:
             if row is None:
                 if len(self.repeats) >= MAX_KEYS:
                     return
-                row = self.repeats[key] = RepeatTotals(key[0], what, run.source)
+                row = self.repeats[key] = RepeatTotals(key[0], library, what, run.source)
             run.row = row
             row.runs += 1
             spans, run.pending = run.pending, []

@@ -13,6 +13,8 @@ left unclosed to its finaliser.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 from collections.abc import Callable
 from functools import partial
@@ -23,7 +25,7 @@ import pytest
 from tests._interrupt import each_point, interrupted_at
 
 import surge.pool
-from surge.pool import KeyedPool, Pool
+from surge.pool import AsyncKeyedPool, AsyncPool, KeyedPool, Pool
 
 #: An interruption landing in a checkout's finaliser is reported by Python as
 #: "Exception ignored in __del__" (what a real signal there does too).
@@ -261,3 +263,103 @@ def test_an_interruption_at_any_point_of_a_checkout_that_reclaims_an_orphan(kind
 
     hit = each_point(run, LIMIT)
     assert hit > 5, f"only {hit} points were interrupted"
+
+
+# -- the asyncio pools: a cancellation at every await ----------------------------------
+#
+# An asyncio pool is interrupted only where it awaits: a task cancelled there (a
+# Ctrl-C under asyncio.run cancels the main task).  Each run cancels the checkout
+# after N turns of the loop, for N = 0, 1, 2, ... until it finishes first; the
+# plain and the keyed pool go through the same cases, so a give-back that holds
+# for one only fails here.
+
+
+async def _turns(n: int) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+def async_pool(kind: str, **options: Any) -> tuple[Any, tuple[str, ...], list[Res]]:
+    made: list[Res] = []
+
+    async def create(*_: object) -> Res:
+        await asyncio.sleep(0)  # a connect: an await to be cancelled at
+        return Res(made)
+
+    async def close(res: Res) -> None:
+        await asyncio.sleep(0)
+        res.close()
+
+    if kind == "plain":
+        return AsyncPool(create, max_size=1, timeout=2, close=close, **options), (), made
+    pool = AsyncKeyedPool(create, max_size=1, max_per_key=1, timeout=2, close=close, **options)
+    return pool, ("k",), made
+
+
+async def async_check(res: Res, idle: float) -> bool:
+    await asyncio.sleep(0)
+    return True
+
+
+async def async_reset(res: Res) -> bool:
+    await asyncio.sleep(0)
+    return True
+
+
+async def async_use(pool: Any, key: tuple[str, ...]) -> None:
+    async with pool.connection(*key) as res:
+        assert not res.closed
+        await asyncio.sleep(0)
+
+
+ASYNC_SETUPS = {
+    "idle resource": ({}, True, False),
+    "created on checkout": ({}, False, False),
+    "check and reset": ({"check": async_check, "reset": async_reset}, True, False),
+    "waiting for the one resource": ({}, True, True),
+}
+
+
+@pytest.mark.parametrize("setup", list(ASYNC_SETUPS))
+@pytest.mark.parametrize("kind", ["plain", "keyed"])
+def test_a_cancellation_at_any_await_leaves_an_async_pool_whole(kind: str, setup: str) -> None:
+    options, warm, contended = ASYNC_SETUPS[setup]
+
+    async def run(n: int) -> bool:
+        pool, key, made = async_pool(kind, **options)
+        try:
+            if warm:
+                await async_use(pool, key)
+            holder = None
+            if contended:  # another task holds the resource a few turns, then returns it
+                held = await pool.acquire(*key)
+
+                async def give_back_later() -> None:
+                    await _turns(3)
+                    await pool.release(held)
+
+                holder = asyncio.ensure_future(give_back_later())
+            task = asyncio.ensure_future(async_use(pool, key))
+            await _turns(n)
+            finished = task.done()
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            if holder is not None:
+                await holder
+            await _turns(4)  # what the cancelled task handed on has been closed
+            stats = pool.stats()
+            where = f"{kind}, {setup}, cancelled after {n} turns"
+            assert stats["in_use"] == 0 and stats["waiting"] == 0, (where, stats)
+            assert stats["open"] == stats["idle"] <= 1, (where, stats)
+            await asyncio.wait_for(async_use(pool, key), 1)  # the slot is there
+            unclosed = len([r for r in made if not r.closed]) - pool.stats()["open"]
+            assert unclosed in (0, 1), (where, unclosed)  # at most the one being closed
+            return not finished
+        finally:
+            await pool.close()
+
+    n = 0
+    while asyncio.run(run(n)):
+        n += 1
+    assert n >= 2, f"only {n} awaits were cancelled at"

@@ -231,3 +231,86 @@ def test_check_is_told_the_idle_time_and_reset_may_refuse(
     refuse.append(first)
     pool.release(first)  # reset returned False: discarded, not kept
     assert closed == [first] and pool.stats()["idle"] == 0
+
+
+#: (options, what every front-end does with them: None accepts, an exception
+#: class refuses).  One table for all four constructors: an option added to,
+#: dropped from or checked differently by one front-end fails here.
+OPTION_CASES: list[tuple[dict[str, Any], type[Exception] | None]] = [
+    ({}, None),
+    ({"timeout": 0}, None),
+    ({"timeout": -1}, ValueError),
+    ({"max_idle": 5.0}, None),
+    ({"max_idle": 0}, ValueError),
+    ({"max_lifetime": 60}, None),
+    ({"max_lifetime": 0}, ValueError),
+    ({"lifetime_jitter": 0.0}, None),
+    ({"lifetime_jitter": 1.0}, ValueError),
+    ({"check": lambda r, idle: True, "check_idle_after": 2.0}, None),
+    ({"check_idle_after": -1}, ValueError),
+    ({"reset": lambda r: True, "close": lambda r: None, "sever": lambda r: None}, None),
+    ({"lifo": False}, None),
+    ({"clock": lambda: 0.0}, None),
+    ({"max_size": 0}, ValueError),
+    ({"timeout_s": 1}, TypeError),  # a misspelt option is refused, never ignored
+    ({"max_inflight": 4}, TypeError),
+]
+
+
+def _constructed(cls: type, options: dict[str, Any]) -> Any:
+    keyed = cls in (KeyedPool, AsyncKeyedPool)
+    options = {"max_size": 2, **options}
+    if keyed:
+        options.setdefault("max_per_key", options["max_size"])
+        return cls(lambda key: object(), **options)
+    return cls(object, **options)
+
+
+def _refusal(cls: type, options: dict[str, Any]) -> tuple[type[BaseException], str] | None:
+    """What constructing ``cls`` with ``options`` raised (its message with the
+    class's name taken out), or None if it was accepted."""
+    try:
+        _constructed(cls, options)
+    except Exception as e:
+        return type(e), str(e).replace(cls.__name__, "<pool>")
+    return None
+
+
+@pytest.mark.parametrize("options, refused", OPTION_CASES, ids=lambda v: repr(v)[:40])
+def test_every_front_end_accepts_and_refuses_the_same_options(
+    options: dict[str, Any], refused: type[Exception] | None
+) -> None:
+    answers = {cls.__name__: _refusal(cls, options) for cls in FRONT_ENDS}
+    if refused is None:
+        assert set(answers.values()) == {None}, answers
+    else:
+        assert len(set(answers.values())) == 1, answers  # the same error, word for word
+        assert all(a is not None and a[0] is refused for a in answers.values()), answers
+
+
+@pytest.mark.parametrize("options, refused", [c for c in OPTION_CASES if c[1] is None])
+def test_every_front_end_reads_an_accepted_option_alike(
+    options: dict[str, Any], refused: None
+) -> None:
+    """The same options end up as the same policy on every front-end."""
+    pools = [_constructed(cls, options) for cls in FRONT_ENDS]
+    seen = {
+        (p._options, p._lifo, p._timed, p._unchecked_below, p._check, p._reset, p._close)
+        for p in pools
+    }
+    assert len(seen) == 1, seen
+
+
+@pytest.mark.parametrize(
+    "sync, asynchronous", [(Pool, AsyncPool), (KeyedPool, AsyncKeyedPool)], ids=["plain", "keyed"]
+)
+def test_the_sync_and_async_twins_have_one_signature(sync: type, asynchronous: type) -> None:
+    """The sizes each kind takes (``max_overflow`` for a plain pool, ``max_per_key``
+    for a keyed one) are the same on both sides, and refused on the other kind."""
+
+    def shape(cls: type) -> list[tuple[str, Any, Any]]:  # not the annotations: create's differ
+        return [(p.name, p.kind, p.default) for p in inspect.signature(cls).parameters.values()]
+
+    assert shape(sync) == shape(asynchronous)
+    other = {"max_overflow": 1} if sync is KeyedPool else {"max_per_key": 1}
+    assert _refusal(sync, other) == _refusal(asynchronous, other) is not None

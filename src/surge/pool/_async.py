@@ -14,18 +14,14 @@ cancelled waiter never loses a resource or a slot.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import inspect
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
-from contextlib import asynccontextmanager
-from typing import Any, Generic, TypeVar
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any, Generic, TypeVar, Unpack
 
 from surge.errors import PoolClosed
-from surge.pool import _fork
 from surge.pool._core import Entry, PoolCore, Waiter
 from surge.pool._keyed_core import KeyedCore
-from surge.pool._options import FrontEnd, check_passed, front_end_options, log, timeout_error
+from surge.pool._options import FrontEnd, PoolOptions, callback_raised, close_failed, keyless
 
 R = TypeVar("R")
 K = TypeVar("K", bound=Hashable)
@@ -55,63 +51,11 @@ def _wake(waiter: Waiter[Any]) -> None:
 
 
 class _AsyncFrontEnd(FrontEnd, Generic[K, R]):
-    """The acquire loop, waiting, checks and resets shared by both async pools.
+    """Everything of AsyncPool and AsyncKeyedPool but their constructors and hot
+    paths: the acquire loop, waiting, checks, resets, returns and closes, once
+    for both (``key`` is None for the plain pool; ``_ops`` takes it)."""
 
-    Subclasses adapt it to their core; ``key`` is None for the plain pool.
-    """
-
-    def __init__(self, create: Callable[..., Any], **options: Any) -> None:
-        super().__init__(**options)  # FrontEnd's keyword arguments
-        self._create = create
-        _fork.track(self)
-
-    def _forked(self) -> None:
-        """In a forked child: forget the parent's resources, each handed to ``sever``
-        (see surge.pool._fork); the parent's waiters and their loop are not ours."""
-        self._inherited = _fork.forget(self._core, self._sever)
-
-    # -- adapters to the core --------------------------------------------------------------
-
-    _core: Any  # PoolCore or KeyedCore
-
-    def _core_acquire(self, key: K | None, now: float) -> Entry[R] | Waiter[R] | None:
-        raise NotImplementedError
-
-    def _core_created(self, key: K | None, resource: R, now: float, generation: int) -> None:
-        raise NotImplementedError
-
-    def _core_create_failed(self, key: K | None, now: float) -> None:
-        raise NotImplementedError
-
-    def _core_release(self, resource: R, now: float) -> None:
-        raise NotImplementedError
-
-    def _core_discard(self, resource: R, now: float) -> None:
-        raise NotImplementedError
-
-    def _core_cancel(self, waiter: Waiter[R], timed_out: bool) -> None:
-        raise NotImplementedError
-
-    def _core_abandon(self, waiter: Waiter[R]) -> None:
-        """The core's ``abandon``, and wake whoever it grants."""
-        raise NotImplementedError
-
-    def _core_take_garbage(self) -> list[Entry[R]]:
-        raise NotImplementedError
-
-    def _core_has_garbage(self) -> bool:
-        raise NotImplementedError
-
-    def stats(self) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self._core.describe()}>"
-
-    async def _new_resource(self, key: K | None) -> R:
-        raise NotImplementedError
-
-    # -- the shared loop ----------------------------------------------------------------
+    # -- checkout -----------------------------------------------------------------------
 
     async def _acquire(
         self, key: K | None, timeout: float | None, got: Entry[R] | Waiter[R] | None
@@ -122,7 +66,7 @@ class _AsyncFrontEnd(FrontEnd, Generic[K, R]):
         deadline = None
         now = self._clock()
         while True:
-            if self._core_has_garbage():
+            if self._core.garbage:
                 try:
                     await self._dispose()
                 except BaseException:  # cancelled while closing: what it holds goes back
@@ -132,7 +76,7 @@ class _AsyncFrontEnd(FrontEnd, Generic[K, R]):
                 if self._check is None or await self._passes_check(got, now):
                     return got.resource
                 now = self._clock()
-                got = self._core_acquire(key, now)
+                got = self._ops.acquire(key, now)
                 continue
             if got is None:
                 return await self._create_in_slot(key)
@@ -144,18 +88,26 @@ class _AsyncFrontEnd(FrontEnd, Generic[K, R]):
             if self._check is None or await self._passes_check(entry, self._clock()):
                 return entry.resource
             now = self._clock()
-            got = self._core_acquire(key, now)
+            got = self._ops.acquire(key, now)
 
     def _give_back(self, got: Entry[R] | Waiter[R] | None, key: K | None) -> None:
         """What a checkout cancelled between two steps holds goes back: an entry
         checked out to it and not used (no reset), a slot, a waiter."""
         now = self._clock()
         if isinstance(got, Entry):
-            self._core_release(got.resource, now)
+            self._woke(self._core.release(got.resource, now))
         elif got is None:
-            self._core_create_failed(key, now)
+            self._woke(self._ops.create_failed(key, now))
         else:
-            self._core_abandon(got)
+            self._woke(self._core.abandon(got, now))
+
+    def _acquire_nowait(self, key: K | None) -> R | None:
+        if self._check is not None:
+            raise RuntimeError("acquire_nowait() cannot run check: use 'await acquire()'")
+        entry = self._ops.take(key, self._clock())
+        if self._core.garbage:
+            asyncio.get_running_loop().create_task(self._dispose())
+        return None if entry is None else entry.resource
 
     async def _wait(
         self, waiter: Waiter[R], deadline: float, timeout: float, key: K | None
@@ -169,10 +121,10 @@ class _AsyncFrontEnd(FrontEnd, Generic[K, R]):
                 await future
         except TimeoutError:
             if not waiter.granted and not waiter.closed:
-                self._core_cancel(waiter, True)
-                raise timeout_error(timeout, self.stats(), key) from None
+                self._core.cancel(waiter, timed_out=True)
+                raise self._timed_out(timeout, key) from None
         except BaseException:  # cancelled: hand on whatever was granted
-            self._core_abandon(waiter)
+            self._woke(self._core.abandon(waiter, self._clock()))
             raise
         if waiter.closed:
             raise PoolClosed("the pool was closed while waiting")
@@ -181,31 +133,89 @@ class _AsyncFrontEnd(FrontEnd, Generic[K, R]):
     async def _create_in_slot(self, key: K | None) -> R:
         generation = self._core.generation
         try:
-            resource = await self._new_resource(key)
+            resource: R = await _call(self._make, key)
         except BaseException:
-            self._core_create_failed(key, self._clock())
+            self._woke(self._ops.create_failed(key, self._clock()))
             raise
-        self._core_created(key, resource, self._clock(), generation)
+        now = self._clock()
+        self._ops.created(key, resource, now, self._options.expires_at(now), generation)
         return resource
 
     async def _passes_check(self, entry: Entry[R], now: float) -> bool:
         assert self._check is not None
         if not self._options.wants_check(now, entry.idle_since):
             return True
+        return await self._vetted(self._check, "check", entry.resource, now - entry.idle_since)
+
+    async def _vetted(
+        self, callback: Callable[..., Any], what: str, resource: R, *args: Any
+    ) -> bool:
+        """As the thread pools' (surge.pool._sync), awaited."""
+        ok = False
         try:
-            ok = check_passed(await _call(self._check, entry.resource, now - entry.idle_since))
+            ok = await _call(callback, resource, *args) is not False
         except Exception:
-            log.info("check of %r raised; discarding it", entry.resource, exc_info=True)
-            ok = False
-        except BaseException:
-            await self.discard(entry.resource)
-            raise
-        if not ok:
-            await self.discard(entry.resource)
+            callback_raised(what, resource)
+        finally:
+            if not ok:
+                await self.discard(resource)
         return ok
 
+    # -- return -------------------------------------------------------------------------
+
+    def _woke(self, waiter: Waiter[R] | None) -> None:
+        """Wake whoever an operation granted: the one the plain core names, the
+        ones the keyed core lists."""
+        if waiter is not None:
+            _wake(waiter)
+        core = self._core
+        if core.woken:
+            for granted in core.take_woken():
+                _wake(granted)
+
+    async def release(self, resource: R) -> None:
+        """Return a resource: to the oldest waiter if any, else to the idle set."""
+        if self._inherited and self._drop_inherited(resource):
+            return  # the parent's, in a forked child
+        core = self._core
+        if self._reset is not None:
+            now = self._clock()
+            if not core.retiring(resource, now) and not await self._vetted(  # retiring: no reset
+                self._reset, "reset", resource
+            ):
+                return
+        self._woke(core.release(resource, self._clock()))
+        if core.garbage:
+            await self._dispose()
+
+    async def discard(self, resource: R) -> None:
+        """Close a checked-out resource instead of returning it (it failed)."""
+        if self._inherited and self._drop_inherited(resource):
+            return  # the parent's, in a forked child
+        self._woke(self._core.discard(resource, self._clock()))
+        await self._dispose()
+
+    def release_nowait(self, resource: R) -> None:
+        """``release`` without an await, for a pool with no ``reset`` callback (as
+        ``asyncio.Queue.put_nowait``): a caller on a hot path saves a coroutine.
+        Resources it retires are closed by a task if ``close`` must be awaited."""
+        if self._reset is not None:
+            raise RuntimeError("release_nowait() cannot run reset: use 'await release()'")
+        if self._inherited and self._drop_inherited(resource):
+            return  # the parent's, in a forked child
+        core = self._core
+        waiter = core.release(resource, self._clock())
+        if waiter is not None:  # the core's calls made here (not _woke): one Python
+            _wake(waiter)  # call less per keep-alive request, the HTTP client's hot path
+        if core.woken:
+            for granted in core.take_woken():
+                _wake(granted)
+        if core.garbage:
+            asyncio.get_running_loop().create_task(self._dispose())
+
     async def _dispose(self) -> None:
-        garbage = self._core_take_garbage()
+        core = self._core
+        garbage = core.take_garbage() if core.garbage else []
         if not garbage or self._close is None:
             return
         done = 0  # the one being closed counts: a cancellation inside it leaves it
@@ -215,59 +225,82 @@ class _AsyncFrontEnd(FrontEnd, Generic[K, R]):
                 try:
                     await _call(self._close, entry.resource)
                 except Exception:
-                    log.warning("closing %r failed", entry.resource, exc_info=True)
+                    close_failed(entry.resource)
         except BaseException:  # cancelled: the rest waits in the core for the next one
-            self._core.garbage += garbage[done:]
+            core.garbage += garbage[done:]
             raise
 
-    # -- public ---------------------------------------------------------------------------
+    # -- the whole pool -----------------------------------------------------------------
 
-    async def release(self, resource: R) -> None:
-        """Return a resource: to the oldest waiter if any, else to the idle set."""
-        if self._inherited and self._inherited.pop(id(resource), None) is not None:
-            return  # the parent's, in a forked child
-        if self._reset is None:  # the hot path: no callback, usually nothing to close
-            self._core_release(resource, self._clock())
-            if self._core_has_garbage():
-                await self._dispose()
-            return
-        now = self._clock()
-        if self._core.retiring(resource, now):  # to be retired: no reset
-            self._core_release(resource, now)
-            await self._dispose()
-            return
-        try:
-            ok = check_passed(await _call(self._reset, resource))
-        except Exception:
-            log.info("reset of %r raised; discarding it", resource, exc_info=True)
-            ok = False
-        except BaseException:
-            await self.discard(resource)
-            raise
-        if not ok:
-            await self.discard(resource)
-            return
-        self._core_release(resource, self._clock())
+    async def expire(self) -> None:
+        """Close resources idle longer than ``max_idle`` now."""
+        self._core.expire(self._clock())
+        self._woke(None)
         await self._dispose()
 
-    async def discard(self, resource: R) -> None:
-        """Close a checked-out resource instead of returning it (it failed)."""
-        if self._inherited and self._inherited.pop(id(resource), None) is not None:
-            return  # the parent's, in a forked child
-        self._core_discard(resource, self._clock())
+    async def clear(self) -> None:
+        """Close every idle resource now; resources in use are unaffected."""
+        self._ops.clear(self._clock())
+        self._woke(None)
         await self._dispose()
 
-    def release_nowait(self, resource: R) -> None:
-        """``release`` without an await, for a pool with no ``reset`` callback (as
-        ``asyncio.Queue.put_nowait``): a caller on a hot path saves a coroutine.
-        Resources it retires are closed by a task if ``close`` must be awaited."""
-        if self._reset is not None:
-            raise RuntimeError("release_nowait() cannot run reset: use 'await release()'")
-        if self._inherited and self._inherited.pop(id(resource), None) is not None:
-            return  # the parent's, in a forked child
-        self._core_release(resource, self._clock())
-        if self._core_has_garbage():
-            asyncio.get_running_loop().create_task(self._dispose())
+    async def invalidate(self, generation: int | None = None) -> bool:
+        """As :meth:`surge.pool.Pool.invalidate`."""
+        moved: bool = self._ops.invalidate(self._clock(), generation)
+        self._woke(None)
+        await self._dispose()
+        return moved
+
+    async def close(self) -> None:
+        """As :meth:`surge.pool.Pool.close`."""
+        for waiter in self._core.close():
+            _wake(waiter)
+        self._woke(None)
+        await self._dispose()
+
+    def stats(self) -> dict[str, Any]:
+        """Counters and gauges; see the README for the fields."""
+        return self._core.stats()  # type: ignore[no-any-return]
+
+    async def __aenter__(self) -> Any:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+class _AsyncCheckout(Generic[R]):
+    """``async with pool.connection() as r``: released after the block, discarded
+    if it raised (or was cancelled).  (``_AsyncKeyedCheckout`` differs in its
+    acquire only.)"""
+
+    __slots__ = ("_key", "_pool", "_resource", "_timeout")
+    _resource: R
+
+    def __init__(self, pool: Any, timeout: float | None, key: Any = None) -> None:
+        self._pool = pool
+        self._key = key
+        self._timeout = timeout
+
+    async def __aenter__(self) -> R:
+        self._resource = await self._pool.acquire(self._timeout)
+        return self._resource
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        if exc_type is None:
+            await self._pool.release(self._resource)
+        else:
+            await self._pool.discard(self._resource)
+
+
+class _AsyncKeyedCheckout(_AsyncCheckout[R]):
+    """``async with pool.connection(key) as r``."""
+
+    __slots__ = ()
+
+    async def __aenter__(self) -> R:
+        self._resource = await self._pool.acquire(self._key, self._timeout)
+        return self._resource
 
 
 class AsyncPool(_AsyncFrontEnd[Any, R]):
@@ -282,37 +315,10 @@ class AsyncPool(_AsyncFrontEnd[Any, R]):
         *,
         max_size: int,
         max_overflow: int = 0,
-        timeout: float = 30.0,
-        max_idle: float | None = None,
-        max_lifetime: float | None = None,
-        lifetime_jitter: float = 0.1,
-        check: Callable[[R, float], Any] | None = None,
-        check_idle_after: float = 0.0,
-        reset: Callable[[R], Any] | None = None,
-        close: Callable[[R], Any] | None = None,
-        sever: Callable[[R], object] | None = None,
-        lifo: bool = True,
-        clock: Callable[[], float] = time.monotonic,
+        **options: Unpack[PoolOptions[R]],
     ) -> None:
-        super().__init__(create, **front_end_options(locals()))
-        self._core: PoolCore[R] = PoolCore(
-            max_size,
-            max_overflow,
-            lifo=lifo,
-            max_idle=max_idle,
-            lifetimes=bool(max_lifetime),
-            make_wake=_new_wake,
-        )
-
-    def acquire_nowait(self) -> R | None:
-        """An idle resource at once, or None (then ``await acquire()``): never
-        creates, waits or queues.  For a pool with no ``check`` callback."""
-        if self._check is not None:
-            raise RuntimeError("acquire_nowait() cannot run check: use 'await acquire()'")
-        entry = self._core.take(self._clock())
-        if self._core.garbage:
-            asyncio.get_running_loop().create_task(self._dispose())
-        return None if entry is None else entry.resource
+        super().__init__(keyless(create), dict(options))
+        self._core: PoolCore[R] = self._plain_core(max_size, max_overflow, _new_wake)
 
     async def acquire(self, timeout: float | None = None) -> R:
         """Check out a resource, waiting up to ``timeout`` (default: the pool's)."""
@@ -323,90 +329,18 @@ class AsyncPool(_AsyncFrontEnd[Any, R]):
             return got.resource  # the hot path: an idle resource, nothing else to do
         return await self._acquire(None, timeout, got)
 
-    @asynccontextmanager
-    async def connection(self, timeout: float | None = None) -> AsyncIterator[R]:
+    def acquire_nowait(self) -> R | None:
+        """An idle resource at once, or None (then ``await acquire()``): never
+        creates, waits or queues.  For a pool with no ``check`` callback."""
+        return self._acquire_nowait(None)
+
+    def connection(self, timeout: float | None = None) -> _AsyncCheckout[R]:
         """``async with pool.connection() as r:`` - returned after the block,
         discarded if it raised (or was cancelled)."""
-        resource = await self.acquire(timeout)
-        try:
-            yield resource
-        except BaseException:
-            await self.discard(resource)
-            raise
-        await self.release(resource)
-
-    async def expire(self) -> None:
-        self._core.expire(self._clock())
-        await self._dispose()
-
-    async def clear(self) -> None:
-        """Close every idle resource now; resources in use are unaffected."""
-        self._core.clear()
-        await self._dispose()
-
-    async def invalidate(self, generation: int | None = None) -> bool:
-        """As :meth:`surge.pool.Pool.invalidate`."""
-        moved = self._core.invalidate(generation)
-        await self._dispose()
-        return moved
-
-    def set_max_lifetime(self, seconds: float | None) -> None:
-        """Change ``max_lifetime`` for resources created from now on."""
-        self._options = dataclasses.replace(self._options, max_lifetime=seconds)
-        self._core.fast = self._core.fast and seconds is None
-
-    async def close(self) -> None:
-        for waiter in self._core.close():
-            _wake(waiter)
-        await self._dispose()
-
-    def stats(self) -> dict[str, Any]:
-        return self._core.stats()
+        return _AsyncCheckout(self, timeout)
 
     async def __aenter__(self) -> AsyncPool[R]:
         return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    def _core_acquire(self, key: Any, now: float) -> Entry[R] | Waiter[R] | None:
-        return self._core.acquire(now)
-
-    def _core_created(self, key: Any, resource: R, now: float, generation: int) -> None:
-        self._core.created(resource, now, self._options.expires_at(now), generation)
-
-    def _core_create_failed(self, key: Any, now: float) -> None:
-        waiter = self._core.create_failed(now)
-        if waiter is not None:
-            _wake(waiter)
-
-    def _core_release(self, resource: R, now: float) -> None:
-        waiter = self._core.release(resource, now)
-        if waiter is not None:
-            _wake(waiter)
-
-    def _core_discard(self, resource: R, now: float) -> None:
-        waiter = self._core.discard(resource, now)
-        if waiter is not None:
-            _wake(waiter)
-
-    def _core_cancel(self, waiter: Waiter[R], timed_out: bool) -> None:
-        self._core.cancel(waiter, timed_out=timed_out)
-
-    def _core_abandon(self, waiter: Waiter[R]) -> None:
-        granted = self._core.abandon(waiter, self._clock())
-        if granted is not None:
-            _wake(granted)
-
-    def _core_take_garbage(self) -> list[Entry[R]]:
-        return self._core.take_garbage() if self._core.garbage else []
-
-    def _core_has_garbage(self) -> bool:
-        return bool(self._core.garbage)
-
-    async def _new_resource(self, key: Any) -> R:
-        resource: R = await _call(self._create)
-        return resource
 
 
 class AsyncKeyedPool(_AsyncFrontEnd[K, R]):
@@ -420,22 +354,10 @@ class AsyncKeyedPool(_AsyncFrontEnd[K, R]):
         *,
         max_size: int,
         max_per_key: int,
-        timeout: float = 30.0,
-        max_idle: float | None = None,
-        max_lifetime: float | None = None,
-        lifetime_jitter: float = 0.1,
-        check: Callable[[R, float], Any] | None = None,
-        check_idle_after: float = 0.0,
-        reset: Callable[[R], Any] | None = None,
-        close: Callable[[R], Any] | None = None,
-        sever: Callable[[R], object] | None = None,
-        lifo: bool = True,
-        clock: Callable[[], float] = time.monotonic,
+        **options: Unpack[PoolOptions[R]],
     ) -> None:
-        super().__init__(create, **front_end_options(locals()))
-        self._core: KeyedCore[K, R] = KeyedCore(
-            max_size, max_per_key, lifo=lifo, max_idle=max_idle, make_wake=_new_wake
-        )
+        super().__init__(create, dict(options))
+        self._core: KeyedCore[K, R] = self._keyed_core(max_size, max_per_key, _new_wake)
 
     def _holds(self, key: K) -> bool:
         """Whether a resource of ``key`` exists or is being created (idle or in use):
@@ -444,32 +366,8 @@ class AsyncKeyedPool(_AsyncFrontEnd[K, R]):
         core = self._core.cores.get(key)
         return core is not None and core.open > 0
 
-    def acquire_nowait(self, key: K) -> R | None:
-        """An idle resource of ``key`` at once, or None (then ``await acquire(key)``):
-        never creates, waits or queues.  For a pool with no ``check`` callback."""
-        if self._check is not None:
-            raise RuntimeError("acquire_nowait() cannot run check: use 'await acquire()'")
-        entry = self._core.take(key, self._clock())
-        if self._core.garbage:
-            asyncio.get_running_loop().create_task(self._dispose())
-        return None if entry is None else entry.resource
-
-    def release_nowait(self, resource: R) -> None:
-        """As the plain pool's, with the core's calls made here: one Python call
-        less per keep-alive request (the HTTP client's hot path)."""
-        if self._reset is not None:
-            raise RuntimeError("release_nowait() cannot run reset: use 'await release()'")
-        if self._inherited and self._inherited.pop(id(resource), None) is not None:
-            return  # the parent's, in a forked child
-        core = self._core
-        core.release(resource, self._clock())
-        if core.woken:
-            for waiter in core.take_woken():
-                _wake(waiter)
-        if core.garbage:
-            asyncio.get_running_loop().create_task(self._dispose())
-
     async def acquire(self, key: K, timeout: float | None = None) -> R:
+        """Check out a resource for ``key``, waiting up to ``timeout`` (default: the pool's)."""
         core = self._core
         now = self._clock()
         got = core.acquire(key, now)
@@ -477,93 +375,14 @@ class AsyncKeyedPool(_AsyncFrontEnd[K, R]):
             return got.resource  # the hot path: an idle resource, nothing else to do
         return await self._acquire(key, timeout, got)
 
-    @asynccontextmanager
-    async def connection(self, key: K, timeout: float | None = None) -> AsyncIterator[R]:
-        resource = await self.acquire(key, timeout)
-        try:
-            yield resource
-        except BaseException:
-            await self.discard(resource)
-            raise
-        await self.release(resource)
+    def acquire_nowait(self, key: K) -> R | None:
+        """An idle resource of ``key`` at once, or None (then ``await acquire(key)``):
+        never creates, waits or queues.  For a pool with no ``check`` callback."""
+        return self._acquire_nowait(key)
 
-    async def expire(self) -> None:
-        self._core.expire(self._clock())
-        self._wake_granted()
-        await self._dispose()
-
-    async def clear(self) -> None:
-        """Close every idle resource of every key now; resources in use are unaffected."""
-        self._core.clear(self._clock())
-        self._wake_granted()
-        await self._dispose()
-
-    async def invalidate(self, generation: int | None = None) -> bool:
-        """As :meth:`surge.pool.Pool.invalidate`, for every key."""
-        moved = self._core.invalidate(self._clock(), generation)
-        self._wake_granted()
-        await self._dispose()
-        return moved
-
-    def set_max_lifetime(self, seconds: float | None) -> None:
-        """Change ``max_lifetime`` for resources created from now on."""
-        self._options = dataclasses.replace(self._options, max_lifetime=seconds)
-
-    async def close(self) -> None:
-        for waiter in self._core.close():
-            _wake(waiter)
-        self._wake_granted()
-        await self._dispose()
-
-    def stats(self) -> dict[str, Any]:
-        return self._core.stats()
+    def connection(self, key: K, timeout: float | None = None) -> _AsyncCheckout[R]:
+        """``async with pool.connection(key) as r:``, as :meth:`AsyncPool.connection`."""
+        return _AsyncKeyedCheckout(self, timeout, key)
 
     async def __aenter__(self) -> AsyncKeyedPool[K, R]:
         return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    def _wake_granted(self) -> None:
-        if self._core.woken:
-            for waiter in self._core.take_woken():
-                _wake(waiter)
-
-    def _core_acquire(self, key: K | None, now: float) -> Entry[R] | Waiter[R] | None:
-        return self._core.acquire(key, now)  # type: ignore[arg-type]
-
-    def _core_created(self, key: K | None, resource: R, now: float, generation: int) -> None:
-        expires_at = self._options.expires_at(now)
-        self._core.created(key, resource, now, expires_at, generation)  # type: ignore[arg-type]
-
-    def _core_create_failed(self, key: K | None, now: float) -> None:
-        self._core.create_failed(key, now)  # type: ignore[arg-type]
-        self._wake_granted()
-
-    def _core_release(self, resource: R, now: float) -> None:
-        core = self._core
-        core.release(resource, now)
-        if core.woken:
-            for waiter in core.take_woken():
-                _wake(waiter)
-
-    def _core_discard(self, resource: R, now: float) -> None:
-        self._core.discard(resource, now)
-        self._wake_granted()
-
-    def _core_cancel(self, waiter: Waiter[R], timed_out: bool) -> None:
-        self._core.cancel(waiter, timed_out=timed_out)
-
-    def _core_abandon(self, waiter: Waiter[R]) -> None:
-        self._core.abandon(waiter, self._clock())
-        self._wake_granted()
-
-    def _core_take_garbage(self) -> list[Entry[R]]:
-        return self._core.take_garbage() if self._core.garbage else []
-
-    def _core_has_garbage(self) -> bool:
-        return bool(self._core.garbage)
-
-    async def _new_resource(self, key: K | None) -> R:
-        resource: R = await _call(self._create, key)
-        return resource

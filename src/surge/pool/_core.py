@@ -149,6 +149,11 @@ class PoolCore(Generic[R]):
     ``garbage``; the front-end closes those outside its lock.
     """
 
+    #: The keyed core lists the waiters an operation granted here; this one
+    #: returns the one it grants instead, so its list stays empty (the
+    #: front-ends' shared steps look at both).
+    woken: tuple[()] = ()
+
     def __init__(
         self,
         max_size: int,
@@ -437,6 +442,10 @@ class PoolCore(Generic[R]):
         self.garbage = []
         return garbage
 
+    def lifetimes_on(self) -> None:
+        """Resources may carry a lifetime from now on: checkout reads the clock."""
+        self.fast = False
+
     def generation_of(self, resource: R) -> int | None:
         """The generation a checked-out resource was made in; None if it is not
         checked out from this pool."""
@@ -566,6 +575,37 @@ class PoolCore(Generic[R]):
         entry.state = GONE
         self.open -= 1
         self.garbage += (entry,)
+
+
+class AsKeyed(Generic[R]):
+    """A plain core answering the keyed core's calls, the key ignored: the
+    front-ends' shared steps (everything but the hot paths, which call a core
+    directly) are written once, against the keyed core's signatures."""
+
+    __slots__ = ("core",)
+
+    def __init__(self, core: PoolCore[R]) -> None:
+        self.core = core
+
+    def acquire(self, key: Any, now: float) -> Entry[R] | Waiter[R] | None:
+        return self.core.acquire(now)
+
+    def take(self, key: Any, now: float) -> Entry[R] | None:
+        return self.core.take(now)
+
+    def created(
+        self, key: Any, resource: R, now: float, expires_at: float, generation: int
+    ) -> Entry[R]:
+        return self.core.created(resource, now, expires_at, generation)
+
+    def create_failed(self, key: Any, now: float) -> Waiter[R] | None:
+        return self.core.create_failed(now)
+
+    def clear(self, now: float) -> None:
+        self.core.clear()
+
+    def invalidate(self, now: float, generation: int | None) -> bool:
+        return self.core.invalidate(generation)
 
 
 def end_lifetimes(checked_out: dict[int, Entry[Any]]) -> None:

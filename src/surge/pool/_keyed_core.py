@@ -476,6 +476,9 @@ class KeyedCore(Generic[K, R]):
         self.garbage.clear()
         return garbage
 
+    def lifetimes_on(self) -> None:
+        """As PoolCore's: here every checkout reads the clock already."""
+
     def take_woken(self) -> list[Waiter[R]]:
         woken = self.woken
         self.woken = []

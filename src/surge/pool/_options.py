@@ -1,17 +1,63 @@
-"""What the thread and asyncio front-ends share: options, lifetimes, messages."""
+"""What the thread and asyncio front-ends share: options, lifetimes, messages.
+
+Every public constructor takes the same options (``PoolOptions``) with the same
+defaults (``DEFAULTS``), checked here once, so the four front-ends cannot
+drift apart in what they accept (tests/pool/test_front_ends.py drives all four
+through one table of accepted and refused options).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypedDict, TypeVar
 
 from surge.errors import PoolTimeout
-from surge.pool._core import INF
+from surge.pool import _fork
+from surge.pool._core import INF, AsKeyed, PoolCore
+from surge.pool._keyed_core import KeyedCore
 
 log = logging.getLogger("surge.pool")
+
+R = TypeVar("R")
+
+
+class PoolOptions(TypedDict, Generic[R], total=False):
+    """The keyword options every front-end takes besides its sizes (see
+    :class:`surge.pool.Pool` for what each does; an async pool's callbacks may
+    be coroutine functions)."""
+
+    timeout: float
+    max_idle: float | None
+    max_lifetime: float | None
+    lifetime_jitter: float
+    check: Callable[[R, float], object] | None
+    check_idle_after: float
+    reset: Callable[[R], object] | None
+    close: Callable[[R], object] | None
+    sever: Callable[[R], object] | None
+    lifo: bool
+    clock: Callable[[], float]
+
+
+#: Each option's default: what a constructor called without it gets.
+DEFAULTS: dict[str, Any] = {
+    "timeout": 30.0,
+    "max_idle": None,
+    "max_lifetime": None,
+    "lifetime_jitter": 0.1,
+    "check": None,
+    "check_idle_after": 0.0,
+    "reset": None,
+    "close": None,
+    "sever": None,
+    "lifo": True,
+    "clock": time.monotonic,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,59 +96,89 @@ class Options:
         return now - idle_since >= self.check_idle_after
 
 
-#: FrontEnd's keyword arguments, which every public constructor takes.
-FRONT_END_OPTIONS = (
-    "timeout",
-    "max_idle",
-    "max_lifetime",
-    "lifetime_jitter",
-    "check",
-    "check_idle_after",
-    "reset",
-    "close",
-    "sever",
-    "clock",
-)
-
-
-def front_end_options(arguments: dict[str, Any]) -> dict[str, Any]:
-    """FrontEnd's arguments out of a public constructor's (its ``locals()``)."""
-    return {name: arguments[name] for name in FRONT_END_OPTIONS}
+def _with_defaults(owner: str, given: dict[str, Any]) -> dict[str, Any]:
+    """``given`` completed with the defaults; a name no front-end knows is refused
+    as Python refuses an unknown keyword argument."""
+    unknown = given.keys() - DEFAULTS.keys()
+    if unknown:
+        name = min(unknown)
+        raise TypeError(f"{owner}() got an unexpected keyword argument {name!r}")
+    return {**DEFAULTS, **given}
 
 
 class FrontEnd:
     """What every front-end (thread or asyncio, plain or keyed) keeps of its
-    options and callbacks, set once here; ``generation`` and ``generation_of``,
-    read from its core."""
+    options and callbacks, set once here; the cores built from them; and
+    ``generation``, ``generation_of`` and the repr, read from its core.
 
-    _core: Any
+    ``create`` is taken as ``create(key)`` (a plain pool's is wrapped, see
+    :func:`keyless`); ``_ops`` is the core with the keyed core's signatures
+    (:class:`surge.pool._core.AsKeyed` for a plain one), which every step but
+    the hot paths calls, so that each step is written once for both kinds."""
 
-    def __init__(
-        self,
-        *,
-        timeout: float,
-        max_idle: float | None,
-        max_lifetime: float | None,
-        lifetime_jitter: float,
-        check: Callable[[Any, float], object] | None,
-        check_idle_after: float,
-        reset: Callable[[Any], object] | None,
-        close: Callable[[Any], object] | None,
-        sever: Callable[[Any], object] | None,
-        clock: Callable[[], float],
-    ) -> None:
-        self._options = Options(timeout, max_idle, max_lifetime, lifetime_jitter, check_idle_after)
-        self._check = check
+    _core: Any  # PoolCore or KeyedCore
+    _ops: Any  # KeyedCore, or AsKeyed(PoolCore)
+
+    def __init__(self, create: Callable[[Any], Any], given: dict[str, Any]) -> None:
+        options = _with_defaults(type(self).__name__, given)
+        self._options = Options(
+            options["timeout"],
+            options["max_idle"],
+            options["max_lifetime"],
+            options["lifetime_jitter"],
+            options["check_idle_after"],
+        )
+        self._make = create
+        self._lifo: bool = options["lifo"]
+        check = self._check = options["check"]
         #: Seconds idle below which a reused resource skips ``check`` (inf: no check).
-        self._unchecked_below = check_idle_after if check is not None else float("inf")
-        self._reset = reset
-        self._close = close
-        self._sever = sever
-        self._clock = clock
+        self._unchecked_below = options["check_idle_after"] if check is not None else INF
+        self._reset = options["reset"]
+        self._close = options["close"]
+        self._sever = options["sever"]
+        self._clock: Callable[[], float] = options["clock"]
+        # Checkout reads the clock only when some option depends on time (or to
+        # time a wait): a clock read is a tenth of a checkout's cost.
+        self._timed = (
+            self._options.max_idle is not None
+            or self._options.max_lifetime is not None
+            or check is not None
+        )
         #: In a forked child: the parent's checked-out resources, by id (kept
         #: alive so that no new resource takes an id), which release and discard
         #: drop without a word.
         self._inherited: dict[int, Any] = {}
+        _fork.track(self)
+
+    def _plain_core(
+        self, max_size: int, max_overflow: int, make_wake: Callable[[], Any]
+    ) -> PoolCore[Any]:
+        """A plain pool's core (``_core``, and ``_ops`` over it); ``make_wake``
+        makes a waiter's wake (a lock, a future: the thread or asyncio side's)."""
+        core: PoolCore[Any] = PoolCore(
+            max_size,
+            max_overflow,
+            lifo=self._lifo,
+            max_idle=self._options.max_idle,
+            lifetimes=bool(self._options.max_lifetime),
+            make_wake=make_wake,
+        )
+        self._ops = AsKeyed(core)
+        return core
+
+    def _keyed_core(
+        self, max_size: int, max_per_key: int, make_wake: Callable[[], Any]
+    ) -> KeyedCore[Any, Any]:
+        """A keyed pool's core (``_core`` and ``_ops``: it takes keys already)."""
+        core: KeyedCore[Any, Any] = KeyedCore(
+            max_size,
+            max_per_key,
+            lifo=self._lifo,
+            max_idle=self._options.max_idle,
+            make_wake=make_wake,
+        )
+        self._ops = core
+        return core
 
     @property
     def generation(self) -> int:
@@ -113,6 +189,35 @@ class FrontEnd:
         """The generation a checked-out resource was made in (None if it is not
         checked out from this pool): pass it to ``invalidate``."""
         return self._core.generation_of(resource)  # type: ignore[no-any-return]
+
+    def set_max_lifetime(self, seconds: float | None) -> None:
+        """Change ``max_lifetime`` for resources created from now on."""
+        self._options = dataclasses.replace(self._options, max_lifetime=seconds)
+        if seconds is not None:  # checkout reads the clock from here on
+            self._timed = True
+            self._core.lifetimes_on()
+
+    def _timed_out(self, timeout: float, key: Any) -> PoolTimeout:
+        """The PoolTimeout of a waiter that waited ``timeout`` seconds for ``key``."""
+        return timeout_error(timeout, self._core.stats(), key)
+
+    def _forked(self) -> None:
+        """In a forked child: forget the parent's resources, each handed to
+        ``sever`` (see surge.pool._fork); its waiters are not this process's."""
+        self._inherited = _fork.forget(self._core, self._sever)
+
+    def _drop_inherited(self, resource: Any) -> bool:
+        """Whether ``resource`` is the parent's (in a forked child): then it is
+        forgotten here, and its slot was never this process's to give back."""
+        return self._inherited.pop(id(resource), None) is not None
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._core.describe()}>"
+
+
+def keyless(create: Callable[[], Any]) -> Callable[[Any], Any]:
+    """A plain pool's ``create()`` as ``create(key)``, the form the shared steps call."""
+    return lambda key: create()
 
 
 def timeout_error(timeout: float, stats: dict[str, Any], key: Any = None) -> PoolTimeout:
@@ -129,6 +234,12 @@ def timeout_error(timeout: float, stats: dict[str, Any], key: Any = None) -> Poo
     )
 
 
-def check_passed(result: object) -> bool:
-    """A check passes unless it returns False (or raises, handled by the caller)."""
-    return result is not False
+def callback_raised(what: str, resource: object) -> None:
+    """A ``check`` or ``reset`` raised an Exception: the resource fails (it is
+    discarded), and the error is logged, not raised."""
+    log.info("%s of %r raised; discarding it", what, resource, exc_info=True)
+
+
+def close_failed(resource: object) -> None:
+    """A ``close`` raised an Exception: logged, never raised (the pool is done with it)."""
+    log.warning("closing %r failed", resource, exc_info=True)

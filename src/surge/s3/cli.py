@@ -92,25 +92,23 @@ def _timeouts_and_debug(command: Callable[..., None]) -> Callable[..., None]:
         is_flag=True,
         help="Say on stderr what is done and why (regions followed, checksums not checked).",
     )(command)
-    command = click.option(
-        "--read-timeout",
-        "--cli-read-timeout",
-        "read_timeout",
-        type=click.FloatRange(min=0),
-        metavar="SECONDS",
-        help="Longest the server may stay silent once a request is sent; a request"
-        " that times out is retried. 0: no limit.  [default: the profile's"
-        " cli_read_timeout, else 60]",
-    )(command)
-    return click.option(
-        "--connect-timeout",
-        "--cli-connect-timeout",
-        "connect_timeout",
-        type=click.FloatRange(min=0),
-        metavar="SECONDS",
-        help="Longest a connection may take to open. 0: no limit.  [default: the"
-        " profile's cli_connect_timeout, else 60]",
-    )(command)
+    for name, what in (
+        (
+            "read",
+            "Longest the server may stay silent once a request is sent; a request"
+            " that times out is retried. 0: no limit.",
+        ),
+        ("connect", "Longest a connection may take to open. 0: no limit."),
+    ):
+        command = click.option(
+            f"--{name}-timeout",
+            f"--cli-{name}-timeout",
+            f"{name}_timeout",
+            type=click.FloatRange(min=0),
+            metavar="SECONDS",
+            help=f"{what}  [default: the profile's cli_{name}_timeout, else 60]",
+        )(command)
+    return command
 
 
 def _with(options: list[Any], command: Callable[..., None]) -> Callable[..., None]:

@@ -148,3 +148,23 @@ def test_no_cookie_goes_from_one_input_to_another(httpbin: str) -> None:  # noqa
     by_line = {r["line"]: r for r in records}
     assert by_line[1]["status"] == 302
     assert json.loads(by_line[2]["body"]) == {"cookies": {}}
+
+
+def test_fetch_and_fetch_all_take_the_same_keywords() -> None:
+    """The two entry points side by side, not each against FetchOptions: the
+    same keyword names, in the same order, of the same kind, with the same
+    defaults and annotations - ``fetch_all`` lacking only ``client`` (an
+    AsyncClient belongs to its caller's loop, and fetch_all runs on a loop of
+    its own).  A parameter added to, dropped from or changed on one of them
+    alone fails here, whichever way fetch_all's signature is made."""
+    async_side = inspect.signature(surge.fetch).parameters
+    sync_side = inspect.signature(surge.fetch_all).parameters
+    assert list(sync_side) == [name for name in async_side if name != "client"]
+    for name, parameter in sync_side.items():
+        twin = async_side[name]
+        assert parameter.kind is twin.kind, name
+        assert parameter.default == twin.default, name
+        assert parameter.annotation == twin.annotation, name
+    # and both go through the one place that turns keywords into FetchOptions
+    given = {f.name: _default(f) for f in dataclasses.fields(FetchOptions)}
+    assert engine._chosen("fetch", None, given) == engine._chosen("fetch_all", None, given)

@@ -61,7 +61,7 @@ from surge.s3.api import (  # noqa: E402
 )
 from surge.s3.interrupts import STOP_SIGNALS, Interrupted, run_cleanly, stopping  # noqa: E402
 from surge.s3.listing import CommonPrefix  # noqa: E402
-from surge.s3.parse import S3Version, Upload  # noqa: E402
+from surge.s3.parse import S3Object, S3Version, Upload  # noqa: E402
 from surge.sinks import names_stdout, stdout_sink  # noqa: E402
 from surge.terminal import ProgressLine, die, error_line, tell  # noqa: E402
 
@@ -92,25 +92,69 @@ def _timeouts_and_debug(command: Callable[..., None]) -> Callable[..., None]:
         is_flag=True,
         help="Say on stderr what is done and why (regions followed, checksums not checked).",
     )(command)
-    command = click.option(
-        "--read-timeout",
-        "--cli-read-timeout",
-        "read_timeout",
-        type=click.FloatRange(min=0),
-        metavar="SECONDS",
-        help="Longest the server may stay silent once a request is sent; a request"
-        " that times out is retried. 0: no limit.  [default: the profile's"
-        " cli_read_timeout, else 60]",
-    )(command)
-    return click.option(
-        "--connect-timeout",
-        "--cli-connect-timeout",
-        "connect_timeout",
-        type=click.FloatRange(min=0),
-        metavar="SECONDS",
-        help="Longest a connection may take to open. 0: no limit.  [default: the"
-        " profile's cli_connect_timeout, else 60]",
-    )(command)
+    for name, what in (
+        (
+            "read",
+            "Longest the server may stay silent once a request is sent; a request"
+            " that times out is retried. 0: no limit.",
+        ),
+        ("connect", "Longest a connection may take to open. 0: no limit."),
+    ):
+        command = click.option(
+            f"--{name}-timeout",
+            f"--cli-{name}-timeout",
+            f"{name}_timeout",
+            type=click.FloatRange(min=0),
+            metavar="SECONDS",
+            help=f"{what}  [default: the profile's cli_{name}_timeout, else 60]",
+        )(command)
+    return command
+
+
+def _with(options: list[Any], command: Callable[..., None]) -> Callable[..., None]:
+    """``command`` with each of ``options`` (click decorators), in their order."""
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+#: Where the requests go, and how: the options of every command (ls, cp, sync,
+#: rm, mv, presign, mb, rb), taken by :func:`_where`; the AWS CLI's names.
+_WHERE_OPTIONS: list[Any] = [
+    click.option("--endpoint-url", metavar="URL", help="An S3-compatible server (path-style)."),
+    click.option("--region", help="Default: from the environment or the profile, else us-east-1."),
+    click.option("--profile", help="A profile of the AWS config files."),
+    click.option("--no-sign-request", is_flag=True, help="Anonymous requests (public buckets)."),
+    click.option(
+        "-x",
+        "--proxy",
+        metavar="[SCHEME://][USER:PASSWORD@]HOST[:PORT]",
+        help="Go through this proxy (as surge fetch). Default: $https_proxy, $all_proxy.",
+    ),
+    _proxy_tls,
+]
+#: The flags of _WHERE_OPTIONS and of _timeouts_and_debug's timeouts, as the
+#: command functions get them.
+_WHERE_FLAGS = (
+    "endpoint_url",
+    "region",
+    "profile",
+    "no_sign_request",
+    "proxy",
+    "proxy_cacert",
+    "proxy_insecure",
+    "connect_timeout",
+    "read_timeout",
+)
+
+
+def _where(flags: dict[str, Any]) -> dict[str, Any]:
+    """The :data:`_WHERE_FLAGS` taken out of a command's ``flags``, as
+    :class:`~surge.s3.api.EndpointOptions` keywords (``--proxy-cacert`` is
+    ``proxy_cafile``)."""
+    where = {name: flags.pop(name) for name in _WHERE_FLAGS}
+    where["proxy_cafile"] = where.pop("proxy_cacert")
+    return where
 
 
 class Out:
@@ -178,17 +222,7 @@ def s3_group() -> None:
 @click.argument("url", metavar="[s3://BUCKET[/PREFIX]]", required=False)
 @click.option("--recursive", "-r", is_flag=True, help="Every object under the prefix.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
-@click.option("--endpoint-url", metavar="URL", help="An S3-compatible server (path-style).")
-@click.option("--region", help="Default: from the environment or the profile, else us-east-1.")
-@click.option("--profile", help="A profile of the AWS config files.")
-@click.option("--no-sign-request", is_flag=True, help="Anonymous requests (public buckets).")
-@click.option(
-    "-x",
-    "--proxy",
-    metavar="[SCHEME://][USER:PASSWORD@]HOST[:PORT]",
-    help="Go through this proxy (as surge fetch). Default: $https_proxy, $all_proxy.",
-)
-@_proxy_tls
+@lambda command: _with(_WHERE_OPTIONS, command)
 @click.option(
     "--parallel",
     default=16,
@@ -221,13 +255,6 @@ def ls_command(
     url: str | None,
     recursive: bool,
     as_json: bool,
-    endpoint_url: str | None,
-    region: str | None,
-    profile: str | None,
-    no_sign_request: bool,
-    proxy: str | None,
-    proxy_cacert: str | None,
-    proxy_insecure: bool,
     parallel: int,
     page_size: int,
     human_readable: bool,
@@ -235,9 +262,8 @@ def ls_command(
     incomplete: bool,
     summarize: bool,
     no_progress: bool,
-    connect_timeout: float | None,
-    read_timeout: float | None,
     debug: bool,
+    **where: Any,
 ) -> None:
     """List objects under s3://BUCKET[/PREFIX]; with no URL, list the buckets.
 
@@ -250,15 +276,7 @@ def ls_command(
             recursive=recursive,
             parallel=parallel,
             page_size=page_size,
-            endpoint_url=endpoint_url,
-            region=region,
-            profile=profile,
-            no_sign_request=no_sign_request,
-            proxy=proxy,
-            proxy_cafile=proxy_cacert,
-            proxy_insecure=proxy_insecure,
-            connect_timeout=connect_timeout,
-            read_timeout=read_timeout,
+            **_where(where),
             notice=lambda message: tell(f"surge s3 ls: {message}"),
         )
     except UsageError as e:
@@ -465,6 +483,9 @@ async def _run(url: str, options: ListOptions, writer: Writer, progress: Progres
 
 
 class Writer:
+    """A listing's lines, a page at a time, and its counts (--summarize, the
+    exit status): one loop, the line's format the subclass's."""
+
     def __init__(self, out: Out) -> None:
         self.out = out
         self.objects = 0
@@ -473,7 +494,26 @@ class Writer:
         self.human = False
 
     def write(self, page: list[Entry]) -> None:
+        prefix_line, object_line = self._prefix_line, self._object_line
+        lines = []
+        for entry in page:
+            if isinstance(entry, CommonPrefix):
+                self.prefixes += 1
+                lines.append(prefix_line(entry))
+            else:
+                self.objects += 1
+                self.bytes += entry.size
+                lines.append(object_line(entry))
+        self._put(lines)
+
+    def _prefix_line(self, entry: CommonPrefix) -> str:
         raise NotImplementedError
+
+    def _object_line(self, entry: S3Object) -> str:
+        raise NotImplementedError
+
+    def _put(self, lines: list[str]) -> None:
+        self.out.write("".join(lines))
 
     def summary(self) -> None:
         # as aws s3 ls --summarize prints it, on stdout
@@ -502,18 +542,14 @@ class TextWriter(Writer):
             text = self._stamps[second] = _local_stamp(second)
         return text
 
-    def write(self, page: list[Entry]) -> None:
-        strip, stamp = self.strip, self._stamp
-        lines = []
-        for entry in page:
-            if isinstance(entry, CommonPrefix):
-                self.prefixes += 1
-                lines.append(f"{'PRE':>30} {entry.prefix[strip:]}\n")
-                continue
-            self.objects += 1
-            self.bytes += entry.size
-            size = human_size(entry.size) if self.human else entry.size
-            lines.append(f"{stamp(entry.last_modified)} {size:>10} {entry.key[strip:]}\n")
+    def _prefix_line(self, entry: CommonPrefix) -> str:
+        return f"{'PRE':>30} {entry.prefix[self.strip :]}\n"
+
+    def _object_line(self, entry: S3Object) -> str:
+        size = human_size(entry.size) if self.human else entry.size
+        return f"{self._stamp(entry.last_modified)} {size:>10} {entry.key[self.strip :]}\n"
+
+    def _put(self, lines: list[str]) -> None:
         text = "".join(lines)
         if _CONTROL.search(text, 0, len(text) - 1) is not None:  # rare: one scan a page
             text = "".join(escape_key(line[:-1]) + "\n" for line in lines)
@@ -528,26 +564,19 @@ class JsonWriter(Writer):
         super().__init__(out)
         self._stamps: dict[datetime, str] = {}
 
-    def write(self, page: list[Entry]) -> None:
-        stamps = self._stamps
-        lines = []
-        for entry in page:
-            if isinstance(entry, CommonPrefix):
-                self.prefixes += 1
-                lines.append(f'{{"prefix": {encode_basestring(entry.prefix)}}}\n')
-                continue
-            self.objects += 1
-            self.bytes += entry.size
-            when = entry.last_modified
-            stamp = stamps.get(when)
-            if stamp is None:
-                stamp = stamps[when] = _utc_stamp(when)
-            lines.append(
-                f'{{"key": {encode_basestring(entry.key)}, "size": {entry.size}, '
-                f'"last_modified": "{stamp}", "etag": {encode_basestring(entry.etag)}, '
-                f'"storage_class": {encode_basestring(entry.storage_class)}}}\n'
-            )
-        self.out.write("".join(lines))
+    def _prefix_line(self, entry: CommonPrefix) -> str:
+        return f'{{"prefix": {encode_basestring(entry.prefix)}}}\n'
+
+    def _object_line(self, entry: S3Object) -> str:
+        when = entry.last_modified
+        stamp = self._stamps.get(when)
+        if stamp is None:
+            stamp = self._stamps[when] = _utc_stamp(when)
+        return (
+            f'{{"key": {encode_basestring(entry.key)}, "size": {entry.size}, '
+            f'"last_modified": "{stamp}", "etag": {encode_basestring(entry.etag)}, '
+            f'"storage_class": {encode_basestring(entry.storage_class)}}}\n'
+        )
 
     def summary(self) -> None:
         # stdout carries JSON lines only: the summary goes to stderr
@@ -653,17 +682,7 @@ _ENDPOINT_OPTIONS: list[Any] = [
         help="Retries of a request that failed transiently (SlowDown, 5xx, a reset "
         "or timeout), with jittered back-off.",
     ),
-    click.option("--endpoint-url", metavar="URL", help="An S3-compatible server (path-style)."),
-    click.option("--region", help="Default: from the environment or the profile, else us-east-1."),
-    click.option("--profile", help="A profile of the AWS config files."),
-    click.option("--no-sign-request", is_flag=True, help="Anonymous requests (public buckets)."),
-    click.option(
-        "-x",
-        "--proxy",
-        metavar="[SCHEME://][USER:PASSWORD@]HOST[:PORT]",
-        help="Go through this proxy (as surge fetch). Default: $https_proxy, $all_proxy.",
-    ),
-    _proxy_tls,
+    *_WHERE_OPTIONS,
     _timeouts_and_debug,
     click.option(
         "--delete-batch",
@@ -902,13 +921,6 @@ def sync_command(ctx: click.Context, **flags: Any) -> None:
     _transfer(ctx, "surge s3 sync", sync=True, recursive=True, **flags)
 
 
-def _with(options: list[Any], command: Callable[..., None]) -> Callable[..., None]:
-    """``command`` with each of ``options`` (click decorators), in their order."""
-    for option in reversed(options):
-        command = option(command)
-    return command
-
-
 @s3_group.command("rm", cls=_OrderedFilters)
 @click.argument("urls", nargs=-1, required=True, metavar="s3://BUCKET/KEY...")
 @click.option("--recursive", "-r", is_flag=True, help="Every object under each prefix.")
@@ -982,8 +994,8 @@ def rm_command(
             concurrency=concurrency,
             all_versions=all_versions,
             incomplete=incomplete,
-            proxy_cafile=endpoint.pop("proxy_cacert"),
             on_result=on_result,
+            **_where(endpoint),
             **endpoint,
         )
         work = remove_async(list(urls), options=options)
@@ -1052,15 +1064,6 @@ def mv_command(ctx: click.Context, **flags: Any) -> None:
     _transfer(ctx, "surge s3 mv", sync=False, delete=False, move=True, **flags)
 
 
-def _endpoint(endpoint: dict[str, Any]) -> dict[str, Any]:
-    """The endpoint options' flags as :class:`EndpointOptions` keywords."""
-    out = dict(endpoint)
-    out["proxy_cafile"] = out.pop("proxy_cacert")
-    for name in ("retries", "delete_batch", "debug"):
-        out.pop(name, None)
-    return out
-
-
 @s3_group.command("presign")
 @click.argument("url", metavar="s3://BUCKET/KEY")
 @click.option(
@@ -1080,7 +1083,7 @@ def presign_command(url: str, expires_in: int, **endpoint: Any) -> None:
     command = "surge s3 presign"
     out = _stdout(command)
     try:
-        signed = presign(url, expires_in=expires_in, options=EndpointOptions(**_endpoint(endpoint)))
+        signed = presign(url, expires_in=expires_in, options=EndpointOptions(**_where(endpoint)))
         out.line(signed)
     except (UsageError, SinkError) as e:
         die(command, str(e))
@@ -1097,7 +1100,7 @@ def mb_command(url: str, **endpoint: Any) -> None:
     command = "surge s3 mb"
     out = _stdout(command)
     try:
-        options = TransferOptions(retries=endpoint["retries"], **_endpoint(endpoint))
+        options = TransferOptions(retries=endpoint["retries"], **_where(endpoint))
     except UsageError as e:
         die(command, str(e))
     _debug(endpoint["debug"])
@@ -1139,7 +1142,7 @@ def rb_command(url: str, force: bool, **endpoint: Any) -> None:
             retries=endpoint["retries"],
             delete_batch=endpoint["delete_batch"],
             on_result=on_result,
-            **_endpoint(endpoint),
+            **_where(endpoint),
         )
     except UsageError as e:
         die(command, str(e))
@@ -1184,15 +1187,6 @@ def _transfer(
     part_size: str,
     multipart_threshold: str | None,
     retries: int,
-    endpoint_url: str | None,
-    region: str | None,
-    profile: str | None,
-    no_sign_request: bool,
-    proxy: str | None,
-    proxy_cacert: str | None,
-    proxy_insecure: bool,
-    connect_timeout: float | None,
-    read_timeout: float | None,
     debug: bool,
     delete_batch: int,
     metadata_directive: str | None,
@@ -1201,10 +1195,10 @@ def _transfer(
     only_show_errors: bool,
     json_summary: bool,
     no_progress: bool,
-    **put: Any,
+    **flags: Any,
 ) -> None:
     """cp and sync: the options built, the run, its lines and summary, the exit;
-    ``put``: the :data:`_PUT_OPTIONS` flags."""
+    ``flags``: the :data:`_WHERE_FLAGS` and the :data:`_PUT_OPTIONS` flags."""
     from surge.s3.transfer import (
         DownloadOptions,
         Result,
@@ -1305,21 +1299,13 @@ def _transfer(
             ),
             "retries": retries,
             "delete_batch": delete_batch,
-            "endpoint_url": endpoint_url,
-            "region": region,
-            "profile": profile,
-            "no_sign_request": no_sign_request,
-            "proxy": proxy,
-            "proxy_cafile": proxy_cacert,
-            "proxy_insecure": proxy_insecure,
-            "connect_timeout": connect_timeout,
-            "read_timeout": read_timeout,
+            **_where(flags),
             "on_result": on_result,
             "on_progress": on_progress,
         }
         options: TransferOptions
         run: Callable[..., Coroutine[Any, Any, Any]] = download_async
-        stored = _put_keywords(put, copying)
+        stored = _put_keywords(flags, copying)
         if copying:
             from surge.s3.copies import CopyOptions, copy_async
 

@@ -64,7 +64,6 @@ from typing import Any
 from surge.errors import S3Error, UsageError
 from surge.http.client import AsyncClient
 from surge.http.response import Response
-from surge.s3.api import ListOptions, list_pages
 from surge.s3.checksums import Expected, off_loop
 from surge.s3.config import Target, resolve_endpoint, resolve_region, split_s3_url
 from surge.s3.objects import Objects, check_range, copy_source, object_metadata
@@ -358,6 +357,11 @@ class _Copies(_Upload):
     def source_url(self, key: str) -> str:
         return f"s3://{self.copy_plan.bucket}/{key}"
 
+    def counts(self) -> tuple[int, int]:
+        """The source's requests too (its HEADs; a relay's GETs), besides the destination's."""
+        requests, retries = super().counts()
+        return requests + self.source.requests, retries + self.source.retries
+
     async def _items(self) -> AsyncIterator[_File | Failure]:
         plan = self.copy_plan
         if not self.opts.recursive:
@@ -378,21 +382,12 @@ class _Copies(_Upload):
             size = int(head.get("content-length") or 0)
             yield _Copy(self.source_url(key), plan.destination.key, key, size, head.get("etag"))
             return
-        options = ListOptions(
-            recursive=True,
-            parallel=self.opts.list_parallel,
-            retries=self.opts.retries,
-            **self._source_endpoint(),
-        )
-        async with aclosing(
-            list_pages(self.source_url(plan.prefix), options=options, client=self.client)
-        ) as pages:
-            async for page in pages:
-                for entry in page:
-                    if isinstance(entry, S3Object):
-                        item = self._offer(entry)
-                        if item is not None:
-                            yield item
+        listing = self._listed(self.source_url(plan.prefix), self._source_endpoint())
+        async with aclosing(listing) as listed:
+            async for entry in listed:
+                item = self._offer(entry)
+                if item is not None:
+                    yield item
 
     def _source_endpoint(self) -> dict[str, Any]:
         """The source's endpoint options, its credentials resolved once already."""
@@ -454,7 +449,7 @@ class _Copies(_Upload):
             self._succeeded(item, item.size, etag)
         except S3Error as e:
             if not self.stop.ends_run(e):
-                self._failed(item.path, self.url(item.key), e.code, e.message)
+                self._fail(item.path, self.url(item.key), e.code, e.message)
         finally:
             self.open_files.release()
             self._progress()
@@ -586,17 +581,12 @@ async def copy_async(
     opts = options or CopyOptions(**kwargs)
     the_plan = plan_copy(source, destination, opts)
     target = opts.target(the_plan.destination.bucket)
-    made: list[_Copies] = []
-
-    def start(client: AsyncClient, summary: Summary) -> _Copies:
-        made.append(_Copies(the_plan, opts, target, client, summary))
-        return made[0]
-
-    summary = await run_transfer(opts, client, opts.concurrency + opts.list_parallel, start)
-    # the source's requests too (its HEADs; a relay's GETs), besides the destination's
-    summary.requests += made[0].source.requests
-    summary.retries += made[0].source.retries
-    return summary
+    return await run_transfer(
+        opts,
+        client,
+        opts.concurrency + opts.list_parallel,
+        lambda client, summary: _Copies(the_plan, opts, target, client, summary),
+    )
 
 
 def copy(

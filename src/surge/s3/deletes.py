@@ -42,10 +42,10 @@ from typing import Any, Generic, NamedTuple, TypeVar
 from surge.errors import S3Error, UsageError
 from surge.http.client import AsyncClient
 from surge.loops import iterate_in_thread
-from surge.s3.api import ListOptions, list_pages, list_uploads, list_versions
+from surge.s3.api import ListOptions, list_uploads, list_versions
 from surge.s3.config import split_s3_url
 from surge.s3.objects import Objects, xml_carries
-from surge.s3.parse import S3Object, Upload
+from surge.s3.parse import Upload
 from surge.s3.paths import Filters, prefix_dir
 from surge.s3.transfer import (
     ABORT_WITHIN,
@@ -54,6 +54,7 @@ from surge.s3.transfer import (
     RunStop,
     Summary,
     TransferOptions,
+    TransferRun,
     despite_cancel,
     run_sync,
     run_transfer,
@@ -253,7 +254,9 @@ def _sources(urls: Sequence[str], recursive: bool, rules: Any) -> list[_Source]:
     return sources
 
 
-class _Remove:
+class _Remove(TransferRun):
+    objects: _Counted
+
     def __init__(
         self,
         sources: list[_Source],
@@ -261,11 +264,9 @@ class _Remove:
         client: AsyncClient,
         summary: Summary,
     ) -> None:
+        super().__init__(opts, client, summary)
         self.sources = sources
-        self.opts = opts
-        self.client = client
-        self.summary = summary
-        self.stop = RunStop()
+        self.opts: RemoveOptions = opts
         self.objects = _Counted()
         self.deletes: dict[str, Deletes[Any]] = {}
         self.stack = contextlib.AsyncExitStack()  # the run's: each bucket's deletes
@@ -288,36 +289,27 @@ class _Remove:
             self.deletes[bucket] = await self.stack.enter_async_context(deletes)
         return deletes
 
-    async def run(self) -> None:
-        with self.stop.watching():
-            try:
-                async with contextlib.AsyncExitStack() as stack:
-                    self.stack = stack
-                    for source in self.sources:
-                        if self.opts.all_versions or self.opts.incomplete:
-                            await self._list_marked(source)
-                        elif self.opts.recursive:
-                            await self._list(source)
-                        else:
-                            await self._offer(source, source.prefix, source.prefix)
-            finally:
-                self.stop.settle()
+    async def _run(self) -> None:
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                self.stack = stack
+                for source in self.sources:
+                    if self.opts.all_versions or self.opts.incomplete:
+                        await self._list_marked(source)
+                    elif self.opts.recursive:
+                        await self._list(source)
+                    else:
+                        await self._offer(source, source.prefix, source.prefix)
+        finally:
+            self.stop.settle()
 
     async def _list(self, source: _Source) -> None:
         # the bucket's target first: its credentials and region, found once
         target = (await self._deletes(source.bucket)).objects.target
-        options = ListOptions(
-            recursive=True,
-            parallel=self.opts.list_parallel,
-            retries=self.opts.retries,
-            **self.opts.endpoint(target),
-        )
-        url = self.url(source.bucket, source.prefix)
-        async with aclosing(list_pages(url, options=options, client=self.client)) as pages:
-            async for page in pages:
-                for entry in page:
-                    if isinstance(entry, S3Object):
-                        await self._offer(source, entry.key, entry.key)
+        listing = self._listed(self.url(source.bucket, source.prefix), self.opts.endpoint(target))
+        async with aclosing(listing) as listed:
+            async for entry in listed:
+                await self._offer(source, entry.key, entry.key)
 
     async def _list_marked(self, source: _Source) -> None:
         """Every version (``all_versions``) or upload in progress
@@ -379,11 +371,7 @@ class _Remove:
             failure = Failure(self.url(bucket, _key(item)), None, *error)
             self.summary.failures.append(failure)
             self._tell(self._result(bucket, item, failure))
-        if self.opts.on_progress is not None:
-            self.opts.on_progress(self.summary)
-
-    def _tell(self, result: Result) -> None:
-        self.stop.tell(self.opts.on_result, result)
+        self._progress()
 
 
 def _in_flight(opts: RemoveOptions) -> int:

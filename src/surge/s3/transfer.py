@@ -476,6 +476,111 @@ class RunStop:
             self.end(e)
 
 
+class Counts(Protocol):
+    """A run's request counts (its :class:`Objects`, or several)."""
+
+    @property
+    def requests(self) -> int: ...
+
+    @property
+    def retries(self) -> int: ...
+
+
+class TransferRun:
+    """What every direction of a transfer shares (download, upload, copy,
+    delete): its options, client and running summary, the :class:`RunStop`
+    that ends it at once, and the one place each object's outcome is counted
+    in the summary and told to ``on_result`` (a sink that fails ends the run)
+    and ``on_progress`` - the role of s3transfer's TransferCoordinator, one
+    owner per side effect.  A direction is a subclass with ``_run`` (what
+    there is to do) and ``objects`` (its requests, counted into the summary
+    by :func:`run_transfer`)."""
+
+    objects: Counts
+
+    def __init__(self, opts: TransferOptions, client: AsyncClient, summary: Summary) -> None:
+        self.opts = opts
+        self.client = client
+        self.summary = summary
+        self.stop = RunStop()
+
+    async def run(self) -> None:
+        with self.stop.watching():
+            await self._run()
+
+    async def _run(self) -> None:
+        raise NotImplementedError
+
+    def counts(self) -> tuple[int, int]:
+        """The run's requests and retries, however it ended."""
+        return self.objects.requests, self.objects.retries
+
+    async def _listed(self, url: str, endpoint: dict[str, Any]) -> AsyncGenerator[S3Object, None]:
+        """The objects under ``url`` on ``endpoint`` (:meth:`EndpointOptions.endpoint`'s
+        keywords), as the listing's pages come, ``list_parallel`` requests at a
+        time."""
+        options = ListOptions(
+            recursive=True,
+            parallel=self.opts.list_parallel,
+            retries=self.opts.retries,
+            **endpoint,
+        )
+        async with aclosing(list_pages(url, options=options, client=self.client)) as pages:
+            async for page in pages:
+                for entry in page:
+                    if isinstance(entry, S3Object):
+                        yield entry
+
+    # -- what happened ----------------------------------------------------------------
+
+    def _copied(self, source: str, destination: str | None, size: int, verified: bool) -> None:
+        summary = self.summary
+        summary.objects += 1
+        summary.bytes += size
+        if verified:
+            summary.verified += 1
+        else:
+            summary.unverified += 1
+        self._tell(Result(source, destination, size))
+
+    def _fail(self, source: str, destination: str | None, code: str, message: str) -> None:
+        if self.stop.error is not None:
+            return  # the run ends with that error, not a line per object
+        failure = Failure(source, destination, code, message)
+        self.summary.failures.append(failure)
+        self._tell(Result(source, destination, 0, failure))
+
+    def _tell(self, result: Result) -> None:
+        self.stop.tell(self.opts.on_result, result)
+
+    def _progress(self) -> None:
+        if self.opts.on_progress is not None:
+            self.opts.on_progress(self.summary)
+
+
+class BucketRun(TransferRun):
+    """A run whose objects are in one bucket (a download's source, an upload's
+    or a copy's destination): ``objects`` makes its requests there."""
+
+    objects: Objects
+
+    def __init__(
+        self,
+        opts: TransferOptions,
+        target: Target,
+        bucket: str,
+        client: AsyncClient,
+        summary: Summary,
+    ) -> None:
+        super().__init__(opts, client, summary)
+        self.target = target
+        self.bucket = bucket
+        self.objects = Objects(target, client, opts.retry_policy())
+
+    def url(self, key: str) -> str:
+        return f"s3://{self.bucket}/{key}"
+
+
 @dataclass
 class _Job:
     key: str
@@ -538,13 +643,19 @@ def is_stream(destination: str) -> bool:
     return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
+def check_local(end: str, path: object) -> None:
+    """A download's destination or an upload's source (``end``) is a local
+    path (or ``-``), or a UsageError says what it is instead."""
+    if not isinstance(path, str) or not path:
+        raise UsageError(f"the {end} is an empty path")
+    if path.startswith("s3://"):
+        raise UsageError(f"{path!r}: copies between buckets are not supported yet")
+
+
 def plan(source: str, destination: str, opts: DownloadOptions) -> _Plan:
     """Where a download reads and writes, or a UsageError naming the problem.
     Nothing is created here (a dry run writes nothing)."""
-    if not isinstance(destination, str) or not destination:
-        raise UsageError("the destination is an empty path")
-    if destination.startswith("s3://"):
-        raise UsageError(f"{destination!r}: copies between buckets are not supported yet")
+    check_local("destination", destination)
     bucket, prefix = split_s3_url(source)
     rules = opts.rules()
     if opts.recursive:
@@ -582,7 +693,7 @@ def _check_writable(directory: str) -> None:
         raise UsageError(f"destination {directory!r}: {path!r} is not writable")
 
 
-class _Download:
+class _Download(BucketRun):
     def __init__(
         self,
         the_plan: _Plan,
@@ -591,12 +702,9 @@ class _Download:
         client: AsyncClient,
         summary: Summary,
     ) -> None:
+        super().__init__(opts, target, the_plan.bucket, client, summary)
         self.plan = the_plan
-        self.opts = opts
-        self.target = target
-        self.client = client
-        self.summary = summary
-        self.objects = Objects(target, client, opts.retry_policy())
+        self.opts: DownloadOptions = opts
         self.objects.reading = opts.customer_headers()
         self.threshold = opts.threshold
         self.jobs: asyncio.PriorityQueue[tuple[int, int, int, _Job | _Part]] = (
@@ -613,7 +721,6 @@ class _Download:
         #: directories a file may be written into (stays_inside said so)
         self.inside: set[str] = set()
         self.writer = _Writer()
-        self.stop = RunStop()
         #: A sync with --delete: objects whose directory is a file here, tried
         #: again once the deletions are done (None: no more waiting)
         self.blocked: list[_Job] | None = [] if opts.delete else None
@@ -626,14 +733,7 @@ class _Download:
         #: placed once the listing is done, after the keys that are
         self.respelled: list[tuple[str, int, float]] = []
 
-    def url(self, key: str) -> str:
-        return f"s3://{self.plan.bucket}/{key}"
-
     # -- what there is to do -----------------------------------------------------
-
-    async def run(self) -> None:
-        with self.stop.watching():
-            await self._run()
 
     async def _run(self) -> None:
         workers = [asyncio.ensure_future(self._worker()) for _ in range(self.opts.concurrency)]
@@ -661,18 +761,10 @@ class _Download:
             self.files.clear()
 
     async def _list(self) -> None:
-        options = ListOptions(
-            recursive=True,
-            parallel=self.opts.list_parallel,
-            retries=self.opts.retries,
-            **self.opts.endpoint(self.target),
-        )
-        url = f"s3://{self.plan.bucket}/{self.plan.prefix}"
-        async with aclosing(list_pages(url, options=options, client=self.client)) as pages:
-            async for page in pages:
-                for entry in page:
-                    if isinstance(entry, S3Object):
-                        await self._offer(entry.key, entry.size, entry.last_modified.timestamp())
+        listing = self._listed(self.url(self.plan.prefix), self.opts.endpoint(self.target))
+        async with aclosing(listing) as listed:
+            async for entry in listed:
+                await self._offer(entry.key, entry.size, entry.last_modified.timestamp())
         # Deterministic whatever the listing's order: a file is the key that
         # spells it exactly, else the first (in key order) that maps to it.
         respelled, self.respelled = sorted(self.respelled), []
@@ -1227,30 +1319,12 @@ class _Download:
     # -- what happened ----------------------------------------------------------------
 
     def _succeeded(self, job: _Job, size: int, expected: Expected | None, verified: bool) -> None:
-        summary = self.summary
-        summary.objects += 1
-        summary.bytes += size
-        if verified:
-            summary.verified += 1
-        else:
-            summary.unverified += 1
         if expected is not None and expected.unchecked:
-            summary.notes.add(expected.unchecked)
-        self._tell(Result(self.url(job.key), job.path, size))
+            self.summary.notes.add(expected.unchecked)
+        self._copied(self.url(job.key), job.path, size, verified)
 
     def _failed(self, key: str, path: str | None, code: str, message: str) -> None:
-        if self.stop.error is not None:
-            return  # the run ends with that error, not a line per object
-        failure = Failure(self.url(key), path, code, message)
-        self.summary.failures.append(failure)
-        self._tell(Result(failure.source, path, 0, failure))
-
-    def _tell(self, result: Result) -> None:
-        self.stop.tell(self.opts.on_result, result)
-
-    def _progress(self) -> None:
-        if self.opts.on_progress is not None:
-            self.opts.on_progress(self.summary)
+        self._fail(self.url(key), path, code, message)
 
 
 class _Writer:
@@ -1770,30 +1844,11 @@ async def download_async(
     )
 
 
-class Counts(Protocol):
-    """A run's request counts (its :class:`Objects`, or several)."""
-
-    @property
-    def requests(self) -> int: ...
-
-    @property
-    def retries(self) -> int: ...
-
-
-class Transfer(Protocol):
-    """A download's or an upload's run: its requests counted by ``objects``."""
-
-    @property
-    def objects(self) -> Counts: ...
-
-    async def run(self) -> None: ...
-
-
 async def run_transfer(
     opts: TransferOptions,
     client: AsyncClient | None,
     connections: int,
-    start: Callable[[AsyncClient, Summary], Transfer],
+    start: Callable[[AsyncClient, Summary], TransferRun],
 ) -> Summary:
     """Run the transfer ``start(client, summary)`` makes, on ``client`` - or
     on one made here for ``connections`` connections and closed at the end -
@@ -1809,8 +1864,7 @@ async def run_transfer(
         await run.run()
     finally:
         summary.seconds = time.perf_counter() - started
-        summary.requests = run.objects.requests
-        summary.retries = run.objects.retries
+        summary.requests, summary.retries = run.counts()
         if own_client:
             await client.close()
     return summary

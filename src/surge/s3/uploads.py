@@ -64,7 +64,6 @@ from surge.errors import S3Error, SinkError, UsageError
 from surge.http.arguments import FileRange
 from surge.http.client import AsyncClient
 from surge.http.response import Headers
-from surge.s3.api import ListOptions, list_pages
 from surge.s3.checksums import (
     ALGORITHMS,
     Expected,
@@ -75,21 +74,20 @@ from surge.s3.checksums import (
     off_loop,
 )
 from surge.s3.config import Target, split_s3_url
-from surge.s3.objects import Objects
-from surge.s3.parse import S3Object
 from surge.s3.paths import Filters, not_regular, walk_files
 from surge.s3.putoptions import PutOptions
 from surge.s3.transfer import (
     ABORT_WITHIN,
     DEFAULT_PART_SIZE,
     MAX_PARTS,
+    BucketRun,
     DownloadOptions,
     Failure,
     MiB,
     Result,
-    RunStop,
     Summary,
     TransferOptions,
+    check_local,
     despite_cancel,
     download_async,
     os_message,
@@ -155,10 +153,7 @@ def plan_upload(source: str, destination: str, opts: UploadOptions) -> UploadPla
     """Where an upload reads and writes, or a UsageError naming the problem.
     Nothing is read yet (a missing single file is a failure of the run, not a
     usage error: the summary names it)."""
-    if not isinstance(source, str) or not source:
-        raise UsageError("the source is an empty path")
-    if source.startswith("s3://"):
-        raise UsageError(f"{source!r}: copies between buckets are not supported yet")
+    check_local("source", source)
     bucket, prefix = split_s3_url(destination)
     rules = opts.rules()
     if names_stdin(source):
@@ -190,7 +185,7 @@ class _File:
     key: str
 
 
-class _Upload:
+class _Upload(BucketRun):
     def __init__(
         self,
         the_plan: UploadPlan,
@@ -199,10 +194,9 @@ class _Upload:
         client: AsyncClient,
         summary: Summary,
     ) -> None:
+        super().__init__(opts, target, the_plan.bucket, client, summary)
         self.plan = the_plan
-        self.opts = opts
-        self.summary = summary
-        self.objects = Objects(target, client, opts.retry_policy())
+        self.opts: UploadOptions = opts
         self.slots = asyncio.Semaphore(opts.concurrency)  # requests in flight
         #: files open at once (the walk waits for one): a bound on descriptors and tasks
         self.open_files = asyncio.Semaphore(opts.concurrency)
@@ -213,18 +207,8 @@ class _Upload:
         self.seen: set[str] | None = set() if opts.delete else None
         #: directories the walk could not read (each a failure; --delete then deletes nothing)
         self.walk_errors: list[tuple[str, str]] = []
-        self.target = target
-        self.client = client
-        self.stop = RunStop()
-
-    def url(self, key: str) -> str:
-        return f"s3://{self.plan.bucket}/{key}"
 
     # -- what there is to do ---------------------------------------------------------
-
-    async def run(self) -> None:
-        with self.stop.watching():
-            await self._run()
 
     async def _run(self) -> None:
         try:
@@ -234,7 +218,7 @@ class _Upload:
                 if self.opts.room is not None:
                     await self.opts.room()
                 if isinstance(item, Failure):
-                    self._failed(
+                    self._fail(
                         item.source,
                         item.destination or self.url(self.plan.key),
                         item.code,
@@ -250,7 +234,7 @@ class _Upload:
                 await asyncio.gather(*list(self.tasks))
             if self.opts.delete and self.walk_errors:
                 # An unread directory is not an empty one: its objects stay.
-                self._failed(
+                self._fail(
                     self.plan.source,
                     self.url(self.plan.key),
                     "IncompleteSource",
@@ -355,19 +339,11 @@ class _Upload:
 
     async def _remote(self) -> dict[str, tuple[int, float]]:
         """The destination's objects under the prefix (a sync compares them)."""
-        options = ListOptions(
-            recursive=True,
-            parallel=self.opts.list_parallel,
-            retries=self.opts.retries,
-            **self.opts.endpoint(self.target),
-        )
         remote: dict[str, tuple[int, float]] = {}
-        url = f"s3://{self.plan.bucket}/{self.plan.key}"
-        async with aclosing(list_pages(url, options=options, client=self.client)) as pages:
-            async for page in pages:
-                for entry in page:
-                    if isinstance(entry, S3Object):
-                        remote[entry.key] = (entry.size, entry.last_modified.timestamp())
+        listing = self._listed(self.url(self.plan.key), self.opts.endpoint(self.target))
+        async with aclosing(listing) as listed:
+            async for entry in listed:
+                remote[entry.key] = (entry.size, entry.last_modified.timestamp())
         return remote
 
     async def _delete_extra(self) -> None:
@@ -393,7 +369,7 @@ class _Upload:
             self.summary.deleted += 1
             self._tell(Result(None, self.url(key), 0, deleted=True))
         else:
-            self._failed("", self.url(key), *error)
+            self._fail("", self.url(key), *error)
         self._progress()
 
     def _dryrun(self, item: _File) -> None:
@@ -404,7 +380,7 @@ class _Upload:
         try:
             info = os.stat(item.path)
         except OSError as e:
-            self._failed(item.path, self.url(item.key), "LocalError", os_message(e))
+            self._fail(item.path, self.url(item.key), "LocalError", os_message(e))
             return
         skip = not_regular(info.st_mode)
         if skip is not None:
@@ -448,14 +424,14 @@ class _Upload:
         except _NotAFile as e:
             self._skipped(item, str(e))
         except _Changed as e:
-            self._failed(item.path, self.url(item.key), "LocalError", str(e))
+            self._fail(item.path, self.url(item.key), "LocalError", str(e))
         except S3Error as e:
             if not self.stop.ends_run(e):
-                self._failed(item.path, self.url(item.key), e.code, e.message)
+                self._fail(item.path, self.url(item.key), e.code, e.message)
         except SinkError as e:  # stdin could not be read
             self.stop.end(e)
         except OSError as e:
-            self._failed(item.path, self.url(item.key), "LocalError", os_message(e))
+            self._fail(item.path, self.url(item.key), "LocalError", os_message(e))
         finally:
             if fd >= 0:
                 os.close(fd)
@@ -785,31 +761,11 @@ class _Upload:
     # -- what happened ----------------------------------------------------------------
 
     def _succeeded(self, item: _File, size: int, etag: str) -> None:
-        self.summary.objects += 1
-        self.summary.bytes += size
-        if self.opts.verify:
-            self.summary.verified += 1
-        else:
-            self.summary.unverified += 1
-        self._tell(Result(item.path, self.url(item.key), size))
+        self._copied(item.path, self.url(item.key), size, self.opts.verify)
 
     def _skipped(self, item: _File, why: str, *, dryrun: bool = False) -> None:
         self.summary.skipped += 1
         self._tell(Result(item.path, self.url(item.key), 0, dryrun=dryrun, skipped=why))
-
-    def _failed(self, path: str, url: str, code: str, message: str) -> None:
-        if self.stop.error is not None:
-            return  # the run ends with that error, not a line per file
-        failure = Failure(path, url, code, message)
-        self.summary.failures.append(failure)
-        self._tell(Result(path, url, 0, failure))
-
-    def _tell(self, result: Result) -> None:
-        self.stop.tell(self.opts.on_result, result)
-
-    def _progress(self) -> None:
-        if self.opts.on_progress is not None:
-            self.opts.on_progress(self.summary)
 
 
 def _when(initiated: str) -> datetime:

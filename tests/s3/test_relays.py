@@ -447,3 +447,69 @@ def test_the_same_endpoint_named_twice_is_the_servers_copy(minio_buckets: Bucket
         0,
     )
     assert minio_buckets.boto3_keys(dst) == ["k"]
+
+
+def _public(server: Buckets, bucket: str) -> None:
+    """Anyone may list ``bucket`` and read its objects (a public dataset's policy)."""
+    policy = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"AWS": ["*"]},
+                "Action": ["s3:GetObject", "s3:ListBucket", "s3:GetBucketLocation"],
+                "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"],
+            }
+        ],
+    }
+    server.s3.put_bucket_policy(Bucket=bucket, Policy=json.dumps(policy))
+
+
+def test_a_public_source_read_without_signing_is_relayed(minio_buckets: Buckets) -> None:
+    """``--source-no-sign-request``: the source's requests carry no signature
+    (a private bucket refuses them, so nothing of the destination's keys went
+    with them), the bytes go through this machine, and the destination holds
+    the objects, read back by boto3."""
+    public, private = new_bucket(minio_buckets, ["p/a", "p/b"]), new_bucket(minio_buckets, ["p/a"])
+    _public(minio_buckets, public)
+    dst = new_bucket(minio_buckets, [])
+    told: list[str] = []
+    options = minio_buckets.options(source_no_sign_request=True, on_relay=told.append)
+    summary = surge.s3.copy(f"s3://{public}/p/", f"s3://{dst}/p/", recursive=True, **options)
+    assert (summary.objects, summary.failures, summary.relayed) == (2, [], True)
+    assert told == ["the source is read without signing (--source-no-sign-request)"]
+    assert minio_buckets.boto3_keys(dst) == ["p/a", "p/b"]
+    refused = surge.s3.copy(f"s3://{private}/p/a", f"s3://{dst}/q", **options)
+    assert [f.code for f in refused.failures] == ["AccessDenied"], refused.failures
+    assert "q" not in minio_buckets.boto3_keys(dst)
+
+
+def test_source_no_sign_request_from_the_cli(minio_buckets: Buckets, tmp_path: Any) -> None:
+    public, dst = new_bucket(minio_buckets, ["k"]), new_bucket(minio_buckets, [])
+    _public(minio_buckets, public)
+    env = {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": minio_buckets.credentials.access_key,
+        "AWS_SECRET_ACCESS_KEY": minio_buckets.credentials.secret_key,
+    }
+    where = ["--endpoint-url", minio_buckets.endpoint_url, "--no-progress"]
+    done = _cli(
+        ["cp", f"s3://{public}/k", f"s3://{dst}/k", *where, "--source-no-sign-request"], env
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"copy: s3://{public}/k to s3://{dst}/k"]
+    assert "the source is read without signing" in done.stderr
+    assert minio_buckets.boto3_keys(dst) == ["k"]
+    (tmp_path / "c").write_text("[profile x]\nregion = us-east-1\n")
+    both_ways = [*where, "--source-profile", "x", "--source-no-sign-request"]
+    both = _cli(
+        ["cp", f"s3://{public}/k", f"s3://{dst}/k2", *both_ways],
+        {**env, "AWS_CONFIG_FILE": str(tmp_path / "c")},
+    )
+    assert both.returncode == 2 and len(both.stderr.splitlines()) == 1, both.stderr
+    assert "with keys or without, not both" in both.stderr
+    download = _cli(
+        ["cp", f"s3://{public}/k", str(tmp_path / "k"), "--source-no-sign-request"], env
+    )
+    assert download.returncode == 2
+    assert "--source-no-sign-request is for a copy between buckets" in download.stderr

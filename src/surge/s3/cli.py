@@ -807,6 +807,13 @@ _SOURCE_OPTIONS: list[Any] = [
         help="Copies between buckets: the source's credentials (and endpoint, region) from"
         " this profile of the AWS config files.",
     ),
+    click.option(
+        "--source-no-sign-request",
+        is_flag=True,
+        default=None,
+        help="Copies between buckets: the source is read anonymously (a public bucket);"
+        " its bytes then go through this machine.",
+    ),
 ]
 #: The flags of _PUT_OPTIONS that a download takes too.
 _READ_FLAGS = ("sse_c", "sse_c_key")
@@ -830,6 +837,7 @@ def _put_keywords(flags: dict[str, Any], copying: bool) -> dict[str, Any]:
             "source_endpoint_url",
             "source_region",
             "source_profile",
+            "source_no_sign_request",
         ):
             if name in out:
                 raise UsageError(f"--{name.replace('_', '-')} is for a copy between buckets")

@@ -106,6 +106,10 @@ class CopyOptions(UploadOptions):
     source_region: str | None = None
     source_profile: str | None = None
     source_credentials: Credentials | None = None
+    #: The source is read anonymously (a public bucket; the CLI's
+    #: ``--source-no-sign-request``): relayed, as no server copies for a
+    #: reader it does not know.
+    source_no_sign_request: bool = False
     #: A relayed copy's bytes held at once, at most (besides the bound of
     #: ``concurrency`` x the part size that the request slots make).
     relay_memory: int = RELAY_MEMORY
@@ -137,6 +141,13 @@ class CopyOptions(UploadOptions):
             except UsageError as e:
                 said = str(e).replace("--profile ", "--source-profile ", 1)
                 raise UsageError(said) from None
+        if self.source_no_sign_request and (
+            self.source_profile is not None or self.source_credentials is not None
+        ):
+            raise UsageError(
+                "--source-no-sign-request and --source-profile: the source is read"
+                " with keys or without, not both"
+            )
         if self.metadata_directive is not None:
             self.metadata_directive = self.metadata_directive.upper()
             if self.metadata_directive not in DIRECTIVES:
@@ -171,6 +182,9 @@ class CopyOptions(UploadOptions):
             fields["endpoint_url"] = self.source_endpoint_url
         if self.source_region is not None:
             fields["region"] = self.source_region
+        if self.source_no_sign_request:
+            fields["no_sign_request"] = True
+            fields["credentials"] = None
         return fields
 
     def one_place(self) -> bool:
@@ -178,7 +192,7 @@ class CopyOptions(UploadOptions):
         endpoint and one way of signing, by what the options say (nothing
         resolved).  Elsewhere, a bucket of the same name is another bucket."""
         source, here = self.source_options(), self.endpoint()
-        names = ("endpoint_url", "profile", "credentials")
+        names = ("endpoint_url", "profile", "credentials", "no_sign_request")
         same = [source[name] == here[name] for name in names]
         if source["endpoint_url"] and here["endpoint_url"]:
             same[0] = source["endpoint_url"].rstrip("/") == here["endpoint_url"].rstrip("/")
@@ -208,6 +222,8 @@ def relayed(source: Target, destination: Target) -> str | None:
         return "the source's endpoint is not the destination's"
     keys = [None if t.signer is None else t.signer.credentials for t in (source, destination)]
     if keys[0] != keys[1]:
+        if keys[0] is None:
+            return "the source is read without signing (--source-no-sign-request)"
         return "the source is read with other credentials than the destination's"
     return None
 

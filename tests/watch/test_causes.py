@@ -188,7 +188,7 @@ def one_query_asyncpg(db: DBServer) -> None:
     asyncio.run(main())
 
 
-MEMBERS = 600  # x ~0.1 ms a GET on loopback: past the 50 ms of repeats
+MEMBERS = 2000  # x 30-100 us a GET on loopback: past the 50 ms of repeats, idle box or busy
 
 
 def _redis_members(url: str) -> Any:

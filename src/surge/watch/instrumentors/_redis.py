@@ -45,9 +45,13 @@ def _client_peer(client: Any) -> str:
 
 
 def _name(command: Any) -> str:
-    if isinstance(command, bytes):
-        command = command.decode("ascii", "replace")
-    return str(command)[:NAME].upper() or "?"
+    """A command's name: the first word only - redis-py splits a name given with
+    its arguments (``execute_command("AUTH secret")``, ``"CONFIG GET"``) and
+    sends the words as arguments, which are never recorded."""
+    if isinstance(command, bytes | bytearray | memoryview):
+        command = bytes(command[:NAME]).decode("ascii", "replace")
+    words = str(command)[: NAME * 4].split(None, 1)
+    return words[0][:NAME].upper() if words else "?"
 
 
 def _command(client: Any, *args: Any, **options: Any) -> tuple[str, str, tuple[int, int]]:

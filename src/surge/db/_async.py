@@ -14,10 +14,9 @@ import asyncio
 import contextlib
 import contextvars
 import importlib
-import time
-from collections.abc import Callable, Sequence
+import ssl
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any
 
 from surge.db._asyncpg import AsyncAsyncpg
 from surge.db._drivers import (
@@ -33,21 +32,13 @@ from surge.db._drivers import (
     readable,
     set_up_again,
 )
-from surge.db._pool import (
-    LIFETIME_SHARE,
-    SOCKET_CHECK_AFTER,
-    SessionResets,
-    log,
-    needs_ping,
-    start_session_reset,
-    with_connect_timeout,
-)
 from surge.db._session import (
     COM_RESET_CONNECTION,
     FLUSH_AFTER,
     RESET_WAIT,
     SESSION_PROBE,
     MySQLReset,
+    SessionResets,
     may_change_database,
     ok_packet_status,
     sever_fd,
@@ -275,11 +266,11 @@ class AsyncMySQL(MySQLProtocolSession):
 
     name = "aiomysql"
 
-    def __init__(self, url: DatabaseURL) -> None:
+    def __init__(self, url: DatabaseURL, ssl_context: ssl.SSLContext | None = None) -> None:
         self.module = optional_import("aiomysql", "surge.db.async_pool: mysql://")
         # aiomysql takes an SSLContext or nothing (no "preferred" mode): TLS when
         # asked for (?ssl_ca=, or a context), one context for every connect.
-        self.ssl = _mysql_tls(url, None).get("ssl")
+        self.ssl = _mysql_tls(url, ssl_context).get("ssl")
         self.connection_class = _aiomysql_connection_class(self.module.Connection)
 
     async def connect(self, url: DatabaseURL, autocommit: bool, extra: dict[str, Any]) -> Any:
@@ -394,15 +385,18 @@ class AsyncMySQL(MySQLProtocolSession):
 AsyncDriver = AsyncPsycopg | AsyncAsyncpg | AsyncMySQL
 
 
-def async_driver_for(url: DatabaseURL, name: str | None, given: str) -> AsyncDriver:
+def async_driver_for(
+    url: DatabaseURL, name: str | None, given: str, ssl_context: ssl.SSLContext | None = None
+) -> AsyncDriver:
     """The asyncio driver for ``url``: psycopg (the default) or asyncpg for
-    PostgreSQL, aiomysql for MySQL/MariaDB."""
+    PostgreSQL, aiomysql for MySQL/MariaDB (with ``ssl_context``, as the sync
+    pool's PyMySQL)."""
     if url.scheme == "postgresql" and name in (None, "psycopg"):
         return AsyncPsycopg()
     if url.scheme == "postgresql" and name == "asyncpg":
         return AsyncAsyncpg()
     if url.scheme == "mysql" and name in (None, "aiomysql"):
-        return AsyncMySQL(url)
+        return AsyncMySQL(url, ssl_context)
     if url.scheme not in ("postgresql", "mysql"):
         raise UsageError(f"the asyncio pool takes postgresql:// or mysql://, not {given!r}")
     choices = "psycopg or asyncpg" if url.scheme == "postgresql" else "aiomysql"
@@ -414,38 +408,20 @@ _BUDGET: contextvars.ContextVar[float | None] = contextvars.ContextVar("budget",
 
 
 class AsyncDBPool(SessionResets):
-    """``async with pool.connection() as conn:`` - options as :class:`surge.db.DBPool`."""
+    """``async with pool.connection() as conn:`` - options as :class:`surge.db.DBPool`
+    (``ssl_context``: TLS for aiomysql, as for PyMySQL)."""
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        max_size: int = 10,
-        max_overflow: int = 0,
-        timeout: float = 30.0,
-        max_idle: float | None = None,
-        max_lifetime: float | Literal["auto"] | None = "auto",
-        lifetime_jitter: float = 0.1,
-        check_idle_after: float = 1.0,
-        autocommit: bool = False,
-        lifo: bool = True,
-        connect_args: dict[str, Any] | None = None,
-        reset: Literal["session", "none"] = "session",
-        init_sql: Sequence[str] = (),
-        driver: str | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    driver: AsyncDriver
+
+    def _driver_for(
+        self, url: str, name: str | None, ssl_context: ssl.SSLContext | None
+    ) -> tuple[DatabaseURL, AsyncDriver]:
         parsed = DatabaseURL.parse(url)
-        self.driver: AsyncDriver = async_driver_for(parsed, driver, url)
-        self._settings(
-            parsed, reset, init_sql, autocommit, check_idle_after, connect_args, timeout,
-            max_lifetime,
-        )  # fmt: skip
+        return parsed, async_driver_for(parsed, name, url, ssl_context)
+
+    def _open(self, **options: Any) -> None:
         self._lifetime_lock = asyncio.Lock()
-        self.pool: AsyncPool[Any] = AsyncPool(
-            self._create,
-            **self._pool_options(max_size, max_overflow, max_idle, lifetime_jitter, lifo, clock),
-        )
+        self.pool: AsyncPool[Any] = AsyncPool(self._create, **options)
 
     async def acquire(self, timeout: float | None = None) -> Any:
         """As :meth:`surge.db.DBPool.acquire`."""
@@ -489,62 +465,49 @@ class AsyncDBPool(SessionResets):
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
+    # -- internals: the I/O that SessionResets' decisions call for ------------------------
+
     async def _check(self, conn: Any, idle: float) -> bool:
-        """As DBPool's: read a pending reset's answers, ping if ``needs_ping``; a
-        disconnect moves the generation on."""
-        driver = self.driver
-        if driver.reset_pending(conn) and not (
-            driver.reset_answers == "lazily" and idle < SOCKET_CHECK_AFTER
-        ):
-            try:
-                await driver.finish_reset(conn)
-            except Exception as error:
-                await self._failed(conn, error)
-                return False
-        if not needs_ping(idle, self.check_idle_after, driver, conn):
+        """As DBPool's (see ``SessionResets._checkout_steps``); each driver waits
+        at most RESET_WAIT for an answer."""
+        answers, ping = self._checkout_steps(conn, idle)
+        if not answers and ping is False:
             return True
-        self.n_pings += 1
+        driver = self.driver
         try:
-            await self.driver.ping(conn)
+            if answers:
+                await driver.finish_reset(conn)
+            if ping or (ping is None and driver.has_input(conn)):
+                self.n_pings += 1
+                await driver.ping(conn)
         except Exception as error:
             await self._failed(conn, error)
             return False
         return True
 
     async def _reset(self, conn: Any) -> bool:
-        """As DBPool's: reset the session (or, with ``reset="none"``, roll back an
-        open transaction and restore autocommit); False for a closed connection or
-        one whose protocol state is unknown (severed, never waited on)."""
-        driver = self.driver
-        if driver.is_closed(conn):
-            return False
-        if self.reset == "session":
-            outcome = start_session_reset(driver, conn)
-            if isinstance(outcome, Exception):
-                await self._failed(conn, outcome)
-            return self._after_reset(conn, outcome)
-        if not driver.protocol_idle(conn):
-            self._sever(conn)
+        """As DBPool's (see ``SessionResets._returned``)."""
+        step = self._returned(conn)
+        if step is True or step is False:
+            return step
+        if step == "server gone":
+            await self.pool.invalidate(self.pool.generation_of(conn))
             return False
         try:
-            if driver.in_transaction(conn):
-                self.n_rollbacks += 1
-                await driver.rollback(conn)
-            await driver.restore_autocommit(conn, self.autocommit)
+            if step == "roll back":
+                await self.driver.rollback(conn)
+            await self.driver.restore_autocommit(conn, self.autocommit)
         except Exception as error:
             await self._failed(conn, error)
             return False
         return True
 
     async def _failed(self, conn: Any, error: BaseException) -> None:
-        if self.driver.is_disconnect(error, conn):
+        if self._gone(conn, error):
             await self.pool.invalidate(self.pool.generation_of(conn))
-        else:
-            log.info("%r failed on %r; discarding it", error, conn)
 
     async def _create(self) -> Any:
-        budget = _BUDGET.get() or self.timeout
-        args = with_connect_timeout(self.url, self.driver.name, self._connect_args, budget)
+        args = self._connect_kwargs(_BUDGET.get() or self.timeout)
         conn = await self.driver.connect(self.url, self.autocommit, args)
         try:
             if self.max_lifetime == "auto":
@@ -566,20 +529,11 @@ class AsyncDBPool(SessionResets):
     async def _learn_lifetime(self, conn: Any) -> None:
         """As DBPool's: tasks creating connections meanwhile wait for the answer."""
         async with self._lifetime_lock:
-            if self.max_lifetime != "auto":
-                return
-            idle_timeout = await self.driver.server_idle_timeout(conn)
-            if idle_timeout:
-                self.pool.set_max_lifetime(idle_timeout * LIFETIME_SHARE)
-                self.max_lifetime = idle_timeout * LIFETIME_SHARE
-            else:
-                self.max_lifetime = None
+            if self.max_lifetime == "auto":
+                self._lifetime_learned(await self.driver.server_idle_timeout(conn))
 
     async def _close(self, conn: Any) -> None:
-        for forget in self.on_close:
-            forget(conn)
-        if not self.driver.protocol_idle(conn):  # a polite close could wait on the server
-            self._sever(conn)
+        self._closing(conn)
         with contextlib.suppress(Exception):
             await self.driver.close(conn)
 
@@ -604,9 +558,5 @@ class _AsyncCheckout:
         pool, conn = self._pool, self._conn
         if exc is None:
             await pool.release(conn)
-        elif pool.driver.is_disconnect(exc, conn):
-            await pool.lost(conn)
-        elif isinstance(exc, Exception):
-            await pool.release(conn)
-        else:  # cancelled mid-query: the protocol state is unknown
-            await pool.discard(conn)
+        else:  # lost, release or discard (cancelled mid-query): see SessionResets._after_error
+            await pool._after_error(conn, exc)(conn)

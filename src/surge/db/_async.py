@@ -20,9 +20,9 @@ from typing import Any
 
 from surge.db._asyncpg import AsyncAsyncpg
 from surge.db._drivers import (
-    AUTOCOMMIT,
     DatabaseURL,
     MySQLProtocolSession,
+    MySQLSessionState,
     PsycopgState,
     _mysql_tls,
     mysql_connect_params,
@@ -30,6 +30,7 @@ from surge.db._drivers import (
     mysql_transaction_open,
     pg_connect_params,
     readable,
+    reset_failed,
     set_up_again,
 )
 from surge.db._session import (
@@ -37,12 +38,8 @@ from surge.db._session import (
     FLUSH_AFTER,
     RESET_WAIT,
     SESSION_PROBE,
-    MySQLReset,
     SessionResets,
-    may_change_database,
-    ok_packet_status,
     sever_fd,
-    unresettable,
 )
 from surge.errors import UsageError
 from surge.extras import optional_import
@@ -116,30 +113,14 @@ def _aiomysql_connection_class(base: Any) -> Any:
     """aiomysql's ``Connection`` that knows when its transaction state is unsure:
     the asyncio twin of :func:`surge.db._drivers.pymysql_connection_class`."""
     MySQLError = importlib.import_module("pymysql.err").MySQLError
-    MysqlPacket = importlib.import_module("pymysql.protocol").MysqlPacket
 
-    class Connection(base):  # type: ignore[misc]
-        _surge_unsure = False
-        _surge_used = True
-        _surge_busy = False
-        _surge_reset: MySQLReset | None = None
-        _surge_unsent: MySQLReset | None = None
-        _surge_pending: tuple[int, int] | None = None
-        _surge_db_changed = False
-        _surge_prefix: bytes | None = None
-        _surge_multi = False
-        _surge_unresettable = False
+    class Connection(MySQLSessionState, base):  # type: ignore[misc]
         _next_seq_id: int
-        _result: Any
         #: Past this many bytes buffered unsent, the server is not reading.
         _SURGE_MAX_UNSENT = 64 * 1024
 
         async def _execute_command(self, command: int, sql: Any) -> None:
-            self._surge_used = self._surge_busy = True
-            self._surge_unsure = True
-            use = may_change_database(command, sql, self._surge_multi)
-            if unresettable(command, sql):
-                self._surge_unresettable = True
+            use = self._surge_sending(command, sql)
             if self._surge_unsent is not None or self._surge_pending is not None:
                 self._surge_take_reset()  # see the sync twin (one loop: no lock)
                 await super()._execute_command(command, sql)
@@ -151,22 +132,6 @@ def _aiomysql_connection_class(base: Any) -> Any:
             self._surge_unsure = True  # after draining unread results, see the sync twin
             if use:
                 self._surge_db_changed = True
-
-        def _surge_take_reset(self) -> None:
-            reset = self._surge_unsent
-            if reset is not None:
-                data, n_ok, n_results = reset.compose(self._surge_db_changed)
-                self._surge_prefix = data
-                self._surge_pending = (n_ok, n_results)
-                self._surge_unsent = None
-                self._surge_db_changed = False
-
-        def _write_bytes(self, data: bytes) -> Any:
-            prefix = self._surge_prefix
-            if prefix is not None:
-                self._surge_prefix = None
-                data = prefix + data
-            return super()._write_bytes(data)
 
         async def _read_ok_packet(self) -> Any:
             try:
@@ -197,21 +162,8 @@ def _aiomysql_connection_class(base: Any) -> Any:
             await super().set_charset(charset)
             self._surge_busy = False
 
-        def _surge_mark_reset(self) -> bool:
-            """As the sync twin's; the loop writes a reset still due FLUSH_AFTER later."""
-            reset, result, writer = self._surge_reset, self._result, self._writer
-            if reset is None or self._surge_busy or writer is None:
-                return False
-            if result is not None and (result.unbuffered_active or result.has_next):
-                return False
-            if self._surge_unresettable:
-                return False
-            self._surge_unsent = reset
-            self._surge_used = self._surge_unsure = False
-            self._result = None
-            self.server_status = AUTOCOMMIT if reset.autocommit else 0
+        def _surge_write_later(self) -> None:
             asyncio.get_running_loop().call_later(FLUSH_AFTER, self._surge_flush)
-            return True
 
         def _surge_flush(self) -> None:
             writer = self._writer
@@ -232,30 +184,18 @@ def _aiomysql_connection_class(base: Any) -> Any:
             pending, self._surge_pending = self._surge_pending, None
             assert pending is not None
             n_ok, n_results = pending
-            err = importlib.import_module("pymysql.err")
             try:
                 for _ in range(n_ok):
                     header = await self._read_bytes(4)
-                    payload = await self._read_bytes(header[0] | header[1] << 8 | header[2] << 16)
-                    if payload[:1] != b"\x00":
-                        packet = MysqlPacket(payload, self._encoding)
-                        if packet.is_error_packet():
-                            packet.raise_for_error()
-                        raise err.OperationalError(
-                            2027, "the pooled session's reset was answered by a non-OK packet"
-                        )
-                    self.server_status = ok_packet_status(payload)
+                    length = header[0] | header[1] << 8 | header[2] << 16
+                    self._surge_reset_ok(await self._read_bytes(length))
                 for _ in range(n_results):
                     self._next_seq_id = 1
                     await super()._read_query_result()
                     self._result = None
             except BaseException as error:
                 self.close()
-                if isinstance(error, err.MySQLError) and not mysql_is_disconnect(error):
-                    raise err.OperationalError(
-                        2014, f"resetting the pooled session failed: {error}"
-                    ) from error
-                raise
+                raise reset_failed(error)  # noqa: B904 - its cause is set when it is another
             self._surge_unsure = False
 
     return Connection

@@ -378,6 +378,20 @@ def unresettable(command: int, sql: Any) -> bool:
 RESET_WAIT = 1.0
 
 
+def condition_on(lock: threading.Lock) -> threading.Condition:
+    """A Condition on ``lock`` that a forked child finds free (as
+    ``surge.pool._fork.condition()``), for a thread that may be interrupted to
+    take as ``with lock:``, never ``with cond:``.  ``Condition.__enter__`` is
+    Python code: a signal handler can run just after it took the lock and before
+    the ``with`` holds it, and raise - leaving the lock held for ever, and the
+    process-wide thread waiting on it (the watchdog, the reset writer) and every
+    checkout after with it (a contender hung so in test_seeded_signals).  A C
+    lock's own ``with`` has no such point.  Its own thread waits on ``cond``."""
+    made = threading.Condition(lock)
+    _fork._primitives.add(made)  # re-initialised in a forked child, as _fork's own
+    return made
+
+
 class Watchdog:
     """Calls ``on_timeout`` if a guarded block is still running ``timeout``
     seconds after it began: for calls into C that no timeout reaches (libmariadb
@@ -385,7 +399,8 @@ class Watchdog:
     daemon thread per process, started at first use."""
 
     def __init__(self) -> None:
-        self._cond = _fork.condition()  # free in a forked child (see surge.pool._fork)
+        self._lock = _fork.lock()  # free in a forked child (see surge.pool._fork)
+        self._cond = condition_on(self._lock)
         self._armed: dict[int, tuple[float, Any]] = {}
         self._next = 0
         self._pid: int | None = None
@@ -398,7 +413,7 @@ class Watchdog:
         in another user's hands."""
         token = None
         try:
-            with self._cond:
+            with self._lock:  # not self._cond: see condition_on
                 if self._pid != os.getpid():
                     self._pid = os.getpid()
                     self._armed = {}
@@ -506,7 +521,8 @@ class ResetWriter:
 
     def __init__(self) -> None:
         self._due: deque[tuple[float, Any]] = deque()
-        self._cond = _fork.condition()
+        self._lock = _fork.lock()
+        self._cond = condition_on(self._lock)
         self._idle = False
         self._started = False
         if hasattr(os, "register_at_fork"):  # a forked child has no thread: start anew
@@ -522,7 +538,7 @@ class ResetWriter:
         thread-safe, and the condition's lock only to wake an idle thread.)"""
         self._due.append((now + FLUSH_AFTER, conn))
         if self._idle or not self._started:
-            with self._cond:
+            with self._lock:  # not self._cond: see condition_on
                 if not self._started:
                     self._started = True
                     threading.Thread(target=self._run, name="surge.db resets", daemon=True).start()

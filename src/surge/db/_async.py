@@ -14,16 +14,15 @@ import asyncio
 import contextlib
 import contextvars
 import importlib
-import time
-from collections.abc import Callable, Sequence
+import ssl
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any
 
 from surge.db._asyncpg import AsyncAsyncpg
 from surge.db._drivers import (
-    AUTOCOMMIT,
     DatabaseURL,
     MySQLProtocolSession,
+    MySQLSessionState,
     PsycopgState,
     _mysql_tls,
     mysql_connect_params,
@@ -31,27 +30,16 @@ from surge.db._drivers import (
     mysql_transaction_open,
     pg_connect_params,
     readable,
+    reset_failed,
     set_up_again,
-)
-from surge.db._pool import (
-    LIFETIME_SHARE,
-    SOCKET_CHECK_AFTER,
-    SessionResets,
-    log,
-    needs_ping,
-    start_session_reset,
-    with_connect_timeout,
 )
 from surge.db._session import (
     COM_RESET_CONNECTION,
     FLUSH_AFTER,
     RESET_WAIT,
     SESSION_PROBE,
-    MySQLReset,
-    may_change_database,
-    ok_packet_status,
+    SessionResets,
     sever_fd,
-    unresettable,
 )
 from surge.errors import UsageError
 from surge.extras import optional_import
@@ -125,30 +113,14 @@ def _aiomysql_connection_class(base: Any) -> Any:
     """aiomysql's ``Connection`` that knows when its transaction state is unsure:
     the asyncio twin of :func:`surge.db._drivers.pymysql_connection_class`."""
     MySQLError = importlib.import_module("pymysql.err").MySQLError
-    MysqlPacket = importlib.import_module("pymysql.protocol").MysqlPacket
 
-    class Connection(base):  # type: ignore[misc]
-        _surge_unsure = False
-        _surge_used = True
-        _surge_busy = False
-        _surge_reset: MySQLReset | None = None
-        _surge_unsent: MySQLReset | None = None
-        _surge_pending: tuple[int, int] | None = None
-        _surge_db_changed = False
-        _surge_prefix: bytes | None = None
-        _surge_multi = False
-        _surge_unresettable = False
+    class Connection(MySQLSessionState, base):  # type: ignore[misc]
         _next_seq_id: int
-        _result: Any
         #: Past this many bytes buffered unsent, the server is not reading.
         _SURGE_MAX_UNSENT = 64 * 1024
 
         async def _execute_command(self, command: int, sql: Any) -> None:
-            self._surge_used = self._surge_busy = True
-            self._surge_unsure = True
-            use = may_change_database(command, sql, self._surge_multi)
-            if unresettable(command, sql):
-                self._surge_unresettable = True
+            use = self._surge_sending(command, sql)
             if self._surge_unsent is not None or self._surge_pending is not None:
                 self._surge_take_reset()  # see the sync twin (one loop: no lock)
                 await super()._execute_command(command, sql)
@@ -160,22 +132,6 @@ def _aiomysql_connection_class(base: Any) -> Any:
             self._surge_unsure = True  # after draining unread results, see the sync twin
             if use:
                 self._surge_db_changed = True
-
-        def _surge_take_reset(self) -> None:
-            reset = self._surge_unsent
-            if reset is not None:
-                data, n_ok, n_results = reset.compose(self._surge_db_changed)
-                self._surge_prefix = data
-                self._surge_pending = (n_ok, n_results)
-                self._surge_unsent = None
-                self._surge_db_changed = False
-
-        def _write_bytes(self, data: bytes) -> Any:
-            prefix = self._surge_prefix
-            if prefix is not None:
-                self._surge_prefix = None
-                data = prefix + data
-            return super()._write_bytes(data)
 
         async def _read_ok_packet(self) -> Any:
             try:
@@ -206,21 +162,8 @@ def _aiomysql_connection_class(base: Any) -> Any:
             await super().set_charset(charset)
             self._surge_busy = False
 
-        def _surge_mark_reset(self) -> bool:
-            """As the sync twin's; the loop writes a reset still due FLUSH_AFTER later."""
-            reset, result, writer = self._surge_reset, self._result, self._writer
-            if reset is None or self._surge_busy or writer is None:
-                return False
-            if result is not None and (result.unbuffered_active or result.has_next):
-                return False
-            if self._surge_unresettable:
-                return False
-            self._surge_unsent = reset
-            self._surge_used = self._surge_unsure = False
-            self._result = None
-            self.server_status = AUTOCOMMIT if reset.autocommit else 0
+        def _surge_write_later(self) -> None:
             asyncio.get_running_loop().call_later(FLUSH_AFTER, self._surge_flush)
-            return True
 
         def _surge_flush(self) -> None:
             writer = self._writer
@@ -241,30 +184,18 @@ def _aiomysql_connection_class(base: Any) -> Any:
             pending, self._surge_pending = self._surge_pending, None
             assert pending is not None
             n_ok, n_results = pending
-            err = importlib.import_module("pymysql.err")
             try:
                 for _ in range(n_ok):
                     header = await self._read_bytes(4)
-                    payload = await self._read_bytes(header[0] | header[1] << 8 | header[2] << 16)
-                    if payload[:1] != b"\x00":
-                        packet = MysqlPacket(payload, self._encoding)
-                        if packet.is_error_packet():
-                            packet.raise_for_error()
-                        raise err.OperationalError(
-                            2027, "the pooled session's reset was answered by a non-OK packet"
-                        )
-                    self.server_status = ok_packet_status(payload)
+                    length = header[0] | header[1] << 8 | header[2] << 16
+                    self._surge_reset_ok(await self._read_bytes(length))
                 for _ in range(n_results):
                     self._next_seq_id = 1
                     await super()._read_query_result()
                     self._result = None
             except BaseException as error:
                 self.close()
-                if isinstance(error, err.MySQLError) and not mysql_is_disconnect(error):
-                    raise err.OperationalError(
-                        2014, f"resetting the pooled session failed: {error}"
-                    ) from error
-                raise
+                raise reset_failed(error)  # noqa: B904 - its cause is set when it is another
             self._surge_unsure = False
 
     return Connection
@@ -275,11 +206,11 @@ class AsyncMySQL(MySQLProtocolSession):
 
     name = "aiomysql"
 
-    def __init__(self, url: DatabaseURL) -> None:
+    def __init__(self, url: DatabaseURL, ssl_context: ssl.SSLContext | None = None) -> None:
         self.module = optional_import("aiomysql", "surge.db.async_pool: mysql://")
         # aiomysql takes an SSLContext or nothing (no "preferred" mode): TLS when
         # asked for (?ssl_ca=, or a context), one context for every connect.
-        self.ssl = _mysql_tls(url, None).get("ssl")
+        self.ssl = _mysql_tls(url, ssl_context).get("ssl")
         self.connection_class = _aiomysql_connection_class(self.module.Connection)
 
     async def connect(self, url: DatabaseURL, autocommit: bool, extra: dict[str, Any]) -> Any:
@@ -394,15 +325,18 @@ class AsyncMySQL(MySQLProtocolSession):
 AsyncDriver = AsyncPsycopg | AsyncAsyncpg | AsyncMySQL
 
 
-def async_driver_for(url: DatabaseURL, name: str | None, given: str) -> AsyncDriver:
+def async_driver_for(
+    url: DatabaseURL, name: str | None, given: str, ssl_context: ssl.SSLContext | None = None
+) -> AsyncDriver:
     """The asyncio driver for ``url``: psycopg (the default) or asyncpg for
-    PostgreSQL, aiomysql for MySQL/MariaDB."""
+    PostgreSQL, aiomysql for MySQL/MariaDB (with ``ssl_context``, as the sync
+    pool's PyMySQL)."""
     if url.scheme == "postgresql" and name in (None, "psycopg"):
         return AsyncPsycopg()
     if url.scheme == "postgresql" and name == "asyncpg":
         return AsyncAsyncpg()
     if url.scheme == "mysql" and name in (None, "aiomysql"):
-        return AsyncMySQL(url)
+        return AsyncMySQL(url, ssl_context)
     if url.scheme not in ("postgresql", "mysql"):
         raise UsageError(f"the asyncio pool takes postgresql:// or mysql://, not {given!r}")
     choices = "psycopg or asyncpg" if url.scheme == "postgresql" else "aiomysql"
@@ -414,38 +348,20 @@ _BUDGET: contextvars.ContextVar[float | None] = contextvars.ContextVar("budget",
 
 
 class AsyncDBPool(SessionResets):
-    """``async with pool.connection() as conn:`` - options as :class:`surge.db.DBPool`."""
+    """``async with pool.connection() as conn:`` - options as :class:`surge.db.DBPool`
+    (``ssl_context``: TLS for aiomysql, as for PyMySQL)."""
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        max_size: int = 10,
-        max_overflow: int = 0,
-        timeout: float = 30.0,
-        max_idle: float | None = None,
-        max_lifetime: float | Literal["auto"] | None = "auto",
-        lifetime_jitter: float = 0.1,
-        check_idle_after: float = 1.0,
-        autocommit: bool = False,
-        lifo: bool = True,
-        connect_args: dict[str, Any] | None = None,
-        reset: Literal["session", "none"] = "session",
-        init_sql: Sequence[str] = (),
-        driver: str | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    driver: AsyncDriver
+
+    def _driver_for(
+        self, url: str, name: str | None, ssl_context: ssl.SSLContext | None
+    ) -> tuple[DatabaseURL, AsyncDriver]:
         parsed = DatabaseURL.parse(url)
-        self.driver: AsyncDriver = async_driver_for(parsed, driver, url)
-        self._settings(
-            parsed, reset, init_sql, autocommit, check_idle_after, connect_args, timeout,
-            max_lifetime,
-        )  # fmt: skip
+        return parsed, async_driver_for(parsed, name, url, ssl_context)
+
+    def _open(self, **options: Any) -> None:
         self._lifetime_lock = asyncio.Lock()
-        self.pool: AsyncPool[Any] = AsyncPool(
-            self._create,
-            **self._pool_options(max_size, max_overflow, max_idle, lifetime_jitter, lifo, clock),
-        )
+        self.pool: AsyncPool[Any] = AsyncPool(self._create, **options)
 
     async def acquire(self, timeout: float | None = None) -> Any:
         """As :meth:`surge.db.DBPool.acquire`."""
@@ -489,62 +405,49 @@ class AsyncDBPool(SessionResets):
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
+    # -- internals: the I/O that SessionResets' decisions call for ------------------------
+
     async def _check(self, conn: Any, idle: float) -> bool:
-        """As DBPool's: read a pending reset's answers, ping if ``needs_ping``; a
-        disconnect moves the generation on."""
-        driver = self.driver
-        if driver.reset_pending(conn) and not (
-            driver.reset_answers == "lazily" and idle < SOCKET_CHECK_AFTER
-        ):
-            try:
-                await driver.finish_reset(conn)
-            except Exception as error:
-                await self._failed(conn, error)
-                return False
-        if not needs_ping(idle, self.check_idle_after, driver, conn):
+        """As DBPool's (see ``SessionResets._checkout_steps``); each driver waits
+        at most RESET_WAIT for an answer."""
+        answers, ping = self._checkout_steps(conn, idle)
+        if not answers and ping is False:
             return True
-        self.n_pings += 1
+        driver = self.driver
         try:
-            await self.driver.ping(conn)
+            if answers:
+                await driver.finish_reset(conn)
+            if ping or (ping is None and driver.has_input(conn)):
+                self.n_pings += 1
+                await driver.ping(conn)
         except Exception as error:
             await self._failed(conn, error)
             return False
         return True
 
     async def _reset(self, conn: Any) -> bool:
-        """As DBPool's: reset the session (or, with ``reset="none"``, roll back an
-        open transaction and restore autocommit); False for a closed connection or
-        one whose protocol state is unknown (severed, never waited on)."""
-        driver = self.driver
-        if driver.is_closed(conn):
-            return False
-        if self.reset == "session":
-            outcome = start_session_reset(driver, conn)
-            if isinstance(outcome, Exception):
-                await self._failed(conn, outcome)
-            return self._after_reset(conn, outcome)
-        if not driver.protocol_idle(conn):
-            self._sever(conn)
+        """As DBPool's (see ``SessionResets._returned``)."""
+        step = self._returned(conn)
+        if step is True or step is False:
+            return step
+        if step == "server gone":
+            await self.pool.invalidate(self.pool.generation_of(conn))
             return False
         try:
-            if driver.in_transaction(conn):
-                self.n_rollbacks += 1
-                await driver.rollback(conn)
-            await driver.restore_autocommit(conn, self.autocommit)
+            if step == "roll back":
+                await self.driver.rollback(conn)
+            await self.driver.restore_autocommit(conn, self.autocommit)
         except Exception as error:
             await self._failed(conn, error)
             return False
         return True
 
     async def _failed(self, conn: Any, error: BaseException) -> None:
-        if self.driver.is_disconnect(error, conn):
+        if self._gone(conn, error):
             await self.pool.invalidate(self.pool.generation_of(conn))
-        else:
-            log.info("%r failed on %r; discarding it", error, conn)
 
     async def _create(self) -> Any:
-        budget = _BUDGET.get() or self.timeout
-        args = with_connect_timeout(self.url, self.driver.name, self._connect_args, budget)
+        args = self._connect_kwargs(_BUDGET.get() or self.timeout)
         conn = await self.driver.connect(self.url, self.autocommit, args)
         try:
             if self.max_lifetime == "auto":
@@ -566,20 +469,11 @@ class AsyncDBPool(SessionResets):
     async def _learn_lifetime(self, conn: Any) -> None:
         """As DBPool's: tasks creating connections meanwhile wait for the answer."""
         async with self._lifetime_lock:
-            if self.max_lifetime != "auto":
-                return
-            idle_timeout = await self.driver.server_idle_timeout(conn)
-            if idle_timeout:
-                self.pool.set_max_lifetime(idle_timeout * LIFETIME_SHARE)
-                self.max_lifetime = idle_timeout * LIFETIME_SHARE
-            else:
-                self.max_lifetime = None
+            if self.max_lifetime == "auto":
+                self._lifetime_learned(await self.driver.server_idle_timeout(conn))
 
     async def _close(self, conn: Any) -> None:
-        for forget in self.on_close:
-            forget(conn)
-        if not self.driver.protocol_idle(conn):  # a polite close could wait on the server
-            self._sever(conn)
+        self._closing(conn)
         with contextlib.suppress(Exception):
             await self.driver.close(conn)
 
@@ -604,9 +498,5 @@ class _AsyncCheckout:
         pool, conn = self._pool, self._conn
         if exc is None:
             await pool.release(conn)
-        elif pool.driver.is_disconnect(exc, conn):
-            await pool.lost(conn)
-        elif isinstance(exc, Exception):
-            await pool.release(conn)
-        else:  # cancelled mid-query: the protocol state is unknown
-            await pool.discard(conn)
+        else:  # lost, release or discard (cancelled mid-query): see SessionResets._after_error
+            await pool._after_error(conn, exc)(conn)

@@ -343,46 +343,133 @@ def mysql_transaction_open(conn: Any) -> bool:
     return bool(getattr(conn, "_surge_unsure", True)) and not status & AUTOCOMMIT
 
 
+class MySQLSessionState:
+    """The session reset's state in a PyMySQL-protocol connection, and its steps
+    that wait for nothing: the first base of ``pymysql_connection_class``'s class
+    and of its asyncio twin's (surge.db._async), before the driver's own
+    ``Connection``.  Reading and writing - blocking or awaited - stay theirs."""
+
+    #: Set when a command goes out, cleared when its answer ends in an OK
+    #: packet (the only packets whose server status PyMySQL keeps).
+    _surge_unsure = False
+    #: A command went out since the session was last reset.
+    _surge_used = True
+    #: A command's answer is not read yet: the protocol state is unknown.
+    _surge_busy = False
+    #: This connection's reset (built when its session was ready).
+    _surge_reset: MySQLReset | None = None
+    #: A reset due (the connection came back), not written yet: the next
+    #: command takes it along, or the reset's writer (a thread, the loop) does.
+    _surge_unsent: MySQLReset | None = None
+    #: A reset written whose answers are not read yet: (OK packets, others).
+    _surge_pending: tuple[int, int] | None = None
+    #: The session may be in another database than the pool's.
+    _surge_db_changed = False
+    #: Bytes that the next write puts in front of its own.
+    _surge_prefix: bytes | None = None
+    #: A statement went out whose effect the server's reset does not undo.
+    _surge_unresettable = False
+    #: Whether the client allows several statements in one text (USE may hide there).
+    _surge_multi = False
+    # The driver's own, as used here.
+    _result: Any
+    server_status: int | None
+
+    def _surge_take_reset(self) -> None:
+        """Put an unwritten reset in front of the next write (PyMySQL: under
+        ``_surge_io``; aiomysql: one loop, no lock)."""
+        reset = self._surge_unsent
+        if reset is not None:
+            data, n_ok, n_results = reset.compose(self._surge_db_changed)
+            self._surge_prefix = data
+            self._surge_pending = (n_ok, n_results)
+            self._surge_unsent = None
+            self._surge_db_changed = False
+
+    def _surge_sending(self, command: int, sql: Any) -> bool:
+        """A command goes out (first in ``_execute_command``): the session is used,
+        its answer unread, its transaction state unsure, and resettable no more
+        if the command leaves what the reset does not undo; whether it may leave
+        the session in another database (the next reset selects the pool's)."""
+        self._surge_used = self._surge_busy = True
+        self._surge_unsure = True
+        if unresettable(command, sql):
+            self._surge_unresettable = True
+        return may_change_database(command, sql, self._surge_multi)
+
+    def _write_bytes(self, data: bytes) -> Any:
+        prefix = self._surge_prefix
+        if prefix is not None:
+            self._surge_prefix = None
+            data = prefix + data
+        return super()._write_bytes(data)  # type: ignore[misc]
+
+    def _surge_mark_reset(self) -> bool:
+        """At return: the session reset is due (see surge.db._session); False if
+        the protocol state is unknown.  (A closed connection never gets here: the
+        pool asked ``is_closed`` just before.)"""
+        reset, result = self._surge_reset, self._result
+        if reset is None or self._surge_busy:
+            return False
+        if result is not None and (result.unbuffered_active or result.has_next):
+            return False  # results unread: never read them at return
+        if self._surge_unresettable:
+            return False  # closed instead: see _session.unresettable
+        self._surge_unsent = reset
+        self._surge_used = self._surge_unsure = False
+        self._result = None
+        # As the reset will leave it (get_autocommit() reads it).
+        self.server_status = AUTOCOMMIT if reset.autocommit else 0
+        self._surge_write_later()
+        return True
+
+    def _surge_write_later(self) -> None:
+        """Have the reset written FLUSH_AFTER from now unless the next command
+        takes it first: each class's own writer (a thread, the loop)."""
+        raise NotImplementedError
+
+    def _surge_reset_ok(self, payload: bytes) -> None:
+        """One of the reset's OK packets read: its server status kept; an error
+        packet raises its error, anything else OperationalError 2027."""
+        if payload[:1] != b"\x00":
+            packet = importlib.import_module("pymysql.protocol").MysqlPacket(
+                payload, getattr(self, "encoding", None) or getattr(self, "_encoding", "utf-8")
+            )
+            if packet.is_error_packet():
+                packet.raise_for_error()
+            raise importlib.import_module("pymysql.err").OperationalError(
+                2027, "the pooled session's reset was answered by a non-OK packet"
+            )
+        self.server_status = ok_packet_status(payload)
+
+
+def reset_failed(error: BaseException) -> BaseException:
+    """What reading a reset's answers that raised ``error`` raises (the connection
+    is closed by then): a disconnect as it is, any other MySQL error as 2014
+    (the session's state is unknown), anything else (an interruption) as it is."""
+    err = importlib.import_module("pymysql.err")
+    if isinstance(error, err.MySQLError) and not mysql_is_disconnect(error):
+        failure = err.OperationalError(2014, f"resetting the pooled session failed: {error}")
+        failure.__cause__ = error
+        return failure  # type: ignore[no-any-return]
+    return error
+
+
 def pymysql_connection_class(base: Any, preferred_tls: ssl.SSLContext | None) -> Any:
     """PyMySQL's ``Connection`` that knows when its transaction state is unsure
     (see :func:`mysql_transaction_open`), and that uses ``preferred_tls``, if
     given, for PyMySQL's default "preferred" TLS instead of a context per connect."""
 
-    class Connection(base):  # type: ignore[misc]
-        #: Set when a command goes out, cleared when its answer ends in an OK
-        #: packet (the only packets whose server status PyMySQL keeps).
-        _surge_unsure = False
-        #: A command went out since the session was last reset.
-        _surge_used = True
-        #: A command's answer is not read yet: the protocol state is unknown.
-        _surge_busy = False
-        #: This connection's reset (built when its session was ready).
-        _surge_reset: MySQLReset | None = None
-        #: A reset due (the connection came back), not written yet: the next
-        #: command takes it along, or RESET_WRITER writes it.
-        _surge_unsent: MySQLReset | None = None
-        #: A reset written whose answers are not read yet: (OK packets, others).
-        _surge_pending: tuple[int, int] | None = None
-        #: The session may be in another database than the pool's.
-        _surge_db_changed = False
+    class Connection(MySQLSessionState, base):  # type: ignore[misc]
         #: Held while the reset's bytes go out (by this thread or RESET_WRITER).
         _surge_io: threading.Lock
-        #: Bytes that the next write puts in front of its own.
-        _surge_prefix: bytes | None = None
-        #: A statement went out whose effect the server's reset does not undo.
-        _surge_unresettable = False
         # PyMySQL's own, as used here.
         _next_seq_id: int
-        _result: Any
         _current_timeout: Any
         _read_timeout: Any
 
         def _execute_command(self, command: int, sql: Any) -> None:
-            self._surge_used = self._surge_busy = True
-            self._surge_unsure = True
-            use = may_change_database(command, sql, self._surge_multi)
-            if unresettable(command, sql):
-                self._surge_unresettable = True
+            use = self._surge_sending(command, sql)
             if self._surge_unsent is not None or self._surge_pending is not None:
                 with self._surge_io:
                     self._surge_take_reset()
@@ -412,23 +499,6 @@ def pymysql_connection_class(base: Any, preferred_tls: ssl.SSLContext | None) ->
                 super().connect(sock)
             finally:
                 self._read_timeout = read_timeout
-
-        def _surge_take_reset(self) -> None:
-            """Under ``_surge_io``: put an unwritten reset in front of the next write."""
-            reset = self._surge_unsent
-            if reset is not None:
-                data, n_ok, n_results = reset.compose(self._surge_db_changed)
-                self._surge_prefix = data
-                self._surge_pending = (n_ok, n_results)
-                self._surge_unsent = None
-                self._surge_db_changed = False
-
-        def _write_bytes(self, data: bytes) -> None:
-            prefix = self._surge_prefix
-            if prefix is not None:
-                self._surge_prefix = None
-                data = prefix + data
-            super()._write_bytes(data)
 
         def close(self) -> None:
             lock = self.__dict__.get("_surge_io")
@@ -469,23 +539,8 @@ def pymysql_connection_class(base: Any, preferred_tls: ssl.SSLContext | None) ->
             super().set_character_set(charset, collation)
             self._surge_busy = False  # answered, by a packet read outside the above
 
-        def _surge_mark_reset(self) -> bool:
-            """At return: the session reset is due (see surge.db._session); False
-            if the protocol state is unknown."""
-            reset, result = self._surge_reset, self._result
-            if reset is None or self._surge_busy or self._sock is None:
-                return False
-            if result is not None and (result.unbuffered_active or result.has_next):
-                return False  # results unread: never read them at return
-            if self._surge_unresettable:
-                return False  # closed instead: see _session.unresettable
-            self._surge_unsent = reset
-            self._surge_used = self._surge_unsure = False
-            self._result = None
-            # As the reset will leave it (get_autocommit() reads it).
-            self.server_status = AUTOCOMMIT if reset.autocommit else 0
+        def _surge_write_later(self) -> None:
             RESET_WRITER.due(self, time.monotonic())
-            return True
 
         def _surge_flush(self) -> None:
             """RESET_WRITER: write a reset still due, if nobody is using the socket."""
@@ -528,15 +583,7 @@ def pymysql_connection_class(base: Any, preferred_tls: ssl.SSLContext | None) ->
                     self._current_timeout = timeout
                 for _ in range(n_ok):
                     header = read(4)
-                    payload = read(header[0] | header[1] << 8 | header[2] << 16)
-                    if payload[:1] != b"\x00":  # an error packet raises; anything else is wrong
-                        packet = self._surge_packet(payload, self.encoding)
-                        if packet.is_error_packet():
-                            packet.raise_for_error()
-                        raise self._surge_err.OperationalError(
-                            2027, "the pooled session's reset was answered by a non-OK packet"
-                        )
-                    self.server_status = ok_packet_status(payload)
+                    self._surge_reset_ok(read(header[0] | header[1] << 8 | header[2] << 16))
                 for _ in range(n_results):
                     self._next_seq_id = 1
                     super()._read_query_result()
@@ -545,17 +592,10 @@ def pymysql_connection_class(base: Any, preferred_tls: ssl.SSLContext | None) ->
             except BaseException as error:
                 self._read_timeout = own
                 self._force_close()
-                if isinstance(error, self._surge_err.MySQLError) and not mysql_is_disconnect(error):
-                    raise self._surge_err.OperationalError(
-                        2014, f"resetting the pooled session failed: {error}"
-                    ) from error
-                raise
+                raise reset_failed(error)  # noqa: B904 - its cause is set when it is another
             self._surge_unsure = False
 
         _surge_err = importlib.import_module("pymysql.err")
-        _surge_packet = importlib.import_module("pymysql.protocol").MysqlPacket
-        #: Whether the client allows several statements in one text (USE may hide there).
-        _surge_multi = False
 
         if preferred_tls is not None:
 

@@ -31,169 +31,22 @@ On top of :class:`surge.pool.Pool` (O(1) checkout, waiters in arrival order,
 from __future__ import annotations
 
 import contextlib
-import logging
-import math
 import ssl
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any
 
 from surge.db._drivers import DatabaseURL, Driver, driver_for
-from surge.db._session import RESET_WAIT, next_session
-from surge.errors import UsageError
+from surge.db._session import (
+    RESET_WAIT,
+    SOCKET_CHECK_AFTER,
+    SessionResets,
+)
 from surge.pool import Pool, _fork
 from surge.pool._sync import Owner, orphaned
 
-log = logging.getLogger("surge.db")
-
-#: Share of the server's idle timeout that ``max_lifetime="auto"`` keeps below
-#: (then jittered down by up to ``lifetime_jitter``).
-LIFETIME_SHARE = 0.9
-
-#: A connection back in the pool for less than this (seconds) is handed out
-#: without looking at its socket.  The look is a ``select()``, a system call
-#: that lets go of the GIL: with four Django threads sharing a pool it cost a
-#: request cycle ~30 us of its ~430 (``benchmarks/django_cycle.py``, 4 threads:
-#: 427-460 us with it, 400 without, Django's own pool 393-427).  A server that
-#: goes away in those 50 ms is met by the first statement instead, as a kill
-#: that races the check always is.
-SOCKET_CHECK_AFTER = 0.05
-
-
-class SessionResets:
-    """What DBPool and AsyncDBPool share: their settings, their counters and
-    ``stats()``, and the session reset at return (its sending is the same,
-    sync or async: nothing is waited for).  Only waiting differs between them:
-    each wraps its own pool (surge.pool's Pool or AsyncPool) as ``pool``."""
-
-    driver: Any
-    pool: Any
-    #: Each front-end's own, sync or async (surge.pool awaits what returns an awaitable).
-    _check: Callable[[Any, float], Any]
-    _reset: Callable[[Any], Any]
-    _close: Callable[[Any], Any]
-    n_resets = 0
-    n_severed = 0
-    n_pings = 0
-    n_rollbacks = 0
-
-    def _settings(
-        self,
-        url: DatabaseURL,
-        reset: str,
-        init_sql: Sequence[str],
-        autocommit: bool,
-        check_idle_after: float,
-        connect_args: dict[str, Any] | None,
-        timeout: float,
-        max_lifetime: float | Literal["auto"] | None,
-    ) -> None:
-        """The settings both keep as given (``driver`` set before: the reset
-        mode is checked against it)."""
-        self.url = url
-        self.reset = check_reset_mode(reset, self.driver)
-        self.init_sql = check_init_sql(init_sql)
-        self.autocommit = autocommit
-        self.check_idle_after = check_idle_after
-        self._connect_args = dict(connect_args or {})
-        self.timeout = timeout
-        #: The lifetime in force; ``"auto"`` until the first connection has read it.
-        self.max_lifetime: float | Literal["auto"] | None = max_lifetime
-        #: Called with each connection the pool closes (glue that keeps its own
-        #: record per connection, as SQLAlchemy's, forgets it here).
-        self.on_close: list[Callable[[Any], object]] = []
-
-    def _pool_options(
-        self,
-        max_size: int,
-        max_overflow: int,
-        max_idle: float | None,
-        lifetime_jitter: float,
-        lifo: bool,
-        clock: Callable[[], float],
-    ) -> dict[str, Any]:
-        """surge.pool's arguments (Pool's or AsyncPool's: the same), with this
-        pool's callbacks: the check, the reset and close at return, the sever
-        of a forked child's inherited connections."""
-        max_lifetime = self.max_lifetime
-        return {
-            "max_size": max_size,
-            "max_overflow": max_overflow,
-            "timeout": self.timeout,
-            "max_idle": max_idle,
-            "max_lifetime": None if max_lifetime == "auto" else max_lifetime,
-            "lifetime_jitter": lifetime_jitter,
-            "check": self._check,
-            "check_idle_after": checkout_check_after(
-                self.check_idle_after, self.reset, self.driver
-            ),
-            "reset": self._reset,
-            "close": self._close,
-            "sever": self._sever_inherited,
-            "lifo": lifo,
-            "clock": clock,
-        }
-
-    @property
-    def generation(self) -> int:
-        return int(self.pool.generation)
-
-    def generation_of(self, conn: Any) -> int | None:
-        """The generation ``conn`` was made in (None if it is not checked out)."""
-        generation: int | None = self.pool.generation_of(conn)
-        return generation
-
-    def stats(self) -> dict[str, Any]:
-        """The pool's counters plus ``generation``, ``pings``, ``rollbacks`` and
-        ``server_gone`` (how many times a disconnect moved the generation on)."""
-        stats: dict[str, Any] = self.pool.stats()
-        written = getattr(self.driver, "written", None) or [self.n_resets, self.n_resets]
-        stats.update(
-            pings=self.n_pings,
-            rollbacks=self.n_rollbacks,
-            resets=self.n_resets,
-            resets_written=written[0],
-            reset_commands=written[1],
-            severed=self.n_severed,
-            server_gone=stats["generation"],
-            max_lifetime=self.max_lifetime,
-        )
-        return stats
-
-    def _after_reset(self, conn: Any, outcome: bool | Exception | None) -> bool:
-        """Count a session reset started at return; sever a connection that could
-        not be reset (``start_session_reset``'s False or error): never waited on."""
-        if outcome is None:
-            return True
-        if outcome is True:
-            self.n_resets += 1
-            next_session(conn)
-            return True
-        self._sever(conn)
-        return False
-
-    def _sever(self, conn: Any) -> None:
-        """Cut a connection whose protocol state is unknown at its socket, without
-        a byte to the server."""
-        if sever_once(conn):
-            self.n_severed += 1
-            self.driver.sever(conn)
-
-    def _sever_inherited(self, conn: Any) -> None:
-        """The pool's ``sever`` in a forked child, for each connection of the parent."""
-        self.n_severed += 1
-        self.driver.sever_inherited(conn)
-
-
-def needs_ping(idle: float, check_idle_after: float, driver: Any, conn: Any) -> bool:
-    """Whether a connection idle ``idle`` seconds must be pinged before use: idle
-    ``check_idle_after`` or more, or idle long enough to look at its socket
-    (``SOCKET_CHECK_AFTER``) and something arrived on it (EOF, a goodbye)."""
-    if idle >= check_idle_after:
-        return True
-    return idle >= SOCKET_CHECK_AFTER and bool(driver.has_input(conn))
+__all__ = ["SOCKET_CHECK_AFTER", "DBPool"]
 
 
 class DBPool(SessionResets):
@@ -211,44 +64,22 @@ class DBPool(SessionResets):
     keyword arguments for the driver's ``connect``.
     """
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        driver: str | None = None,
-        max_size: int = 10,
-        max_overflow: int = 0,
-        timeout: float = 30.0,
-        max_idle: float | None = None,
-        max_lifetime: float | Literal["auto"] | None = "auto",
-        lifetime_jitter: float = 0.1,
-        check_idle_after: float = 1.0,
-        autocommit: bool = False,
-        lifo: bool = True,
-        ssl_context: ssl.SSLContext | None = None,
-        connect_args: dict[str, Any] | None = None,
-        reset: Literal["session", "none"] = "session",
-        init_sql: Sequence[str] = (),
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        if check_idle_after < 0:
-            raise ValueError(f"check_idle_after must be 0 or more, not {check_idle_after}")
+    driver: Driver
+
+    def _driver_for(
+        self, url: str, name: str | None, ssl_context: ssl.SSLContext | None
+    ) -> tuple[DatabaseURL, Driver]:
         parsed = DatabaseURL.parse(url)
-        self.driver: Driver = driver_for(parsed, driver, ssl_context)
-        self._settings(
-            parsed, reset, init_sql, autocommit, check_idle_after, connect_args, timeout,
-            max_lifetime,
-        )  # fmt: skip
+        return parsed, driver_for(parsed, name, ssl_context)
+
+    def _open(self, **options: Any) -> None:
         #: The acquire under way in this thread: its timeout bounds a connect.
         self._budget = threading.local()
         self._lifetime_lock = _fork.lock()
         #: Makes a new connection; glue that knows better replaces it (SQLAlchemy's
         #: dialect arguments and ``do_connect`` events, see surge.db.sqlalchemy).
         self.connector: Callable[[], Any] = self._connect_to_url
-        self.pool: Pool[Any] = Pool(
-            self._create,
-            **self._pool_options(max_size, max_overflow, max_idle, lifetime_jitter, lifo, clock),
-        )
+        self.pool: Pool[Any] = Pool(self._create, **options)
 
     # -- the public surface ---------------------------------------------------------------
 
@@ -332,75 +163,57 @@ class DBPool(SessionResets):
 
     # -- internals ------------------------------------------------------------------------------
 
+    # -- internals: the I/O that SessionResets' decisions call for ------------------------
+
     def _check(self, conn: Any, idle: float) -> bool:
-        """The pool's check on checkout: read the answers of the reset written at
-        return (unless the connection's next command may: ``Driver.reset_answers``),
-        then ping if ``needs_ping``; a reset or ping that fails discards the
-        connection, and a disconnect moves the generation on."""
-        driver = self.driver
-        within = self._answer_wait()
-        if driver.reset_pending(conn) and not (
-            driver.reset_answers == "lazily" and idle < SOCKET_CHECK_AFTER
-        ):
-            try:
-                driver.finish_reset(conn, within)
-            except Exception as error:
-                self._failed(conn, error)
-                return False
-        if not needs_ping(idle, self.check_idle_after, driver, conn):
+        """The pool's check on checkout (see ``SessionResets._checkout_steps``): read
+        the answers of the reset written at return, ping; each waits at most
+        RESET_WAIT, or the acquire's timeout if shorter (a session silent that
+        long is cut and replaced, within the acquire's timeout).  One that fails
+        discards the connection, and a disconnect moves the generation on."""
+        answers, ping = self._checkout_steps(conn, idle)
+        if not answers and ping is False:
             return True
-        self.n_pings += 1
+        driver = self.driver
+        within = min(RESET_WAIT, getattr(self._budget, "timeout", None) or self.timeout)
         try:
-            self.driver.ping(conn, within)
+            if answers:
+                driver.finish_reset(conn, within)
+            if ping or (ping is None and driver.has_input(conn)):
+                self.n_pings += 1
+                driver.ping(conn, within)
         except Exception as error:
             self._failed(conn, error)
             return False
         return True
 
-    def _answer_wait(self) -> float:
-        """How long a checkout waits for one answer (a reset's, a ping's): RESET_WAIT,
-        or the acquire's timeout if shorter.  A session silent that long is cut
-        and replaced, within the acquire's timeout."""
-        budget = getattr(self._budget, "timeout", None) or self.timeout
-        return min(RESET_WAIT, budget)
-
     def _reset(self, conn: Any) -> bool:
-        """The pool's reset on return (see ``release``).  False (discard) for a
-        closed connection.  (The pool does not reset a connection it is about to
-        retire: one of an old generation, whose server may be gone, is discarded
-        without a round trip.)"""
-        driver = self.driver
-        if driver.is_closed(conn):
-            return False
-        if self.reset == "session":
-            outcome = start_session_reset(driver, conn)
-            if isinstance(outcome, Exception):
-                self._failed(conn, outcome)
-            return self._after_reset(conn, outcome)
-        if not driver.protocol_idle(conn):
-            self._sever(conn)
+        """The pool's reset on return (see ``release``, ``SessionResets._returned``).
+        (The pool does not reset a connection it is about to retire: one of an old
+        generation, whose server may be gone, is discarded without a round trip.)"""
+        step = self._returned(conn)
+        if step is True or step is False:
+            return step
+        if step == "server gone":
+            self.pool.invalidate(self.pool.generation_of(conn))
             return False
         try:
-            if driver.in_transaction(conn):
-                self.n_rollbacks += 1
+            if step == "roll back":
                 conn.rollback()
-            driver.restore_autocommit(conn, self.autocommit)
+            self.driver.restore_autocommit(conn, self.autocommit)
         except Exception as error:
             self._failed(conn, error)
             return False
         return True
 
     def _failed(self, conn: Any, error: BaseException) -> None:
-        """A ping or rollback raised: if the server is gone, move the generation on
-        (the pool discards the connection itself)."""
-        if self.driver.is_disconnect(error, conn):
+        """A ping or a rollback raised: if the server is gone, move the generation
+        on (the pool discards the connection itself)."""
+        if self._gone(conn, error):
             self.pool.invalidate(self.pool.generation_of(conn))
-        else:
-            log.info("%r failed on %r; discarding it", error, conn)
 
     def _connect_to_url(self) -> Any:
-        budget = getattr(self._budget, "timeout", None) or self.timeout
-        args = with_connect_timeout(self.url, self.driver.name, self._connect_args, budget)
+        args = self._connect_kwargs(getattr(self._budget, "timeout", None) or self.timeout)
         return self.driver.connect(self.url, self.autocommit, args)
 
     def _create(self) -> Any:
@@ -425,97 +238,13 @@ class DBPool(SessionResets):
         none of the first connections is made without the lifetime (and outlives
         the server's timeout)."""
         with self._lifetime_lock:
-            if self.max_lifetime != "auto":
-                return  # another thread read it while this one waited
-            idle_timeout = self.driver.server_idle_timeout(conn)  # raises: still "auto"
-            if idle_timeout:
-                self.pool.set_max_lifetime(idle_timeout * LIFETIME_SHARE)
-                self.max_lifetime = idle_timeout * LIFETIME_SHARE
-            else:
-                self.max_lifetime = None
+            if self.max_lifetime == "auto":  # else another thread read it meanwhile
+                self._lifetime_learned(self.driver.server_idle_timeout(conn))  # raises: "auto"
 
     def _close(self, conn: Any) -> None:
-        for forget in self.on_close:
-            forget(conn)
-        if not self.driver.protocol_idle(conn):  # a polite close could wait on the server
-            self._sever(conn)
+        self._closing(conn)
         with contextlib.suppress(Exception):  # closing a dead connection may fail; it is gone
             conn.close()
-
-
-def with_connect_timeout(
-    url: DatabaseURL, driver: str, connect_args: dict[str, Any], budget: float
-) -> dict[str, Any]:
-    """``connect_args`` with a connect timeout no longer than ``budget`` (an
-    acquire's timeout), unless the URL or the arguments set one: a server that
-    accepts and then says nothing (a hung host) must not hold an acquire past
-    its timeout.  (libpq has no default at all; PyMySQL's is 10 s.)"""
-    if "connect_timeout" in connect_args or "connect_timeout" in url.options:
-        return connect_args
-    defaults = {
-        "pymysql": 10.0,
-        "aiomysql": 10.0,
-        "mysqlclient": 10.0,
-        "psycopg": None,
-        "asyncpg": None,
-    }
-    if driver not in defaults:
-        return connect_args
-    default = defaults[driver]
-    seconds = budget if default is None else min(default, budget)
-    if driver in ("psycopg", "mysqlclient"):  # whole seconds (libpq: 2 at least)
-        seconds = max(2 if driver == "psycopg" else 1, math.ceil(seconds))
-    return {**connect_args, "connect_timeout": seconds}
-
-
-def start_session_reset(driver: Any, conn: Any) -> bool | Exception | None:
-    """The session reset at return, as far as it goes without waiting: None if
-    nothing went to the server since the last one (only the client's side is put
-    back), True if it was sent, False if the protocol state is unknown, or the
-    exception that sending it raised."""
-    if not driver.used(conn):
-        driver.restore_client(conn)
-        return None
-    try:
-        return bool(driver.send_reset(conn))
-    except Exception as error:
-        return error
-
-
-def sever_once(conn: Any) -> bool:
-    """Whether ``conn`` is to be severed now (not already)."""
-    if getattr(conn, "_surge_severed", False):
-        return False
-    with contextlib.suppress(AttributeError):  # a class without __dict__ (sqlite3)
-        conn._surge_severed = True
-    return True
-
-
-def check_reset_mode(reset: str, driver: Any) -> Literal["session", "none"]:
-    if reset not in ("session", "none"):
-        raise UsageError(f"reset={reset!r}: use 'session' (the default) or 'none'")
-    if reset == "session" and driver.name == "sqlite3":
-        return "none"  # a file, not a server session: nothing outlives the transaction
-    return reset  # type: ignore[return-value]
-
-
-def check_init_sql(init_sql: Sequence[str]) -> tuple[str, ...]:
-    if isinstance(init_sql, str | bytes):
-        raise UsageError("init_sql is a list of statements, not one string")
-    statements = tuple(init_sql)
-    for sql in statements:
-        if not isinstance(sql, str) or not sql.strip():
-            raise UsageError(f"init_sql: {sql!r} is not a statement")
-    return statements
-
-
-def checkout_check_after(check_idle_after: float, reset: str, driver: Any) -> float:
-    """How idle a connection must be for the pool to call ``check`` at checkout: at
-    every checkout when a reset's answers must be read there (PostgreSQL), else
-    from ``SOCKET_CHECK_AFTER`` (a look at the socket) or ``check_idle_after``."""
-    if reset == "session" and driver.reset_answers == "at checkout":
-        return 0.0
-    return min(check_idle_after, SOCKET_CHECK_AFTER)
 
 
 class _Checkout:
@@ -541,12 +270,8 @@ class _Checkout:
         pool, conn, owner = self._pool, self._conn, self._owner
         if exc is None:
             pool.release(conn, owner)
-        elif pool.driver.is_disconnect(exc, conn):
-            pool.lost(conn, owner)
-        elif isinstance(exc, Exception):
-            pool.release(conn, owner)
-        else:
-            pool.discard(conn, owner)
+        else:  # lost, release or discard: see SessionResets._after_error
+            pool._after_error(conn, exc)(conn, owner)
 
     def __del__(self) -> None:
         owner = getattr(self, "_owner", None)  # None: __init__ did not finish

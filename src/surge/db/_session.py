@@ -61,17 +61,19 @@ import operator
 import os
 import re
 import socket
+import ssl
 import struct
 import threading
 import time
 from collections import deque
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from surge.errors import UsageError
 from surge.pool import _fork
 
+log = logging.getLogger("surge.db")
 # -- the driver's side of the session --------------------------------------------------
 
 
@@ -376,6 +378,20 @@ def unresettable(command: int, sql: Any) -> bool:
 RESET_WAIT = 1.0
 
 
+def condition_on(lock: threading.Lock) -> threading.Condition:
+    """A Condition on ``lock`` that a forked child finds free (as
+    ``surge.pool._fork.condition()``), for a thread that may be interrupted to
+    take as ``with lock:``, never ``with cond:``.  ``Condition.__enter__`` is
+    Python code: a signal handler can run just after it took the lock and before
+    the ``with`` holds it, and raise - leaving the lock held for ever, and the
+    process-wide thread waiting on it (the watchdog, the reset writer) and every
+    checkout after with it (a contender hung so in test_seeded_signals).  A C
+    lock's own ``with`` has no such point.  Its own thread waits on ``cond``."""
+    made = threading.Condition(lock)
+    _fork._primitives.add(made)  # re-initialised in a forked child, as _fork's own
+    return made
+
+
 class Watchdog:
     """Calls ``on_timeout`` if a guarded block is still running ``timeout``
     seconds after it began: for calls into C that no timeout reaches (libmariadb
@@ -383,7 +399,8 @@ class Watchdog:
     daemon thread per process, started at first use."""
 
     def __init__(self) -> None:
-        self._cond = _fork.condition()  # free in a forked child (see surge.pool._fork)
+        self._lock = _fork.lock()  # free in a forked child (see surge.pool._fork)
+        self._cond = condition_on(self._lock)
         self._armed: dict[int, tuple[float, Any]] = {}
         self._next = 0
         self._pid: int | None = None
@@ -396,7 +413,7 @@ class Watchdog:
         in another user's hands."""
         token = None
         try:
-            with self._cond:
+            with self._lock:  # not self._cond: see condition_on
                 if self._pid != os.getpid():
                     self._pid = os.getpid()
                     self._armed = {}
@@ -504,7 +521,8 @@ class ResetWriter:
 
     def __init__(self) -> None:
         self._due: deque[tuple[float, Any]] = deque()
-        self._cond = _fork.condition()
+        self._lock = _fork.lock()
+        self._cond = condition_on(self._lock)
         self._idle = False
         self._started = False
         if hasattr(os, "register_at_fork"):  # a forked child has no thread: start anew
@@ -520,7 +538,7 @@ class ResetWriter:
         thread-safe, and the condition's lock only to wake an idle thread.)"""
         self._due.append((now + FLUSH_AFTER, conn))
         if self._idle or not self._started:
-            with self._cond:
+            with self._lock:  # not self._cond: see condition_on
                 if not self._started:
                     self._started = True
                     threading.Thread(target=self._run, name="surge.db resets", daemon=True).start()
@@ -549,7 +567,7 @@ class ResetWriter:
             try:
                 conn._surge_flush()
             except Exception:  # a connection's failure is its own: never the thread's
-                logging.getLogger("surge.db").warning("writing a reset failed", exc_info=True)
+                log.warning("writing a reset failed", exc_info=True)
 
 
 #: How long the idle writer sleeps before it looks again on its own (seconds): the
@@ -684,3 +702,316 @@ def pg_finish_reset(pgconn: Any, syncs: int, psycopg: Any) -> Iterator[Any]:
     if failed is not None:
         message = failed.decode(errors="replace").strip()
         raise psycopg.OperationalError(f"resetting the pooled session failed: {message}")
+
+
+# -- the decisions: what a pool does with a connection, sync or async --------------------
+
+#: A connection back in the pool for less than this (seconds) is handed out
+#: without looking at its socket.  The look is a ``select()``, a system call
+#: that lets go of the GIL: with four Django threads sharing a pool it cost a
+#: request cycle ~30 us of its ~430 (``benchmarks/django_cycle.py``, 4 threads:
+#: 427-460 us with it, 400 without, Django's own pool 393-427).  A server that
+#: goes away in those 50 ms is met by the first statement instead, as a kill
+#: that races the check always is.
+SOCKET_CHECK_AFTER = 0.05
+
+#: Share of the server's idle timeout that ``max_lifetime="auto"`` keeps below
+#: (then jittered down by up to ``lifetime_jitter``).
+LIFETIME_SHARE = 0.9
+
+#: ``SessionResets._checkout_steps``' answers: (read the answers of the reset
+#: written at return first?, then ping? - True, False, or None: only if the
+#: socket got something while the connection idled, EOF or a goodbye).
+_NOTHING = (False, False)
+_ANSWERS = (True, False)
+_PING = (False, True)
+_ANSWERS_PING = (True, True)
+_LOOK = (False, None)
+_ANSWERS_LOOK = (True, None)
+
+#: What a return leaves for the pool to do (``SessionResets._returned``).
+Returned = Literal[True, False, "roll back", "restore autocommit", "server gone"]
+
+
+class SessionResets:
+    """Every decision DBPool and AsyncDBPool take about a connection, and none of
+    their waiting; and their constructor.
+
+    What a return does (``_returned``), what a checkout does first
+    (``_checkout_steps``), whether a failure means the server is gone
+    (``_gone``), what a block that raised leaves (``_after_error``), what a
+    close does first (``_closing``); their options, checked here once for both
+    (``__init__``); their counters and ``stats()``.  Each pool wraps its own
+    surge.pool (Pool or AsyncPool) as ``pool`` and does the I/O these answers
+    call for - a rollback, a ping, reading a reset's answers, closing, moving
+    the generation on - sync or awaited.  What goes to a server without waiting
+    for it (a reset's bytes, a sever) is done here: that is the same either way.
+    psycopg_pool's ``check``/``reset`` callbacks are the model: one place for
+    every connection.
+    """
+
+    driver: Any
+    pool: Any
+    url: Any  # surge.db._drivers.DatabaseURL
+    reset: Literal["session", "none"]
+    max_lifetime: float | Literal["auto"] | None
+    #: Each front-end's own, sync or async (surge.pool awaits what returns an awaitable).
+    _check: Callable[[Any, float], Any]
+    _reset: Callable[[Any], Any]
+    _close: Callable[[Any], Any]
+    n_resets = 0
+    n_severed = 0
+    n_pings = 0
+    n_rollbacks = 0
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        driver: str | None = None,
+        max_size: int = 10,
+        max_overflow: int = 0,
+        timeout: float = 30.0,
+        max_idle: float | None = None,
+        max_lifetime: float | Literal["auto"] | None = "auto",
+        lifetime_jitter: float = 0.1,
+        check_idle_after: float = 1.0,
+        autocommit: bool = False,
+        lifo: bool = True,
+        ssl_context: ssl.SSLContext | None = None,
+        connect_args: dict[str, Any] | None = None,
+        reset: Literal["session", "none"] = "session",
+        init_sql: Sequence[str] = (),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Both pools' constructor, so that both take the same options and refuse
+        the same: see :class:`surge.db.DBPool`.  Ours are checked here before
+        anything is made (a bad one raises UsageError), surge.pool's by it; each
+        front-end makes its driver (``_driver_for``) and its pool (``_open``)."""
+        if not check_idle_after >= 0:  # NaN too: it would never ping
+            raise UsageError(f"check_idle_after must be 0 or more, not {check_idle_after}")
+        if reset not in ("session", "none"):
+            raise UsageError(f"reset={reset!r}: use 'session' (the default) or 'none'")
+        if isinstance(init_sql, str | bytes):
+            raise UsageError("init_sql is a list of statements, not one string")
+        statements = tuple(init_sql)
+        for sql in statements:
+            if not isinstance(sql, str) or not sql.strip():
+                raise UsageError(f"init_sql: {sql!r} is not a statement")
+        self.url, self.driver = self._driver_for(url, driver, ssl_context)
+        if reset == "session" and self.driver.name == "sqlite3":
+            reset = "none"  # a file, not a server session: nothing outlives the transaction
+        self.reset = reset
+        self.init_sql = statements
+        self.autocommit = autocommit
+        self.check_idle_after = check_idle_after
+        self._connect_args = dict(connect_args or {})
+        self.timeout = timeout
+        #: The lifetime in force; ``"auto"`` until the first connection has read it.
+        self.max_lifetime = max_lifetime
+        #: Called with each connection the pool closes (glue that keeps its own
+        #: record per connection, as SQLAlchemy's, forgets it here).
+        self.on_close: list[Callable[[Any], object]] = []
+        # surge.pool's options (Pool's and AsyncPool's: the same), with this
+        # pool's callbacks: the check, the reset and close at return, the sever
+        # of a forked child's inherited connections.
+        self._open(
+            max_size=max_size,
+            max_overflow=max_overflow,
+            timeout=timeout,
+            max_idle=max_idle,
+            max_lifetime=None if max_lifetime == "auto" else max_lifetime,
+            lifetime_jitter=lifetime_jitter,
+            check=self._check,
+            check_idle_after=self._checked_after(),
+            reset=self._reset,
+            close=self._close,
+            sever=self._sever_inherited,
+            lifo=lifo,
+            clock=clock,
+        )
+
+    def _driver_for(
+        self, url: str, name: str | None, ssl_context: ssl.SSLContext | None
+    ) -> tuple[Any, Any]:
+        """The parsed URL and the front-end's driver for it (``driver=name``)."""
+        raise NotImplementedError
+
+    def _open(self, **options: Any) -> None:
+        """Make ``pool`` (surge.pool's Pool or AsyncPool) with ``options``, and
+        whatever else the front-end keeps."""
+        raise NotImplementedError
+
+    def _checked_after(self) -> float:
+        """How idle a connection must be for the pool to call ``check`` at checkout: at
+        every checkout when a reset's answers must be read there (PostgreSQL), else
+        from ``SOCKET_CHECK_AFTER`` (a look at the socket) or ``check_idle_after``."""
+        if self.reset == "session" and self.driver.reset_answers == "at checkout":
+            return 0.0
+        return min(self.check_idle_after, SOCKET_CHECK_AFTER)
+
+    @property
+    def generation(self) -> int:
+        return int(self.pool.generation)
+
+    def generation_of(self, conn: Any) -> int | None:
+        """The generation ``conn`` was made in (None if it is not checked out)."""
+        generation: int | None = self.pool.generation_of(conn)
+        return generation
+
+    def stats(self) -> dict[str, Any]:
+        """The pool's counters plus ``generation``, ``pings``, ``rollbacks`` and
+        ``server_gone`` (how many times a disconnect moved the generation on)."""
+        stats: dict[str, Any] = self.pool.stats()
+        written = getattr(self.driver, "written", None) or [self.n_resets, self.n_resets]
+        stats.update(
+            pings=self.n_pings,
+            rollbacks=self.n_rollbacks,
+            resets=self.n_resets,
+            resets_written=written[0],
+            reset_commands=written[1],
+            severed=self.n_severed,
+            server_gone=stats["generation"],
+            max_lifetime=self.max_lifetime,
+        )
+        return stats
+
+    # -- the decisions ------------------------------------------------------------------
+
+    def _checkout_steps(self, conn: Any, idle: float) -> tuple[bool, bool | None]:
+        """What a checkout of ``conn``, idle ``idle`` seconds, does before it is
+        handed out: (read the reset's answers?, then ping? - None: if the socket
+        got something, looked at after the answers are read, which would show
+        there too).  The answers are read unless the connection's next command
+        may read them (``Driver.reset_answers`` "lazily", back in under
+        SOCKET_CHECK_AFTER); a connection idle ``check_idle_after`` or more is
+        pinged, one idle SOCKET_CHECK_AFTER or more looked at."""
+        driver = self.driver
+        if driver.reset_pending(conn) and not (
+            driver.reset_answers == "lazily" and idle < SOCKET_CHECK_AFTER
+        ):
+            if idle >= self.check_idle_after:
+                return _ANSWERS_PING
+            return _ANSWERS_LOOK if idle >= SOCKET_CHECK_AFTER else _ANSWERS
+        if idle >= self.check_idle_after:
+            return _PING
+        return _LOOK if idle >= SOCKET_CHECK_AFTER else _NOTHING
+
+    def _returned(self, conn: Any) -> Returned:
+        """The pool's reset at return, as far as it goes without waiting (see
+        ``DBPool.release``): True (ready), False (discard: closed, or its protocol
+        state is unknown - severed, never waited on), "server gone" (discard, and
+        move the generation on), or with ``reset="none"`` "roll back" (then put
+        autocommit back) or "restore autocommit", for the pool to do."""
+        driver = self.driver
+        if driver.is_closed(conn):
+            return False
+        if self.reset == "session":
+            if not driver.used(conn):  # nothing went to the server since the last reset
+                driver.restore_client(conn)
+                return True
+            try:
+                sent = driver.send_reset(conn)
+            except Exception as error:
+                gone = self._gone(conn, error)
+                self._sever(conn)
+                return "server gone" if gone else False
+            if sent:
+                self.n_resets += 1
+                next_session(conn)
+                return True
+            self._sever(conn)
+            return False
+        if not driver.protocol_idle(conn):
+            self._sever(conn)
+            return False
+        try:
+            open_transaction = driver.in_transaction(conn)
+        except Exception as error:
+            return "server gone" if self._gone(conn, error) else False
+        if open_transaction:
+            self.n_rollbacks += 1
+            return "roll back"
+        return "restore autocommit"
+
+    def _gone(self, conn: Any, error: BaseException) -> bool:
+        """Whether ``error`` (of a ping, a reset, a rollback) means the server is
+        gone, so that the pool moves the generation on; another is logged.  Either
+        way the pool discards the connection."""
+        if self.driver.is_disconnect(error, conn):
+            return True
+        log.info("%r failed on %r; discarding it", error, conn)
+        return False
+
+    def _after_error(self, conn: Any, error: BaseException) -> Callable[..., Any]:
+        """Which of the pool's own methods a checkout's block that raised ``error``
+        ends with: ``lost`` (the server is gone: discard ``conn``, move the
+        generation on), ``release`` (another exception: back, rolled back) or
+        ``discard`` (an interruption that is not an Exception, KeyboardInterrupt
+        or a cancel mid-read: its protocol state is unknown)."""
+        if self.driver.is_disconnect(error, conn):
+            return self.lost  # type: ignore[attr-defined, no-any-return]
+        if isinstance(error, Exception):
+            return self.release  # type: ignore[attr-defined, no-any-return]
+        return self.discard  # type: ignore[attr-defined, no-any-return]
+
+    def _closing(self, conn: Any) -> None:
+        """Before the pool closes ``conn``: glue forgets it, and one that is not
+        between commands is severed (a polite close could wait on the server)."""
+        for forget in self.on_close:
+            forget(conn)
+        if not self.driver.protocol_idle(conn):
+            self._sever(conn)
+
+    def _lifetime_learned(self, idle_timeout: float | None) -> None:
+        """The server's idle timeout, read with the first connection, sets
+        ``max_lifetime="auto"`` to LIFETIME_SHARE of it (None: unlimited)."""
+        if idle_timeout:
+            self.pool.set_max_lifetime(idle_timeout * LIFETIME_SHARE)
+            self.max_lifetime = idle_timeout * LIFETIME_SHARE
+        else:
+            self.max_lifetime = None
+
+    def _connect_kwargs(self, budget: float) -> dict[str, Any]:
+        """The driver's connect arguments for a connect within ``budget`` seconds."""
+        return with_connect_timeout(self.url, self.driver.name, self._connect_args, budget)
+
+    def _sever(self, conn: Any) -> None:
+        """Cut a connection whose protocol state is unknown at its socket, without
+        a byte to the server (once)."""
+        if getattr(conn, "_surge_severed", False):
+            return
+        with contextlib.suppress(AttributeError):  # a class without __dict__ (sqlite3)
+            conn._surge_severed = True
+        self.n_severed += 1
+        self.driver.sever(conn)
+
+    def _sever_inherited(self, conn: Any) -> None:
+        """The pool's ``sever`` in a forked child, for each connection of the parent."""
+        self.n_severed += 1
+        self.driver.sever_inherited(conn)
+
+
+def with_connect_timeout(
+    url: Any, driver: str, connect_args: dict[str, Any], budget: float
+) -> dict[str, Any]:
+    """``connect_args`` with a connect timeout no longer than ``budget`` (an
+    acquire's timeout), unless the URL or the arguments set one: a server that
+    accepts and then says nothing (a hung host) must not hold an acquire past
+    its timeout.  (libpq has no default at all; PyMySQL's is 10 s.)"""
+    if "connect_timeout" in connect_args or "connect_timeout" in url.options:
+        return connect_args
+    defaults = {
+        "pymysql": 10.0,
+        "aiomysql": 10.0,
+        "mysqlclient": 10.0,
+        "psycopg": None,
+        "asyncpg": None,
+    }
+    if driver not in defaults:
+        return connect_args
+    default = defaults[driver]
+    seconds = budget if default is None else min(default, budget)
+    if driver in ("psycopg", "mysqlclient"):  # whole seconds (libpq: 2 at least)
+        seconds = max(2 if driver == "psycopg" else 1, math.ceil(seconds))
+    return {**connect_args, "connect_timeout": seconds}

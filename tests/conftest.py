@@ -27,7 +27,6 @@ import contextlib
 import importlib
 import os
 import shutil
-import socket
 import stat
 import subprocess
 import sys
@@ -230,9 +229,7 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real redis-server on 127.0.0.1 (a port free when asked: Redis reads
     port 0 as "no TCP"; a start that lost it to a race tries another), nothing
     saved to disk; its URL.  Under CI a missing redis-server fails."""
-    import time
-
-    from surge.testing.servers import free_port
+    from surge.testing.servers import ServerStartError, free_port, wait_listening
 
     binary = shutil.which("redis-server")
     if binary is None:
@@ -241,26 +238,27 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             pytest.fail(f"{hint} (CI is set: these tests must not be skipped)", pytrace=False)
         pytest.skip(hint)
     directory = tmp_path_factory.mktemp("redis")
-    for _attempt in range(3):
+    for attempt in range(3):
         port = free_port()
         argv = [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", ""]
         argv += ["--appendonly", "no", "--dir", str(directory), "--protected-mode", "no"]
-        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 10
-        while process.poll() is None and time.monotonic() < deadline:
-            with contextlib.suppress(OSError):
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            time.sleep(0.05)
-        if process.poll() is None:
-            try:
-                yield f"redis://127.0.0.1:{port}/0"
-            finally:
-                process.terminate()
-                process.wait(10)
-            return
-    out = process.stdout.read().decode() if process.stdout else ""
-    raise RuntimeError(f"redis-server did not start: {out[-2000:]}")
+        argv += ["--logfile", str(directory / "redis.log")]  # (it logs to stdout otherwise)
+        process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            wait_listening(port, process, "redis-server")
+        except ServerStartError as error:
+            process.kill()
+            process.wait(10)
+            if attempt == 2:
+                log = (directory / "redis.log").read_text(errors="replace")[-2000:]
+                raise ServerStartError(f"{error}; its log: {log}") from None
+            continue
+        try:
+            yield f"redis://127.0.0.1:{port}/0"
+        finally:
+            process.terminate()
+            process.wait(10)
+        return
 
 
 @pytest.fixture

@@ -211,12 +211,11 @@ class Multiplexer:
         """LIFT_S after a connection's streams ended at its bound: no GOAWAY came
         (else it is draining, or gone), so the bound goes, for it and its origin."""
         conn.lifting = False
-        if conn.closed or conn.draining or conn.on_slots is None:
-            if conn.on_slots is not None:
-                conn.on_slots(conn)
+        if conn.on_slots is None:  # dropped, or back in the pool, meanwhile
             return
-        conn.stream_limit = None
-        self.limits.pop(key, None)
+        if not (conn.closed or conn.draining):
+            conn.stream_limit = None
+            self.limits.pop(key, None)
         self._slots_changed(key, conn)
 
     def _drop(self, key: Any, origin: _Origin, conn: HTTP2Connection) -> None:

@@ -36,8 +36,11 @@ from tests.db._sql import query
 import surge.db
 from surge.testing import DBServer
 
-#: Interruptions per driver (each iteration arms one).
+#: Interruptions that must land per driver (each iteration arms one; how many
+#: land depends on the box's load, so iterations go on until this many did,
+#: up to MAX_TRIES).
 N = 300
+MAX_TRIES = 10 * N
 SEED = 20260411
 
 
@@ -137,7 +140,9 @@ def test_signals_raising_at_random_points_leave_the_sync_pool_whole(
     wrong: list[str] = []
     try:
         with alarms():
-            for _ in range(N):
+            for _ in range(MAX_TRIES):
+                if interrupted >= N // 2:
+                    break
                 value = rng.randrange(1, 10**6)
                 try:
                     signal.setitimer(signal.ITIMER_REAL, rng.uniform(1e-6, 1.5e-3))
@@ -152,12 +157,14 @@ def test_signals_raising_at_random_points_leave_the_sync_pool_whole(
                 except Exception as error:  # an interruption the driver turned into one
                     if error.__context__ is None or not isinstance(error.__context__, Interrupt):
                         wrong.append(repr(error)[:200])
+                    else:
+                        interrupted += 1
                 finally:
                     signal.setitimer(signal.ITIMER_REAL, 0)
         stop.set()
         other.join(15)
         assert not other.is_alive(), "the other thread is stuck in the pool"
-        assert interrupted > N // 4, f"only {interrupted} interruptions landed"
+        assert interrupted >= N // 2, f"{interrupted} interruptions landed in {MAX_TRIES} tries"
         assert_whole(pool, scheme)
         assert wrong == [], f"{len(wrong)} wrong answers or errors"
     finally:
@@ -248,7 +255,9 @@ def test_timeouts_and_cancellations_at_random_points_leave_the_async_pool_whole(
                     wrong.append(f"{value}: {got}")
 
         try:
-            for _ in range(N // 2):
+            for _ in range(MAX_TRIES // 2):
+                if interrupted >= N // 4:
+                    break
                 value, delay = rng.randrange(1, 10**6), rng.uniform(1e-6, 1.5e-3)
                 try:
                     if how == "timeout":
@@ -264,6 +273,8 @@ def test_timeouts_and_cancellations_at_random_points_leave_the_async_pool_whole(
                 except Exception as error:  # an interruption the driver turned into one
                     if not isinstance(error.__context__, asyncio.CancelledError):
                         wrong.append(repr(error)[:200])
+                    else:
+                        interrupted += 1
             stop.set()
             await asyncio.wait_for(other, 15)
             await aassert_whole(pool, scheme)
@@ -274,5 +285,5 @@ def test_timeouts_and_cancellations_at_random_points_leave_the_async_pool_whole(
         return interrupted, wrong
 
     interrupted, wrong = asyncio.run(asyncio.wait_for(main(), 240))
-    assert interrupted > N // 8, f"only {interrupted} interruptions landed"
+    assert interrupted >= N // 4, f"{interrupted} landed in {MAX_TRIES // 2} tries"
     assert wrong == [], f"{len(wrong)} wrong answers or errors: {wrong[:5]}"

@@ -132,7 +132,14 @@ class _Malformed(Exception):
     otherwise end the whole connection)."""
 
     def __init__(self, stream_id: int, error: h2.exceptions.ProtocolError) -> None:
-        super().__init__(str(error) or type(error).__name__)
+        if isinstance(error, h2.exceptions.InvalidBodyLengthError):
+            detail = (
+                f"{error.actual_length:,} bytes of content against its content-length"
+                f" of {error.expected_length:,}"
+            )
+        else:
+            detail = str(error) or type(error).__name__
+        super().__init__(detail)
         self.stream_id = stream_id
 
 
@@ -148,6 +155,17 @@ class StreamMalformed(h2.events.Event):
         self.flow = flow
 
 
+#: Final statuses whose response has no content (RFC 9110 6.4.1), DATA or not.
+_NO_CONTENT = frozenset({b"204", b"304"})
+
+
+def _status_of(headers: Any) -> bytes | None:
+    for name, value in headers:
+        if name == b":status":
+            return bytes(value)
+    return None
+
+
 class _H2Stream(h2.stream.H2Stream):
     """h2's stream, whose check of what the server sent on it - the response's
     header fields (pseudo-headers, connection-specific fields), its
@@ -160,12 +178,32 @@ class _H2Stream(h2.stream.H2Stream):
     def receive_headers(
         self, headers: Any, end_stream: bool, header_encoding: bool | str | None
     ) -> tuple[list[hyperframe.frame.Frame], list[h2.events.Event]]:
+        expected = self._expected_content_length
         try:
-            return super().receive_headers(headers, end_stream, header_encoding)
+            frames, events = super().receive_headers(headers, end_stream, header_encoding)
+            kind = type(events[0])
+            if kind is h2.events.TrailersReceived:
+                # h2 reads the trailers' (absent) Content-Length over the head's.
+                self._expected_content_length = expected
+            elif kind is h2.events.InformationalResponseReceived:
+                if _status_of(headers) == b"101":
+                    raise h2.exceptions.ProtocolError(
+                        "a 101 (Switching Protocols), which HTTP/2 does not have (RFC 9113 8.6)"
+                    )
+                self._expected_content_length = expected
+            elif _status_of(headers) in _NO_CONTENT:
+                # RFC 9110 6.4.1: no content, whatever its Content-Length says
+                # (a 304's describes the representation); h2 does so for HEAD.
+                self._expected_content_length = 0
+            if end_stream:
+                # h2 matches a Content-Length against DATA only as DATA comes:
+                # a stream ended by its HEADERS or its trailers is checked here.
+                self._track_content_length(0, end_stream=True)
         except h2.exceptions.StreamClosedError:
             raise  # h2's own handling of frames on closed streams
         except h2.exceptions.ProtocolError as e:
             raise _Malformed(self.stream_id, e) from e
+        return frames, events
 
     def receive_data(
         self, data: bytes, end_stream: bool, flow_control_len: int
@@ -199,6 +237,24 @@ class _H2Connection(h2.connection.H2Connection):
             self.state_machine.state = state
             self._data_to_send = queued
         return frames, events
+
+    def _receive_headers_frame(
+        self, frame: hyperframe.frame.HeadersFrame
+    ) -> tuple[list[hyperframe.frame.Frame], list[h2.events.Event]]:
+        stream_id = frame.stream_id
+        if (
+            stream_id not in self.streams
+            and stream_id % 2
+            and stream_id <= self.highest_outbound_stream_id
+        ):
+            # One of ours, closed and let go of (h2 forgets a closed stream
+            # once it counts open ones): a late answer to a stream we reset
+            # (RFC 9113 5.4.2: ignored), which h2 would take for a stream the
+            # server opens and end the connection ("Max inbound streams is 0").
+            # Decoded all the same: the HPACK table is the connection's.
+            h2.connection._decode_headers(self.decoder, frame.data)
+            return [], []
+        return super()._receive_headers_frame(frame)
 
     def _begin_new_stream(
         self, stream_id: int, allowed_ids: h2.connection.AllowedStreamIDs
@@ -308,6 +364,7 @@ class H2Stream:
         "conn",
         "connect_timings",
         "ended",
+        "heard",
         "id",
         "loop",
         "response",
@@ -330,6 +387,9 @@ class H2Stream:
         self.response: WireResponse | None = None
         self.connect_timings: Timings | None = None
         self.ended = False  # let go of (its slot freed)
+        #: Something of a response came (a status, interim or final, or DATA):
+        #: the server processed the request, whatever a GOAWAY or reset says.
+        self.heard = False
         self.sent_end = False  # END_STREAM sent
         self._slot: set[Expirable] | None = None
         self._idle: float | None = None
@@ -524,11 +584,21 @@ class H2Stream:
         )
 
     def fail(self, error: RequestError) -> None:
-        """End the exchange with ``error`` (the stream is reset if still open)."""
+        """End the exchange with ``error`` (the stream is reset if still open).
+        An ``unprocessed`` error - a GOAWAY above the stream, REFUSED_STREAM -
+        for a stream whose response had begun is not believed: the response
+        is the server's word that it processed the request, which is then
+        never sent again unless its method allows (surge.retry.may_resend)."""
         response = self.response
         self._unslot()
         if response is None:
             return
+        if error.unprocessed and self.heard:
+            error = RequestError(
+                "connection_reset",
+                f"{error.detail}; but its response had begun, so it was processed",
+                status=response.status if response.head_done else None,
+            )
         self.response = None
         response.keep_alive = False
         if not response.done.done():
@@ -552,6 +622,7 @@ class H2Stream:
         response = self.response
         if response is None:
             return
+        self.heard = True
         self._active = self.loop.time()
         if response.first_byte is None:
             response.first_byte = perf_counter()
@@ -588,6 +659,7 @@ class H2Stream:
         conn = self.conn
         if response is None or not data:  # (an empty DATA frame that ends the stream)
             return flow
+        self.heard = True
         self._active = self.loop.time()
         received = response.body_bytes = response.body_bytes + len(data)
         if response.head_ready is not None:  # streamed: acknowledged as the reader takes it
@@ -967,6 +1039,10 @@ class HTTP2Connection(asyncio.Protocol):
                 stream = streams.get(event.stream_id)
                 if stream is not None:
                     stream.headers_received(event.headers)
+            elif kind is h2.events.InformationalResponseReceived:
+                stream = streams.get(event.stream_id)
+                if stream is not None:  # a 1xx: skipped, but the request was processed
+                    stream.heard = True
             elif kind is h2.events.StreamEnded:
                 stream = streams.get(event.stream_id)
                 if stream is not None:
@@ -1003,8 +1079,7 @@ class HTTP2Connection(asyncio.Protocol):
                 waiter = self._pings.get(event.ping_data)
                 if waiter is not None and not waiter.done():
                     waiter.set_result(True)
-            # InformationalResponseReceived (1xx), TrailersReceived, SettingsAcknowledged,
-            # PriorityUpdated: nothing to do.
+            # TrailersReceived, SettingsAcknowledged, PriorityUpdated: nothing to do.
         if acks and not self.closed:
             for stream_id, flow in acks.items():
                 self.h2.acknowledge_received_data(flow, stream_id)

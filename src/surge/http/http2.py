@@ -238,6 +238,29 @@ class _H2Connection(h2.connection.H2Connection):
             self._data_to_send = queued
         return frames, events
 
+    @property
+    def open_outbound_streams(self) -> int:
+        """The streams open, for h2's check of the server's limit before a new
+        one starts: the size of ``streams`` - an upper bound, since
+        :meth:`let_go` drops each stream as surge is done with it, so only
+        streams in flight (and one closed within this read) are there - and
+        the exact count only at the limit.  h2's own count walks every stream
+        on each new one: O(streams in flight) a request, 1,000 at
+        MAX_STREAMS, the hidden O(N) of httpcore #1035."""
+        count = len(self.streams)
+        if count < self.remote_settings.max_concurrent_streams:
+            return count
+        return self._open_streams(int(self.config.client_side))
+
+    def let_go(self, stream_id: int) -> None:
+        """Forget a closed stream, as h2's count does when it meets one (which
+        :attr:`open_outbound_streams` no longer lets it): its frames still
+        coming are read as a closed stream's."""
+        stream = self.streams.get(stream_id)
+        if stream is not None and stream.closed:
+            del self.streams[stream_id]
+            self._closed_streams[stream_id] = stream.closed_by
+
     def _receive_headers_frame(
         self, frame: hyperframe.frame.HeadersFrame
     ) -> tuple[list[hyperframe.frame.Frame], list[h2.events.Event]]:
@@ -942,6 +965,7 @@ class HTTP2Connection(asyncio.Protocol):
             with contextlib.suppress(h2.exceptions.ProtocolError):  # closed already
                 self.h2.reset_stream(stream_id, h2.errors.ErrorCodes.CANCEL)
             self.flush()
+        self.h2.let_go(stream_id)
 
     def release(self, stream: H2Stream) -> None:
         """The client lets go of ``stream`` (read, failed or given up): its slot frees."""

@@ -1,4 +1,3 @@
-# ruff: noqa: E501  (assertion messages name the broken claim in full)
 """Hostile round 2 of HTTP/2: what round 1's server found after its fixes.
 
 The same scripted server of raw frames as round 1 (test_http2_round1's

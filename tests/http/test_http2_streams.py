@@ -80,3 +80,30 @@ def test_a_new_stream_does_not_walk_the_streams_in_flight(monkeypatch: pytest.Mo
     assert made and all(not conn.streams for conn in made), (
         f"streams kept after their exchanges: {[len(c.streams) for c in made]}"
     )
+
+
+def test_paths_stay_out_of_the_hpack_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request's ``:path`` goes as a never-indexed literal: hpack's table
+    holds the fields that repeat (it is searched entry by entry for each field
+    encoded), not one path per request."""
+    made: list[Any] = []
+    init = http2._H2Connection.__init__
+
+    def recorded(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(http2._H2Connection, "__init__", recorded)
+
+    async def main(base: str) -> None:
+        async with surge.AsyncClient(http2_prior_knowledge=True, max_time=10) as client:
+            for n in range(40):
+                await client.get(f"{base}/item/{n}?q={n}", headers={"x-repeat": "same"})
+
+    with h2server(ok) as srv:
+        asyncio.run(asyncio.wait_for(main(srv.url("").rstrip("/")), 60))
+    (conn,) = made
+    entries = list(conn.encoder.header_table.dynamic_entries)
+    assert not [value for name, value in entries if name == b":path"], entries
+    assert (b"x-repeat", b"same") in entries, "the fields that repeat are indexed"
+    assert len(entries) < 10, entries

@@ -25,6 +25,19 @@ from surge.http import http2
 IN_FLIGHT = 300
 
 
+def record_connections(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every ``_H2Connection`` (h2's state) made while the test runs."""
+    made: list[Any] = []
+    init = http2._H2Connection.__init__
+
+    def recorded(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(http2._H2Connection, "__init__", recorded)
+    return made
+
+
 def held_until(n: int) -> tuple[Any, threading.Event]:
     """A handler that answers nothing (but ``/warm``) until ``n`` requests are
     in, then all."""
@@ -53,14 +66,7 @@ def test_a_new_stream_does_not_walk_the_streams_in_flight(monkeypatch: pytest.Mo
         return walk(self, remainder)
 
     monkeypatch.setattr(h2.connection.H2Connection, "_open_streams", counted)
-    made: list[Any] = []
-    init = http2._H2Connection.__init__
-
-    def recorded(self: Any, *args: Any, **kwargs: Any) -> None:
-        init(self, *args, **kwargs)
-        made.append(self)
-
-    monkeypatch.setattr(http2._H2Connection, "__init__", recorded)
+    made = record_connections(monkeypatch)
     handler, go = held_until(IN_FLIGHT)
 
     async def main(base: str) -> list[Any]:
@@ -86,14 +92,7 @@ def test_paths_stay_out_of_the_hpack_table(monkeypatch: pytest.MonkeyPatch) -> N
     """A request's ``:path`` goes as a never-indexed literal: hpack's table
     holds the fields that repeat (it is searched entry by entry for each field
     encoded), not one path per request."""
-    made: list[Any] = []
-    init = http2._H2Connection.__init__
-
-    def recorded(self: Any, *args: Any, **kwargs: Any) -> None:
-        init(self, *args, **kwargs)
-        made.append(self)
-
-    monkeypatch.setattr(http2._H2Connection, "__init__", recorded)
+    made = record_connections(monkeypatch)
 
     async def main(base: str) -> None:
         async with surge.AsyncClient(http2_prior_knowledge=True, max_time=10) as client:

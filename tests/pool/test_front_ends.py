@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import pydoc
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from surge.pool import AsyncKeyedPool, AsyncPool, KeyedPool, Pool, PoolTimeout
+from surge.pool._options import DEFAULTS, PoolOptions
 
 FRONT_ENDS = [Pool, KeyedPool, AsyncPool, AsyncKeyedPool]
 PUBLIC = {
@@ -291,6 +293,28 @@ def test_every_front_end_accepts_and_refuses_the_same_options(
     else:
         assert len(set(answers.values())) == 1, answers  # the same error, word for word
         assert all(a is not None and a[0] is refused for a in answers.values()), answers
+
+
+@pytest.mark.parametrize("cls", FRONT_ENDS, ids=lambda c: c.__name__)
+def test_every_signature_spells_out_the_options_table(cls: type) -> None:
+    """help(), inspect.signature() and IDEs show each option with its default and
+    type - the table's, in its order - after the constructor's own parameters,
+    not ``**options``; a misspelt one is refused with the close match."""
+    parameters = list(inspect.signature(cls).parameters.values())
+    own = ["create", "max_size", "max_per_key" if "Keyed" in cls.__name__ else "max_overflow"]
+    assert [p.name for p in parameters[:3]] == own
+    hints = PoolOptions.__annotations__
+    table = [(name, default, hints[name].__forward_arg__) for name, default in DEFAULTS.items()]
+    assert [(p.name, p.default, p.annotation) for p in parameters[3:]] == table
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in parameters[1:])
+    assert list(hints) == list(DEFAULTS)  # the table's two halves name the same options
+    text = pydoc.render_doc(cls, renderer=pydoc.plaintext)
+    assert "timeout: 'float' = 30.0" in text and "**options" not in text
+    with pytest.raises(TypeError) as refused:
+        _constructed(cls, {"timout": 1})
+    assert str(refused.value) == (
+        f"{cls.__name__}() got an unexpected keyword argument 'timout'. Did you mean 'timeout'?"
+    )
 
 
 @pytest.mark.parametrize("options, refused", [c for c in OPTION_CASES if c[1] is None])

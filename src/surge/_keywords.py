@@ -35,7 +35,7 @@ def unexpected(caller: str, name: str, known: Iterable[str]) -> TypeError:
     import difflib  # an error's path only
 
     message = f"{caller} got an unexpected keyword argument {name!r}"
-    close = difflib.get_close_matches(name, sorted(known), n=1)
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.7)
     if close:
         message += f". Did you mean {close[0]!r}?"
     return TypeError(message)

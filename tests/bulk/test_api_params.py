@@ -12,8 +12,6 @@ import inspect
 import json
 import pydoc
 import re
-import subprocess
-import sys
 import textwrap
 import typing
 from collections.abc import Callable
@@ -22,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests._mypy import mypy_errors
 from tests.http.conftest import httpbin  # noqa: F401 - a fixture, used by name
 
 import surge
@@ -119,26 +118,19 @@ def test_the_options_reach_the_requests(httpbin: str) -> None:  # noqa: F811
 def test_type_checkers_see_the_parameters(tmp_path: Path) -> None:
     """mypy --strict on a caller, as a user's project runs it (surge ships
     py.typed): a wrong type and an unknown option are errors, the right ones are
-    not (pyright and IDEs read the same plain signatures)."""
+    not (pyright and IDEs read the same Unpack[FetchKeywords], PEP 692)."""
     pytest.importorskip("mypy")
-    caller = tmp_path / "caller.py"
-    caller.write_text(
+    errors = mypy_errors(
+        tmp_path,
         "import surge\n"
         "def main() -> None:\n"
         "    urls = ['http://127.0.0.1:9/']\n"
         "    surge.fetch_all(urls, concurrency=5, headers={'a': 'b'}, resolve=['x:1:y'])\n"
         "    surge.fetch_all(urls, concurrency='many')\n"
         "    surge.fetch(urls, concurency=5)\n"
-        "    surge.fetch_all(urls, client=None)\n"
+        "    surge.fetch_all(urls, client=None)\n",
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(caller)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-    )
-    errors = [line for line in done.stdout.splitlines() if ": error:" in line]
-    assert [line.split(":")[1] for line in errors] == ["5", "6", "7"], done.stdout
+    assert [line.split(":")[1] for line in errors] == ["5", "6", "7"], errors
     assert 'Argument "concurrency" to "fetch_all"' in errors[0], errors[0]
     assert 'incompatible type "str"' in errors[0]
     assert 'Unexpected keyword argument "concurency" for "fetch"' in errors[1]

@@ -14,9 +14,11 @@ import asyncio
 import inspect
 import pydoc
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from tests._mypy import mypy_errors
 
 from surge.pool import AsyncKeyedPool, AsyncPool, KeyedPool, Pool, PoolTimeout
 from surge.pool._options import DEFAULTS, PoolOptions
@@ -315,6 +317,34 @@ def test_every_signature_spells_out_the_options_table(cls: type) -> None:
     assert str(refused.value) == (
         f"{cls.__name__}() got an unexpected keyword argument 'timout'. Did you mean 'timeout'?"
     )
+
+
+@pytest.mark.slow  # mypy, ~7 s
+def test_type_checkers_see_the_options_by_name_and_type(tmp_path: Path) -> None:
+    """The signature help() shows is for people; mypy reads Unpack[PoolOptions]
+    (and surge.db's written-out keywords, through its refusal's wrapper): a
+    misspelt option and a wrong type are errors on every constructor."""
+    pytest.importorskip("mypy")
+    errors = mypy_errors(
+        tmp_path,
+        "from surge.db import AsyncDBPool, DBPool\n"
+        "from surge.pool import AsyncKeyedPool, AsyncPool, KeyedPool, Pool\n"
+        "def main() -> None:\n"
+        "    Pool(object, max_size=2, timeout=3.0, lifo=False, check=lambda r, idle: True)\n"
+        "    Pool(object, max_size=2, timout=3.0)\n"
+        "    AsyncPool(object, max_size=2, lifo=1.5)\n"
+        "    KeyedPool(lambda k: object(), max_size=2, max_per_key=1, max_idel=1.0)\n"
+        "    AsyncKeyedPool(lambda k: object(), max_size=2, max_per_key=1, timeout='x')\n"
+        "    DBPool('sqlite:///x', max_sise=3)\n"
+        "    AsyncDBPool('sqlite:///x', timeout='x')\n",
+    )
+    assert [line.split(":")[1] for line in errors] == ["5", "6", "7", "8", "9", "10"], errors
+    assert 'Unexpected keyword argument "timout" for "Pool"' in errors[0]
+    assert 'Argument "lifo" to "AsyncPool"' in errors[1]
+    assert 'Unexpected keyword argument "max_idel" for "KeyedPool"' in errors[2]
+    assert 'Argument "timeout" to "AsyncKeyedPool"' in errors[3]
+    assert 'Unexpected keyword argument "max_sise" for "DBPool"' in errors[4]
+    assert 'Argument "timeout" to "AsyncDBPool"' in errors[5]
 
 
 @pytest.mark.parametrize("options, refused", [c for c in OPTION_CASES if c[1] is None])

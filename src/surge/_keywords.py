@@ -20,9 +20,10 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Collection, Iterable
-from typing import Any, ParamSpec
+from typing import Any, ParamSpec, TypeVar, cast
 
 P = ParamSpec("P")
+T = TypeVar("T")
 
 #: One entry of a table: (name, default, annotation); ``inspect.Parameter.empty``
 #: as the default for a required one.
@@ -81,3 +82,19 @@ def spelt_out(function: Callable[..., Any], table: Iterable[Entry]) -> inspect.S
         for name, default, hint in table
     ]
     return signature.replace(parameters=own + options)
+
+
+def parameters_of(
+    target: Callable[P, Any],
+) -> Callable[[Callable[..., T]], Callable[P, T]]:
+    """For a function that hands its arguments on to ``target`` (``surge.db.pool``
+    to ``DBPool``): type checkers, ``help()`` and ``inspect.signature()`` see
+    ``target``'s parameters, not ``(url, **options: Any)``."""
+
+    def typed(function: Callable[..., T]) -> Callable[P, T]:
+        returns = inspect.signature(function).return_annotation
+        signature = inspect.signature(target).replace(return_annotation=returns)
+        function.__signature__ = signature  # type: ignore[attr-defined]
+        return cast("Callable[P, T]", function)
+
+    return typed

@@ -93,7 +93,15 @@ def _async(url: str, options: dict[str, Any]) -> tuple[str, str] | None:
 
 
 def test_both_constructors_have_one_signature() -> None:
+    """And surge.db.pool() and async_pool() show it too (help(), IDEs, mypy), not
+    ``**options``."""
+    import surge.db
+
     assert inspect.signature(DBPool) == inspect.signature(AsyncDBPool)
+    for function, cls in ((surge.db.pool, DBPool), (surge.db.async_pool, AsyncDBPool)):
+        signature = inspect.signature(function)
+        assert signature.parameters == inspect.signature(cls).parameters
+        assert signature.return_annotation == cls.__name__
 
 
 @pytest.mark.parametrize("scheme", sorted(URLS))

@@ -327,6 +327,7 @@ def test_type_checkers_see_the_options_by_name_and_type(tmp_path: Path) -> None:
     pytest.importorskip("mypy")
     errors = mypy_errors(
         tmp_path,
+        "import surge.db\n"
         "from surge.db import AsyncDBPool, DBPool\n"
         "from surge.pool import AsyncKeyedPool, AsyncPool, KeyedPool, Pool\n"
         "def main() -> None:\n"
@@ -336,15 +337,20 @@ def test_type_checkers_see_the_options_by_name_and_type(tmp_path: Path) -> None:
         "    KeyedPool(lambda k: object(), max_size=2, max_per_key=1, max_idel=1.0)\n"
         "    AsyncKeyedPool(lambda k: object(), max_size=2, max_per_key=1, timeout='x')\n"
         "    DBPool('sqlite:///x', max_sise=3)\n"
-        "    AsyncDBPool('sqlite:///x', timeout='x')\n",
+        "    AsyncDBPool('sqlite:///x', timeout='x')\n"
+        "    surge.db.pool('sqlite:///x', max_sise=3)\n"
+        "    surge.db.async_pool('sqlite:///x', lifo='x')\n",
     )
-    assert [line.split(":")[1] for line in errors] == ["5", "6", "7", "8", "9", "10"], errors
+    lines = [line.split(":")[1] for line in errors]
+    assert lines == ["6", "7", "8", "9", "10", "11", "12", "13"], errors
     assert 'Unexpected keyword argument "timout" for "Pool"' in errors[0]
     assert 'Argument "lifo" to "AsyncPool"' in errors[1]
     assert 'Unexpected keyword argument "max_idel" for "KeyedPool"' in errors[2]
     assert 'Argument "timeout" to "AsyncKeyedPool"' in errors[3]
     assert 'Unexpected keyword argument "max_sise" for "DBPool"' in errors[4]
     assert 'Argument "timeout" to "AsyncDBPool"' in errors[5]
+    assert 'Unexpected keyword argument "max_sise"' in errors[6]  # pool(): DBPool's
+    assert 'Argument "lifo"' in errors[7] and 'expected "bool"' in errors[7]
 
 
 @pytest.mark.parametrize("options, refused", [c for c in OPTION_CASES if c[1] is None])

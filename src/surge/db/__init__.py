@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from surge._keywords import parameters_of
 from surge.db._async import AsyncDBPool
 from surge.db._drivers import DatabaseURL
 from surge.db._pool import DBPool
@@ -37,6 +38,7 @@ __all__ = [
 ]
 
 
+@parameters_of(DBPool)
 def pool(url: str, **options: Any) -> DBPool:
     """A pool of connections to ``url`` (``mysql://``, ``mariadb://``,
     ``postgresql://``, ``sqlite:///path``); options as :class:`DBPool`."""
@@ -44,6 +46,7 @@ def pool(url: str, **options: Any) -> DBPool:
     return DBPool(url, **options)
 
 
+@parameters_of(AsyncDBPool)
 def async_pool(url: str, **options: Any) -> AsyncDBPool:
     """The asyncio variant (``postgresql://``: psycopg's AsyncConnection, or
     asyncpg's Connection with ``driver="asyncpg"``; ``mysql://``: aiomysql):

@@ -110,6 +110,7 @@ COMMAND_LINE = frozenset(
 #: (unless one is set), no sync front-end of the client or of the pool.
 HTTP_ENGINE = frozenset(
     {
+        "surge._keywords",  # the pool's and fetch's options as signatures and checks
         "surge.http",
         "surge.http.arguments",
         "surge.http.auth",

@@ -5,13 +5,14 @@ call."""
 
 from __future__ import annotations
 
+import ast
+import asyncio
 import dataclasses
 import inspect
 import json
 import pydoc
 import re
-import subprocess
-import sys
+import textwrap
 import typing
 from collections.abc import Callable
 from http.cookiejar import CookieJar
@@ -19,11 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests._mypy import mypy_errors
 from tests.http.conftest import httpbin  # noqa: F401 - a fixture, used by name
 
 import surge
 from surge.bulk import engine
-from surge.bulk.engine import FetchOptions
+from surge.bulk.engine import FetchKeywords, FetchOptions
 from surge.bulk.warc import WarcWriter
 
 APIS = [engine.fetch, engine.fetch_all]
@@ -116,28 +118,24 @@ def test_the_options_reach_the_requests(httpbin: str) -> None:  # noqa: F811
 def test_type_checkers_see_the_parameters(tmp_path: Path) -> None:
     """mypy --strict on a caller, as a user's project runs it (surge ships
     py.typed): a wrong type and an unknown option are errors, the right ones are
-    not (pyright and IDEs read the same plain signatures)."""
+    not (pyright and IDEs read the same Unpack[FetchKeywords], PEP 692)."""
     pytest.importorskip("mypy")
-    caller = tmp_path / "caller.py"
-    caller.write_text(
+    errors = mypy_errors(
+        tmp_path,
         "import surge\n"
         "def main() -> None:\n"
         "    urls = ['http://127.0.0.1:9/']\n"
         "    surge.fetch_all(urls, concurrency=5, headers={'a': 'b'}, resolve=['x:1:y'])\n"
         "    surge.fetch_all(urls, concurrency='many')\n"
         "    surge.fetch(urls, concurency=5)\n"
+        "    surge.fetch_all(urls, client=None)\n",
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(caller)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-    )
-    errors = [line for line in done.stdout.splitlines() if ": error:" in line]
-    assert [line.split(":")[1] for line in errors] == ["5", "6"], done.stdout
-    # (fetch_all's parameters are fetch's, through a ParamSpec: mypy names no function)
-    assert 'Argument "concurrency"' in errors[0] and 'incompatible type "str"' in errors[0]
+    assert [line.split(":")[1] for line in errors] == ["5", "6", "7"], errors
+    assert 'Argument "concurrency" to "fetch_all"' in errors[0], errors[0]
+    assert 'incompatible type "str"' in errors[0]
     assert 'Unexpected keyword argument "concurency" for "fetch"' in errors[1]
+    # what the call refuses at run time (test_what_type_checkers_read_is_what_the_call_takes)
+    assert 'Unexpected keyword argument "client" for "fetch_all"' in errors[2]
 
 
 def test_no_cookie_goes_from_one_input_to_another(httpbin: str) -> None:  # noqa: F811
@@ -168,3 +166,44 @@ def test_fetch_and_fetch_all_take_the_same_keywords() -> None:
     # and both go through the one place that turns keywords into FetchOptions
     given = {f.name: _default(f) for f in dataclasses.fields(FetchOptions)}
     assert engine._chosen("fetch", None, given) == engine._chosen("fetch_all", None, given)
+
+
+def _typed_keywords(api: Callable[..., Any]) -> dict[str, str]:
+    """The keywords a type checker reads in ``api``'s source: its own keyword-only
+    parameters and, for ``**given: Unpack[FetchKeywords]``, FetchKeywords' keys
+    (each with its annotation as written) - not the signature help() shows."""
+    (function,) = ast.parse(textwrap.dedent(inspect.getsource(api))).body
+    assert isinstance(function, ast.FunctionDef)
+    own = {a.arg: ast.unparse(a.annotation) for a in function.args.kwonlyargs if a.annotation}
+    spread = function.args.kwarg
+    assert spread is not None and spread.annotation is not None
+    assert ast.unparse(spread.annotation) == "Unpack[FetchKeywords]"
+    keys = {name: hint.__forward_arg__ for name, hint in FetchKeywords.__annotations__.items()}
+    return {**own, **keys}
+
+
+@pytest.mark.parametrize("api", APIS, ids=lambda api: api.__name__)
+def test_what_type_checkers_read_is_what_the_call_takes(api: Callable[..., Any]) -> None:
+    """Drift between the typed signature and the run-time one fails here: the
+    keywords mypy reads are the keywords help() shows, with the same types, and
+    the call takes each of them and refuses any other (fetch_all once typed
+    ``client`` from fetch's ParamSpec and refused it when called)."""
+    typed = _typed_keywords(api)
+    shown = inspect.signature(api).parameters
+    keywords = {n: p for n, p in shown.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    assert typed == {name: p.annotation for name, p in keywords.items()}
+    # FetchKeywords is FetchOptions' fields, type for type
+    field_hints = {f.name: f.type for f in dataclasses.fields(FetchOptions)}
+    assert {k: v for k, v in typed.items() if k in field_hints} == field_hints
+    assert list(FetchKeywords.__annotations__) == list(field_hints)
+    for name, parameter in keywords.items():  # nothing runs: fetch and fetch_all are lazy
+        records = api([], **{name: parameter.default})
+        if inspect.isasyncgen(records):
+            asyncio.run(records.aclose())
+        else:
+            records.close()
+    for name in ("client", "concurency", "given") if api is engine.fetch_all else ("given",):
+        with pytest.raises(
+            TypeError, match=rf"^{api.__name__}\(\) got an unexpected keyword argument '{name}'"
+        ):
+            api([], **{name: None})

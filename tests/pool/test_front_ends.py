@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import pydoc
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from tests._mypy import mypy_errors
 
 from surge.pool import AsyncKeyedPool, AsyncPool, KeyedPool, Pool, PoolTimeout
+from surge.pool._options import DEFAULTS, PoolOptions
 
 FRONT_ENDS = [Pool, KeyedPool, AsyncPool, AsyncKeyedPool]
 PUBLIC = {
@@ -291,6 +295,62 @@ def test_every_front_end_accepts_and_refuses_the_same_options(
     else:
         assert len(set(answers.values())) == 1, answers  # the same error, word for word
         assert all(a is not None and a[0] is refused for a in answers.values()), answers
+
+
+@pytest.mark.parametrize("cls", FRONT_ENDS, ids=lambda c: c.__name__)
+def test_every_signature_spells_out_the_options_table(cls: type) -> None:
+    """help(), inspect.signature() and IDEs show each option with its default and
+    type - the table's, in its order - after the constructor's own parameters,
+    not ``**options``; a misspelt one is refused with the close match."""
+    parameters = list(inspect.signature(cls).parameters.values())
+    own = ["create", "max_size", "max_per_key" if "Keyed" in cls.__name__ else "max_overflow"]
+    assert [p.name for p in parameters[:3]] == own
+    hints = PoolOptions.__annotations__
+    table = [(name, default, hints[name].__forward_arg__) for name, default in DEFAULTS.items()]
+    assert [(p.name, p.default, p.annotation) for p in parameters[3:]] == table
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in parameters[1:])
+    assert list(hints) == list(DEFAULTS)  # the table's two halves name the same options
+    text = pydoc.render_doc(cls, renderer=pydoc.plaintext)
+    assert "timeout: 'float' = 30.0" in text and "**options" not in text
+    with pytest.raises(TypeError) as refused:
+        _constructed(cls, {"timout": 1})
+    assert str(refused.value) == (
+        f"{cls.__name__}() got an unexpected keyword argument 'timout'. Did you mean 'timeout'?"
+    )
+
+
+@pytest.mark.slow  # mypy, ~7 s
+def test_type_checkers_see_the_options_by_name_and_type(tmp_path: Path) -> None:
+    """The signature help() shows is for people; mypy reads Unpack[PoolOptions]
+    (and surge.db's written-out keywords, through its refusal's wrapper): a
+    misspelt option and a wrong type are errors on every constructor."""
+    pytest.importorskip("mypy")
+    errors = mypy_errors(
+        tmp_path,
+        "import surge.db\n"
+        "from surge.db import AsyncDBPool, DBPool\n"
+        "from surge.pool import AsyncKeyedPool, AsyncPool, KeyedPool, Pool\n"
+        "def main() -> None:\n"
+        "    Pool(object, max_size=2, timeout=3.0, lifo=False, check=lambda r, idle: True)\n"
+        "    Pool(object, max_size=2, timout=3.0)\n"
+        "    AsyncPool(object, max_size=2, lifo=1.5)\n"
+        "    KeyedPool(lambda k: object(), max_size=2, max_per_key=1, max_idel=1.0)\n"
+        "    AsyncKeyedPool(lambda k: object(), max_size=2, max_per_key=1, timeout='x')\n"
+        "    DBPool('sqlite:///x', max_sise=3)\n"
+        "    AsyncDBPool('sqlite:///x', timeout='x')\n"
+        "    surge.db.pool('sqlite:///x', max_sise=3)\n"
+        "    surge.db.async_pool('sqlite:///x', lifo='x')\n",
+    )
+    lines = [line.split(":")[1] for line in errors]
+    assert lines == ["6", "7", "8", "9", "10", "11", "12", "13"], errors
+    assert 'Unexpected keyword argument "timout" for "Pool"' in errors[0]
+    assert 'Argument "lifo" to "AsyncPool"' in errors[1]
+    assert 'Unexpected keyword argument "max_idel" for "KeyedPool"' in errors[2]
+    assert 'Argument "timeout" to "AsyncKeyedPool"' in errors[3]
+    assert 'Unexpected keyword argument "max_sise" for "DBPool"' in errors[4]
+    assert 'Argument "timeout" to "AsyncDBPool"' in errors[5]
+    assert 'Unexpected keyword argument "max_sise"' in errors[6]  # pool(): DBPool's
+    assert 'Argument "lifo"' in errors[7] and 'expected "bool"' in errors[7]
 
 
 @pytest.mark.parametrize("options, refused", [c for c in OPTION_CASES if c[1] is None])

@@ -21,7 +21,6 @@ Every input yields exactly one record, failures included: a remote failure is
 from __future__ import annotations
 
 import asyncio
-import inspect
 import math
 import os
 import warnings
@@ -31,8 +30,9 @@ from contextlib import aclosing, closing
 from dataclasses import MISSING, dataclass, fields
 from functools import partial
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, ParamSpec
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
+from surge._keywords import refuse_unknown, spelt_out
 from surge._version import __version__
 from surge.bulk.inputs import InputItem as Item
 from surge.bulk.inputs import NotReady, PrefetchedInputs, not_a_url
@@ -62,7 +62,6 @@ if TYPE_CHECKING:  # loaded by the options that use them: --output-dir, --warc, 
     from surge.bulk.warc import WarcWriter
 
 Record = dict[str, Any]
-P = ParamSpec("P")
 
 #: How long a request waits for this process to have a file descriptor free (one
 #: comes back each time a request in flight ends) before the run stops.
@@ -437,6 +436,60 @@ class FetchOptions:
         )
 
 
+class FetchKeywords(TypedDict, total=False):
+    """FetchOptions' fields as ``fetch``'s and ``fetch_all``'s keyword arguments,
+    for type checkers (``**options: Unpack[FetchKeywords]``): the same names and
+    types (tests/bulk/test_api_params.py fails if they part); the defaults, the
+    checks and the documentation are FetchOptions' alone, and ``help()`` and
+    ``inspect.signature()`` show its fields with their defaults."""
+
+    concurrency: int
+    per_host: int | None
+    max_time: float
+    connect_timeout: float
+    retries: int
+    retry_backoff: float
+    follow_redirects: bool
+    max_redirects: int
+    method: str
+    data: bytes | str | None
+    user_agent: str | None
+    headers: Mapping[str, str] | Sequence[tuple[str, str]]
+    user: tuple[str, str] | None
+    location_trusted: bool
+    resolve: Sequence[str]
+    dns_servers: str | Sequence[str] | None
+    dns_timeout: float | None
+    ip_version: int | None
+    cafile: str | None
+    insecure: bool
+    cert: str | tuple[str, str] | None
+    proxy: str | None
+    noproxy: str | None
+    proxy_cafile: str | None
+    proxy_insecure: bool
+    http2: bool
+    http2_prior_knowledge: bool
+    body_cap: int
+    max_connecting: int
+    keep_body: bool
+    include_headers: bool
+    output_dir: str | None
+    byte_range: str | None
+    continue_at: str | None
+    warc: str | WarcWriter | None
+    warc_max_size: int | None
+    rate_per_host: float | None
+    rate: float | None
+    max_host_errors: int | None
+    robots: str
+    auto_throttle: bool
+    limit_rate: int | None
+    cookies: CookieJar | None
+    relax_gc: bool
+    trace: Tracer | None
+
+
 def _count(name: str, value: object, *, least: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise UsageError(f"{name} must be a whole number, not {value!r}")
@@ -479,56 +532,12 @@ def as_items(urls: Iterable[str | Item]) -> Iterator[Item]:
             yield not_a_url(n, url, "the input")
 
 
-async def fetch(
+def fetch(
     urls: Iterable[str | Item],
     *,
     client: AsyncClient | None = None,
     options: FetchOptions | None = None,
-    concurrency: int = 1000,
-    per_host: int | None = None,
-    max_time: float = 30.0,
-    connect_timeout: float = 10.0,
-    retries: int = 0,
-    retry_backoff: float = 0.5,
-    follow_redirects: bool = False,
-    max_redirects: int = 10,
-    method: str = "GET",
-    data: bytes | str | None = None,
-    user_agent: str | None = None,
-    headers: Mapping[str, str] | Sequence[tuple[str, str]] = (),
-    user: tuple[str, str] | None = None,
-    location_trusted: bool = False,
-    resolve: Sequence[str] = (),
-    dns_servers: str | Sequence[str] | None = None,
-    dns_timeout: float | None = None,
-    ip_version: int | None = None,
-    cafile: str | None = None,
-    insecure: bool = False,
-    cert: str | tuple[str, str] | None = None,
-    proxy: str | None = None,
-    noproxy: str | None = None,
-    proxy_cafile: str | None = None,
-    proxy_insecure: bool = False,
-    http2: bool = True,
-    http2_prior_knowledge: bool = False,
-    body_cap: int = 10 * 1024 * 1024,
-    max_connecting: int = 256,
-    keep_body: bool = False,
-    include_headers: bool = False,
-    output_dir: str | None = None,
-    byte_range: str | None = None,
-    continue_at: str | None = None,
-    warc: str | WarcWriter | None = None,
-    warc_max_size: int | None = None,
-    rate_per_host: float | None = None,
-    rate: float | None = None,
-    max_host_errors: int | None = None,
-    robots: str = "ignore",
-    auto_throttle: bool = False,
-    limit_rate: int | None = None,
-    cookies: CookieJar | None = None,
-    relax_gc: bool = True,
-    trace: Tracer | None = None,
+    **given: Unpack[FetchKeywords],
 ) -> AsyncGenerator[Record, None]:
     """Fetch every URL; yield one record per input as results complete.
 
@@ -548,8 +557,19 @@ async def fetch(
 
     The options, as :class:`FetchOptions` documents them:
     """
+    refuse_unknown("fetch()", given, _OPTION_NAMES)  # at the call, as Python's own
+    return _records(urls, client, options, given)
+
+
+async def _records(
+    urls: Iterable[str | Item],
+    client: AsyncClient | None,
+    options: FetchOptions | None,
+    given: Mapping[str, Any],
+) -> AsyncGenerator[Record, None]:
+    """``fetch``'s records: its arguments are checked when iteration starts."""
     check_urls(urls)
-    opts = _chosen("fetch", options, locals())
+    opts = _chosen("fetch", options, given)
     # aclosing: a caller that stops early (break, an exception) must stop the
     # workers before the client closes under them, not leave run() for the
     # garbage collector to finish on a loop that may be gone by then.
@@ -1119,37 +1139,13 @@ def _record(
 # -- the synchronous API ------------------------------------------------------------------
 
 
-def _synchronous(
-    fetch: Callable[P, AsyncGenerator[Record, None]],
-) -> Callable[P, Iterator[Record]]:
-    """``fetch_all`` from ``fetch``: the same parameters (one signature, written
-    once, on ``fetch``), but ``client`` (an AsyncClient belongs to its caller's
-    loop, and the engine runs on a loop of its own), and a plain iterator."""
-    full = inspect.signature(fetch)
-    signature = full.replace(
-        parameters=[p for p in full.parameters.values() if p.name != "client"],
-        return_annotation="Iterator[Record]",
-    )
-
-    def fetch_all(*args: P.args, **kwargs: P.kwargs) -> Iterator[Record]:
-        arguments = signature.bind(*args, **kwargs)  # a TypeError as any call's
-        arguments.apply_defaults()
-        given = arguments.arguments
-        check_urls(given["urls"])
-        opts = _chosen("fetch_all", given["options"], given)  # a bad option raises here
-        return _fetch_all(given["urls"], opts)
-
-    fetch_all.__signature__ = signature  # type: ignore[attr-defined]
-    fetch_all.__qualname__ = "fetch_all"
-    fetch_all.__annotations__ = {
-        **{k: v for k, v in fetch.__annotations__.items() if k != "client"},
-        "return": "Iterator[Record]",
-    }
-    return fetch_all
-
-
-fetch_all = _synchronous(fetch)
-fetch_all.__doc__ = """``surge.fetch`` for synchronous code: a plain iterator of records.
+def fetch_all(
+    urls: Iterable[str | Item],
+    *,
+    options: FetchOptions | None = None,
+    **given: Unpack[FetchKeywords],
+) -> Iterator[Record]:
+    """``surge.fetch`` for synchronous code: a plain iterator of records.
 
     The engine runs on its own event loop in a background thread, so this works
     where a loop is already running (Jupyter, an async web framework's sync view).
@@ -1167,39 +1163,45 @@ fetch_all.__doc__ = """``surge.fetch`` for synchronous code: a plain iterator of
 
     The options, as :class:`FetchOptions` documents them:
     """
+    refuse_unknown("fetch_all()", given, _OPTION_NAMES)
+    check_urls(urls)
+    return _fetch_all(urls, _chosen("fetch_all", options, given))  # a bad option raises here
 
 
 #: FetchOptions' fields: the keyword arguments of fetch() and fetch_all() besides
 #: ``client`` and ``options`` (tests/bulk/test_api_params.py keeps them in step).
-_OPTION_NAMES = tuple(f.name for f in fields(FetchOptions))
-_DEFAULTS = {
-    f.name: f.default if f.default_factory is MISSING else f.default_factory()
-    for f in fields(FetchOptions)
-}
+_OPTION_NAMES = frozenset(f.name for f in fields(FetchOptions))
 
 
-def _chosen(api: str, options: FetchOptions | None, arguments: dict[str, Any]) -> FetchOptions:
-    """The FetchOptions of a call, from its arguments (``locals()`` at its start:
-    the parameters are FetchOptions' fields, name for name)."""
-    given = {name: arguments[name] for name in _OPTION_NAMES}
+def _chosen(api: str, options: FetchOptions | None, given: Mapping[str, Any]) -> FetchOptions:
+    """The FetchOptions of a call: ``options``, or the options ``given`` one by
+    one (the call's keywords but its own)."""
     if options is None:
         return FetchOptions(**given)
     if not isinstance(options, FetchOptions):
         raise TypeError(f"options must be a FetchOptions, not {type(options).__name__}")
-    # Both: one would silently lose. (A value equal to the default cannot be told
-    # from one not given; dataclasses.replace(options, ...) combines them.)
-    both = [name for name in _OPTION_NAMES if given[name] != _DEFAULTS[name]]
-    if both:
+    if given:  # both: one would silently lose
         raise TypeError(
             f"{api}() takes options= or the options one by one, not both "
-            f"(options= and {', '.join(both)}): dataclasses.replace(options, ...) combines them"
+            f"(options= and {', '.join(given)}): dataclasses.replace(options, ...) combines them"
         )
     return options
 
 
-def _options_documented(api: Any) -> None:
-    """The options' part of FetchOptions' docstring, appended to ``api``'s: one
-    text, so that help(surge.fetch) shows what each option does."""
+def _public(api: Any) -> None:
+    """What ``help()``, ``inspect.signature()`` and ``typing.get_type_hints()``
+    show of ``api``: FetchOptions' fields in place of ``**given``, each with its
+    default and type, and the options' part of FetchOptions' docstring appended
+    to ``api``'s: one text, so that help(surge.fetch) shows what each does."""
+    table = [
+        (f.name, f.default if f.default_factory is MISSING else f.default_factory(), f.type)
+        for f in fields(FetchOptions)
+    ]
+    signature = api.__signature__ = spelt_out(api, table)
+    api.__annotations__ = {
+        **{p.name: p.annotation for p in signature.parameters.values()},
+        "return": signature.return_annotation,
+    }
     doc = FetchOptions.__doc__
     if api.__doc__ is None or doc is None:  # python -OO
         return
@@ -1207,8 +1209,8 @@ def _options_documented(api: Any) -> None:
     api.__doc__ = api.__doc__.rstrip() + options
 
 
-_options_documented(fetch)
-_options_documented(fetch_all)
+_public(fetch)
+_public(fetch_all)
 
 
 def _fetch_all(urls: Iterable[str | Item], opts: FetchOptions) -> Iterator[Record]:

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from surge._keywords import parameters_of
 from surge.db._async import AsyncDBPool
 from surge.db._drivers import DatabaseURL
 from surge.db._pool import DBPool
+from surge.db._session import refuse_unknown_options
 from surge.errors import PoolClosed, PoolTimeout
 
 __all__ = [
@@ -36,14 +38,18 @@ __all__ = [
 ]
 
 
+@parameters_of(DBPool)
 def pool(url: str, **options: Any) -> DBPool:
     """A pool of connections to ``url`` (``mysql://``, ``mariadb://``,
     ``postgresql://``, ``sqlite:///path``); options as :class:`DBPool`."""
+    refuse_unknown_options("pool()", options)
     return DBPool(url, **options)
 
 
+@parameters_of(AsyncDBPool)
 def async_pool(url: str, **options: Any) -> AsyncDBPool:
     """The asyncio variant (``postgresql://``: psycopg's AsyncConnection, or
     asyncpg's Connection with ``driver="asyncpg"``; ``mysql://``: aiomysql):
     ``async with pool.connection() as conn:``; options as :class:`DBPool`."""
+    refuse_unknown_options("async_pool()", options)
     return AsyncDBPool(url, **options)

@@ -66,10 +66,11 @@ import struct
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from surge._keywords import keywords_of, named_refusals, refuse_unknown
 from surge.errors import UsageError
 from surge.pool import _fork
 
@@ -764,6 +765,7 @@ class SessionResets:
     n_pings = 0
     n_rollbacks = 0
 
+    @named_refusals
     def __init__(
         self,
         url: str,
@@ -1015,3 +1017,15 @@ def with_connect_timeout(
     if driver in ("psycopg", "mysqlclient"):  # whole seconds (libpq: 2 at least)
         seconds = max(2 if driver == "psycopg" else 1, math.ceil(seconds))
     return {**connect_args, "connect_timeout": seconds}
+
+
+#: What DBPool and AsyncDBPool take as keywords besides ``url``.
+OPTIONS = keywords_of(SessionResets.__init__, method=True) - {"url"}
+
+
+def refuse_unknown_options(caller: str, given: Iterable[str]) -> None:
+    """What a front-end that hands its options on to a pool (surge.db.pool(),
+    create_engine's ``pool_options``, Django's ``OPTIONS["pool"]``) calls first,
+    so that a misspelt option is refused under the name the user wrote
+    (``caller``), not the pool's."""
+    refuse_unknown(caller, given, OPTIONS)

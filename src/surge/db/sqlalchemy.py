@@ -58,7 +58,7 @@ except ModuleNotFoundError as error:
 from surge.db._async import AsyncDBPool
 from surge.db._drivers import DatabaseURL
 from surge.db._pool import DBPool
-from surge.db._session import session_of
+from surge.db._session import refuse_unknown_options, session_of
 from surge.errors import UsageError
 
 #: Awaits from SQLAlchemy's greenlet (``await_only`` before SQLAlchemy 2.1).
@@ -237,9 +237,13 @@ POOL_ARGUMENTS = {
 }
 
 
-def _pool_options(pool_options: dict[str, Any], engine_options: dict[str, Any]) -> dict[str, Any]:
-    """DBPool's options: ``pool_options``, plus SQLAlchemy's own pool arguments taken
-    out of ``engine_options`` (``pool_options`` wins where both say)."""
+def _pool_options(
+    caller: str, pool_options: dict[str, Any], engine_options: dict[str, Any]
+) -> dict[str, Any]:
+    """DBPool's options: ``pool_options`` (a misspelt one refused, naming ``caller``),
+    plus SQLAlchemy's own pool arguments taken out of ``engine_options``
+    (``pool_options`` wins where both say)."""
+    refuse_unknown_options(f"{caller}(pool_options=...)", pool_options)
     options = dict(pool_options)
     for name, option in POOL_ARGUMENTS.items():
         if name in engine_options:
@@ -295,7 +299,7 @@ def create_engine(
     """
     parsed = DatabaseURL.parse(url)
     connect_args = dict(engine_options.pop("connect_args", None) or {})
-    db = DBPool(url, **_pool_options(pool_options or {}, engine_options))
+    db = DBPool(url, **_pool_options("create_engine", pool_options or {}, engine_options))
     rest = url.split("://", 1)[1]
     engine = sqlalchemy.create_engine(
         f"{DIALECTS[parsed.scheme]}://{rest}", pool=SurgePool(db), **engine_options
@@ -424,7 +428,7 @@ def create_async_engine(
             f"or mysql+aiomysql://, not {scheme}://"
         )
     dialect, driver = ASYNC_DIALECTS[parsed.scheme, wanted]
-    options = _pool_options(pool_options or {}, engine_options)
+    options = _pool_options("create_async_engine", pool_options or {}, engine_options)
     connect_args = engine_options.pop("connect_args", None)
     if connect_args:
         options["connect_args"] = {**options.get("connect_args", {}), **connect_args}

@@ -3,12 +3,16 @@
 Every public constructor takes the same options (``PoolOptions``) with the same
 defaults (``DEFAULTS``), checked here once, so the four front-ends cannot
 drift apart in what they accept (tests/pool/test_front_ends.py drives all four
-through one table of accepted and refused options).
+through one table of accepted and refused options).  The same table is each
+constructor's signature (``FrontEnd.__init_subclass__``): ``help(Pool)`` and
+``inspect.signature(Pool)`` show every option with its default, while type
+checkers read ``**options: Unpack[PoolOptions[R]]``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 import random
 import time
@@ -16,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypedDict, TypeVar
 
+from surge._keywords import Entry, keywords_of, spelt_out, unexpected
 from surge.errors import PoolTimeout
 from surge.pool import _fork
 from surge.pool._core import INF, AsKeyed, PoolCore
@@ -60,6 +65,16 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+def _table() -> list[Entry]:
+    """The options as signature entries: each name with its default and its type
+    (as written in PoolOptions: a string, the form the rest of a signature has)."""
+    hints = PoolOptions.__annotations__
+    return [
+        (name, DEFAULTS[name], getattr(hints[name], "__forward_arg__", hints[name]))
+        for name in DEFAULTS
+    ]
+
+
 @dataclass(frozen=True, slots=True)
 class Options:
     """The policy knobs of a pool, validated once."""
@@ -96,13 +111,13 @@ class Options:
         return now - idle_since >= self.check_idle_after
 
 
-def _with_defaults(owner: str, given: dict[str, Any]) -> dict[str, Any]:
+def _with_defaults(owner: type, given: dict[str, Any]) -> dict[str, Any]:
     """``given`` completed with the defaults; a name no front-end knows is refused
-    as Python refuses an unknown keyword argument."""
-    unknown = given.keys() - DEFAULTS.keys()
-    if unknown:
-        name = min(unknown)
-        raise TypeError(f"{owner}() got an unexpected keyword argument {name!r}")
+    as Python refuses an unknown keyword argument (with the closest of
+    ``owner``'s keywords)."""
+    for name in given:
+        if name not in DEFAULTS:
+            raise unexpected(f"{owner.__name__}()", name, keywords_of(owner))
     return {**DEFAULTS, **given}
 
 
@@ -119,8 +134,18 @@ class FrontEnd:
     _core: Any  # PoolCore or KeyedCore
     _ops: Any  # KeyedCore, or AsKeyed(PoolCore)
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # A front-end whose constructor takes ``**options``: its help(),
+        # inspect.signature() and IDEs' hints show each option of the table with
+        # its default instead (type checkers read the Unpack[PoolOptions]).
+        super().__init_subclass__(**kwargs)
+        init: Any = cls.__dict__.get("__init__")
+        options = None if init is None else inspect.signature(init).parameters.get("options")
+        if options is not None and options.kind is inspect.Parameter.VAR_KEYWORD:
+            init.__signature__ = spelt_out(init, _table())
+
     def __init__(self, create: Callable[[Any], Any], given: dict[str, Any]) -> None:
-        options = _with_defaults(type(self).__name__, given)
+        options = _with_defaults(type(self), given)
         self._options = Options(
             options["timeout"],
             options["max_idle"],

@@ -32,6 +32,7 @@ import threading
 from typing import Any
 
 from surge.db._pool import DBPool
+from surge.db._session import refuse_unknown_options
 from surge.pool import _fork
 
 _pools: dict[tuple[str, str, str], DBPool] = {}
@@ -57,6 +58,7 @@ def pool_for(
         if pool is None:
             # The URL names only the server kind: Django's parameters (host or
             # socket, converters, adapters, ...) go to every connect.
+            refuse_unknown_options(f"DATABASES[{alias!r}]['OPTIONS']['pool']", options)
             pool = DBPool(url, driver=driver, connect_args=conn_params, **options)
             stats = pool.stats()
             _capacity[pool] = stats["max_size"] + stats["max_overflow"]

@@ -188,6 +188,27 @@ ROWS += [
 ]
 
 
+# a Location that is no valid URL: the record names the problem, not the secret
+ROWS += [
+    (
+        f"redirect-invalid-location-{name}",
+        lambda c, a, b, shape=shape: (
+            [a.route("redirect", shape.format(c=c, p=b.port))],
+            ["-L"],
+            {},
+        ),
+        ("warc",) if "token" in name else (),  # a WARC keeps the query sent
+    )
+    for name, shape in [
+        ("space-in-host-userinfo", "http://eve:{c}@exa mple.test/ok"),
+        ("bad-port-userinfo", "http://eve:{c}@127.0.0.1:99999/ok"),
+        ("bad-ipv6-token", "http://[::1/ok?access_token={c}"),
+        ("ftp-scheme-userinfo", "ftp://eve:{c}@127.0.0.1:{p}/ok"),
+        ("control-char-token", "http://127.0.0.1:{p}/ok?token={c}\x7f\x01"),
+    ]
+]
+
+
 @pytest.mark.parametrize(("builder", "skip"), [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
 def test_fetch_outputs_hold_no_secret_round3(
     tmp_path: Path, origin_a: Server, origin_b: Server, builder: Any, skip: tuple[str, ...]
@@ -363,6 +384,10 @@ API_ROWS: list[tuple[str, str, Callable[[str, int], str]]] = [
     ),
     ("db-mysql-bad-option", "db", lambda c, p: f"mysql://app:{c}@127.0.0.1:{p}/db?nosuchoption=1"),
     ("db-mysql-bad-port", "db", lambda c, p: f"mysql://app:{c}@127.0.0.1:notaport/db"),
+    ("db-postgresql-bad-port", "db", lambda c, p: f"postgresql://app:{c}@127.0.0.1:notaport/db"),
+    ("db-mysql-bad-ipv6", "db", lambda c, p: f"mysql://app:{c}@[::1/db"),
+    ("db-unknown-scheme", "db", lambda c, p: f"mysqlx://app:{c}@127.0.0.1:{p}/db"),
+    ("db-mysql-no-host", "db", lambda c, p: f"mysql://app:{c}@/db"),
 ]
 
 

@@ -111,6 +111,7 @@ COMMAND_LINE = frozenset(
 HTTP_ENGINE = frozenset(
     {
         "surge._keywords",  # the pool's and fetch's options as signatures and checks
+        "surge._log",  # surge's loggers, their messages redacted
         "surge.http",
         "surge.http.arguments",
         "surge.http.auth",

@@ -18,6 +18,7 @@ LISTING = frozenset(
     {
         "surge.gc_tuning",
         "surge.retry",
+        "surge._log",  # surge's loggers, their messages redacted
         "surge.s3",
         "surge.s3.api",
         "surge.s3.cli",

@@ -39,7 +39,6 @@ connections and its thread ends.
 from __future__ import annotations
 
 import asyncio
-import logging
 import marshal
 import os
 import socket
@@ -50,6 +49,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from surge._log import logger as get_logger
 from surge.bulk.engine import FetchOptions, Record, RunState, fetch_one
 from surge.bulk.inputs import InputItem
 from surge.bulk.limits import fit_open_files
@@ -68,7 +68,7 @@ _THREAD_TIMEOUT_S = 30.0
 #: marshal's format version for packed inputs (4: Python 3.4 and later).
 _MARSHAL_VERSION = 4
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)

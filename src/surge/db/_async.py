@@ -32,6 +32,7 @@ from surge.db._drivers import (
     readable,
     reset_failed,
     set_up_again,
+    shown,
 )
 from surge.db._session import (
     COM_RESET_CONNECTION,
@@ -338,7 +339,7 @@ def async_driver_for(
     if url.scheme == "mysql" and name in (None, "aiomysql"):
         return AsyncMySQL(url, ssl_context)
     if url.scheme not in ("postgresql", "mysql"):
-        raise UsageError(f"the asyncio pool takes postgresql:// or mysql://, not {given!r}")
+        raise UsageError(f"the asyncio pool takes postgresql:// or mysql://, not {shown(given)}")
     choices = "psycopg or asyncpg" if url.scheme == "postgresql" else "aiomysql"
     raise UsageError(f"driver {name!r} for the asyncio pool on {url.scheme}: use {choices}")
 

@@ -63,6 +63,14 @@ MYSQL_GONE = frozenset({2006, 2013, 2055, 4031, 1927, 1053})
 PG_GONE = frozenset({"57P01", "57P02", "57P03", "08000", "08003", "08006", "08001", "08004"})
 
 
+def shown(url: str) -> str:
+    """A database URL as an error message quotes it: without its password
+    (the userinfo, and secret query parameters: surge.trace.redact)."""
+    from surge.trace.redact import safe_url
+
+    return repr(safe_url(url))
+
+
 @dataclass(frozen=True)
 class DatabaseURL:
     """``scheme://user:password@host:port/database?option=value``."""
@@ -82,18 +90,20 @@ class DatabaseURL:
         scheme = {"mariadb": "mysql", "postgres": "postgresql"}.get(scheme, scheme)
         if scheme not in ("mysql", "postgresql", "sqlite"):
             raise UsageError(
-                f"unsupported database URL {url!r}: use mysql://, mariadb://, "
+                f"unsupported database URL {shown(url)}: use mysql://, mariadb://, "
                 "postgresql:// or sqlite:///path"
             )
         if scheme == "sqlite":
             path = unquote(parts.path)
             if parts.netloc or not path:
-                raise UsageError(f"{url!r}: a SQLite URL is sqlite:///relative or sqlite:////abs")
+                raise UsageError(
+                    f"{shown(url)}: a SQLite URL is sqlite:///relative or sqlite:////abs"
+                )
             return cls("sqlite", None, None, None, None, path[1:] or ":memory:")
         try:
             port = parts.port
         except ValueError as e:
-            raise UsageError(f"{url!r}: {e}") from None
+            raise UsageError(f"{shown(url)}: {e}") from None
         return cls(
             scheme,
             unquote(parts.username) if parts.username else None,

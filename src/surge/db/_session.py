@@ -55,7 +55,6 @@ a polite close, reaches its parent's sessions.
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 import operator
 import os
@@ -71,10 +70,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from surge._keywords import keywords_of, named_refusals, refuse_unknown
+from surge._log import logger as get_logger
 from surge.errors import UsageError
 from surge.pool import _fork
 
-log = logging.getLogger("surge.db")
+log = get_logger("surge.db")
 # -- the driver's side of the session --------------------------------------------------
 
 

@@ -26,6 +26,7 @@ from contextvars import ContextVar
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
+from surge._log import logger as get_logger
 from surge.errors import LocalResourceError, RequestError, StreamConsumed, UsageError
 from surge.http import redirects as redirect_policy
 from surge.http.arguments import Params, Upload, prepare
@@ -72,7 +73,7 @@ _opening_for: ContextVar[tuple[Timings, float | None, Callable[[], None] | None]
 may_send: ContextVar[Callable[[], None] | None] = ContextVar("surge_may_send", default=None)
 
 #: DEBUG: one line per phase of each request (nothing at INFO or above).
-log = logging.getLogger("surge.http")
+log = get_logger("surge.http")
 _DEBUG = logging.DEBUG
 
 #: How many times one request goes again after HTTP/2 said it was not

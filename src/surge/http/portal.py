@@ -385,11 +385,9 @@ _SYNCHRONOUS = {
 
 def _log_failure(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and task.exception() is not None:
-        import logging
+        from surge._log import logger
 
-        logging.getLogger("surge.http").warning(
-            "closing a client failed", exc_info=task.exception()
-        )
+        logger("surge.http").warning("closing a client failed", exc_info=task.exception())
 
 
 #: Every portal alive, for the fork hook.

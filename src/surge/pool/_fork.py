@@ -26,14 +26,15 @@ holds one RLock per class while computing: the same hang.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import threading
 import weakref
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar, overload
 
-log = logging.getLogger("surge.pool")
+from surge._log import logger as get_logger
+
+log = get_logger("surge.pool")
 
 
 class Forkable(Protocol):

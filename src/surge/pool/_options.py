@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import logging
 import random
 import time
 from collections.abc import Callable
@@ -21,12 +20,13 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypedDict, TypeVar
 
 from surge._keywords import Entry, keywords_of, spelt_out, unexpected
+from surge._log import logger as get_logger
 from surge.errors import PoolTimeout
 from surge.pool import _fork
 from surge.pool._core import INF, AsKeyed, PoolCore
 from surge.pool._keyed_core import KeyedCore
 
-log = logging.getLogger("surge.pool")
+log = get_logger("surge.pool")
 
 R = TypeVar("R")
 

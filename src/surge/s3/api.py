@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from contextlib import aclosing, closing
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
+from surge._log import logger as get_logger
 from surge.errors import UsageError
 from surge.gc_tuning import relaxed_gc
 from surge.http.client import AsyncClient, make_ssl_context
@@ -37,7 +37,7 @@ from surge.s3.sigv4 import Credentials
 
 Entry = S3Object | CommonPrefix
 Item = TypeVar("Item")
-_log = logging.getLogger("surge.s3")
+_log = get_logger("surge.s3")
 
 
 @dataclass(kw_only=True)

@@ -18,16 +18,16 @@ which region the request was signed for.
 
 from __future__ import annotations
 
-import logging
 import re
 from datetime import UTC, datetime
 
+from surge._log import logger as get_logger
 from surge.errors import RequestError
 from surge.http.client import AsyncClient
 from surge.http.response import Headers
 from surge.s3.config import Target, remember_region
 
-log = logging.getLogger("surge.s3")
+log = get_logger("surge.s3")
 
 #: botocore's validate_region_name: a host label.
 _REGION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-]{0,61}[a-zA-Z0-9])?")

@@ -46,7 +46,6 @@ import base64
 import ctypes
 import errno
 import itertools
-import logging
 import os
 import stat
 import sys
@@ -64,6 +63,7 @@ from time import perf_counter
 from typing import Any, Protocol, TypeVar
 
 from surge import temps
+from surge._log import logger as get_logger
 from surge.errors import LocalResourceError, S3Error, SinkError, UsageError
 from surge.http.client import AsyncClient
 from surge.http.response import Headers, Response
@@ -113,7 +113,7 @@ from surge.sinks import (
 )
 
 T = TypeVar("T")
-_log = logging.getLogger("surge.s3")
+_log = get_logger("surge.s3")
 MiB = 1024 * 1024
 DEFAULT_PART_SIZE = 8 * MiB  # the AWS CLI's multipart_chunksize and threshold
 #: s5cmd's default number of workers (--numworkers 256).

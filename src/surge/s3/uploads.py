@@ -49,7 +49,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
-import logging
 import os
 import stat
 import threading
@@ -60,6 +59,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from surge import temps
+from surge._log import logger as get_logger
 from surge.errors import S3Error, SinkError, UsageError
 from surge.http.arguments import FileRange
 from surge.http.client import AsyncClient
@@ -103,7 +103,7 @@ STDIN = "-"
 #: (the AWS CLI's max_in_memory_upload_chunks is 10).
 STDIN_PARTS_HELD = 8
 
-_log = logging.getLogger("surge.s3")
+_log = get_logger("surge.s3")
 #: S3's limits: a part (but the last) is at least 5 MiB and at most 5 GiB.
 MIN_PART_SIZE = 5 * MiB
 MAX_PART_SIZE = 5 * 1024 * MiB

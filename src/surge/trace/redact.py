@@ -15,7 +15,7 @@ everywhere at once:
 - :func:`safe_text`: every URL inside a free text (an error's detail) so, and
   every ``name=value`` of a secret name that follows a ``?``, ``&``, ``;`` or
   ``#`` (a URL with a space in it is not all found as one);
-- :func:`safe_headers`: headers without :data:`SECRET_HEADERS`, and the URLs
+- :func:`safe_headers`: headers without credentials (:func:`secret_header`), and the URLs
   of :data:`URL_HEADERS` (``Location``) through :func:`safe_url`;
 - :func:`safe_peer`: a ``host:port`` without the userinfo a URL's authority
   brought along (``http.client`` keeps it in ``host`` when a redirect's
@@ -70,6 +70,23 @@ SECRET_NAMES = frozenset({"key", "sig", "auth", "pwd", "pass", "session", "sid",
 SECRET_PARTS = ("token", "secret", "passw", "signature", "credential", "apikey", "api_key")
 
 
+#: Header names that hold a secret by a part of their name (lower case, ``-``
+#: read as ``_``): ``X-Api-Key``, ``X-Auth-Token``, ``X-Amz-Security-Token``,
+#: ``X-Vault-Token``, ``X-Client-Secret``, a ``Session`` id.  Not the query's
+#: parts: ``Access-Control-Allow-Credentials`` is no secret.
+SECRET_HEADER_PARTS = ("token", "secret", "passw", "api_key", "apikey", "auth_key", "session")
+
+
+def secret_header(name: str) -> bool:
+    """Whether a header of this name holds a credential: one of
+    :data:`SECRET_HEADERS`, or a name with a part of :data:`SECRET_HEADER_PARTS`."""
+    lower = name.lower()
+    if lower in SECRET_HEADERS:
+        return True
+    text = lower.replace("-", "_")
+    return any(part in text for part in SECRET_HEADER_PARTS)
+
+
 def secret_parameter(name: str) -> bool:
     """Whether a query parameter of this name holds a secret (see
     :data:`SECRET_NAMES` and :data:`SECRET_PARTS`): the name as the server
@@ -111,8 +128,11 @@ def safe_url(url: str, *, query: bool = True) -> str:
     if "@" not in url and "?" not in url and "#" not in url:  # the usual case
         return url
     scheme_end = url.find("://")
+    slashed = _SLASHED_SCHEME.match(url)
     if scheme_end >= 0 and "?" not in url[:scheme_end] and "#" not in url[:scheme_end]:
         start = scheme_end + 3
+    elif slashed is not None:  # http:\\host, http:%5C%5Chost: a browser's http://host
+        start = slashed.end()
     else:  # no scheme; or the "://" of a URL in the query (/login?next=http://...)
         start = 2 if url.startswith("//") else 0
     end = len(url)
@@ -137,9 +157,15 @@ def safe_url(url: str, *, query: bool = True) -> str:
     return written
 
 
-#: A URL inside a text: a scheme, ``://``, and what follows up to a space or a
-#: quote (an error detail quotes its URL with repr()).
-_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
+#: A scheme and the slashes after it as a browser reads them (WHATWG URL:
+#: a backslash is a slash in http's and https's URLs), also percent-encoded
+#: (``%5C``, ``%2F``: how a ``Location`` surge could not follow is quoted):
+#: where the authority, and a userinfo, begin.
+_SLASHED_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:(?:[/\\]|%5[Cc]|%2[Ff])+")
+
+#: A URL inside a text: a scheme, its slashes (see above), and what follows up
+#: to a space or a quote (an error detail quotes its URL with repr()).
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:(?:[/\\]|%5[Cc]|%2[Ff])+[^\s'\"<>`]+")
 
 
 #: A parameter inside a text: after ``?``, ``&``, ``;`` or ``#``, a name, ``=``
@@ -155,7 +181,7 @@ def safe_text(text: str) -> str:
     """``text`` with every URL in it as :func:`safe_url` writes it, and every
     secret parameter's value after a ``?``, ``&``, ``;`` or ``#`` redacted
     (``'http://exa mple/?token=x'`` is not found as one URL)."""
-    if "://" in text:
+    if ":" in text:
         text = _URL_IN_TEXT.sub(lambda m: safe_url(m[0]), text)
     if "=" in text:
         text = _PARAMETER_IN_TEXT.sub(_parameter, text)
@@ -186,14 +212,14 @@ def safe_headers(
     headers: Iterable[Sequence[Any]], *, keep_secrets: bool = False
 ) -> list[tuple[str, str]]:
     """(name, value) pairs in order - request or response headers - without
-    :data:`SECRET_HEADERS` unless ``keep_secrets``; the URLs of
+    credentials (:func:`secret_header`) unless ``keep_secrets``; the URLs of
     :data:`URL_HEADERS` without their userinfo, ever, and with their secret
     parameters redacted unless ``keep_secrets``."""
     kept = []
     for name, value in headers:
         name, value = str(name), str(value)
         lower = name.lower()
-        if lower in SECRET_HEADERS and not keep_secrets:
+        if not keep_secrets and secret_header(name):
             continue
         if lower in URL_HEADERS:
             value = safe_url(value, query=not keep_secrets)

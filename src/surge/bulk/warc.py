@@ -555,25 +555,28 @@ class WarcWriter:
             return written
 
     def cut_unrecorded(self, done: Container[int]) -> int:
-        """Resumed (``append``): cut the exchanges after the last one whose
-        input line is in ``done`` (the lines the records hold), from the end of
-        the series back - the exchanges of records that never reached the
-        records file (a write of it failed, the run was killed), which the
-        resumed run makes again.  Call it before any exchange is written;
-        returns the bytes cut."""
+        """Resumed (``append``): cut the exchanges whose input line is not in
+        ``done`` (the lines the records hold), from the end of the series back
+        to the last file that keeps one - the exchanges of records that never
+        reached the records file (a write of it failed, the run was killed),
+        which the resumed run makes again; the exchanges after one of those
+        move down over it (:func:`_kept_members`).  Call it before any
+        exchange is written; returns the bytes cut."""
         with self._lock:
             cut = 0
             for index in range(self._index, -1, -1):
                 current = index == self._index
                 path = rotated_path(self._base, index)
                 try:
-                    with open(path, "rb") as file:
+                    with open(path, "r+b") as file:
                         size = file.seek(0, os.SEEK_END)
-                        keep, exchanges = _kept_end(file, done)
+                        keep, later, exchanges = _kept_members(file, done)
+                        if later:
+                            keep = _compact(file.fileno(), keep, later)
                 except FileNotFoundError:
                     continue
                 except OSError as exc:
-                    raise UsageError(f"{path}: cannot read: {reason(exc)}") from None
+                    raise UsageError(f"{path}: cannot rewrite: {reason(exc)}") from None
                 if keep < size:
                     cut += size - keep
                     if current:
@@ -1099,21 +1102,51 @@ def exchange_lines(path: str | os.PathLike[str]) -> LineSet | None:
     return None if unnamed and not lines else lines
 
 
-def _kept_end(file: IO[bytes], done: Container[int]) -> tuple[int, bool]:
-    """Where a WARC file ends once the exchanges after the last one of a line
-    in ``done`` are cut (those whose records were lost), and whether it then
-    holds an exchange.  Members that name no line (warcinfo, an earlier
-    surge's exchanges) are kept."""
-    keep = 0
+def _kept_members(file: IO[bytes], done: Container[int]) -> tuple[int, list[tuple[int, int]], bool]:
+    """What of a WARC file stays once the exchanges of lines not in ``done``
+    are cut (those whose records were lost): the offset where the first of
+    them starts (or where the last complete member ends), the (start, end) of
+    each member after it that stays, and whether an exchange stays.  Members
+    that name no line (warcinfo, an earlier surge's exchanges) stay.  With
+    several requests in flight an unrecorded exchange (a redirect's first hop,
+    say) is followed by exchanges whose records did get out: cutting the file
+    from it would lose theirs, keeping it would leave the line's hop twice
+    once it is fetched again."""
+    cut_at: int | None = None
+    whole = 0
+    later: list[tuple[int, int]] = []
     exchanges = False
     for member in _members(file, 0):
         if member.state != "ok":
             break
         line = _line_of(member)
-        if line is None or line in done:
-            keep = member.end
-            exchanges = exchanges or line is not None
-    return keep, exchanges
+        kept = line is None or line in done
+        exchanges = exchanges or (kept and line is not None)
+        if cut_at is None:
+            if kept:
+                whole = member.end
+            else:
+                cut_at = member.start
+        elif kept:
+            later.append((member.start, member.end))
+    return (whole if cut_at is None else cut_at), later, exchanges
+
+
+def _compact(fd: int, at: int, ranges: list[tuple[int, int]]) -> int:
+    """Move the byte ranges ``ranges`` (ascending, all past ``at``) down to
+    ``at``, one after another; returns where the last ends.  Each write lands
+    at or before what is still to be read, so a copy in place is safe; a run
+    killed meanwhile leaves a file whose members stop parsing there, which the
+    next resumption cuts and fetches again."""
+    for start, end in ranges:
+        while start < end:
+            chunk = os.pread(fd, min(_READ, end - start), start)
+            if not chunk:
+                break
+            os.pwrite(fd, chunk, at)
+            at += len(chunk)
+            start += len(chunk)
+    return at
 
 
 def _unpaired(last: _Member, previous: _Member | None) -> bool:

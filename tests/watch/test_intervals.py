@@ -72,21 +72,22 @@ def _record(work: list[list[tuple[str, list[float]]]], *, slack: float = 0.0) ->
     end_of_all = 0.0
     for n, caller in enumerate(work):
         t = 0.0
-        for kind, (a, b, c, d) in caller:
+        for i, (kind, (a, b, c, d)) in enumerate(caller):
             if kind == "db":
                 db = f"db{n % 2}:3306"
+                conn = n * 1000 + i  # a new connection each time, as a driver names it
                 at(t, lambda s=zero + t: rec.db_start(s))
                 at(
                     t + a,
-                    lambda s=zero + t, e=zero + t + a, p=db: rec.db_end(
-                        "db.connect", "pymysql", p, "connect", s, e
+                    lambda s=zero + t, e=zero + t + a, p=db, k=conn: rec.db_end(
+                        "db.connect", "pymysql", p, "connect", s, e, connection=k
                     ),
                 )
                 at(t + a, lambda s=zero + t + a: rec.db_start(s))
                 at(
                     t + a + b,
-                    lambda s=zero + t + a, e=zero + t + a + b, p=db: rec.db_end(
-                        "db.query", "pymysql", p, "SELECT", s, e
+                    lambda s=zero + t + a, e=zero + t + a + b, p=db, k=conn: rec.db_end(
+                        "db.query", "pymysql", p, "SELECT", s, e, connection=k
                     ),
                 )
                 t += a + b

@@ -18,11 +18,12 @@ names in its evidence, and never exceeds the wall time.
 =====================  ===============================================================
 id                     raised when
 =====================  ===============================================================
-connect-per-query      >= 10 connects to one database, at least one per two queries
-                       (or >= 10 connections, half of all, that ran <= 10 statements
-                       before their caller connected again: a SET per connection,
-                       an ORM's own statements do not hide it), and connecting >= 25%
-                       of the time spent with that database
+connect-per-query      >= 10 connections to one database, half of all, that each ran
+                       1 to 10 statements and were then replaced (a connect to that
+                       database began after their last statement: a SET per
+                       connection, an ORM's own statements do not hide it; a pool's
+                       connections, used to the end, are not replaced), and
+                       connecting >= 25% of the time spent with that database
 serial-requests        >= 10 HTTP requests, never two in flight at once, and requests
                        >= 50% of the wall time (not pages of one listing: serial-pages)
 serial-pages           >= 2 pages of one paginated AWS call where the gap between a
@@ -186,12 +187,11 @@ def connect_per_query(data: dict[str, Any]) -> list[Finding]:
         short = db.get("short_connections", 0)
         connecting = _within(db["connect_s"], wall)
         spent = _within(db["busy_s"], wall)  # connecting or querying
-        # on the wire: a connect per query or two, counted against the queries of
-        # the same connection (a SET per connection does not hide it) or, where
-        # callers cannot tell connections apart, against all the queries
-        per_query = connects >= MIN_CONNECTS and connects >= CONNECTS_PER_QUERY * queries
-        short_lived = short >= MIN_CONNECTS and short >= CONNECTS_PER_QUERY * connects
-        if not (per_query or short_lived):
+        # on the wire: connections that ran a query or a few (a SET per connection
+        # does not hide it) and were then replaced by a new connect, counted per
+        # connection whatever pool or driver made it; a pool's N connections, open
+        # to the end, are not replaced however few queries each ran
+        if short < MIN_CONNECTS or short < CONNECTS_PER_QUERY * connects:
             continue
         if spent <= 0 or connecting < CONNECT_SHARE * spent:
             continue
@@ -215,9 +215,8 @@ def connect_per_query(data: dict[str, Any]) -> list[Finding]:
                 "warn",
                 f"{connects:,} connects to the database at {peer} for {queries:,} queries"
                 + (
-                    f" ({short:,} connections ran {SHORT_CONNECTION} statements or fewer)"
-                    if short
-                    else ""
+                    f" ({short:,} connections ran {SHORT_CONNECTION} statements or fewer, "
+                    "then a new one was opened)"
                 )
                 + ": "
                 f"{_pct(connecting, wall)}% of the wall time ({connecting:.2f} s) "

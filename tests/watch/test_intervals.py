@@ -12,7 +12,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.watch.conftest import watch
+from tests.watch.conftest import PROGRAMS, watch
 
 from surge.testing import DBServer
 from surge.watch.findings import analyse
@@ -219,3 +219,22 @@ def test_threads_connecting_per_query_against_mariadb(
     assert report_["network_s"] <= wall
     for pct in _PERCENT.findall(watched.process.stderr):
         assert float(pct) <= 100, watched.process.stderr
+
+
+def test_shares_are_of_the_commands_wall_not_a_process_s(
+    mariadb_server: DBServer, tmp_path: Path
+) -> None:
+    """The program connecting per query is the child of a process that waited
+    first: its own wall is shorter than the command's, and "x% of the wall time"
+    is of the command's (what the user timed)."""
+    program = str(PROGRAMS / "mysql_connect_per_query.py")
+    watched = watch(
+        "child_after_pause.py", "0.5", program, mariadb_server.url, "12", tmp_path=tmp_path
+    )
+    wall = watched.report["wall_s"]
+    [child] = [run for run in watched.report["processes"] if run["databases"]]
+    assert child["wall_s"] < wall - 0.4  # the 0.5 s pause is not the child's
+    evidence = watched.finding("connect-per-query")["evidence"]
+    assert abs(evidence["connect_share_of_wall"] - evidence["connect_s"] / wall) <= 0.002
+    [pct] = re.findall(r"(\d+)% of the wall time", watched.finding("connect-per-query")["message"])
+    assert abs(int(pct) - 100 * evidence["connect_s"] / wall) <= 1

@@ -17,7 +17,7 @@ from tests.watch.conftest import PROGRAMS, watch
 from surge.testing import DBServer
 from surge.watch.findings import analyse
 from surge.watch.recorder import BUSY_INTERVALS, Busy, Recorder
-from surge.watch.report import report, summary
+from surge.watch.report import merged_rows, report, summary
 
 EPSILON = 1e-6
 
@@ -196,6 +196,20 @@ def test_processes_network_time_is_their_union() -> None:
         data["pid"], data["started"] = pid, 1000.0
         runs.append(data)
     assert abs(report(runs, 1.0, "python prog.py")["network_s"] - 1.0) < 0.01
+
+
+def test_a_host_across_processes_is_the_union_of_their_time() -> None:
+    """Two processes asking one host over the same second: its merged row counts
+    both processes' requests and states one second, not two; a second later, two."""
+    for later, expected in ((0.0, 1.0), (5.0, 2.0)):
+        runs = []
+        for pid in (1, 2):
+            data = _record([[("http", [0.25, 0.25, 0.25, 0.25])]])
+            data["pid"], data["started"] = pid, 1000.0 + later * (pid - 1)
+            runs.append(data)
+        [row] = merged_rows(runs, "hosts").values()
+        assert row["requests"] == 2
+        assert abs(row["time_s"] - expected) < 0.01
 
 
 def test_threads_connecting_per_query_against_mariadb(

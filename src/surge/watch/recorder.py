@@ -317,6 +317,17 @@ class Busy:
     def seconds(self) -> float:
         return self.folded + sum(e - s for s, e in zip(self.starts, self.ends, strict=True))
 
+    def kept(self, zero: float) -> dict[str, Any]:
+        """What a union across processes is drawn from: the intervals kept (since
+        ``zero``) and the seconds folded before them."""
+        return {
+            "spans": [
+                [round(s - zero, 6), round(e - zero, 6)]
+                for s, e in zip(self.starts, self.ends, strict=True)
+            ],
+            "folded_s": round(self.folded, 6),
+        }
+
 
 def union_s(spans: list[list[float]]) -> float:
     """The union of ``spans`` ([start, end] each), in seconds."""
@@ -1206,10 +1217,11 @@ class Recorder:
         and what a watched child process hands back to ``surge watch``."""
         with self.lock:
             kept = list(self.kept)
-            hosts = {k: _totals(v) for k, v in self.hosts.items()}
+            zero = self.zero
+            hosts = {k: _totals(v, zero=zero) for k, v in self.hosts.items()}
             databases = {
                 k: {
-                    **_totals(v, skip=("connections", "last_connect")),
+                    **_totals(v, skip=("connections", "last_connect"), zero=zero),
                     "short_connections": v.short(),
                 }
                 for k, v in self.databases.items()
@@ -1258,15 +1270,20 @@ class Recorder:
         }
 
 
-def _totals(row: Any, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+def _totals(row: Any, skip: tuple[str, ...] = (), zero: float | None = None) -> dict[str, Any]:
     """A totals row as JSON values: each :class:`Busy` ``x_busy`` as ``x_s``, its
-    seconds on the wall clock (``busy`` as ``busy_s``); ``skip``: fields left out."""
+    seconds on the wall clock (``busy`` as ``busy_s``); ``skip``: fields left out;
+    with ``zero``, also ``intervals``: each ``x_s``'s :meth:`Busy.kept` (what
+    merges a row with another process's, :func:`surge.watch.report.merged_rows`)."""
     out: dict[str, Any] = {}
+    intervals: dict[str, Any] = {}
     for name, value in vars(row).items():
         if name in skip:
             continue
         if isinstance(value, Busy):
             name = name.removesuffix("_busy") + "_s"
+            if zero is not None:
+                intervals[name] = value.kept(zero)
             value = round(value.seconds, 6)
         elif isinstance(value, float):
             value = round(value, 6)
@@ -1275,6 +1292,8 @@ def _totals(row: Any, skip: tuple[str, ...] = ()) -> dict[str, Any]:
         elif name.endswith("sites"):
             value = sites_list(value)
         out[name] = value
+    if zero is not None:
+        out["intervals"] = intervals
     return out
 
 

@@ -230,6 +230,7 @@ class PyMySQLInstrumentor(_Driver):
     and ``connect`` called on its own (``defer_connect``, a reconnect)."""
 
     library = "pymysql"
+    shown = ("databases", ("PyMySQL",))
     modules = ("pymysql.connections", "pymysql.cursors")
     _INIT = "_surge_watch_init"
 
@@ -285,6 +286,7 @@ class PyMySQLInstrumentor(_Driver):
 
 class MySQLdbInstrumentor(_Driver):
     library = "mysqlclient"
+    shown = ("databases", ("mysqlclient",))
     modules = ("MySQLdb.connections", "MySQLdb.cursors")
 
     def apply(self, module: ModuleType) -> None:
@@ -342,6 +344,7 @@ def _psycopg_cursor_peer(cursor: Any) -> str:
 
 class PsycopgInstrumentor(_Driver):
     library = "psycopg"
+    shown = ("databases", ("psycopg",))
     modules = ("psycopg",)
 
     def apply(self, module: ModuleType) -> None:
@@ -371,6 +374,7 @@ class PsycopgInstrumentor(_Driver):
 
 class AiomysqlInstrumentor(_Driver):
     library = "aiomysql"
+    shown = ("databases", ("aiomysql",))
     modules = ("aiomysql.connection", "aiomysql.cursors")
 
     def apply(self, module: ModuleType) -> None:
@@ -445,6 +449,7 @@ class AsyncpgInstrumentor(_Driver):
     methods (their time shows in the socket floor only)."""
 
     library = "asyncpg"
+    shown = ("databases", ("asyncpg",))
     modules = ("asyncpg.connect_utils", "asyncpg.connection", "asyncpg.prepared_stmt")
     STATEMENTS = ("execute", "executemany", "fetch", "fetchrow", "fetchval", "fetchmany")
 

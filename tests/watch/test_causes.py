@@ -379,6 +379,21 @@ def aiohttp_one_session(sim: SimInfo) -> None:
     asyncio.run(main())
 
 
+def aiohttp_wide_session(sim: SimInfo) -> None:
+    async def main() -> None:
+        context = _context(sim)
+
+        async def get(session: aiohttp.ClientSession, i: int) -> None:
+            async with session.get(_url(sim, i), ssl=context) as response:
+                await response.read()
+
+        # 16 at once on one session: a connection (and a handshake) each, all kept
+        async with aiohttp.ClientSession() as session:
+            await asyncio.gather(*(get(session, i) for i in range(POOL)))
+
+    asyncio.run(main())
+
+
 # -- blocked-loop: a callback that keeps the event loop from everything else --------
 BLOCKS = 3
 BLOCK_S = 0.15  # past the 100 ms a callback may run; 3 of them past the 0.2 s
@@ -479,6 +494,7 @@ CASES = [
     ("tls-per-request", requests_get, requests_session),
     ("tls-per-request", httpx_client_per_call, httpx_one_client),
     ("tls-per-request", aiohttp_session_per_request, aiohttp_one_session),
+    ("tls-per-request", aiohttp_session_per_request, aiohttp_wide_session),
 ]
 
 

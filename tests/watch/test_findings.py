@@ -178,6 +178,16 @@ CASES: list[tuple[str, str | None, dict[str, Any]]] = [
         {"hosts": {"a:443": _host(requests=10, tls=10, tls_s=0.5, time_s=1.0)}},
     ),
     (
+        "16 at once on one session: 16 connections, none replaced",
+        None,
+        {"hosts": {"a:443": _host(requests=16, tls=16, tls_s=0.5, time_s=1.0, peak_in_flight=16)}},
+    ),
+    (
+        "4 at once, a connection per request",
+        "tls-per-request",
+        {"hosts": {"a:443": _host(requests=13, tls=13, tls_s=0.5, time_s=1.0, peak_in_flight=4)}},
+    ),
+    (
         "tls on most, not 80%",
         None,
         {"hosts": {"a:443": _host(requests=13, tls=10, tls_s=0.5, time_s=1.0)}},

@@ -36,7 +36,9 @@ pool-too-small         a pool of known size with more callers wanting a connecti
                        checked out and waiting), and connections discarded or waits
                        >= 5% of wall
 tls-per-request        >= 10 TLS handshakes to one host, one per request (>= 80%),
-                       whichever session made them (requests, httpx, aiohttp...)
+                       whichever session made them (requests, httpx, aiohttp...),
+                       counted past the connections the concurrency needed (P
+                       requests in flight at most: >= 10 + P - 1 handshakes)
 repeated-dns           one name resolved >= 10 times, the lookups >= 1% of wall time
 n-plus-one             >= 5 statements of one shape (differing only in their values) in
                        a row from one caller, right after a different SELECT (in
@@ -440,7 +442,11 @@ def tls_per_request(data: dict[str, Any]) -> list[Finding]:
     out = []
     for peer, row in data["hosts"].items():
         handshakes, requests = row["tls"], row["requests"]
-        if handshakes < MIN_HANDSHAKES or handshakes < HANDSHAKE_SHARE * requests:
+        # a connection per request, counted past what the concurrency needed: N
+        # requests at once on one session open N connections, each kept (as a
+        # pool's N database connections are not connect-per-query)
+        needed = max(int(row.get("peak_in_flight") or 0), 1)
+        if handshakes - (needed - 1) < MIN_HANDSHAKES or handshakes < HANDSHAKE_SHARE * requests:
             continue
         tls_s, time_s = _within(row["tls_s"], wall), _within(row["time_s"], wall)
         # a new connection's cost is its TCP connect and its handshake (aiohttp
@@ -451,6 +457,7 @@ def tls_per_request(data: dict[str, Any]) -> list[Finding]:
             "requests": requests,
             "handshakes": handshakes,
             "connects": row["connects"],
+            "peak_in_flight": row.get("peak_in_flight"),
             "tls_s": round(tls_s, 3),
             "setup_s": round(setup_s, 3),
             "mean_handshake_ms": _ms(row["tls_total_s"] / handshakes),

@@ -13,8 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import aiohttp
+import aiomysql
 import asyncpg
 import httpx
+import psycopg
 import pymysql
 import pytest
 import redis
@@ -22,6 +24,7 @@ import requests
 import sqlalchemy
 from sqlalchemy.pool import NullPool
 
+import surge.db
 from surge.sim import SimInfo
 from surge.testing.servers import DBServer
 from surge.watch import recording
@@ -111,6 +114,95 @@ def asyncpg_pool(db: DBServer) -> None:
         async with asyncpg.create_pool(db.url, min_size=1, max_size=2) as pool:
             for i in range(N):
                 await pool.fetchval("SELECT $1::int", i)
+
+    asyncio.run(main())
+
+
+POOL = 16  # connections a pool opens, each running a few of the queries
+PER_TASK = 5
+
+
+def asyncpg_wide_pool(db: DBServer) -> None:
+    async def main() -> None:
+        async with asyncpg.create_pool(db.url, min_size=POOL, max_size=POOL) as pool:
+
+            async def task(t: int) -> None:
+                for i in range(PER_TASK):
+                    await pool.fetchval("SELECT $1::int", t * PER_TASK + i)
+
+            await asyncio.gather(*(task(t) for t in range(POOL)))
+
+    asyncio.run(main())
+
+
+def _surge_wide_pool(db: DBServer, **options: Any) -> None:
+    """surge's asyncio pool of 16, 16 tasks of 5 queries each (psycopg's,
+    aiomysql's or asyncpg's connections)."""
+
+    async def query(conn: Any, i: int) -> None:
+        if hasattr(conn, "fetchval"):  # asyncpg
+            await conn.fetchval("SELECT $1::int", i)
+        elif hasattr(conn, "execute"):  # psycopg
+            await conn.execute("SELECT %s", (i,))
+        else:  # aiomysql
+            async with conn.cursor() as cur:
+                await cur.execute("SELECT %s", (i,))
+
+    async def main() -> None:
+        async with surge.db.async_pool(db.url, max_size=POOL, **options) as pool:
+
+            async def task(t: int) -> None:
+                for i in range(PER_TASK):
+                    async with pool.connection() as conn:
+                        await query(conn, t * PER_TASK + i)
+
+            await asyncio.gather(*(task(t) for t in range(POOL)))
+
+    asyncio.run(main())
+
+
+def surge_asyncpg_wide_pool(db: DBServer) -> None:
+    _surge_wide_pool(db, driver="asyncpg")
+
+
+def surge_psycopg_wide_pool(db: DBServer) -> None:
+    _surge_wide_pool(db)
+
+
+def surge_aiomysql_wide_pool(db: DBServer) -> None:
+    _surge_wide_pool(db)
+
+
+def surge_pymysql_wide_pool(db: DBServer) -> None:
+    with surge.db.pool(db.url, max_size=POOL) as pool:
+
+        def task(t: int) -> None:
+            for i in range(PER_TASK):
+                with pool.connection() as conn, conn.cursor() as cur:
+                    cur.execute("SELECT %s", (t * PER_TASK + i,))
+
+        with ThreadPoolExecutor(POOL) as threads:
+            list(threads.map(task, range(POOL)))
+
+
+def psycopg_per_query(db: DBServer) -> None:
+    async def main() -> None:
+        for i in range(N):
+            async with await psycopg.AsyncConnection.connect(db.url) as conn:
+                await conn.execute("SELECT %s", (i,))
+
+    asyncio.run(main())
+
+
+def aiomysql_per_query(db: DBServer) -> None:
+    async def main() -> None:
+        for i in range(N):
+            conn = await aiomysql.connect(
+                host=db.host, port=db.port, user=db.user, password=db.password, db=db.database
+            )
+            async with conn.cursor() as cur:
+                await cur.execute("SELECT %s", (i,))
+            conn.close()
 
     asyncio.run(main())
 
@@ -287,6 +379,21 @@ def aiohttp_one_session(sim: SimInfo) -> None:
     asyncio.run(main())
 
 
+def aiohttp_wide_session(sim: SimInfo) -> None:
+    async def main() -> None:
+        context = _context(sim)
+
+        async def get(session: aiohttp.ClientSession, i: int) -> None:
+            async with session.get(_url(sim, i), ssl=context) as response:
+                await response.read()
+
+        # 16 at once on one session: a connection (and a handshake) each, all kept
+        async with aiohttp.ClientSession() as session:
+            await asyncio.gather(*(get(session, i) for i in range(POOL)))
+
+    asyncio.run(main())
+
+
 # -- blocked-loop: a callback that keeps the event loop from everything else --------
 BLOCKS = 3
 BLOCK_S = 0.15  # past the 100 ms a callback may run; 3 of them past the 0.2 s
@@ -369,6 +476,12 @@ CASES = [
     ("connect-per-query", nullpool_with_set, queuepool_with_set),
     ("connect-per-query", engine_per_request, queuepool_with_set),
     ("connect-per-query", asyncpg_per_query, asyncpg_pool),
+    # a pool of 16, 16 callers of 5 queries each: 16 connects for 80 queries, none replaced
+    ("connect-per-query", asyncpg_per_query, asyncpg_wide_pool),
+    ("connect-per-query", asyncpg_per_query, surge_asyncpg_wide_pool),
+    ("connect-per-query", psycopg_per_query, surge_psycopg_wide_pool),
+    ("connect-per-query", aiomysql_per_query, surge_aiomysql_wide_pool),
+    ("connect-per-query", pymysql_per_query, surge_pymysql_wide_pool),
     ("connect-per-query", redis_client_per_call, redis_one_client),
     ("n-plus-one", per_row_parameters, one_query),
     ("n-plus-one", per_row_formatted, one_query),
@@ -381,6 +494,7 @@ CASES = [
     ("tls-per-request", requests_get, requests_session),
     ("tls-per-request", httpx_client_per_call, httpx_one_client),
     ("tls-per-request", aiohttp_session_per_request, aiohttp_one_session),
+    ("tls-per-request", aiohttp_session_per_request, aiohttp_wide_session),
 ]
 
 
@@ -388,7 +502,7 @@ CASES = [
 def server(request: pytest.FixtureRequest) -> Any:
     cause = request.node.callspec.params["cause"]
     slow = request.node.callspec.params["slow"].__name__
-    if "asyncpg" in slow:
+    if "asyncpg" in slow or "psycopg" in slow:
         return request.getfixturevalue("postgresql_server")
     if "redis" in slow:
         return request.getfixturevalue("redis_url")
@@ -399,7 +513,7 @@ def server(request: pytest.FixtureRequest) -> Any:
 @pytest.mark.parametrize(
     ("cause", "slow", "twin"),
     CASES,
-    ids=[f"{cause}-{slow.__name__}" for cause, slow, _ in CASES],
+    ids=[f"{cause}-{slow.__name__}-{twin.__name__}" for cause, slow, twin in CASES],
 )
 def test_each_disguise_is_found_and_its_twin_is_not(
     cause: str,

@@ -66,29 +66,28 @@ def _overlap(**parts: dict[str, Any]) -> dict[str, Any]:
     return base
 
 
+def _conns(connects: int, short: int, connect_s: float = 1.0) -> dict[str, Any]:
+    """One database's data: ``connects`` connects and as many queries, ``short``
+    of the connections replaced after their few statements."""
+    row = _db(
+        connects=connects,
+        connect_s=connect_s,
+        queries=connects,
+        query_s=1.0,
+        short_connections=short,
+    )
+    return {"databases": {"db:3306": row}}
+
+
 SERIAL = {"spans": 100, "peak": 1, "busy_s": 9.0, "mean_open": 1.0}
 CASES: list[tuple[str, str | None, dict[str, Any]]] = [
     ("quiet run", None, {}),
-    (
-        "connect per query",
-        "connect-per-query",
-        {"databases": {"db:3306": _db(connects=10, connect_s=1.0, queries=10, query_s=1.0)}},
-    ),
-    (
-        "9 connects: too few",
-        None,
-        {"databases": {"db:3306": _db(connects=9, connect_s=1.0, queries=9, query_s=1.0)}},
-    ),
-    (
-        "a connect per 3 queries: a pool of sorts",
-        None,
-        {"databases": {"db:3306": _db(connects=10, connect_s=1.0, queries=30, query_s=1.0)}},
-    ),
-    (
-        "connects cheap beside queries",
-        None,
-        {"databases": {"db:3306": _db(connects=10, connect_s=0.1, queries=10, query_s=1.0)}},
-    ),
+    ("connect per query", "connect-per-query", _conns(10, 10)),
+    ("9 replaced: too few", None, _conns(10, 9)),
+    ("half the connections replaced", "connect-per-query", _conns(20, 10)),
+    ("under half the connections replaced", None, _conns(21, 10)),
+    ("a pool's 16 connections, a query each, none replaced", None, _conns(16, 0)),
+    ("connects cheap beside queries", None, _conns(10, 10, connect_s=0.1)),
     (
         "serial requests",
         "serial-requests",
@@ -177,6 +176,16 @@ CASES: list[tuple[str, str | None, dict[str, Any]]] = [
         "tls per request",
         "tls-per-request",
         {"hosts": {"a:443": _host(requests=10, tls=10, tls_s=0.5, time_s=1.0)}},
+    ),
+    (
+        "16 at once on one session: 16 connections, none replaced",
+        None,
+        {"hosts": {"a:443": _host(requests=16, tls=16, tls_s=0.5, time_s=1.0, peak_in_flight=16)}},
+    ),
+    (
+        "4 at once, a connection per request",
+        "tls-per-request",
+        {"hosts": {"a:443": _host(requests=13, tls=13, tls_s=0.5, time_s=1.0, peak_in_flight=4)}},
     ),
     (
         "tls on most, not 80%",

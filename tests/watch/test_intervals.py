@@ -12,12 +12,12 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.watch.conftest import watch
+from tests.watch.conftest import PROGRAMS, watch
 
 from surge.testing import DBServer
 from surge.watch.findings import analyse
 from surge.watch.recorder import BUSY_INTERVALS, Busy, Recorder
-from surge.watch.report import report, summary
+from surge.watch.report import merged_rows, report, summary
 
 EPSILON = 1e-6
 
@@ -72,21 +72,22 @@ def _record(work: list[list[tuple[str, list[float]]]], *, slack: float = 0.0) ->
     end_of_all = 0.0
     for n, caller in enumerate(work):
         t = 0.0
-        for kind, (a, b, c, d) in caller:
+        for i, (kind, (a, b, c, d)) in enumerate(caller):
             if kind == "db":
                 db = f"db{n % 2}:3306"
+                conn = n * 1000 + i  # a new connection each time, as a driver names it
                 at(t, lambda s=zero + t: rec.db_start(s))
                 at(
                     t + a,
-                    lambda s=zero + t, e=zero + t + a, p=db: rec.db_end(
-                        "db.connect", "pymysql", p, "connect", s, e
+                    lambda s=zero + t, e=zero + t + a, p=db, k=conn: rec.db_end(
+                        "db.connect", "pymysql", p, "connect", s, e, connection=k
                     ),
                 )
                 at(t + a, lambda s=zero + t + a: rec.db_start(s))
                 at(
                     t + a + b,
-                    lambda s=zero + t + a, e=zero + t + a + b, p=db: rec.db_end(
-                        "db.query", "pymysql", p, "SELECT", s, e
+                    lambda s=zero + t + a, e=zero + t + a + b, p=db, k=conn: rec.db_end(
+                        "db.query", "pymysql", p, "SELECT", s, e, connection=k
                     ),
                 )
                 t += a + b
@@ -197,6 +198,20 @@ def test_processes_network_time_is_their_union() -> None:
     assert abs(report(runs, 1.0, "python prog.py")["network_s"] - 1.0) < 0.01
 
 
+def test_a_host_across_processes_is_the_union_of_their_time() -> None:
+    """Two processes asking one host over the same second: its merged row counts
+    both processes' requests and states one second, not two; a second later, two."""
+    for later, expected in ((0.0, 1.0), (5.0, 2.0)):
+        runs = []
+        for pid in (1, 2):
+            data = _record([[("http", [0.25, 0.25, 0.25, 0.25])]])
+            data["pid"], data["started"] = pid, 1000.0 + later * (pid - 1)
+            runs.append(data)
+        [row] = merged_rows(runs, "hosts").values()
+        assert row["requests"] == 2
+        assert abs(row["time_s"] - expected) < 0.01
+
+
 def test_threads_connecting_per_query_against_mariadb(
     mariadb_server: DBServer, tmp_path: Path
 ) -> None:
@@ -218,3 +233,22 @@ def test_threads_connecting_per_query_against_mariadb(
     assert report_["network_s"] <= wall
     for pct in _PERCENT.findall(watched.process.stderr):
         assert float(pct) <= 100, watched.process.stderr
+
+
+def test_shares_are_of_the_commands_wall_not_a_process_s(
+    mariadb_server: DBServer, tmp_path: Path
+) -> None:
+    """The program connecting per query is the child of a process that waited
+    first: its own wall is shorter than the command's, and "x% of the wall time"
+    is of the command's (what the user timed)."""
+    program = str(PROGRAMS / "mysql_connect_per_query.py")
+    watched = watch(
+        "child_after_pause.py", "0.5", program, mariadb_server.url, "12", tmp_path=tmp_path
+    )
+    wall = watched.report["wall_s"]
+    [child] = [run for run in watched.report["processes"] if run["databases"]]
+    assert child["wall_s"] < wall - 0.4  # the 0.5 s pause is not the child's
+    evidence = watched.finding("connect-per-query")["evidence"]
+    assert abs(evidence["connect_share_of_wall"] - evidence["connect_s"] / wall) <= 0.002
+    [pct] = re.findall(r"(\d+)% of the wall time", watched.finding("connect-per-query")["message"])
+    assert abs(int(pct) - 100 * evidence["connect_s"] / wall) <= 1

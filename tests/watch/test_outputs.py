@@ -101,3 +101,23 @@ def test_otlp_spans_read_back_from_jaeger(
     assert tags["http.response.status_code"] == 200
     assert tags["surge.library"] == "urllib3"
     assert str(tags["server.address"]).endswith(".sim")
+
+
+def test_a_host_asked_by_two_processes_is_one_row(sim: SimInfo, tmp_path: Path) -> None:
+    """The program and its Python child ask the same loopback host: the summary's
+    per-host table has it once, with both processes' requests; its time is the
+    union of theirs on the shared clock, never more than their sum."""
+    n = 12
+    watched = watch("requests_parent_and_child.py", str(sim.http_port), str(n), tmp_path=tmp_path)
+    assert watched.process.stdout == f"parent ok: {n}\nchild ok: {n}\n"
+    peer = f"127.0.0.1:{sim.http_port}"
+    processes = watched.report["processes"]
+    assert [run["hosts"][peer]["requests"] for run in processes] == [n, n]
+    lines = watched.process.stderr.splitlines()
+    table = lines[lines.index("per host (HTTP):") + 1 :]
+    rows = [line.split() for line in table if line.split()[:1] == [peer]]
+    assert len(rows) == 1, watched.process.stderr
+    [[_, requests, connects, *_, time_s, _]] = rows
+    assert int(requests) == 2 * n
+    assert int(connects) == sum(run["hosts"][peer]["connects"] for run in processes) == 2
+    assert float(time_s) <= sum(run["hosts"][peer]["time_s"] for run in processes) + 0.001

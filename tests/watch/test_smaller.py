@@ -1,7 +1,8 @@
 """Smaller promises: an unreachable ``--otlp`` collector costs one line, not a
 run of retries; the summary starts on a line of its own after an open stderr
 line, in both front ends; and requests awaited one by one from a coroutine are
-told to gather, not to use threads."""
+told to gather, not to use threads; and ``surge watch --help`` lists every
+library an instrumentor records."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import pytest
 from tests.watch.conftest import PROGRAMS, watch
 
 from surge.sim import SimInfo
+from surge.watch.instrumentors import REGISTRY, instrumentors
+from surge.watch.recorder import Recorder
 
 FRONT_ENDS = {
     "surge watch": [sys.executable, "-m", "surge.cli", "watch", "--", sys.executable],
@@ -66,3 +69,24 @@ def test_serial_awaits_are_told_to_gather(sim: SimInfo, tmp_path: Path) -> None:
     fix = watched.finding("serial-requests")["fix"]
     assert "asyncio.gather" in fix and "asyncio.Semaphore" in fix
     assert "ThreadPoolExecutor" not in fix
+
+
+def test_help_lists_what_the_instrumentors_record() -> None:
+    """The help is drawn from the instrumentors' registry: every instrumentor
+    applied is there, says what it records, and each name is in the help."""
+    made = instrumentors(Recorder())
+    assert [type(i) for i in made] == list(REGISTRY)
+    text = subprocess.run(
+        [sys.executable, "-m", "surge.cli", "watch", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    flat = " ".join(text.split())
+    for kind in REGISTRY:
+        group, names = kind.shown
+        assert group and names, kind.__name__
+        for name in names:
+            assert name in flat, (kind.__name__, name)
+    assert "asyncpg" in flat and "redis-py" in flat

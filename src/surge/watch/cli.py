@@ -39,6 +39,7 @@ from typing import Any
 import click
 
 from surge.terminal import die
+from surge.watch.instrumentors import instrumented
 
 BOOTSTRAP = Path(__file__).parent / "_bootstrap"
 
@@ -192,10 +193,9 @@ def watch_command(
       surge watch -- python prog.py args...
       surge watch --report watch.json --html watch.html -- python prog.py
 
-    Every Python process CMD starts is recorded: HTTP (requests, urllib3, botocore,
-    aiohttp, httpx), databases (PyMySQL, mysqlclient, psycopg, aiomysql), DNS, TCP
-    and TLS. The summary (findings, per-host and per-database tables) goes to stderr
-    when CMD ends; surge watch exits with CMD's status.
+    Every Python process CMD starts is recorded: {instrumented}. The summary
+    (findings, per-host and per-database tables) goes to stderr when CMD ends;
+    surge watch exits with CMD's status.
     """
     for option, path in (("--report", report_path), ("--html", html_path)):
         _writable(option, path)
@@ -247,6 +247,10 @@ def watch_command(
     with contextlib.suppress(OSError):
         sys.stdout.flush()
     ctx.exit(status)
+
+
+# what is recorded, listed from the instrumentors' registry (one list, theirs)
+watch_command.help = (watch_command.help or "").replace("{instrumented}", instrumented())
 
 
 def _open_line(runs: list[dict[str, Any]]) -> bool:

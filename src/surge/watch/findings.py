@@ -18,11 +18,12 @@ names in its evidence, and never exceeds the wall time.
 =====================  ===============================================================
 id                     raised when
 =====================  ===============================================================
-connect-per-query      >= 10 connects to one database, at least one per two queries
-                       (or >= 10 connections, half of all, that ran <= 10 statements
-                       before their caller connected again: a SET per connection,
-                       an ORM's own statements do not hide it), and connecting >= 25%
-                       of the time spent with that database
+connect-per-query      >= 10 connections to one database, half of all, that each ran
+                       1 to 10 statements and were then replaced (a connect to that
+                       database began after their last statement: a SET per
+                       connection, an ORM's own statements do not hide it; a pool's
+                       connections, used to the end, are not replaced), and
+                       connecting >= 25% of the time spent with that database
 serial-requests        >= 10 HTTP requests, never two in flight at once, and requests
                        >= 50% of the wall time (not pages of one listing: serial-pages)
 serial-pages           >= 2 pages of one paginated AWS call where the gap between a
@@ -35,7 +36,9 @@ pool-too-small         a pool of known size with more callers wanting a connecti
                        checked out and waiting), and connections discarded or waits
                        >= 5% of wall
 tls-per-request        >= 10 TLS handshakes to one host, one per request (>= 80%),
-                       whichever session made them (requests, httpx, aiohttp...)
+                       whichever session made them (requests, httpx, aiohttp...),
+                       counted past the connections the concurrency needed (P
+                       requests in flight at most: >= 10 + P - 1 handshakes)
 repeated-dns           one name resolved >= 10 times, the lookups >= 1% of wall time
 n-plus-one             >= 5 statements of one shape (differing only in their values) in
                        a row from one caller, right after a different SELECT (in
@@ -186,12 +189,11 @@ def connect_per_query(data: dict[str, Any]) -> list[Finding]:
         short = db.get("short_connections", 0)
         connecting = _within(db["connect_s"], wall)
         spent = _within(db["busy_s"], wall)  # connecting or querying
-        # on the wire: a connect per query or two, counted against the queries of
-        # the same connection (a SET per connection does not hide it) or, where
-        # callers cannot tell connections apart, against all the queries
-        per_query = connects >= MIN_CONNECTS and connects >= CONNECTS_PER_QUERY * queries
-        short_lived = short >= MIN_CONNECTS and short >= CONNECTS_PER_QUERY * connects
-        if not (per_query or short_lived):
+        # on the wire: connections that ran a query or a few (a SET per connection
+        # does not hide it) and were then replaced by a new connect, counted per
+        # connection whatever pool or driver made it; a pool's N connections, open
+        # to the end, are not replaced however few queries each ran
+        if short < MIN_CONNECTS or short < CONNECTS_PER_QUERY * connects:
             continue
         if spent <= 0 or connecting < CONNECT_SHARE * spent:
             continue
@@ -215,9 +217,8 @@ def connect_per_query(data: dict[str, Any]) -> list[Finding]:
                 "warn",
                 f"{connects:,} connects to the database at {peer} for {queries:,} queries"
                 + (
-                    f" ({short:,} connections ran {SHORT_CONNECTION} statements or fewer)"
-                    if short
-                    else ""
+                    f" ({short:,} connections ran {SHORT_CONNECTION} statements or fewer, "
+                    "then a new one was opened)"
                 )
                 + ": "
                 f"{_pct(connecting, wall)}% of the wall time ({connecting:.2f} s) "
@@ -441,7 +442,11 @@ def tls_per_request(data: dict[str, Any]) -> list[Finding]:
     out = []
     for peer, row in data["hosts"].items():
         handshakes, requests = row["tls"], row["requests"]
-        if handshakes < MIN_HANDSHAKES or handshakes < HANDSHAKE_SHARE * requests:
+        # a connection per request, counted past what the concurrency needed: N
+        # requests at once on one session open N connections, each kept (as a
+        # pool's N database connections are not connect-per-query)
+        needed = max(int(row.get("peak_in_flight") or 0), 1)
+        if handshakes - (needed - 1) < MIN_HANDSHAKES or handshakes < HANDSHAKE_SHARE * requests:
             continue
         tls_s, time_s = _within(row["tls_s"], wall), _within(row["time_s"], wall)
         # a new connection's cost is its TCP connect and its handshake (aiohttp
@@ -452,6 +457,7 @@ def tls_per_request(data: dict[str, Any]) -> list[Finding]:
             "requests": requests,
             "handshakes": handshakes,
             "connects": row["connects"],
+            "peak_in_flight": row.get("peak_in_flight"),
             "tls_s": round(tls_s, 3),
             "setup_s": round(setup_s, 3),
             "mean_handshake_ms": _ms(row["tls_total_s"] / handshakes),

@@ -116,10 +116,12 @@ _INHERITED = object()
 class Instrumentor:
     """One library's instrumentation.  Subclasses set ``library`` and ``modules``
     and implement :meth:`apply` (called once per module in ``modules``, when
-    imported) with :meth:`replace` for each patch."""
+    imported) with :meth:`replace` for each patch.  ``shown``: what it records, as
+    ``surge watch --help`` lists it (a group and the names users know)."""
 
     library = ""
     modules: tuple[str, ...] = ()
+    shown: tuple[str, tuple[str, ...]] = ("", ())
 
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder

@@ -69,11 +69,13 @@ SPANS_KEPT = 512
 
 clock = time.perf_counter
 
-#: A connection that ran at most this many statements before its caller connected
-#: again (or the run ended) is short-lived: a connect for a query or a request's
-#: few, with what the framework runs on each new connection beside them (a
-#: ``SET``; SQLAlchemy's dialect runs 6 statements on an engine's first) - what
-#: connect-per-query counts.
+#: A connection that ran at most this many statements and was then superseded (a
+#: new connect to its database began after its last statement) is short-lived: a
+#: connect for a query or a request's few, with what the framework runs on each
+#: new connection beside them (a ``SET``; SQLAlchemy's dialect runs 6 statements
+#: on an engine's first) - what connect-per-query counts.  A pool's connections,
+#: opened up front and used to the end, are not superseded however few
+#: statements each ran.
 SHORT_CONNECTION = 10
 
 #: Similar statements in a row, after a different SELECT, that make an N+1 run.
@@ -315,6 +317,17 @@ class Busy:
     def seconds(self) -> float:
         return self.folded + sum(e - s for s, e in zip(self.starts, self.ends, strict=True))
 
+    def kept(self, zero: float) -> dict[str, Any]:
+        """What a union across processes is drawn from: the intervals kept (since
+        ``zero``) and the seconds folded before them."""
+        return {
+            "spans": [
+                [round(s - zero, 6), round(e - zero, 6)]
+                for s, e in zip(self.starts, self.ends, strict=True)
+            ],
+            "folded_s": round(self.folded, 6),
+        }
+
 
 def union_s(spans: list[list[float]]) -> float:
     """The union of ``spans`` ([start, end] each), in seconds."""
@@ -447,26 +460,40 @@ class DatabaseTotals:
     libraries: set[str] = field(default_factory=set)
     connect_sites: dict[Site | None, int] = field(default_factory=dict)
     query_sites: dict[Site | None, int] = field(default_factory=dict)
-    #: connections that ran 1 to SHORT_CONNECTION statements (see :meth:`short`)
+    #: connections that ran 1 to SHORT_CONNECTION statements and were superseded,
+    #: among those no longer in ``connections`` (see :meth:`short`)
     short_connections: int = 0
-    #: per caller, the statements since its last connect here (not in the data)
-    segments: dict[int, int] = field(default_factory=dict)
+    #: when the latest connect here began (not in the data)
+    last_connect: float = float("-inf")
+    #: per connection (its key: see :meth:`Recorder.db_end`), the statements it
+    #: ran and when the last one ended (not in the data)
+    connections: dict[int, list[float]] = field(default_factory=dict)
 
-    def connected(self, ident: int) -> None:
-        """``ident`` connected: the statements it ran since its last connect were
-        that connection's (as far as one caller uses one connection at a time)."""
-        segments = self.segments
-        ran = segments.get(ident)
-        if ran is None:
-            if len(segments) >= MAX_WHOS:
-                segments.pop(next(iter(segments)))
-        elif 0 < ran <= SHORT_CONNECTION:
+    def connected(self, key: int, start: float) -> None:
+        """A connection ``key`` opened at ``start``: a key seen before named a
+        connection that is gone (its object freed, or its caller's previous one)."""
+        self.last_connect = max(self.last_connect, start)
+        connections = self.connections
+        gone = connections.pop(key, None)
+        if gone is None and len(connections) >= MAX_WHOS:
+            gone = connections.pop(next(iter(connections)))
+        if gone is not None and self._superseded(gone):
             self.short_connections += 1
-        segments[ident] = 0
+        connections[key] = [0, start]
+
+    def ran(self, key: int, end: float) -> None:
+        """Connection ``key`` ran a statement that ended at ``end``."""
+        connection = self.connections.get(key)
+        if connection is not None:
+            connection[0] += 1
+            connection[1] = max(connection[1], end)
+
+    def _superseded(self, connection: list[float]) -> bool:
+        return 0 < connection[0] <= SHORT_CONNECTION and connection[1] < self.last_connect
 
     def short(self) -> int:
-        """Short-lived connections, each caller's current one counted as it stands."""
-        now = sum(1 for ran in self.segments.values() if 0 < ran <= SHORT_CONNECTION)
+        """Short-lived connections: few statements, and a connect after the last."""
+        now = sum(1 for connection in self.connections.values() if self._superseded(connection))
         return self.short_connections + now
 
 
@@ -974,13 +1001,17 @@ class Recorder:
         end: float,
         error: str | None = None,
         shape: tuple[int, int] | None = None,
+        connection: int | None = None,
     ) -> None:
         """A database connect (``db.connect``: TCP, TLS and login) or query
         (``db.query``: the statement and its result) that ended; ``shape``: a
         hash of the statement without its values, and one of it with them (see
-        :meth:`_repeat`)."""
+        :meth:`_repeat`); ``connection``: the ``id()`` of the connection it
+        opened or ran on, where the driver names it (else the caller stands for
+        its connection: one connection at a time per caller)."""
         peer = safe_peer(peer)
         ident, label = self.who()
+        key = connection if connection is not None else ~ident  # ids and idents are >= 0
         op = Operation(kind, library, peer, what, start, label)
         op.end = end
         op.error = error
@@ -998,7 +1029,7 @@ class Recorder:
                 _count_site(row.connect_sites, op.site)
                 row.connects += 1
                 if error is None:
-                    row.connected(ident)
+                    row.connected(key, start)
                 self._runs.pop(ident, None)  # a new connection: a new sequence
                 row.connect_total_s += end - start
                 row.connect_busy.add(start, end)
@@ -1007,9 +1038,7 @@ class Recorder:
             else:
                 _count_site(row.query_sites, op.site)
                 row.queries += 1
-                ran = row.segments.get(ident)
-                if ran is not None:
-                    row.segments[ident] = ran + 1
+                row.ran(key, end)
                 if shape is not None:
                     self._repeat(
                         ident, (peer, shape[0]), shape[1], what, library, start, end, op.site
@@ -1188,9 +1217,13 @@ class Recorder:
         and what a watched child process hands back to ``surge watch``."""
         with self.lock:
             kept = list(self.kept)
-            hosts = {k: _totals(v) for k, v in self.hosts.items()}
+            zero = self.zero
+            hosts = {k: _totals(v, zero=zero) for k, v in self.hosts.items()}
             databases = {
-                k: {**_totals(v, skip=("segments",)), "short_connections": v.short()}
+                k: {
+                    **_totals(v, skip=("connections", "last_connect"), zero=zero),
+                    "short_connections": v.short(),
+                }
                 for k, v in self.databases.items()
             }
             names = {k: _totals(v) for k, v in self.names.items()}
@@ -1237,15 +1270,20 @@ class Recorder:
         }
 
 
-def _totals(row: Any, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+def _totals(row: Any, skip: tuple[str, ...] = (), zero: float | None = None) -> dict[str, Any]:
     """A totals row as JSON values: each :class:`Busy` ``x_busy`` as ``x_s``, its
-    seconds on the wall clock (``busy`` as ``busy_s``); ``skip``: fields left out."""
+    seconds on the wall clock (``busy`` as ``busy_s``); ``skip``: fields left out;
+    with ``zero``, also ``intervals``: each ``x_s``'s :meth:`Busy.kept` (what
+    merges a row with another process's, :func:`surge.watch.report.merged_rows`)."""
     out: dict[str, Any] = {}
+    intervals: dict[str, Any] = {}
     for name, value in vars(row).items():
         if name in skip:
             continue
         if isinstance(value, Busy):
             name = name.removesuffix("_busy") + "_s"
+            if zero is not None:
+                intervals[name] = value.kept(zero)
             value = round(value.seconds, 6)
         elif isinstance(value, float):
             value = round(value, 6)
@@ -1254,6 +1292,8 @@ def _totals(row: Any, skip: tuple[str, ...] = ()) -> dict[str, Any]:
         elif name.endswith("sites"):
             value = sites_list(value)
         out[name] = value
+    if zero is not None:
+        out["intervals"] = intervals
     return out
 
 

@@ -40,27 +40,54 @@ from surge.watch.instrumentors._sqlalchemy import SQLAlchemyInstrumentor
 from surge.watch.instrumentors._urllib3 import Urllib3Instrumentor
 from surge.watch.recorder import Recorder
 
+#: Every instrumentor, in the order they are applied: the socket floor first, then
+#: gevent's re-hooking of it, then one per library.
+REGISTRY: tuple[type[Instrumentor], ...] = (
+    SocketInstrumentor,
+    GeventInstrumentor,
+    HTTPClientInstrumentor,
+    Urllib3Instrumentor,
+    AiohttpInstrumentor,
+    HttpxInstrumentor,
+    BotocoreInstrumentor,
+    PyMySQLInstrumentor,
+    MySQLdbInstrumentor,
+    PsycopgInstrumentor,
+    AiomysqlInstrumentor,
+    AsyncpgInstrumentor,
+    RedisInstrumentor,
+    SQLAlchemyInstrumentor,
+    AsyncioInstrumentor,
+)
+
 
 def instrumentors(recorder: Recorder) -> list[Instrumentor]:
-    """Every instrumentor, feeding ``recorder`` (none applied yet)."""
+    """Every instrumentor of :data:`REGISTRY`, feeding ``recorder`` (none applied
+    yet; gevent's is handed the socket floor it re-hooks)."""
     sockets = SocketInstrumentor(recorder)
-    return [
-        sockets,
-        GeventInstrumentor(recorder, sockets),
-        HTTPClientInstrumentor(recorder),
-        Urllib3Instrumentor(recorder),
-        AiohttpInstrumentor(recorder),
-        HttpxInstrumentor(recorder),
-        BotocoreInstrumentor(recorder),
-        PyMySQLInstrumentor(recorder),
-        MySQLdbInstrumentor(recorder),
-        PsycopgInstrumentor(recorder),
-        AiomysqlInstrumentor(recorder),
-        AsyncpgInstrumentor(recorder),
-        RedisInstrumentor(recorder),
-        SQLAlchemyInstrumentor(recorder),
-        AsyncioInstrumentor(recorder),
-    ]
+    made: list[Instrumentor] = [sockets]
+    for kind in REGISTRY[1:]:
+        if kind is GeventInstrumentor:
+            made.append(GeventInstrumentor(recorder, sockets))
+        else:
+            made.append(kind(recorder))
+    return made
 
 
-__all__ = ["Instrumentor", "instrumentors"]
+#: The order ``surge watch --help`` lists the instrumentors' groups in (a group
+#: not here comes last).
+GROUPS = ("HTTP", "databases", "DNS, TCP and TLS", "event loops")
+
+
+def instrumented() -> str:
+    """What the registry records, as ``surge watch --help`` lists it: ``HTTP
+    (http.client, requests, ...), databases (PyMySQL, ...), ...``."""
+    groups: dict[str, list[str]] = {group: [] for group in GROUPS}
+    for kind in REGISTRY:
+        group, names = kind.shown
+        if group:
+            groups.setdefault(group, []).extend(names)
+    return ", ".join(f"{group} ({', '.join(names)})" for group, names in groups.items() if names)
+
+
+__all__ = ["REGISTRY", "Instrumentor", "instrumented", "instrumentors"]

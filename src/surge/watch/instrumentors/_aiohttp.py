@@ -30,6 +30,7 @@ def _peer(url: Any) -> str:
 class AiohttpInstrumentor(Instrumentor):
     library = "aiohttp"
     modules = ("aiohttp",)
+    shown = ("HTTP", ("aiohttp",))
 
     def apply(self, module: ModuleType) -> None:
         trace_config = module.TraceConfig()

@@ -82,6 +82,7 @@ class _Beat:
 class AsyncioInstrumentor(Instrumentor):
     library = "asyncio"
     modules = ("asyncio.base_events",)
+    shown = ("event loops", ("asyncio's loop lag",))
 
     def apply(self, module: ModuleType) -> None:
         self.beats: dict[int, _Beat] = {}  # per loop running now

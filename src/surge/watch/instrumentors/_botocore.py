@@ -30,6 +30,7 @@ _UNIQUE = "surge-watch"
 class BotocoreInstrumentor(Instrumentor):
     library = "botocore"
     modules = ("botocore.session",)
+    shown = ("HTTP", ("botocore/boto3",))
 
     def apply(self, module: ModuleType) -> None:
         self.replace(module.Session, "__init__", self._session_init)

@@ -95,22 +95,61 @@ def _what(text: str) -> str:
     return f"{verb} {found.group(1).strip('`')}" if found is not None else verb
 
 
+def _first(args: tuple[Any, ...], result: Any) -> Any:
+    """``link`` for a connection's own method: the connection is ``self``."""
+    return args[0] if args else None
+
+
+def _returned(args: tuple[Any, ...], result: Any) -> Any:
+    """``link`` for a connect that returns its connection."""
+    return result
+
+
+def _cursor_attribute(name: str) -> Any:
+    """``link`` for a cursor's method: its connection, in its attribute ``name``."""
+
+    def link(args: tuple[Any, ...], result: Any) -> Any:
+        return getattr(args[0], name, None) if args else None
+
+    return link
+
+
 class _Driver(Instrumentor):
-    """What the four drivers share: a call timed as a connect or a statement.
-    ``describe(*args, **kwargs)`` names it: ``(peer, what)``."""
+    """What the drivers share: a call timed as a connect or a statement.
+    ``describe(*args, **kwargs)`` names it: ``(peer, what)``; ``link(args,
+    result)`` names the connection it opened or ran on (None: the caller stands
+    for it), so that connect-per-query counts statements per connection
+    whichever pool handed the connection out."""
 
     def _record(
-        self, kind: str, describe: Any, start: float, error: str | None, args: Any, kwargs: Any
+        self,
+        kind: str,
+        describe: Any,
+        link: Any,
+        start: float,
+        error: str | None,
+        args: Any,
+        kwargs: Any,
+        result: Any = None,
     ) -> None:
         try:
             peer, what, *shape = describe(*args, **kwargs)
+            connection = link(args, result) if link is not None else None
             self.recorder.db_end(
-                kind, self.library, peer, what, start, clock(), error, shape[0] if shape else None
+                kind,
+                self.library,
+                peer,
+                what,
+                start,
+                clock(),
+                error,
+                shape[0] if shape else None,
+                None if connection is None else id(connection),
             )
         except Exception:
             failed(f"{self.library} {kind}")
 
-    def timed(self, kind: str, describe: Any) -> Any:
+    def timed(self, kind: str, describe: Any, link: Any = None) -> Any:
         """A wrapper maker: ``original(*args, **kwargs)`` timed as ``kind``."""
 
         def make(original: Any) -> Any:
@@ -124,9 +163,9 @@ class _Driver(Instrumentor):
                 try:
                     result = original(*args, **kwargs)
                 except BaseException as e:
-                    instrumentor._record(kind, describe, start, error_class(e), args, kwargs)
+                    instrumentor._record(kind, describe, link, start, error_class(e), args, kwargs)
                     raise
-                instrumentor._record(kind, describe, start, None, args, kwargs)
+                instrumentor._record(kind, describe, link, start, None, args, kwargs, result)
                 return result
 
             call.__wrapped__ = original  # type: ignore[attr-defined]
@@ -134,7 +173,7 @@ class _Driver(Instrumentor):
 
         return make
 
-    def timed_async(self, kind: str, describe: Any) -> Any:
+    def timed_async(self, kind: str, describe: Any, link: Any = None) -> Any:
         """:meth:`timed` for a coroutine function."""
 
         def make(original: Any) -> Any:
@@ -148,9 +187,9 @@ class _Driver(Instrumentor):
                 try:
                     result = await original(*args, **kwargs)
                 except BaseException as e:
-                    instrumentor._record(kind, describe, start, error_class(e), args, kwargs)
+                    instrumentor._record(kind, describe, link, start, error_class(e), args, kwargs)
                     raise
-                instrumentor._record(kind, describe, start, None, args, kwargs)
+                instrumentor._record(kind, describe, link, start, None, args, kwargs, result)
                 return result
 
             return call
@@ -191,20 +230,22 @@ class PyMySQLInstrumentor(_Driver):
     and ``connect`` called on its own (``defer_connect``, a reconnect)."""
 
     library = "pymysql"
+    shown = ("databases", ("PyMySQL",))
     modules = ("pymysql.connections", "pymysql.cursors")
     _INIT = "_surge_watch_init"
 
     def apply(self, module: ModuleType) -> None:
         if module.__name__ == "pymysql.connections":
             self.replace(module.Connection, "__init__", self._init)
-            connect = self.timed("db.connect", _connect_of(self._conn_peer))
+            connect = self.timed("db.connect", _connect_of(self._conn_peer), _first)
             self.replace(module.Connection, "connect", lambda f: self._outside_init(connect(f)))
         else:
-            execute = self.timed("db.query", _statement_of(self._peer))
+            on = _cursor_attribute("connection")
+            execute = self.timed("db.query", _statement_of(self._peer), on)
             self.replace(module.Cursor, "execute", execute)
 
     def _init(self, original: Any) -> Any:
-        timed = self.timed("db.connect", _connect_of(self._conn_peer))(original)
+        timed = self.timed("db.connect", _connect_of(self._conn_peer), _first)(original)
         init = self._INIT
 
         def __init__(connection: Any, *args: Any, **kwargs: Any) -> None:
@@ -245,14 +286,16 @@ class PyMySQLInstrumentor(_Driver):
 
 class MySQLdbInstrumentor(_Driver):
     library = "mysqlclient"
+    shown = ("databases", ("mysqlclient",))
     modules = ("MySQLdb.connections", "MySQLdb.cursors")
 
     def apply(self, module: ModuleType) -> None:
         if module.__name__ == "MySQLdb.connections":
-            connect = self.timed("db.connect", _connect_of(self._conn_peer))
+            connect = self.timed("db.connect", _connect_of(self._conn_peer), _first)
             self.replace(module.Connection, "__init__", connect)
         else:
-            execute = self.timed("db.query", _statement_of(self._peer))
+            on = _cursor_attribute("connection")
+            execute = self.timed("db.query", _statement_of(self._peer), on)
             self.replace(module.BaseCursor, "execute", execute)
 
     @staticmethod
@@ -301,6 +344,7 @@ def _psycopg_cursor_peer(cursor: Any) -> str:
 
 class PsycopgInstrumentor(_Driver):
     library = "psycopg"
+    shown = ("databases", ("psycopg",))
     modules = ("psycopg",)
 
     def apply(self, module: ModuleType) -> None:
@@ -316,27 +360,30 @@ class PsycopgInstrumentor(_Driver):
         describe = _connect_of(peer)
         # psycopg.connect is Connection.connect bound when psycopg was imported
         unbound = _connect_of(_conninfo_peer)
-        self.replace(module, "connect", self.timed("db.connect", unbound))
-        connect = classmethod_of(self.timed("db.connect", describe))
+        self.replace(module, "connect", self.timed("db.connect", unbound, _returned))
+        connect = classmethod_of(self.timed("db.connect", describe, _returned))
         self.replace(module.Connection, "connect", connect)
-        connect_async = classmethod_of(self.timed_async("db.connect", describe))
+        connect_async = classmethod_of(self.timed_async("db.connect", describe, _returned))
         self.replace(module.AsyncConnection, "connect", connect_async)
         query = _statement_of(_psycopg_cursor_peer)
+        on = _cursor_attribute("connection")
         for name in ("execute", "executemany"):
-            self.replace(module.Cursor, name, self.timed("db.query", query))
-            self.replace(module.AsyncCursor, name, self.timed_async("db.query", query))
+            self.replace(module.Cursor, name, self.timed("db.query", query, on))
+            self.replace(module.AsyncCursor, name, self.timed_async("db.query", query, on))
 
 
 class AiomysqlInstrumentor(_Driver):
     library = "aiomysql"
+    shown = ("databases", ("aiomysql",))
     modules = ("aiomysql.connection", "aiomysql.cursors")
 
     def apply(self, module: ModuleType) -> None:
         if module.__name__ == "aiomysql.connection":
-            connect = self.timed_async("db.connect", _connect_of(self._conn_peer))
+            connect = self.timed_async("db.connect", _connect_of(self._conn_peer), _first)
             self.replace(module.Connection, "_connect", connect)
         else:
-            execute = self.timed_async("db.query", _statement_of(self._peer))
+            on = _cursor_attribute("_connection")
+            execute = self.timed_async("db.query", _statement_of(self._peer), on)
             self.replace(module.Cursor, "execute", execute)
 
     @staticmethod
@@ -402,18 +449,21 @@ class AsyncpgInstrumentor(_Driver):
     methods (their time shows in the socket floor only)."""
 
     library = "asyncpg"
+    shown = ("databases", ("asyncpg",))
     modules = ("asyncpg.connect_utils", "asyncpg.connection", "asyncpg.prepared_stmt")
     STATEMENTS = ("execute", "executemany", "fetch", "fetchrow", "fetchval", "fetchmany")
 
     def apply(self, module: ModuleType) -> None:
         if module.__name__ == "asyncpg.connect_utils":
             describe = _connect_of(lambda *args, addr=None, **kwargs: _asyncpg_addr(addr))
-            self.replace(module, "_connect_addr", self.timed_async("db.connect", describe))
+            connect = self.timed_async("db.connect", describe, _returned)
+            self.replace(module, "_connect_addr", connect)
         elif module.__name__ == "asyncpg.connection":
-            query = self.timed_async("db.query", _asyncpg_statement)
+            query = self.timed_async("db.query", _asyncpg_statement, _first)
             for name in (*self.STATEMENTS, "prepare"):
                 self.replace(module.Connection, name, query)
         else:
-            prepared = self.timed_async("db.query", _asyncpg_prepared)
+            on = _cursor_attribute("_connection")  # a PreparedStatement's
+            prepared = self.timed_async("db.query", _asyncpg_prepared, on)
             for name in self.STATEMENTS[1:]:
                 self.replace(module.PreparedStatement, name, prepared)

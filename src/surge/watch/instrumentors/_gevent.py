@@ -17,6 +17,7 @@ from surge.watch.instrumentors._socket import SocketInstrumentor
 class GeventInstrumentor(Instrumentor):
     library = "gevent"
     modules = ("gevent",)
+    shown = ("event loops", ("gevent",))
 
     def __init__(self, recorder: Any, sockets: SocketInstrumentor) -> None:
         super().__init__(recorder)

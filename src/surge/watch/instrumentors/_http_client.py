@@ -43,6 +43,7 @@ def request_line(method: Any, url: Any) -> str:
 class HTTPClientInstrumentor(Instrumentor):
     library = "http.client"
     modules = ("http.client",)
+    shown = ("HTTP", ("http.client", "requests"))
 
     def apply(self, module: ModuleType) -> None:
         connection, response = module.HTTPConnection, module.HTTPResponse

@@ -47,6 +47,7 @@ def _status(info: dict[str, Any]) -> int | None:
 class HttpxInstrumentor(Instrumentor):
     library = "httpx"
     modules = ("httpcore",)
+    shown = ("HTTP", ("httpx",))
 
     def apply(self, module: ModuleType) -> None:
         self.replace(module.ConnectionPool, "handle_request", self._handle)

@@ -82,6 +82,7 @@ class RedisInstrumentor(_Driver):
         "redis.asyncio.connection",
         "redis.asyncio.client",
     )
+    shown = ("databases", ("redis-py",))
 
     def apply(self, module: ModuleType) -> None:
         asynchronous = module.__name__.startswith("redis.asyncio")

@@ -37,6 +37,7 @@ def _peer(address: Any) -> str | None:
 class SocketInstrumentor(Instrumentor):
     library = "socket"
     modules = ("socket", "ssl")
+    shown = ("DNS, TCP and TLS", ("getaddrinfo", "sockets", "ssl"))
 
     def apply(self, module: ModuleType) -> None:
         if module.__name__ == "socket":

@@ -24,6 +24,7 @@ _NAME = "_surge_watch_name"
 class SQLAlchemyInstrumentor(Instrumentor):
     library = "sqlalchemy"
     modules = ("sqlalchemy.pool.impl",)
+    shown = ("databases", ("SQLAlchemy's pool",))
 
     def apply(self, module: ModuleType) -> None:
         self.waiting: dict[int, int] = {}  # per pool, callers in _do_get now

@@ -33,6 +33,7 @@ def _pool_state(pool: Any) -> tuple[str, int | None, bool]:
 class Urllib3Instrumentor(Instrumentor):
     library = "urllib3"
     modules = ("urllib3.connectionpool", "urllib3.contrib.pyopenssl")
+    shown = ("HTTP", ("urllib3",))
 
     def apply(self, module: ModuleType) -> None:
         if module.__name__ == "urllib3.connectionpool":

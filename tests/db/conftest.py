@@ -22,6 +22,7 @@ import pytest
 from tests.db._sql import settle
 
 from surge.db import DBPool
+from surge.db._session import PG_RESET_KEEPING, PG_SURVIVORS_STEP
 from surge.testing import DBServer
 
 
@@ -120,15 +121,27 @@ class PostgreSQLCounter:
             what = line.split(" ms  ", 1)[1]
             if what.startswith(("statement: ", "execute ")):
                 statements.append(what.split(": ", 1)[1].strip())
-        run = [s for s in statements if s and s != "DISCARD ALL"]
+        run = [s for s in statements if s and not _reset_step(s)]
         return Counts(
             statements=len(run),
             rollbacks=run.count("ROLLBACK"),
             pings=sum(not s for s in statements),
             connects=sum("connection authorized" in line for line in self.lines()),
             begins=run.count("BEGIN"),
-            resets=statements.count("DISCARD ALL"),
+            # DISCARD ALL, or the reset that keeps psycopg's statements (its last step)
+            resets=statements.count("DISCARD ALL") + statements.count(PG_SURVIVORS_STEP),
         )
+
+
+#: The steps of surge's PostgreSQL resets (surge.db._session.pg_reset) but the
+#: ROLLBACK, which the counts keep as the rollback it is.
+_RESET_STEPS = {"DISCARD ALL", "SET LOCAL statement_timeout = 0", PG_SURVIVORS_STEP} | {
+    sql for sql in PG_RESET_KEEPING if sql is not None
+}
+
+
+def _reset_step(sql: str) -> bool:
+    return sql in _RESET_STEPS or sql.startswith("DO $surge$")
 
 
 Counter = MariaDBCounter | PostgreSQLCounter

@@ -601,34 +601,140 @@ def send_without_waiting(sock: Any, data: bytes, timeout: float = 1.0) -> bool:
 # -- PostgreSQL: the pipeline -------------------------------------------------------------
 
 
-def pg_send_reset(conn: Any, init_sql: Sequence[bytes], psycopg: Any) -> int:
-    """Write a PostgreSQL session reset on psycopg connection ``conn`` in libpq's
-    pipeline mode, without waiting: ROLLBACK if a transaction is open, DISCARD
-    ALL, then ``init_sql``, a Sync after each.  Returns how many Syncs to read
-    back, or 0 if the connection's protocol state is unknown (a command in
-    progress, a COPY, a psycopg pipeline left open): then the caller severs it."""
-    pq = psycopg.pq
+#: What a reset that keeps the driver's prepared statements runs, in order:
+#: ``DISCARD ALL`` but for its ``DEALLOCATE ALL`` and ``DISCARD PLANS`` (asyncpg's
+#: own pool reset - ``pg_advisory_unlock_all()``, ``CLOSE ALL``, ``UNLISTEN *``,
+#: ``RESET ALL`` - and what DISCARD ALL does besides), with the DEALLOCATE of the
+#: application's statements (``pg_deallocate_others``) where None stands: after
+#: RESET ALL (the application's settings, a statement_timeout, are gone), before
+#: DISCARD TEMP (whose tables the DEALLOCATE may ask about).
+PG_RESET_KEEPING: tuple[str | None, ...] = (
+    "CLOSE ALL",
+    "SET SESSION AUTHORIZATION DEFAULT",
+    "RESET ALL",
+    "UNLISTEN *",
+    "SELECT pg_advisory_unlock_all()",
+    None,
+    "DISCARD TEMP",
+    "DISCARD SEQUENCES",
+)
+
+
+def pg_reset_keeping(kept: str) -> list[str]:
+    """The statements of a PostgreSQL reset that keeps what the driver prepared for
+    itself (``PG_RESET_KEEPING``; the ROLLBACK is the caller's): ``kept`` names
+    the driver's statements (see ``pg_deallocate_others``)."""
+    return [pg_deallocate_others(kept) if sql is None else sql for sql in PG_RESET_KEEPING]
+
+
+def pg_deallocate_others(kept: str) -> str:
+    """A DO block that deallocates every prepared statement of the session but the
+    driver's own: ``kept``, an SQL condition on ``pg_prepared_statements.name``,
+    names what the driver made; a statement made by SQL ``PREPARE`` (``from_sql``)
+    is the application's, whatever its name (an application may name its own
+    ``_pg3_0`` or ``__asyncpg_x``; the drivers prepare through the protocol).
+    Names schema-qualified: the application's search_path may still be in force."""
+    return (
+        "DO $surge$ DECLARE s record; BEGIN FOR s IN SELECT name FROM"
+        f" pg_catalog.pg_prepared_statements WHERE from_sql OR NOT ({kept}) LOOP"
+        " EXECUTE 'DEALLOCATE ' || pg_catalog.quote_ident(s.name); END LOOP; END $surge$"
+    )
+
+
+#: Whether a session may have changed what the statements it prepared were planned
+#: against, so that they cannot outlive it: its transaction wrote (DDL writes the
+#: catalog: rolled back, the plans' tables or columns go with it; a read-only one
+#: has no transaction id), or it holds temporary tables (DISCARD TEMP drops them).
+#: Either way its statements would meet the next user as "cached plan must not
+#: change result type" - psycopg itself drops its whole cache at every ROLLBACK
+#: and DROP it sees.
+_PG_UNSETTLED = (
+    "(pg_catalog.txid_current_if_assigned() IS NOT NULL OR (pg_catalog.pg_my_temp_schema() <> 0"
+    " AND EXISTS (SELECT FROM pg_catalog.pg_class"
+    " WHERE relnamespace = pg_catalog.pg_my_temp_schema())))"
+)
+
+
+def _pg_names(names: Sequence[bytes]) -> str:
+    """An SQL text[] literal of statement names (psycopg's: ``_pg3_N``)."""
+    quoted = ",".join(
+        '"' + n.decode().replace("\\", "\\\\").replace('"', '\\"') + '"' for n in names
+    )
+    return _quoted_pg("{" + quoted + "}") + "::text[]"
+
+
+def _quoted_pg(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+@dataclass(frozen=True)
+class PGReset:
+    """The steps of one PostgreSQL session reset (each sent with a Sync, in libpq's
+    pipeline mode), and which step answers with the names of the driver's
+    statements that did not survive it (-1: none asks)."""
+
+    steps: tuple[bytes, ...]
+    survivors_step: int = -1
+    #: How many statements it keeps (``PG_SURVIVORS_STEP``'s parameter).
+    kept: bytes = b"0"
+
+
+def pg_reset(status: str, before: Sequence[bytes], made: Sequence[bytes]) -> PGReset:
+    """The reset of a psycopg session whose transaction status is ``status``
+    ("idle", "open", "failed") and whose driver's cache holds the statements
+    ``before`` (prepared in earlier sessions) and ``made`` (in this one).
+
+    With nothing to keep: ROLLBACK (if a transaction is open) and DISCARD ALL.
+    Else the reset that keeps them (``PG_RESET_KEEPING``), deallocating whatever
+    else the session prepared, and ``made`` too where the session may have
+    changed what they were planned against (``_PG_UNSETTLED``: asked inside an
+    open transaction, before its ROLLBACK; a failed one is taken to have);
+    then a SELECT of which of them survived, NULL if all did.  (Statements
+    ``before`` were planned outside this session's transaction, against what a
+    rollback returns to; an unsettled earlier session dropped its own.)"""
+    rollback = [] if status == "idle" else [b"ROLLBACK"]
+    if not before and not made:
+        return PGReset((*rollback, b"DISCARD ALL"))
+    kept = f"name = ANY ({_pg_names(before)})"
+    if made:
+        unsettled = "true" if status == "failed" else _PG_UNSETTLED
+        kept += f" OR (NOT {unsettled} AND name = ANY ({_pg_names(made)}))"
+    steps = [sql.encode() for sql in pg_reset_keeping(kept)]
+    if status == "open":  # the transaction id is asked about before it rolls back,
+        # under the application's settings still: none of its timeouts
+        position = PG_RESET_KEEPING.index(None)
+        ask = [b"SET LOCAL statement_timeout = 0", steps[position]]
+        steps = [*ask, *rollback, *steps[:position], *steps[position + 1 :]]
+    else:
+        steps = rollback + steps
+    return PGReset(
+        (*steps, PG_SURVIVORS_STEP.encode()), len(steps), str(len(before) + len(made)).encode()
+    )
+
+
+#: The last step of a reset that keeps the driver's statements: which survived it
+#: (all but what it deallocated: NULL when all of the $1 kept did).
+PG_SURVIVORS_STEP = (
+    "SELECT CASE WHEN count(*) = $1::bigint THEN NULL ELSE"
+    " coalesce(pg_catalog.string_agg(name, ' '), '') END FROM pg_catalog.pg_prepared_statements"
+)
+
+
+def pg_send_reset(conn: Any, reset: PGReset, init_sql: Sequence[bytes], psycopg: Any) -> int:
+    """Write a PostgreSQL session reset (``pg_reset``) on psycopg connection
+    ``conn`` in libpq's pipeline mode, without waiting: its steps, then
+    ``init_sql``, a Sync after each.  Returns how many Syncs to read back, or 0
+    if the connection's protocol state is unknown (a command in progress, a
+    COPY, a psycopg pipeline left open): then the caller severs it."""
     pgconn = conn.pgconn
-    status = pgconn.transaction_status
-    statuses = pq.TransactionStatus
-    if (
-        status not in (statuses.IDLE, statuses.INTRANS, statuses.INERROR)
-        or conn._pipeline is not None
-        or pgconn.pipeline_status != pq.PipelineStatus.OFF
-    ):
+    if not pg_between_commands(conn, psycopg):
         return 0
     try:
         pgconn.enter_pipeline_mode()
         syncs = 0
-        if status != statuses.IDLE:
-            pgconn.send_query_params(b"ROLLBACK", None)
-            pgconn.pipeline_sync()
-            syncs += 1
-        pgconn.send_query_params(b"DISCARD ALL", None)
-        pgconn.pipeline_sync()
-        syncs += 1
-        for sql in init_sql:
-            pgconn.send_query_params(sql, None)
+        for sql in (*reset.steps, *init_sql):
+            params = [reset.kept] if syncs == reset.survivors_step else None
+            pgconn.send_query_params(sql, params)
             pgconn.pipeline_sync()
             syncs += 1
         if not _pg_flush(pgconn):
@@ -636,6 +742,27 @@ def pg_send_reset(conn: Any, init_sql: Sequence[bytes], psycopg: Any) -> int:
     except psycopg.Error:
         return 0
     return syncs
+
+
+def pg_status(conn: Any, psycopg: Any) -> str:
+    """The transaction status ("idle", "open" or "failed") of psycopg connection
+    ``conn``'s last ReadyForQuery, as ``pg_reset`` takes it."""
+    statuses = psycopg.pq.TransactionStatus
+    status = conn.pgconn.transaction_status
+    return "idle" if status == statuses.IDLE else "open" if status == statuses.INTRANS else "failed"
+
+
+def pg_between_commands(conn: Any, psycopg: Any) -> bool:
+    """Whether psycopg connection ``conn`` is between commands: idle, in a
+    transaction or a failed one, with no pipeline open."""
+    pq = psycopg.pq
+    statuses = pq.TransactionStatus
+    pgconn = conn.pgconn
+    return (
+        pgconn.transaction_status in (statuses.IDLE, statuses.INTRANS, statuses.INERROR)
+        and conn._pipeline is None
+        and pgconn.pipeline_status == pq.PipelineStatus.OFF
+    )
 
 
 def _pg_flush(pgconn: Any, timeout: float = 1.0) -> bool:
@@ -673,17 +800,23 @@ def pg_ping(pgconn: Any) -> Generator[Any, Any, Any]:
         result = got
 
 
-def pg_finish_reset(pgconn: Any, syncs: int, psycopg: Any) -> Iterator[Any]:
+def pg_finish_reset(
+    pgconn: Any, syncs: int, psycopg: Any, survivors_step: int = -1
+) -> Generator[Any, Any, bytes | None]:
     """psycopg generator (driven by ``conn.wait``, sync or async): read the answers
     of a reset that ``pg_send_reset`` wrote, leave pipeline mode, drop any
-    notification meant for the last user.  Raises OperationalError if a step of
-    the reset failed (the pool then discards the connection)."""
+    notification meant for the last user.  Returns the first value answered by
+    step ``survivors_step`` (``PGReset``: the names of the driver's statements
+    still prepared, None if all are).  Raises OperationalError if a step of the
+    reset failed (the pool then discards the connection)."""
     from psycopg.waiting import Wait
 
     pq = psycopg.pq
-    sync, fatal = pq.ExecStatus.PIPELINE_SYNC, pq.ExecStatus.FATAL_ERROR
+    statuses = pq.ExecStatus
+    sync, fatal, tuples = statuses.PIPELINE_SYNC, statuses.FATAL_ERROR, statuses.TUPLES_OK
     failed: bytes | None = None
-    while syncs:
+    step, survivors = 0, None
+    while step < syncs:
         if pgconn.is_busy():
             while not (yield Wait.R):
                 continue
@@ -693,15 +826,18 @@ def pg_finish_reset(pgconn: Any, syncs: int, psycopg: Any) -> Iterator[Any]:
         if result is None:
             continue
         if result.status == sync:
-            syncs -= 1
+            step += 1
         elif result.status == fatal and failed is None:
             failed = result.error_message or b"(no message)"
+        elif step == survivors_step and result.status == tuples and result.ntuples:
+            survivors = result.get_value(0, 0)
     pgconn.exit_pipeline_mode()
     while pgconn.notifies() is not None:
         pass
     if failed is not None:
         message = failed.decode(errors="replace").strip()
         raise psycopg.OperationalError(f"resetting the pooled session failed: {message}")
+    return survivors
 
 
 # -- the decisions: what a pool does with a connection, sync or async --------------------

@@ -22,7 +22,6 @@ import pytest
 from tests.db._sql import settle
 
 from surge.db import DBPool
-from surge.db._session import PG_RESET_KEEPING, PG_SURVIVORS_STEP
 from surge.testing import DBServer
 
 
@@ -121,27 +120,27 @@ class PostgreSQLCounter:
             what = line.split(" ms  ", 1)[1]
             if what.startswith(("statement: ", "execute ")):
                 statements.append(what.split(": ", 1)[1].strip())
-        run = [s for s in statements if s and not _reset_step(s)]
+        run = [s for s in statements if s and not _reset(s)]
+        keeping = [s for s in statements if _KEEPING in s]
         return Counts(
             statements=len(run),
-            rollbacks=run.count("ROLLBACK"),
+            # a reset's own ROLLBACK is one, inside the query that keeps statements too
+            rollbacks=run.count("ROLLBACK")
+            + sum(s.startswith("ROLLBACK; ") or "; ROLLBACK; " in s for s in keeping),
             pings=sum(not s for s in statements),
             connects=sum("connection authorized" in line for line in self.lines()),
             begins=run.count("BEGIN"),
-            # DISCARD ALL, or the reset that keeps psycopg's statements (its last step)
-            resets=statements.count("DISCARD ALL") + statements.count(PG_SURVIVORS_STEP),
+            resets=statements.count("DISCARD ALL") + len(keeping),
         )
 
 
-#: The steps of surge's PostgreSQL resets (surge.db._session.pg_reset) but the
-#: ROLLBACK, which the counts keep as the rollback it is.
-_RESET_STEPS = {"DISCARD ALL", "SET LOCAL statement_timeout = 0", PG_SURVIVORS_STEP} | {
-    sql for sql in PG_RESET_KEEPING if sql is not None
-}
+#: The mark of surge's PostgreSQL reset that keeps psycopg's statements (one
+#: query: surge.db._session.pg_reset); the other is DISCARD ALL.
+_KEEPING = "DO $surge$"
 
 
-def _reset_step(sql: str) -> bool:
-    return sql in _RESET_STEPS or sql.startswith("DO $surge$")
+def _reset(sql: str) -> bool:
+    return sql == "DISCARD ALL" or _KEEPING in sql
 
 
 Counter = MariaDBCounter | PostgreSQLCounter

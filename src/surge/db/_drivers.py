@@ -1206,9 +1206,9 @@ class PsycopgState:
 
     def _restore_psycopg(self, conn: Any) -> None:
         """The client's side of a fresh session: the attributes, the adapters, no
-        notification.  psycopg's statement cache stays (see ``send_reset``): only
-        the deallocations it had queued go (the reset deallocates whatever it
-        does not keep)."""
+        notification.  psycopg's prepared statements stay (see ``send_reset``):
+        only the deallocations it had queued go (the reset deallocates whatever
+        it does not keep), and its counts toward ``prepare_threshold``."""
         state = getattr(conn, "_surge_client", None)
         if state is None:
             return
@@ -1219,6 +1219,11 @@ class PsycopgState:
         prepared = conn._prepared
         if prepared._to_flush:
             prepared._to_flush.clear()
+        # The counts toward prepare_threshold start again: a statement is
+        # prepared when one session runs it that often, as before - the reset
+        # that keeps statements costs more than DISCARD ALL (benchmarks/README.md).
+        if prepared._counts:
+            prepared._counts.clear()
         threshold, most = conn._surge_prepare
         if prepared.prepare_threshold != threshold or prepared.prepared_max != most:
             prepared.prepare_threshold, prepared.prepared_max = threshold, most
@@ -1236,11 +1241,13 @@ class PsycopgState:
         made: list[bytes] = []
         for name in prepared._names.values():
             (made if _prepared_number(name) >= first else before).append(name)
-        reset = pg_reset(pg_status(conn, self.module), before, made)
-        syncs = pg_send_reset(conn, reset, getattr(conn, "_surge_init", ()), self.module)
+        reset = pg_reset(
+            pg_status(conn, self.module), before, made, getattr(conn, "_surge_init", ())
+        )
+        syncs = pg_send_reset(conn, reset, self.module)
         if not syncs:
             return False
-        conn._surge_syncs, conn._surge_survivors = syncs, reset.survivors_step
+        conn._surge_syncs, conn._surge_survivors = syncs, reset.survivors
         conn._surge_first_prepared = prepared._prepared_idx
         self._restore_psycopg(conn)
         return True

@@ -672,79 +672,86 @@ def _quoted_pg(value: str) -> str:
 
 @dataclass(frozen=True)
 class PGReset:
-    """The steps of one PostgreSQL session reset (each sent with a Sync, in libpq's
-    pipeline mode), and which step answers with the names of the driver's
-    statements that did not survive it (-1: none asks)."""
+    """One PostgreSQL session reset: ``steps`` sent in libpq's pipeline mode, each
+    followed by a Sync (ROLLBACK, DISCARD ALL, then the pool's ``init_sql``); or
+    ``query``, one simple-protocol query of many statements (the reset that
+    keeps the driver's statements, with ``init_sql`` after it), whose answer
+    number ``survivors`` names the driver's statements that did not survive it."""
 
-    steps: tuple[bytes, ...]
-    survivors_step: int = -1
-    #: How many statements it keeps (``PG_SURVIVORS_STEP``'s parameter).
-    kept: bytes = b"0"
+    steps: tuple[bytes, ...] = ()
+    query: bytes | None = None
+    survivors: int = -1
 
 
-def pg_reset(status: str, before: Sequence[bytes], made: Sequence[bytes]) -> PGReset:
+def pg_reset(
+    status: str, before: Sequence[bytes], made: Sequence[bytes], init_sql: Sequence[bytes] = ()
+) -> PGReset:
     """The reset of a psycopg session whose transaction status is ``status``
     ("idle", "open", "failed") and whose driver's cache holds the statements
-    ``before`` (prepared in earlier sessions) and ``made`` (in this one).
+    ``before`` (prepared in earlier sessions) and ``made`` (in this one), then
+    the pool's ``init_sql``.
 
     With nothing to keep: ROLLBACK (if a transaction is open) and DISCARD ALL.
-    Else the reset that keeps them (``PG_RESET_KEEPING``), deallocating whatever
-    else the session prepared, and ``made`` too where the session may have
-    changed what they were planned against (``_PG_UNSETTLED``: asked inside an
-    open transaction, before its ROLLBACK; a failed one is taken to have);
-    then a SELECT of which of them survived, NULL if all did.  (Statements
-    ``before`` were planned outside this session's transaction, against what a
-    rollback returns to; an unsettled earlier session dropped its own.)"""
+    Else the reset that keeps them (``PG_RESET_KEEPING``) in one query - one
+    message, as asyncpg's: a statement of its own each, in the pipeline, cost
+    about 20 us more each on a loaded box - deallocating whatever else the
+    session prepared, and ``made`` too where the session may have changed what
+    they were planned against (``_PG_UNSETTLED``: asked inside an open
+    transaction, before its ROLLBACK; a failed one is taken to have); its last
+    statement a SELECT of which of them survived, NULL if all did.
+    (Statements ``before`` were planned outside this session's transaction,
+    against what a rollback returns to; an unsettled earlier session dropped
+    its own.)"""
     rollback = [] if status == "idle" else [b"ROLLBACK"]
     if not before and not made:
-        return PGReset((*rollback, b"DISCARD ALL"))
+        return PGReset(steps=(*rollback, b"DISCARD ALL", *init_sql))
     kept = f"name = ANY ({_pg_names(before)})"
     if made:
         unsettled = "true" if status == "failed" else _PG_UNSETTLED
         kept += f" OR (NOT {unsettled} AND name = ANY ({_pg_names(made)}))"
-    steps = [sql.encode() for sql in pg_reset_keeping(kept)]
+    keeping = [sql.encode() for sql in pg_reset_keeping(kept)]
     if status == "open":  # the transaction id is asked about before it rolls back,
         # under the application's settings still: none of its timeouts
-        position = PG_RESET_KEEPING.index(None)
-        ask = [b"SET LOCAL statement_timeout = 0", steps[position]]
-        steps = [*ask, *rollback, *steps[:position], *steps[position + 1 :]]
-    else:
-        steps = rollback + steps
+        deallocate = keeping.pop(PG_RESET_KEEPING.index(None))
+        rollback = [b"SET LOCAL statement_timeout = 0", deallocate, *rollback]
+    survivors = PG_SURVIVORS_STEP.replace("$1", str(len(before) + len(made))).encode()
+    statements = [*rollback, *keeping, survivors]
     return PGReset(
-        (*steps, PG_SURVIVORS_STEP.encode()), len(steps), str(len(before) + len(made)).encode()
+        query=b"; ".join(s.rstrip(b"; ") for s in (*statements, *init_sql)),
+        survivors=len(statements) - 1,
     )
 
 
-#: The last step of a reset that keeps the driver's statements: which survived it
-#: (all but what it deallocated: NULL when all of the $1 kept did).
+#: The last statement of a reset that keeps the driver's statements: which
+#: survived it (all but what it deallocated: NULL when all of the $1 kept did).
 PG_SURVIVORS_STEP = (
-    "SELECT CASE WHEN count(*) = $1::bigint THEN NULL ELSE"
+    "SELECT CASE WHEN count(*) = $1 THEN NULL ELSE"
     " coalesce(pg_catalog.string_agg(name, ' '), '') END FROM pg_catalog.pg_prepared_statements"
 )
 
 
-def pg_send_reset(conn: Any, reset: PGReset, init_sql: Sequence[bytes], psycopg: Any) -> int:
+def pg_send_reset(conn: Any, reset: PGReset, psycopg: Any) -> int:
     """Write a PostgreSQL session reset (``pg_reset``) on psycopg connection
-    ``conn`` in libpq's pipeline mode, without waiting: its steps, then
-    ``init_sql``, a Sync after each.  Returns how many Syncs to read back, or 0
-    if the connection's protocol state is unknown (a command in progress, a
-    COPY, a psycopg pipeline left open): then the caller severs it."""
+    ``conn`` without waiting: its steps in libpq's pipeline mode, a Sync after
+    each, or its one query.  Returns how many Syncs to read back (1 for the
+    query), or 0 if the connection's protocol state is unknown (a command in
+    progress, a COPY, a psycopg pipeline left open): then the caller severs it."""
     pgconn = conn.pgconn
     if not pg_between_commands(conn, psycopg):
         return 0
     try:
+        if reset.query is not None:
+            pgconn.send_query(reset.query)
+            return 1 if _pg_flush(pgconn) else 0
         pgconn.enter_pipeline_mode()
-        syncs = 0
-        for sql in (*reset.steps, *init_sql):
-            params = [reset.kept] if syncs == reset.survivors_step else None
-            pgconn.send_query_params(sql, params)
+        for sql in reset.steps:
+            pgconn.send_query_params(sql, None)
             pgconn.pipeline_sync()
-            syncs += 1
         if not _pg_flush(pgconn):
             return 0
     except psycopg.Error:
         return 0
-    return syncs
+    return len(reset.steps)
 
 
 def pg_status(conn: Any, psycopg: Any) -> str:
@@ -804,22 +811,24 @@ def pg_ping(pgconn: Any) -> Generator[Any, Any, Any]:
 
 
 def pg_finish_reset(
-    pgconn: Any, syncs: int, psycopg: Any, survivors_step: int = -1
+    pgconn: Any, syncs: int, psycopg: Any, survivors: int = -1
 ) -> Generator[Any, Any, bytes | None]:
     """psycopg generator (driven by ``conn.wait``, sync or async): read the answers
     of a reset that ``pg_send_reset`` wrote, leave pipeline mode, drop any
-    notification meant for the last user.  Returns the first value answered by
-    step ``survivors_step`` (``PGReset``: the names of the driver's statements
-    still prepared, None if all are).  Raises OperationalError if a step of the
-    reset failed (the pool then discards the connection)."""
+    notification meant for the last user.  A reset sent as one query
+    (``survivors`` >= 0) returns the value of its answer number ``survivors``
+    (the names of the driver's statements still prepared, None if all are).
+    Raises OperationalError if a step of the reset failed (the pool then
+    discards the connection)."""
     from psycopg.waiting import Wait
 
     pq = psycopg.pq
     statuses = pq.ExecStatus
     sync, fatal, tuples = statuses.PIPELINE_SYNC, statuses.FATAL_ERROR, statuses.TUPLES_OK
     failed: bytes | None = None
-    step, survivors = 0, None
-    while step < syncs:
+    answer, value = 0, None
+    pipelined = survivors < 0
+    while syncs:
         if pgconn.is_busy():
             while not (yield Wait.R):
                 continue
@@ -827,20 +836,24 @@ def pg_finish_reset(
             continue
         result = pgconn.get_result()
         if result is None:
+            if not pipelined:  # the query's answers are all in
+                syncs = 0
             continue
         if result.status == sync:
-            step += 1
+            syncs -= 1
         elif result.status == fatal and failed is None:
             failed = result.error_message or b"(no message)"
-        elif step == survivors_step and result.status == tuples and result.ntuples:
-            survivors = result.get_value(0, 0)
-    pgconn.exit_pipeline_mode()
+        elif answer == survivors and result.status == tuples and result.ntuples:
+            value = result.get_value(0, 0)
+        answer += 1
+    if pipelined:
+        pgconn.exit_pipeline_mode()
     while pgconn.notifies() is not None:
         pass
     if failed is not None:
         message = failed.decode(errors="replace").strip()
         raise psycopg.OperationalError(f"resetting the pooled session failed: {message}")
-    return survivors
+    return value
 
 
 # -- the decisions: what a pool does with a connection, sync or async --------------------

@@ -24,8 +24,9 @@ that ran anything is reset when it comes back, by the server's own reset:
   ``pg_advisory_unlock_all()``, ``DISCARD PLANS/TEMP/SEQUENCES``), then the
   pool's ``init_sql``, each followed by a Sync in libpq's pipeline mode.  When
   psycopg's cache holds statements of its own, its parts instead, but for
-  ``DEALLOCATE ALL``: the driver's statements are kept, every other one
-  deallocated (``pg_reset``; asyncpg's reset shares the sequence).  A
+  ``DEALLOCATE ALL``, in one simple-protocol query (init_sql in it too): the
+  driver's statements are kept, every other one deallocated (``pg_reset``;
+  asyncpg's reset shares the sequence).  A
   custom setting (``app.tenant``) survives ``DISCARD ALL`` as an empty string,
   which PostgreSQL gives no way to undo: empty is as good as unset to
   ``current_setting('app.tenant', true)``.

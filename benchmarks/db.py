@@ -40,6 +40,16 @@ The approaches, and what each leaves of one user's session to the next
 ``pgbouncer session, DISCARD ALL``  a client login to pgbouncer per checkout
                             (``pool_mode=session``, ``server_reset_query=DISCARD
                             ALL``: pgbouncer's default).  Leaves nothing.
+``surge.db.pool, prepare_threshold=0``  psycopg prepares every statement; the
+                            reset keeps psycopg's own (docs/db.md).  Leaves nothing
+                            else.
+``same, re-prepared each checkout``  the same pool with psycopg's cache dropped at
+                            each return: the reset is DISCARD ALL, as before #45,
+                            and each checkout prepares the query again - the cost
+                            the kept statements save.
+``same, 5 statements ...``   the two above with five distinct statements a
+                            checkout (the query with a comment 0-4): the time is
+                            a checkout's, not a query's.
 
 For asyncio on PostgreSQL (``--asyncio-only`` runs just these), the same loop
 awaited, ``fetch`` of the query, autocommit (asyncpg has no other mode):
@@ -332,16 +342,39 @@ def approaches(server: Any, sql: str, autocommit: bool, bouncer: str | None) -> 
 
         out.append(Approach("psycopg_pool + DISCARD ALL", "nothing", pp_step, pp.close))
 
-        if bouncer is not None:
+        # psycopg preparing every statement: surge keeps its statements across
+        # checkouts; dropping its cache at each return makes the reset DISCARD ALL,
+        # as it was before #45, and the next checkout prepares the query again.
+        prepared = surge.db.pool(
+            server.url, max_size=4, autocommit=autocommit, connect_args={"prepare_threshold": 0}
+        )
 
-            def bouncer_step() -> None:
-                conn = psycopg.connect(bouncer, autocommit=autocommit, prepare_threshold=None)
-                run_query(conn, sql)
-                conn.close()
+        # five distinct statements a checkout (an ORM's request): five prepares saved
+        many = [f"{sql} /* {n} */" for n in range(5)]
 
-            out.append(
-                Approach("pgbouncer session, DISCARD ALL", "nothing", bouncer_step, lambda: None)
-            )
+        def kept_step(statements: Sequence[str] = (sql,)) -> None:
+            with prepared.connection() as conn:
+                for text in statements:
+                    run_query(conn, text)
+
+        def dropped_step(statements: Sequence[str] = (sql,)) -> None:
+            with prepared.connection() as conn:
+                for text in statements:
+                    run_query(conn, text)
+                conn._prepared._names.clear()
+
+        kept = "nothing but psycopg's statements"
+        out += [
+            Approach("surge.db.pool, prepare_threshold=0", kept, kept_step, lambda: None),
+            Approach("same, re-prepared each checkout", "nothing", dropped_step, lambda: None),
+            Approach("same, 5 statements a checkout", kept, lambda: kept_step(many), lambda: None),
+            Approach(
+                "same, 5 statements, re-prepared",
+                "nothing",
+                lambda: dropped_step(many),
+                prepared.close,
+            ),
+        ]
     return out
 
 

@@ -120,15 +120,27 @@ class PostgreSQLCounter:
             what = line.split(" ms  ", 1)[1]
             if what.startswith(("statement: ", "execute ")):
                 statements.append(what.split(": ", 1)[1].strip())
-        run = [s for s in statements if s and s != "DISCARD ALL"]
+        run = [s for s in statements if s and not _reset(s)]
+        keeping = [s for s in statements if _KEEPING in s]
         return Counts(
             statements=len(run),
-            rollbacks=run.count("ROLLBACK"),
+            # a reset's own ROLLBACK is one, inside the query that keeps statements too
+            rollbacks=run.count("ROLLBACK")
+            + sum(s.startswith("ROLLBACK; ") or "; ROLLBACK; " in s for s in keeping),
             pings=sum(not s for s in statements),
             connects=sum("connection authorized" in line for line in self.lines()),
             begins=run.count("BEGIN"),
-            resets=statements.count("DISCARD ALL"),
+            resets=statements.count("DISCARD ALL") + len(keeping),
         )
+
+
+#: The mark of surge's PostgreSQL reset that keeps psycopg's statements (one
+#: query: surge.db._session.pg_reset); the other is DISCARD ALL.
+_KEEPING = "DO $surge$"
+
+
+def _reset(sql: str) -> bool:
+    return sql == "DISCARD ALL" or _KEEPING in sql
 
 
 Counter = MariaDBCounter | PostgreSQLCounter

@@ -155,7 +155,10 @@ POSTGRESQL_CASES: dict[str, Case] = {
     "temporary table shadowing a table": Case(
         ["CREATE TEMP TABLE reset_t (v INT)"], "SELECT COUNT(*) FROM reset_t"
     ),
-    "PREPARE": Case(["PREPARE reset_p AS SELECT 1"], "SELECT COUNT(*) FROM pg_prepared_statements"),
+    "PREPARE": Case(
+        ["PREPARE reset_p AS SELECT 1"],
+        "SELECT COUNT(*) FROM pg_prepared_statements WHERE from_sql",  # the application's
+    ),
     "WITH HOLD cursor": Case(
         ["DECLARE reset_c CURSOR WITH HOLD FOR SELECT 1"], "SELECT COUNT(*) FROM pg_cursors"
     ),

@@ -22,22 +22,17 @@ from typing import Any, Literal
 from urllib.parse import urlencode
 
 from surge.db._drivers import PG_GONE, DatabaseURL, readable
-from surge.db._session import RESET_WAIT, sever_fd
+from surge.db._session import RESET_WAIT, pg_reset_keeping, sever_fd
 from surge.extras import optional_import
 
-#: What a checkout undoes, after the ROLLBACK (if a transaction is open): asyncpg's
-#: own reset, what DISCARD ALL does besides, and the application's prepared
-#: statements - every one whose name is not asyncpg's (``__asyncpg_...``).
-RESET_SQL = """CLOSE ALL;
-SET SESSION AUTHORIZATION DEFAULT;
-RESET ALL;
-UNLISTEN *;
-SELECT pg_advisory_unlock_all();
-DISCARD TEMP;
-DISCARD SEQUENCES;
-DO $surge$ DECLARE s record; BEGIN
-FOR s IN SELECT name FROM pg_prepared_statements WHERE name NOT LIKE '\\_\\_asyncpg\\_%' LOOP
-EXECUTE 'DEALLOCATE ' || quote_ident(s.name); END LOOP; END $surge$;"""
+#: What a checkout undoes, after the ROLLBACK (if a transaction is open): the
+#: reset that keeps the driver's statements (surge.db._session.PG_RESET_KEEPING,
+#: psycopg's too) - here every statement asyncpg prepared through the protocol
+#: under its own names (``__asyncpg_...``); an application's SQL PREPARE goes,
+#: whatever its name.
+RESET_SQL = "".join(
+    f"{sql};\n" for sql in pg_reset_keeping("name LIKE '\\_\\_asyncpg\\_%'")
+).rstrip("\n")
 
 #: asyncpg's per-connection callbacks, none on a fresh connection.
 _CALLBACKS = ("_listeners", "_log_listeners", "_query_loggers", "_termination_listeners")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import math
 import select
 import ssl
 import threading
@@ -41,7 +42,9 @@ from surge.db._session import (
     ok_packet_status,
     pg_finish_reset,
     pg_ping,
+    pg_reset,
     pg_send_reset,
+    pg_status,
     release_owned,
     send_without_waiting,
     sever_fd,
@@ -1200,6 +1203,7 @@ class PsycopgState:
         conn._surge_init = tuple(sql.encode() for sql in init_sql)
         prepared = conn._prepared
         conn._surge_prepare = (prepared.prepare_threshold, prepared.prepared_max)
+        conn._surge_first_prepared = prepared._prepared_idx  # this session's: from here
         # The adapters as they are now, kept aside: each session gets a copy of
         # them (psycopg copies on write, so a copy costs a few dict references).
         adapters = conn._adapters
@@ -1212,7 +1216,9 @@ class PsycopgState:
 
     def _restore_psycopg(self, conn: Any) -> None:
         """The client's side of a fresh session: the attributes, the adapters, no
-        prepared statement (DISCARD ALL deallocates them), no notification."""
+        notification.  psycopg's prepared statements stay (see ``send_reset``):
+        only the deallocations it had queued go (the reset deallocates whatever
+        it does not keep), and its counts toward ``prepare_threshold``."""
         state = getattr(conn, "_surge_client", None)
         if state is None:
             return
@@ -1221,9 +1227,11 @@ class PsycopgState:
         if adapters is not None and _adapters_changed(adapters):
             conn._adapters = self._fresh_adapters(conn)
         prepared = conn._prepared
-        if prepared._names:  # DISCARD ALL deallocated them on the server
-            prepared._names.clear()
+        if prepared._to_flush:
             prepared._to_flush.clear()
+        # The counts toward prepare_threshold start again: a statement is
+        # prepared when one session runs it that often, as before - the reset
+        # that keeps statements costs more than DISCARD ALL (benchmarks/README.md).
         if prepared._counts:
             prepared._counts.clear()
         threshold, most = conn._surge_prepare
@@ -1233,10 +1241,24 @@ class PsycopgState:
             conn._notifies_backlog.clear()
 
     def send_reset(self, conn: Any) -> bool:
-        syncs = pg_send_reset(conn, getattr(conn, "_surge_init", ()), self.module)
+        """Write the reset (``pg_reset``): it keeps the statements psycopg's cache
+        holds - by name, and only those prepared through the protocol, never an
+        application's SQL PREPARE - and deallocates the rest; the names that did
+        not survive it leave the cache at ``finish_generator``."""
+        prepared = conn._prepared
+        first = getattr(conn, "_surge_first_prepared", 0)
+        before: list[bytes] = []
+        made: list[bytes] = []
+        for name in prepared._names.values():
+            (made if _prepared_number(name) >= first else before).append(name)
+        reset = pg_reset(
+            pg_status(conn, self.module), before, made, getattr(conn, "_surge_init", ())
+        )
+        syncs = pg_send_reset(conn, reset, self.module)
         if not syncs:
             return False
-        conn._surge_syncs = syncs
+        conn._surge_syncs, conn._surge_survivors = syncs, reset.survivors
+        conn._surge_first_prepared = prepared._prepared_idx
         self._restore_psycopg(conn)
         return True
 
@@ -1244,8 +1266,18 @@ class PsycopgState:
         return bool(getattr(conn, "_surge_syncs", 0))
 
     def finish_generator(self, conn: Any) -> Any:
+        """The generator reading the reset's answers; then the statements the
+        reset dropped leave psycopg's cache, so that it never names one the
+        server no longer has."""
         syncs, conn._surge_syncs = conn._surge_syncs, 0
-        return pg_finish_reset(conn.pgconn, syncs, self.module)
+        survivors = yield from pg_finish_reset(
+            conn.pgconn, syncs, self.module, conn._surge_survivors
+        )
+        if survivors is not None:
+            alive = set(survivors.split())
+            names = conn._prepared._names
+            for key in [key for key, name in names.items() if name not in alive]:
+                del names[key]
 
     def protocol_idle(self, conn: Any) -> bool:
         statuses = self.module.pq.TransactionStatus
@@ -1286,6 +1318,15 @@ class PsycopgState:
             return True
         # psycopg marks a connection broken when the server or the network cut it.
         return bool(conn.broken or conn.pgconn.status != self.ok)
+
+
+def _prepared_number(name: bytes) -> float:
+    """N of psycopg's statement ``_pg3_N`` (its N counts up per connection);
+    infinity for a name of another form (taken as this session's)."""
+    try:
+        return int(name[5:]) if name.startswith(b"_pg3_") else math.inf
+    except ValueError:
+        return math.inf
 
 
 def _adapters_changed(adapters: Any) -> bool:

@@ -22,7 +22,11 @@ that ran anything is reset when it comes back, by the server's own reset:
   (pgbouncer's ``server_reset_query``: ``CLOSE ALL``, ``SET SESSION
   AUTHORIZATION DEFAULT``, ``RESET ALL``, ``DEALLOCATE ALL``, ``UNLISTEN *``,
   ``pg_advisory_unlock_all()``, ``DISCARD PLANS/TEMP/SEQUENCES``), then the
-  pool's ``init_sql``, each followed by a Sync in libpq's pipeline mode.  A
+  pool's ``init_sql``, each followed by a Sync in libpq's pipeline mode.  When
+  psycopg's cache holds statements of its own, its parts instead, but for
+  ``DEALLOCATE ALL``, in one simple-protocol query (init_sql in it too): the
+  driver's statements are kept, every other one deallocated (``pg_reset``;
+  asyncpg's reset shares the sequence).  A
   custom setting (``app.tenant``) survives ``DISCARD ALL`` as an empty string,
   which PostgreSQL gives no way to undo: empty is as good as unset to
   ``current_setting('app.tenant', true)``.
@@ -602,41 +606,175 @@ def send_without_waiting(sock: Any, data: bytes, timeout: float = 1.0) -> bool:
 # -- PostgreSQL: the pipeline -------------------------------------------------------------
 
 
-def pg_send_reset(conn: Any, init_sql: Sequence[bytes], psycopg: Any) -> int:
-    """Write a PostgreSQL session reset on psycopg connection ``conn`` in libpq's
-    pipeline mode, without waiting: ROLLBACK if a transaction is open, DISCARD
-    ALL, then ``init_sql``, a Sync after each.  Returns how many Syncs to read
-    back, or 0 if the connection's protocol state is unknown (a command in
+#: What a reset that keeps the driver's prepared statements runs, in order:
+#: ``DISCARD ALL`` but for its ``DEALLOCATE ALL`` and ``DISCARD PLANS`` (asyncpg's
+#: own pool reset - ``pg_advisory_unlock_all()``, ``CLOSE ALL``, ``UNLISTEN *``,
+#: ``RESET ALL`` - and what DISCARD ALL does besides), with the DEALLOCATE of the
+#: application's statements (``pg_deallocate_others``) where None stands: after
+#: RESET ALL (the application's settings, a statement_timeout, are gone), before
+#: DISCARD TEMP (whose tables the DEALLOCATE may ask about).
+PG_RESET_KEEPING: tuple[str | None, ...] = (
+    "CLOSE ALL",
+    "SET SESSION AUTHORIZATION DEFAULT",
+    "RESET ALL",
+    "UNLISTEN *",
+    "SELECT pg_advisory_unlock_all()",
+    None,
+    "DISCARD TEMP",
+    "DISCARD SEQUENCES",
+)
+
+
+def pg_reset_keeping(kept: str) -> list[str]:
+    """The statements of a PostgreSQL reset that keeps what the driver prepared for
+    itself (``PG_RESET_KEEPING``; the ROLLBACK is the caller's): ``kept`` names
+    the driver's statements (see ``pg_deallocate_others``)."""
+    return [pg_deallocate_others(kept) if sql is None else sql for sql in PG_RESET_KEEPING]
+
+
+def pg_deallocate_others(kept: str) -> str:
+    """A DO block that deallocates every prepared statement of the session but the
+    driver's own: ``kept``, an SQL condition on ``pg_prepared_statements.name``,
+    names what the driver made; a statement made by SQL ``PREPARE`` (``from_sql``)
+    is the application's, whatever its name (an application may name its own
+    ``_pg3_0`` or ``__asyncpg_x``; the drivers prepare through the protocol).
+    Names schema-qualified: the application's search_path may still be in force."""
+    return (
+        "DO $surge$ DECLARE s record; BEGIN FOR s IN SELECT name FROM"
+        f" pg_catalog.pg_prepared_statements WHERE from_sql OR NOT ({kept}) LOOP"
+        " EXECUTE 'DEALLOCATE ' || pg_catalog.quote_ident(s.name); END LOOP; END $surge$"
+    )
+
+
+#: Whether a session may have changed what the statements it prepared were planned
+#: against, so that they cannot outlive it: its transaction wrote (DDL writes the
+#: catalog: rolled back, the plans' tables or columns go with it; a read-only one
+#: has no transaction id), or it holds temporary tables (DISCARD TEMP drops them).
+#: Either way its statements would meet the next user as "cached plan must not
+#: change result type" - psycopg itself drops its whole cache at every ROLLBACK
+#: and DROP it sees.
+_PG_UNSETTLED = (
+    "(pg_catalog.txid_current_if_assigned() IS NOT NULL OR (pg_catalog.pg_my_temp_schema() <> 0"
+    " AND EXISTS (SELECT FROM pg_catalog.pg_class"
+    " WHERE relnamespace = pg_catalog.pg_my_temp_schema())))"
+)
+
+
+def _pg_names(names: Sequence[bytes]) -> str:
+    """An SQL text[] literal of statement names (psycopg's: ``_pg3_N``)."""
+    quoted = ",".join(
+        '"' + n.decode().replace("\\", "\\\\").replace('"', '\\"') + '"' for n in names
+    )
+    return _quoted_pg("{" + quoted + "}") + "::text[]"
+
+
+def _quoted_pg(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+@dataclass(frozen=True)
+class PGReset:
+    """One PostgreSQL session reset: ``steps`` sent in libpq's pipeline mode, each
+    followed by a Sync (ROLLBACK, DISCARD ALL, then the pool's ``init_sql``); or
+    ``query``, one simple-protocol query of many statements (the reset that
+    keeps the driver's statements, with ``init_sql`` after it), whose answer
+    number ``survivors`` names the driver's statements that did not survive it."""
+
+    steps: tuple[bytes, ...] = ()
+    query: bytes | None = None
+    survivors: int = -1
+
+
+def pg_reset(
+    status: str, before: Sequence[bytes], made: Sequence[bytes], init_sql: Sequence[bytes] = ()
+) -> PGReset:
+    """The reset of a psycopg session whose transaction status is ``status``
+    ("idle", "open", "failed") and whose driver's cache holds the statements
+    ``before`` (prepared in earlier sessions) and ``made`` (in this one), then
+    the pool's ``init_sql``.
+
+    With nothing to keep: ROLLBACK (if a transaction is open) and DISCARD ALL.
+    Else the reset that keeps them (``PG_RESET_KEEPING``) in one query - one
+    message, as asyncpg's: a statement of its own each, in the pipeline, cost
+    about 20 us more each on a loaded box - deallocating whatever else the
+    session prepared, and ``made`` too where the session may have changed what
+    they were planned against (``_PG_UNSETTLED``: asked inside an open
+    transaction, before its ROLLBACK; a failed one is taken to have); its last
+    statement a SELECT of which of them survived, NULL if all did.
+    (Statements ``before`` were planned outside this session's transaction,
+    against what a rollback returns to; an unsettled earlier session dropped
+    its own.)"""
+    rollback = [] if status == "idle" else [b"ROLLBACK"]
+    if not before and not made:
+        return PGReset(steps=(*rollback, b"DISCARD ALL", *init_sql))
+    kept = f"name = ANY ({_pg_names(before)})"
+    if made:
+        unsettled = "true" if status == "failed" else _PG_UNSETTLED
+        kept += f" OR (NOT {unsettled} AND name = ANY ({_pg_names(made)}))"
+    keeping = [sql.encode() for sql in pg_reset_keeping(kept)]
+    if status == "open":  # the transaction id is asked about before it rolls back,
+        # under the application's settings still: none of its timeouts
+        deallocate = keeping.pop(PG_RESET_KEEPING.index(None))
+        rollback = [b"SET LOCAL statement_timeout = 0", deallocate, *rollback]
+    survivors = PG_SURVIVORS_STEP.replace("$1", str(len(before) + len(made))).encode()
+    statements = [*rollback, *keeping, survivors]
+    return PGReset(
+        query=b"; ".join(s.rstrip(b"; ") for s in (*statements, *init_sql)),
+        survivors=len(statements) - 1,
+    )
+
+
+#: The last statement of a reset that keeps the driver's statements: which
+#: survived it (all but what it deallocated: NULL when all of the $1 kept did).
+PG_SURVIVORS_STEP = (
+    "SELECT CASE WHEN count(*) = $1 THEN NULL ELSE"
+    " coalesce(pg_catalog.string_agg(name, ' '), '') END FROM pg_catalog.pg_prepared_statements"
+)
+
+
+def pg_send_reset(conn: Any, reset: PGReset, psycopg: Any) -> int:
+    """Write a PostgreSQL session reset (``pg_reset``) on psycopg connection
+    ``conn`` without waiting: its steps in libpq's pipeline mode, a Sync after
+    each, or its one query.  Returns how many Syncs to read back (1 for the
+    query), or 0 if the connection's protocol state is unknown (a command in
     progress, a COPY, a psycopg pipeline left open): then the caller severs it."""
-    pq = psycopg.pq
     pgconn = conn.pgconn
-    status = pgconn.transaction_status
-    statuses = pq.TransactionStatus
-    if (
-        status not in (statuses.IDLE, statuses.INTRANS, statuses.INERROR)
-        or conn._pipeline is not None
-        or pgconn.pipeline_status != pq.PipelineStatus.OFF
-    ):
+    if not pg_between_commands(conn, psycopg):
         return 0
     try:
+        if reset.query is not None:
+            pgconn.send_query(reset.query)
+            return 1 if _pg_flush(pgconn) else 0
         pgconn.enter_pipeline_mode()
-        syncs = 0
-        if status != statuses.IDLE:
-            pgconn.send_query_params(b"ROLLBACK", None)
-            pgconn.pipeline_sync()
-            syncs += 1
-        pgconn.send_query_params(b"DISCARD ALL", None)
-        pgconn.pipeline_sync()
-        syncs += 1
-        for sql in init_sql:
+        for sql in reset.steps:
             pgconn.send_query_params(sql, None)
             pgconn.pipeline_sync()
-            syncs += 1
         if not _pg_flush(pgconn):
             return 0
     except psycopg.Error:
         return 0
-    return syncs
+    return len(reset.steps)
+
+
+def pg_status(conn: Any, psycopg: Any) -> str:
+    """The transaction status ("idle", "open" or "failed") of psycopg connection
+    ``conn``'s last ReadyForQuery, as ``pg_reset`` takes it."""
+    statuses = psycopg.pq.TransactionStatus
+    status = conn.pgconn.transaction_status
+    return "idle" if status == statuses.IDLE else "open" if status == statuses.INTRANS else "failed"
+
+
+def pg_between_commands(conn: Any, psycopg: Any) -> bool:
+    """Whether psycopg connection ``conn`` is between commands: idle, in a
+    transaction or a failed one, with no pipeline open."""
+    pq = psycopg.pq
+    statuses = pq.TransactionStatus
+    pgconn = conn.pgconn
+    return (
+        pgconn.transaction_status in (statuses.IDLE, statuses.INTRANS, statuses.INERROR)
+        and conn._pipeline is None
+        and pgconn.pipeline_status == pq.PipelineStatus.OFF
+    )
 
 
 def _pg_flush(pgconn: Any, timeout: float = 1.0) -> bool:
@@ -674,16 +812,24 @@ def pg_ping(pgconn: Any) -> Generator[Any, Any, Any]:
         result = got
 
 
-def pg_finish_reset(pgconn: Any, syncs: int, psycopg: Any) -> Iterator[Any]:
+def pg_finish_reset(
+    pgconn: Any, syncs: int, psycopg: Any, survivors: int = -1
+) -> Generator[Any, Any, bytes | None]:
     """psycopg generator (driven by ``conn.wait``, sync or async): read the answers
     of a reset that ``pg_send_reset`` wrote, leave pipeline mode, drop any
-    notification meant for the last user.  Raises OperationalError if a step of
-    the reset failed (the pool then discards the connection)."""
+    notification meant for the last user.  A reset sent as one query
+    (``survivors`` >= 0) returns the value of its answer number ``survivors``
+    (the names of the driver's statements still prepared, None if all are).
+    Raises OperationalError if a step of the reset failed (the pool then
+    discards the connection)."""
     from psycopg.waiting import Wait
 
     pq = psycopg.pq
-    sync, fatal = pq.ExecStatus.PIPELINE_SYNC, pq.ExecStatus.FATAL_ERROR
+    statuses = pq.ExecStatus
+    sync, fatal, tuples = statuses.PIPELINE_SYNC, statuses.FATAL_ERROR, statuses.TUPLES_OK
     failed: bytes | None = None
+    answer, value = 0, None
+    pipelined = survivors < 0
     while syncs:
         if pgconn.is_busy():
             while not (yield Wait.R):
@@ -692,17 +838,24 @@ def pg_finish_reset(pgconn: Any, syncs: int, psycopg: Any) -> Iterator[Any]:
             continue
         result = pgconn.get_result()
         if result is None:
+            if not pipelined:  # the query's answers are all in
+                syncs = 0
             continue
         if result.status == sync:
             syncs -= 1
         elif result.status == fatal and failed is None:
             failed = result.error_message or b"(no message)"
-    pgconn.exit_pipeline_mode()
+        elif answer == survivors and result.status == tuples and result.ntuples:
+            value = result.get_value(0, 0)
+        answer += 1
+    if pipelined:
+        pgconn.exit_pipeline_mode()
     while pgconn.notifies() is not None:
         pass
     if failed is not None:
         message = failed.decode(errors="replace").strip()
         raise psycopg.OperationalError(f"resetting the pooled session failed: {message}")
+    return value
 
 
 # -- the decisions: what a pool does with a connection, sync or async --------------------

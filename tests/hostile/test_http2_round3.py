@@ -949,6 +949,8 @@ def test_fetch_retries_never_resend_a_post_the_server_may_have_acted_on(
     )
     assert r["error"] == want_error, f"{method} {case}: {r['error']} ({r['error_detail']})"
     assert r["attempts"] == want_sent, f"{method} {case}: attempts {r['attempts']}"
+    if case.startswith("head-then"):
+        assert r["status"] == 200, f"docs/fetch.md: status is the last head that arrived: {r}"
 
 
 # --- 8. the client's own timeouts and cancellations racing the server ---------------
@@ -1070,10 +1072,11 @@ class H1Server:
     whole, sends a head and part of its body), "redirect" (answers /a with a
     307 to /b on the same connection, then /b is read whole and dropped);
     "idle-close": each answered, and the connection closed 0.2 s after - a
-    server's keep-alive timeout."""
+    server's keep-alive timeout; "503": /x is answered 503, always."""
 
-    def __init__(self, drop: str) -> None:
+    def __init__(self, drop: str, drop_at: int = 1) -> None:
         self.drop = drop
+        self.drop_at = drop_at  # which request of a connection is dropped (0: its first)
         self.heads: list[tuple[int, str, str]] = []
         self.bodies: list[tuple[str, bytes]] = []
         self.lock = threading.Lock()
@@ -1160,7 +1163,7 @@ class H1Server:
                     self.heads.append((index, method, path))
                 if path.startswith("http://"):  # absolute form: we are the proxy
                     path = path[path.index("/", len("http://")) :]
-                dropping = n >= 1 and not (self.drop == "redirect" and path == "/a")
+                dropping = n >= self.drop_at and not (self.drop == "redirect" and path == "/a")
                 if dropping and self.drop == "head":
                     sock.shutdown(socket.SHUT_RDWR)
                     return
@@ -1182,7 +1185,11 @@ class H1Server:
                     time.sleep(0.1)
                     sock.shutdown(socket.SHUT_RDWR)
                     return
-                if path == "/a":
+                if self.drop == "503" and path == "/x":
+                    sock.sendall(
+                        b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nbusy"
+                    )
+                elif path == "/a":
                     sock.sendall(
                         b"HTTP/1.1 307 Temporary Redirect\r\nLocation: /b\r\nContent-Length: 0\r\n\r\n"
                     )
@@ -1195,11 +1202,11 @@ class H1Server:
 
 
 @pytest.fixture
-def h1(request: pytest.FixtureRequest) -> Iterator[Callable[[str], H1Server]]:
+def h1(request: pytest.FixtureRequest) -> Iterator[Callable[..., H1Server]]:
     servers: list[H1Server] = []
 
-    def make(drop: str) -> H1Server:
-        servers.append(H1Server(drop))
+    def make(drop: str, drop_at: int = 1) -> H1Server:
+        servers.append(H1Server(drop, drop_at))
         return servers[-1]
 
     yield make
@@ -1311,7 +1318,7 @@ H1_DROPS = ["head", "part", "interim", "partial", "redirect"]
 @pytest.mark.parametrize("method", ["POST", "PATCH"])
 @pytest.mark.parametrize("drop", H1_DROPS)
 def test_http11_a_post_the_server_dropped_midway_on_a_reused_connection_is_sent_once(
-    front: str, method: str, drop: str, h1: Callable[[str], H1Server], tmp_path: Path
+    front: str, method: str, drop: str, h1: Callable[..., H1Server], tmp_path: Path
 ) -> None:
     """docs/http.md "At most once": on a reused keep-alive connection, "A POST,
     a PATCH, or any other method, once a byte of it went out, is never sent
@@ -1353,7 +1360,7 @@ RETRY_CONFIGS: dict[str, Callable[[], Any]] = {
 @pytest.mark.parametrize("config", sorted(RETRY_CONFIGS))
 @pytest.mark.parametrize("drop", ["head", "interim"])
 def test_requests_adapter_max_retries_resends_a_post_as_httpadapter_does(
-    config: str, drop: str, h1: Callable[[str], H1Server]
+    config: str, drop: str, h1: Callable[..., H1Server]
 ) -> None:
     """docs/dropins.md: the adapter "takes max_retries as HTTPAdapter does";
     "A POST or PATCH whose answer was lost is never sent again unasked, as in
@@ -1377,7 +1384,7 @@ def test_requests_adapter_max_retries_resends_a_post_as_httpadapter_does(
 
 @pytest.mark.parametrize("front", ["requests", "httpx"])
 def test_drop_in_streamed_post_response_cut_midway_raises_and_sends_once(
-    front: str, h1: Callable[[str], H1Server]
+    front: str, h1: Callable[..., H1Server]
 ) -> None:
     """A streamed response (requests' stream=True + iter_content, httpx's
     stream + iter_bytes) to a POST on a reused connection, cut after 10 of its
@@ -1715,7 +1722,7 @@ def test_a_seeded_mix_of_fates_on_one_connection_keeps_every_post_at_most_once(
 @pytest.mark.parametrize("front", ["AsyncClient", "Client", "httpx", "requests", "fetch"])
 @pytest.mark.parametrize("drop", ["head", "interim", "partial", "redirect"])
 def test_http11_through_a_forward_proxy_a_dropped_post_is_sent_once(
-    front: str, drop: str, h1: Callable[[str], H1Server], tmp_path: Path
+    front: str, drop: str, h1: Callable[..., H1Server], tmp_path: Path
 ) -> None:
     """The same rule on a reused connection to a forward proxy (an http://
     origin through ``proxy=`` / ``-x``): the proxy read the POST and went away
@@ -1901,3 +1908,219 @@ def test_http11_a_put_sent_again_carries_its_whole_body_or_is_not_sent_again(
         assert results[1] == (200, b"ok") and len(puts) == 2, (
             f"{front} {kind}: a PUT is sent once more, whole: {results[1]}, the server got {puts}"
         )
+
+
+@pytest.mark.parametrize(
+    "retry",
+    [
+        {"total": 2, "status_forcelist": [503]},
+        {"total": 2, "status_forcelist": [503], "allowed_methods": None},
+        {"total": 2, "status_forcelist": [503], "allowed_methods": None, "raise_on_status": False},
+        {
+            "total": 2,
+            "status_forcelist": [503],
+            "allowed_methods": ["POST"],
+            "respect_retry_after_header": False,
+        },
+    ],
+    ids=["post-not-allowed", "any-method", "any-method-no-raise", "post-allowed"],
+)
+def test_requests_adapter_status_retries_of_a_post_match_httpadapter(
+    retry: dict[str, Any], h1: Callable[..., H1Server]
+) -> None:
+    """docs/dropins.md: max_retries as HTTPAdapter takes it - urllib3's Retry
+    with status_forcelist, allowed_methods, raise_on_status and its
+    RetryError.  A POST answered 503: as many sends, and the same outcome,
+    as requests' own adapter."""
+    seen = {}
+    for name, adapter in (
+        ("stock", requests.adapters.HTTPAdapter),
+        ("surge", surge.requests.Adapter),
+    ):
+        srv = h1("503")
+        with _stock_or_surge_session(
+            adapter(max_retries=urllib3.Retry(backoff_factor=0, **retry))
+        ) as session:
+            try:
+                r = session.post(srv.url("/x"), data=b"d=1", timeout=TIMEOUT)
+                outcome: Any = r.status_code
+            except requests.RequestException as e:
+                outcome = type(e).__name__
+        seen[name] = (srv.count("/x"), outcome)
+    assert seen["surge"] == seen["stock"], f"Retry({retry}): (sends, outcome) {seen}"
+
+
+def test_a_slow_streamed_body_goes_on_beside_a_malformed_response(tls: Tls) -> None:
+    """A body streamed in pieces (the reader slow) on the connection where
+    another thread's response is malformed (trailers with :status): the
+    stream goes on to its end; the malformed one alone fails."""
+    piece = b"z" * 16_384
+
+    def handler(conn: Conn, req: Request) -> None:
+        if req.path == "/bad":
+            conn.frames(*MALFORMED["trailers-with-status"](conn, req.sid))
+            return
+        conn.frames(
+            conn.headers(req.sid, [(":status", "200"), ("content-length", str(40 * len(piece)))])
+        )
+        for k in range(40):
+            conn.send_body(req.sid, piece, end_stream=k == 39)
+            time.sleep(0.01)
+
+    with h2(tls, handler) as srv, surge.Client(cafile=tls.cafile, max_time=10) as client:
+
+        def stream() -> int:
+            n = 0
+            with client.stream("GET", srv.url("/big")) as r:
+                for chunk in r.iter_bytes():
+                    n += len(chunk)
+                    time.sleep(0.005)
+            return n
+
+        def bad() -> Any:
+            time.sleep(0.1)
+            try:
+                return client.get(srv.url("/bad")).status_code
+            except surge.http.RequestError as e:
+                return e.error_class
+
+        with ThreadPoolExecutor(2) as pool:
+            big, malformed = pool.submit(stream), pool.submit(bad)
+            results = (big.result(timeout=60), malformed.result(timeout=60))
+        conns = len(srv.conns)
+    assert results == (40 * len(piece), "protocol_error"), results
+    assert conns == 1, conns
+
+
+def test_a_goaway_that_raises_its_last_id_does_not_take_back_its_promise(tls: Tls) -> None:
+    """RFC 9113 6.8: a GOAWAY's last id "MUST NOT increase"; docs/http.md:
+    streams above it "were not processed by the server (its promise)".
+    GOAWAY(0), then GOAWAY(2^31-1), then the connection's end: the POST was
+    promised unprocessed, and goes again, once, on another connection."""
+
+    def handler(conn: Conn, req: Request) -> None:
+        if conn.index > 0:
+            ok(conn, req)
+            return
+        conn.frames(conn.goaway(0, NO_ERROR), conn.goaway(MAX_ID, NO_ERROR))
+        time.sleep(0.1)
+        conn.shutdown()
+
+    with h2(tls, handler) as srv:
+        results = jobs_on("AsyncClient", base(srv), [("POST", "/g", b"g", 0)], tls)
+        sent = srv.count("/g")
+    assert sent <= 2, f"POST sent {sent} times"
+    assert results == [(200, b"hello /g")] and sent == 2, (
+        f"the first GOAWAY's promise: sent again once; got {results}, sent {sent}"
+    )
+
+
+def _hang(conn: Conn, req: Request) -> None:
+    if req.path == "/hang":
+        return  # never answered
+    if req.path == "/big":
+        conn.respond(req, 200, b"y" * 500_000)
+        return
+    ok(conn, req)
+
+
+@pytest.mark.parametrize("front", ["AsyncClient", "Client"])
+def test_a_post_in_flight_when_its_client_closes_is_not_sent_again(front: str, tls: Tls) -> None:
+    """docs/http.md: "close() from any thread ends the requests in flight": a
+    POST the server holds ends with an error, and nothing sends it again."""
+    with h2(tls, _hang) as srv:
+        if front == "Client":
+            client = surge.Client(cafile=tls.cafile, max_time=10)
+            with ThreadPoolExecutor(1) as pool:
+                done = pool.submit(client.post, srv.url("/hang"), content=b"once")
+                time.sleep(0.5)
+                client.close()
+                with pytest.raises(Exception) as caught:
+                    done.result(timeout=10)
+            error: Any = caught.value
+        else:
+
+            async def main() -> Any:
+                aclient = surge.AsyncClient(cafile=tls.cafile, max_time=10)
+                task = asyncio.ensure_future(aclient.post(srv.url("/hang"), content=b"once"))
+                await asyncio.sleep(0.5)
+                await aclient.aclose()
+                try:
+                    await asyncio.wait_for(task, 10)
+                except BaseException as e:  # an error or a cancellation: not an answer
+                    return e
+                return "answered"
+
+            error = asyncio.run(asyncio.wait_for(main(), 60))
+        time.sleep(0.5)
+        sent = srv.count("/hang")
+    assert error != "answered", error
+    assert sent == 1, f"{front}: a POST in flight at close() sent {sent} times"
+
+
+@pytest.mark.parametrize("front", ["AsyncClient", "Client"])
+def test_a_streamed_post_left_early_is_not_sent_again_and_the_connection_goes_on(
+    front: str, tls: Tls
+) -> None:
+    """A streamed response to a POST, left after its first piece (the ``with``
+    block ends, the body unread: its stream is closed): the POST is not sent
+    again, and the next request goes on the same connection."""
+    with h2(tls, _hang) as srv:
+        if front == "Client":
+            with surge.Client(cafile=tls.cafile, max_time=10) as client:
+                with client.stream("POST", srv.url("/big"), content=b"once") as r:
+                    next(iter(r.iter_bytes()))
+                after = client.get(srv.url("/after")).status_code
+        else:
+
+            async def main() -> int:
+                async with surge.AsyncClient(cafile=tls.cafile, max_time=10) as client:
+                    async with client.stream("POST", srv.url("/big"), content=b"once") as r:
+                        async for _ in r.aiter_bytes():
+                            break
+                    return (await client.get(srv.url("/after"))).status_code
+
+            after = asyncio.run(asyncio.wait_for(main(), 60))
+        time.sleep(0.3)
+        sent = srv.count("/big")
+        conns = len(srv.conns)
+    assert (after, sent, conns) == (200, 1, 1), (after, sent, conns)
+
+
+@pytest.mark.parametrize("front", ["AsyncClient", "Client", "httpx", "requests", "fetch"])
+@pytest.mark.parametrize("method", ["GET", "POST"])
+@pytest.mark.parametrize("drop", ["head", "read", "partial"])
+def test_http11_the_first_request_on_a_new_connection_is_never_sent_again(
+    front: str, method: str, drop: str, h1: Callable[..., H1Server], tmp_path: Path
+) -> None:
+    """docs/http.md: "Nor is the first request on any connection (a new one,
+    or a CONNECT-ed tunnel's first)" sent again - not a GET either: the
+    connection was not one gone stale."""
+    srv = h1(drop, 0)
+    body = b"d=1" if method == "POST" else None
+    results = h1_front(front, srv, [(method, "/x", body)], tmp_path)
+    sent = srv.count("/x")
+    assert sent == 1, f"{front} {method}, dropped at {drop} on a new connection: sent {sent} times"
+    assert is_error(results[0], "connection_reset"), f"{front} {method} {drop}: {results[0]}"
+
+
+@pytest.mark.parametrize("drop", ["head", "part", "interim", "partial"])
+def test_http11_fetch_retries_never_resend_a_post_dropped_midway(
+    drop: str, h1: Callable[..., H1Server], tmp_path: Path
+) -> None:
+    """docs/fetch.md: under --retries a POST is "never [retried] after ... a
+    reset once sent" - however much of it, or of its answer, went."""
+    srv = h1(drop)
+    steps = _h1_steps("POST", drop)
+    jobs = [(m, p, None if b is not None and len(b) > 10_000 else b, 0.0) for m, p, b in steps]
+    flags = ["-c", "1", "--retries", "2"]
+    if drop in ("head", "part"):
+        data = tmp_path / "body.bin"
+        data.write_bytes(H1_BIG)
+        flags += ["--data-binary", f"@{data}"]
+    recs = fetch_jsonl(tmp_path, srv.url(""), jobs, *flags)
+    r = recs[1]
+    assert srv.count("/x") == 1, (
+        f"--retries 2, dropped at {drop}: sent {srv.count('/x')} times: {r}"
+    )
+    assert (r["error"], r["attempts"]) == ("connection_reset", 1), r

@@ -197,6 +197,23 @@ def _timeout(request: httpx.Request) -> tuple[Timeout | None, float | None]:
     return dropin.timeout(given.get("connect"), idle), given.get("pool")
 
 
+def _file_of(stream: Any) -> Any:
+    """The binary file under httpx's stream of a ``content=`` file (its
+    ``IteratorByteStream`` reads it once, from where it stands), so that surge
+    can send it again from its start where a request goes again (a 307/308, a
+    stale keep-alive connection), as surge's own client does; any other
+    stream as it is."""
+    source = getattr(stream, "_stream", None)
+    if (
+        type(stream).__name__ == "IteratorByteStream"
+        and hasattr(source, "read")
+        and hasattr(source, "seek")
+        and hasattr(source, "tell")
+    ):
+        return source
+    return stream
+
+
 def _call(request: httpx.Request) -> tuple[str, str, list[tuple[str, str]]]:
     """The method, URL (without user info or fragment) and headers to send."""
     url = request.url
@@ -317,7 +334,7 @@ class HTTPTransport(_Configured, httpx.BaseTransport):
             if isinstance(stream, httpx.ByteStream):
                 headers, body = dropin.frame(headers, request.read())
             else:
-                headers, body = dropin.frame(headers, None, stream)
+                headers, body = dropin.frame(headers, None, _file_of(stream))
             response, payload = portal.call(
                 dropin.send(client.async_client, method, url, headers, body, limits, pool_timeout),
                 reads_here(body),  # a streamed body is read in this thread, not on the loop
@@ -381,7 +398,7 @@ class AsyncHTTPTransport(_Configured, httpx.AsyncBaseTransport):
             if isinstance(stream, httpx.ByteStream):
                 headers, body = dropin.frame(headers, await request.aread())
             else:
-                headers, body = dropin.frame(headers, None, stream)
+                headers, body = dropin.frame(headers, None, _file_of(stream))
             if asyncio._get_running_loop() is None:  # trio
                 return await self._in_thread(
                     request, method, url, headers, body, limits, pool_timeout

@@ -80,8 +80,9 @@ class FileRange:
 class Upload:
     """A request body sent as it is read, never held whole.
 
-    A binary file is sent with a Content-Length (what is left of it, from
-    where it stands) and read 64 KiB at a time; an iterator or an async
+    A binary file - on disk, or in memory (``io.BytesIO``) - is sent with a
+    Content-Length (what is left of it, from where it stands) and read 64 KiB
+    at a time; an iterator or an async
     iterator of bytes is sent chunked (its length is not known before the
     end), and so is a pipe or a socket, read as its bytes come.  A file can be
     sent again - a 307/308 redirect, or the one retry of a request that met a
@@ -128,13 +129,11 @@ class Upload:
                 raise UsageError("content= takes a file opened in binary mode ('rb'), not text")
             try:
                 self._start = source.tell()
-                info = os.fstat(source.fileno())
             except (AttributeError, OSError, io.UnsupportedOperation):
                 self._file = False  # a pipe or a socket: read until its end, chunked
             else:
-                if stat.S_ISREG(info.st_mode):
-                    self.length = max(0, info.st_size - self._start)
-                else:
+                self.length = _length_of(source, self._start)
+                if self.length is None:
                     self._file = False
 
     @property
@@ -227,6 +226,27 @@ class Upload:
             return chunk
 
         return next_read
+
+
+def _length_of(source: Any, start: int) -> int | None:
+    """What is left of a binary file from ``start``, None if it is no file one
+    can go back in (a pipe, a socket, a character device): a regular file by
+    its size; a file in memory (``io.BytesIO``, any seekable file without a
+    descriptor) by seeking to its end and back, as requests measures one."""
+    try:
+        info = os.fstat(source.fileno())
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        info = None
+    if info is not None:
+        return max(0, info.st_size - start) if stat.S_ISREG(info.st_mode) else None
+    try:
+        if not source.seekable():
+            return None
+        end = source.seek(0, io.SEEK_END)
+        source.seek(start)
+    except (AttributeError, OSError, io.UnsupportedOperation, ValueError):
+        return None
+    return max(0, end - start) if isinstance(end, int) else None
 
 
 def _chunk(chunk: Any) -> bytes:

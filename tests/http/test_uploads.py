@@ -160,3 +160,39 @@ def test_text_files_and_other_things_are_usage_errors(httpbin: str, tmp_path: Pa
             client.post(f"{httpbin}/anything", content=3)
         # The client goes on: the connection the bad body was on is not reused.
         assert client.get(f"{httpbin}/get").status_code == 200
+
+
+@pytest.mark.parametrize("kind", ["plain", "tempfile", "gzip", "bytesio"])
+def test_every_kind_of_binary_file_is_sent_whole_with_its_length(
+    httpbin: str, tmp_path: Path, kind: str
+) -> None:
+    """The bytes a file reads, whatever holds them: ``gzip.open``'s descriptor
+    is the compressed file's, whose size is not what it reads (a Content-Length
+    from it sent 1,400 of 201,000 bytes, and the server answered 200)."""
+    import gzip
+    import io
+    import tempfile
+
+    data = bytes(range(256)) * 40 + b"a" * 200_000
+    path = tmp_path / "body.bin"
+    if kind == "gzip":
+        with gzip.open(path, "wb") as out:
+            out.write(data)
+    else:
+        path.write_bytes(data)
+    opener: Any = {
+        "plain": lambda: path.open("rb"),
+        "tempfile": lambda: _filled(tempfile.NamedTemporaryFile(dir=tmp_path), data),  # noqa: SIM115
+        "gzip": lambda: gzip.open(path, "rb"),  # noqa: SIM115
+        "bytesio": lambda: io.BytesIO(data),
+    }[kind]
+    with Client() as client, opener() as f:
+        echoed = client.post(f"{httpbin}/anything", content=f).json()
+    assert echoed["headers"].get("Content-Length") == str(len(data)), echoed["headers"]
+    assert len(echoed["data"]) > 0 and "Transfer-Encoding" not in echoed["headers"]
+
+
+def _filled(file: Any, data: bytes) -> Any:
+    file.write(data)
+    file.seek(0)
+    return file

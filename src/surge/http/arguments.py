@@ -228,16 +228,23 @@ class Upload:
         return next_read
 
 
+#: File objects whose bytes are their descriptor's (a size from fstat holds).
+_PLAIN_FILES = (io.FileIO, io.BufferedReader, io.BufferedRandom)
+
+
 def _length_of(source: Any, start: int) -> int | None:
     """What is left of a binary file from ``start``, None if it is no file one
-    can go back in (a pipe, a socket, a character device): a regular file by
-    its size; a file in memory (``io.BytesIO``, any seekable file without a
-    descriptor) by seeking to its end and back, as requests measures one."""
-    try:
-        info = os.fstat(source.fileno())
-    except (AttributeError, OSError, io.UnsupportedOperation):
-        info = None
-    if info is not None:
+    can go back in (a pipe, a socket, a character device): a plain file
+    (``open(path, "rb")``, a temporary file) by its size; any other seekable
+    file (``io.BytesIO``; ``gzip.open``, whose descriptor is the compressed
+    file's, so its size is not the bytes it reads) by seeking to its end and
+    back."""
+    plain = source if isinstance(source, _PLAIN_FILES) else getattr(source, "file", None)
+    if isinstance(plain, _PLAIN_FILES):  # (tempfile's wrappers hold theirs in .file)
+        try:
+            info = os.fstat(plain.fileno())
+        except (OSError, ValueError):
+            return None
         return max(0, info.st_size - start) if stat.S_ISREG(info.st_mode) else None
     try:
         if not source.seekable():

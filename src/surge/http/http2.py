@@ -416,8 +416,9 @@ class H2Stream:
         self.response: WireResponse | None = None
         self.connect_timings: Timings | None = None
         self.ended = False  # let go of (its slot freed)
-        #: Something of a response came (a status, interim or final, or DATA):
-        #: the server processed the request, whatever a GOAWAY or reset says.
+        #: Something of a response came (a status, interim or final; DATA only
+        #: ever follows a final one, h2 refuses it before): the server
+        #: processed the request, whatever a GOAWAY or reset says.
         self.heard = False
         self.sent_end = False  # END_STREAM sent
         self._slot: set[Expirable] | None = None
@@ -688,7 +689,6 @@ class H2Stream:
         conn = self.conn
         if response is None or not data:  # (an empty DATA frame that ends the stream)
             return flow
-        self.heard = True
         self._active = self.loop.time()
         received = response.body_bytes = response.body_bytes + len(data)
         if response.head_ready is not None:  # streamed: acknowledged as the reader takes it

@@ -446,6 +446,47 @@ def test_python_api_errors_reprs_and_logs_hold_no_secret(
     assert_absent(texts, secret)
 
 
+#: (id, how a surge logger is given the secret URL): the message, its
+#: arguments, an exception's text (exc_info, .exception(), a chain).
+LOG_ROWS: list[tuple[str, Callable[[logging.Logger, str], None]]] = [
+    ("message", lambda log, url: log.warning(f"fetching {url}")),
+    ("arguments", lambda log, url: log.warning("fetching %s", url)),
+    ("exc-info", lambda log, url: log.warning("failed", exc_info=ValueError(f"bad {url}"))),
+    ("exception", lambda log, url: _logged_exception(log, url)),
+    ("chained", lambda log, url: _logged_exception(log, url, chained=True)),
+]
+
+
+def _logged_exception(log: logging.Logger, url: str, chained: bool = False) -> None:
+    try:
+        try:
+            raise OSError(f"refused: {url}")
+        except OSError as error:
+            if chained:
+                raise RuntimeError("then") from error
+            raise
+    except Exception:
+        log.exception("request failed")
+
+
+@pytest.mark.parametrize("how", [r[1] for r in LOG_ROWS], ids=[r[0] for r in LOG_ROWS])
+def test_a_surge_log_record_holds_no_secret_whatever_it_carries(
+    how: Callable[[logging.Logger, str], None],
+) -> None:
+    """A handler the application attaches writes what the record carries:
+    the message and also its traceback, formatted by the handler's own
+    Formatter; the secret is in neither."""
+    from surge._log import logger
+
+    secret = canary("l")
+    url = f"http://bob:{secret}@127.0.0.1:1/p?access_token={secret}"
+    with all_logs() as logs:
+        how(logger("surge.http"), url)
+    text = logs.getvalue()
+    assert "127.0.0.1" in text, text
+    assert_absent({"logs": text}, secret)
+
+
 # --------------------------------------------------------------------------
 # surge s3: SSE-C keys, an --endpoint-url with userinfo, a presigned URL.
 

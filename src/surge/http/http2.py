@@ -56,6 +56,7 @@ from __future__ import annotations
 import asyncio
 import binascii
 import contextlib
+import re
 from collections.abc import Callable
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
@@ -122,9 +123,31 @@ _PROTOCOL_CODES = frozenset(
     }
 )
 
+#: h2 validates and normalises what is received (hostile input), not what is
+#: sent: a request's fields come from the head surge built and checked itself
+#: (names are tokens, values have no control character: headers.header_line),
+#: and :func:`request_fields` does what h2's outbound passes would (lower-case
+#: names, no connection-specific fields, credentials never indexed) in one
+#: loop, where h2 chains ten generators over every field of every request
+#: (~15 us a GET, 8-10% of its CPU, in benchmarks/http2.py's main section).
 _CONFIG = h2.config.H2Configuration(
-    client_side=True, header_encoding=None, validate_inbound_headers=True
+    client_side=True,
+    header_encoding=None,
+    validate_inbound_headers=True,
+    validate_outbound_headers=False,
+    normalize_outbound_headers=False,
 )
+
+#: Kept out of HPACK's dynamic table, as h2's own outbound pass would (after
+#: Firefox and nghttp2): credentials, and cookies short enough to guess.
+_NEVER_INDEXED = frozenset({b"authorization", b"proxy-authorization"})
+
+#: What no field of a request head may hold once it is split into lines: a
+#: lone CR or LF or a NUL (RFC 9113 8.2.1).  surge's head builder refuses them
+#: first; this is the last check before h2, whose own is off.
+_BAD_HEAD = re.compile(rb"[\0\r\n]")
+#: RFC 9110's token, the only names surge's head builder writes.
+_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9a-z]+")
 
 
 class _Malformed(Exception):
@@ -337,35 +360,40 @@ def refused(detail: str) -> RequestError:
     return error
 
 
-def request_fields(data: bytes) -> tuple[list[tuple[bytes, bytes]], bytes, bool]:
+#: The parsed field blocks one connection keeps (:func:`request_fields`):
+#: a client's requests to one origin differ in their request line, rarely in
+#: their fields.  Bounded: emptied when full (a cookie that changes on every
+#: response, a body's Content-Length, make new blocks).
+_FIELD_BLOCKS = 32
+
+_Block = tuple[list[tuple[bytes, bytes]], bytes, bool, bool]
+
+
+def request_fields(
+    data: bytes, blocks: dict[bytes, _Block] | None = None
+) -> tuple[list[tuple[bytes, bytes]], bytes, bool]:
     """The HTTP/2 header list of an HTTP/1.1 request head the client built
     (``data``, maybe with its body behind the blank line), the body there, and
     whether a body is still to come (``send_body``): pseudo-header fields
     first (Host as ``:authority``), names lower-cased, connection-specific
-    fields dropped (RFC 9113 8.2.2)."""
-    end = data.find(b"\r\n\r\n")
-    head, body = data[:end], data[end + 4 :]
-    lines = head.split(b"\r\n")
-    method, _, rest = lines[0].partition(b" ")
+    fields dropped (RFC 9113 8.2.2), credentials and short cookies never
+    indexed, anything h2 would refuse refused (see ``_CONFIG``).  ``blocks``:
+    the connection's parsed field blocks, by their bytes."""
+    line_end = data.find(b"\r\n")
+    end = data.find(b"\r\n\r\n", line_end)
+    block, body = data[line_end:end], data[end + 4 :]
+    parsed = None if blocks is None else blocks.get(block)
+    if parsed is None:
+        parsed = _parse_block(block)
+        if blocks is not None:
+            if len(blocks) >= _FIELD_BLOCKS:
+                blocks.clear()
+            blocks[block] = parsed
+    fields, authority, chunked, length = parsed
+    method, _, rest = data[:line_end].partition(b" ")
     target = rest.rpartition(b" ")[0]
-    authority = b""
-    fields: list[tuple[bytes, bytes]] = []
-    more = False
-    for line in lines[1:]:
-        name, _, value = line.partition(b":")
-        name = name.strip().lower()
-        value = value.strip()
-        if name in _HOP_BY_HOP:
-            if name == b"host":
-                authority = value
-            elif name == b"transfer-encoding":
-                more = True
-            continue
-        if name == b"te" and value.lower() != b"trailers":
-            continue
-        if name == b"content-length" and not body and value not in (b"0", b""):
-            more = True
-        fields.append((name, value))
+    if not (method and target) or _BAD_HEAD.search(target) or b" " in target:
+        raise RequestError("protocol_error", "HTTP/2: the request's method or target is not valid")
     pseudo = [
         (b":method", method),
         (b":scheme", b""),
@@ -374,10 +402,42 @@ def request_fields(data: bytes) -> tuple[list[tuple[bytes, bytes]], bytes, bool]
         # searches that table entry by entry for each field it encodes - filled
         # with ~50 paths, 7 fields a request walked ~350 entries (the largest
         # cost of a GET in cProfile), and the fields that do repeat were pushed
-        # out.  (h2 itself keeps Authorization and short cookies out.)
+        # out.
         NeverIndexedHeaderTuple(b":path", target),
     ]
-    return pseudo + fields, body, more
+    return pseudo + fields, body, chunked or (length and not body)
+
+
+def _parse_block(block: bytes) -> _Block:
+    """A head's field lines (``block``: from the request line's CRLF to the
+    blank line's) as HTTP/2 fields, its Host, whether it says
+    Transfer-Encoding, and whether it gives a Content-Length above 0."""
+    authority = b""
+    fields: list[tuple[bytes, bytes]] = []
+    chunked = length = False
+    for line in block.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        name = name.strip().lower()
+        value = value.strip()
+        if not _NAME.fullmatch(name) or _BAD_HEAD.search(value) is not None:
+            raise RequestError("protocol_error", f"HTTP/2: a request field is not valid: {name!r}")
+        if name in _HOP_BY_HOP:
+            if name == b"host":
+                authority = value
+            elif name == b"transfer-encoding":
+                chunked = True
+            continue
+        if name == b"te" and value.lower() != b"trailers":
+            continue
+        if name == b"content-length" and value not in (b"0", b""):
+            length = True
+        if name in _NEVER_INDEXED or (name == b"cookie" and len(value) < 20):
+            fields.append(NeverIndexedHeaderTuple(name, value))
+            continue
+        fields.append((name, value))
+    if not authority:
+        raise RequestError("protocol_error", "HTTP/2: the request has no Host for :authority")
+    return fields, authority, chunked, length
 
 
 class H2Stream:
@@ -487,7 +547,7 @@ class H2Stream:
             if now + idle < deadline:
                 deadline = now + idle
         self._slot = conn.deadlines.add(self, deadline)
-        headers, body, more = request_fields(data)
+        headers, body, more = request_fields(data, conn.field_blocks)
         headers[1] = (b":scheme", conn.scheme)
         h2conn = conn.h2
         try:
@@ -766,6 +826,8 @@ class HTTP2Connection(asyncio.Protocol):
         self.draining = False
         self.requests = 0  # responses completed
         self.streams: dict[int, H2Stream] = {}
+        #: Request field blocks parsed, by their bytes (request_fields).
+        self.field_blocks: dict[bytes, _Block] = {}
         #: Stream slots taken (streams open, and those reserved by the Multiplexer).
         self.active = 0
         self.capacity = INITIAL_STREAMS

@@ -9,8 +9,10 @@ own and makes ``--requests`` (5,000) GETs, 100 in flight:
 
 * the Python clients (surge's ``AsyncClient`` over HTTP/2 and over HTTP/1.1,
   httpx's ``AsyncClient(http2=True)``, pyreqwest's ``Client`` with
-  ``.http2(True)``) run 100 workers on one event loop (asyncio's: httpx runs
-  on it) and report the wall and CPU time (``time.process_time``) of the
+  ``.http2(True)``), and the floor under them - a bare client of ~60 lines,
+  ``h2`` driven by an ``asyncio.Protocol`` over the loop's TLS, one future a
+  stream, nothing else - run 100 workers on one event loop (asyncio's: httpx
+  runs on it) and report the wall and CPU time (``time.process_time``) of the
   requests alone, from the client's construction to its close: not the imports;
 * the command lines (``surge fetch -c 100`` with and without ``--http1.1``,
   ``curl --parallel --parallel-max 100 --http2``) are whole processes (CPU from
@@ -89,6 +91,82 @@ elif kind == "httpx":
     import httpx
 elif kind == "pyreqwest":
     from pyreqwest.client import ClientBuilder
+elif kind == "bare-h2":
+    import ssl
+    from urllib.parse import urlsplit
+    import h2.config, h2.connection, h2.events, h2.settings
+    from hpack import NeverIndexedHeaderTuple
+
+async def bare_h2_client(loop):
+    # The least an HTTP/2 client on asyncio does: h2 driven by a Protocol over
+    # the loop's TLS on one connection, the windows raised as surge raises them,
+    # what h2 has to send written once per turn of the loop, each DATA
+    # acknowledged, a future per stream. No pool, limits, timeouts, redirects,
+    # decoding or validation of its own: the floor under surge's HTTP/2.
+    parts = urlsplit(url)
+    authority = parts.netloc.encode()
+    context = ssl.create_default_context(cafile=cafile)
+    context.set_alpn_protocols(["h2"])
+    codes = h2.settings.SettingCodes
+    class Bare(asyncio.Protocol):
+        def __init__(self):
+            # Its fields are constants, written as HTTP/2 wants them: no
+            # outbound pass of h2's is needed (surge's own are off too).
+            config = h2.config.H2Configuration(
+                client_side=True, header_encoding=None,
+                validate_outbound_headers=False, normalize_outbound_headers=False)
+            self.h2 = h2.connection.H2Connection(config)
+            self.waiting, self.bodies, self.flushing = {}, {}, False
+        def connection_made(self, transport):
+            self.transport = transport
+            self.h2.initiate_connection()
+            self.h2.increment_flow_control_window(2**30)
+            self.h2.update_settings({codes.INITIAL_WINDOW_SIZE: 2**24, codes.ENABLE_PUSH: 0})
+            self.flush()
+        def flush_soon(self):
+            if not self.flushing:
+                self.flushing = True
+                loop.call_soon(self.flush)
+        def flush(self):
+            self.flushing = False
+            data = self.h2.data_to_send()
+            if data:
+                self.transport.write(data)
+        def data_received(self, data):
+            for event in self.h2.receive_data(data):
+                if isinstance(event, h2.events.DataReceived):
+                    self.bodies[event.stream_id].append(event.data)
+                    self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                elif isinstance(event, h2.events.ResponseReceived):
+                    assert dict(event.headers)[b":status"] == b"200", event.headers
+                elif isinstance(event, h2.events.StreamEnded):
+                    body = b"".join(self.bodies.pop(event.stream_id))
+                    self.waiting.pop(event.stream_id).set_result(body)
+            self.flush_soon()
+        def connection_lost(self, exc):
+            for future in self.waiting.values():
+                future.set_exception(exc or ConnectionError("closed"))
+    transport, bare = await loop.create_connection(
+        Bare, parts.hostname, parts.port, ssl=context, server_hostname=parts.hostname)
+    assert transport.get_extra_info("ssl_object").selected_alpn_protocol() == "h2"
+    async def get(u):
+        target = urlsplit(u)
+        path = f"{target.path or '/'}?{target.query}".encode()
+        sid = bare.h2.get_next_available_stream_id()
+        fields = [(b":method", b"GET"), (b":scheme", b"https"), (b":authority", authority),
+                  NeverIndexedHeaderTuple(b":path", path), (b"user-agent", b"bare/0"),
+                  (b"accept", b"*/*"), (b"accept-encoding", b"gzip, deflate, br, zstd")]
+        bare.h2.send_headers(sid, fields, end_stream=True)
+        future = bare.waiting[sid] = loop.create_future()
+        bare.bodies[sid] = []
+        bare.flush_soon()
+        assert await future == b"ok\n"
+        return "HTTP/2"
+    async def close():
+        bare.h2.close_connection()
+        bare.flush()
+        transport.close()
+    return get, close
 
 async def main():
     versions = {}
@@ -121,6 +199,8 @@ async def main():
             assert bytes(await r.bytes()) == b"ok\n", r.status
             return r.version
         close = client.close
+    elif kind == "bare-h2":
+        get, close = await bare_h2_client(asyncio.get_running_loop())
     async def worker(first, count):
         for i in range(first, first + count):
             v = await get(f"{url}&i={i}")
@@ -536,7 +616,7 @@ class Bench:
         }
 
 
-LIBRARY = ("surge-h2", "surge-h1", "httpx", "pyreqwest")
+LIBRARY = ("surge-h2", "surge-h1", "httpx", "pyreqwest", "bare-h2")
 COMMANDS = ("surge-fetch-h2", "surge-fetch-h1", "curl-h2")
 LABELS = {
     "surge-h2": "surge AsyncClient, HTTP/2",
@@ -546,6 +626,7 @@ LABELS = {
     "surge-fetch-h2": "surge fetch, HTTP/2",
     "surge-fetch-h1": "surge fetch --http1.1",
     "curl-h2": "curl --parallel --http2",
+    "bare-h2": "h2 on asyncio's TLS, bare (floor)",
 }
 
 
@@ -654,6 +735,16 @@ def judge(name: str, medians: dict[str, dict[str, Any]], floor_us: float | None)
                 f"<= {other:.0f} us",
                 f"{cpu:.0f} us = {cpu / other:.2f}x pyreqwest{floor}",
                 cpu <= other,
+            )
+        )
+    if "bare-h2" in medians:
+        other = medians["bare-h2"]["cpu_us_per_request"]
+        targets.append(
+            Target(
+                f"{name}: CPU/request within 10% of the bare h2 client (the floor)",
+                f"<= {1.1 * other:.0f} us",
+                f"{cpu:.0f} us = {cpu / other:.2f}x the bare client",
+                cpu <= 1.1 * other,
             )
         )
     if "surge-h1" in medians:

@@ -12,7 +12,7 @@ import errno
 from typing import Any
 
 #: The stable names of the error classes a result record may carry (see
-#: docs/architecture.md, "result records").  Order is documentation order.
+#: docs/architecture-rules.md, bulk/, "Result records").  Order is documentation order.
 ERROR_CLASSES: tuple[str, ...] = (
     "invalid_url",
     "dns_error",

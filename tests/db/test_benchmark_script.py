@@ -1,6 +1,6 @@
 """benchmarks/db.py and benchmarks/django_cycle.py still run and measure every
-approach, and the server's own counts say what docs/architecture.md says; times
-are not checked."""
+approach, and the server's own counts say what docs/architecture-rules.md (db/)
+says; times are not checked."""
 
 from __future__ import annotations
 

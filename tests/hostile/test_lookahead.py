@@ -1,8 +1,8 @@
 """Hostile round on the bulk engine's DNS look-ahead (commit 250a739): the engine
 reads inputs up to ``concurrency`` ahead of its workers and has the resolver
 send their names' queries at once (``AsyncClient.look_ahead`` ->
-``Resolver.prefetch``).  The claim (docs/architecture.md, "Names are looked up
-ahead of the slots"; the commit): records are what they were without it -- same
+``Resolver.prefetch``).  The claim (docs/architecture-rules.md, "Names are looked
+up ahead of the slots"; the commit): records are what they were without it -- same
 statuses, error classes and details, same DNS query counts -- only faster.
 
 Each test here is a case where that does not hold; each fails on 250a739 and

@@ -6,7 +6,7 @@ and through curl, and compares status, redirects followed, final URL, the error
 class (curl's exit code, mapped) and the body.  nginx's ``/echo`` answers with
 the request's Host and credential headers, so what each client *sent* is compared
 too.  Where surge differs from curl on purpose the case says so (``DIFFERENCES``,
-and docs/architecture.md "Where surge and curl differ").
+and docs/architecture-rules.md "Where surge and curl differ").
 
 What nginx would never send comes from :class:`RawServer`, a hostile server
 that answers with exact bytes (obs-fold, transfer codings, split codings,

@@ -1,8 +1,8 @@
 """Write ``surge fetch`` result records, and read them back for ``--resume``.
 
-A record is the public contract of ``surge fetch`` (docs/architecture.md): the keys
-of :data:`FIELDS`, in that order, ``timings`` holding the keys of
-:data:`TIMING_FIELDS`.  :class:`RecordWriter` writes them as JSONL (one compact
+A record is the public contract of ``surge fetch`` (docs/architecture-rules.md,
+bulk/, "Result records"): the keys of :data:`FIELDS`, in that order, ``timings``
+holding the keys of :data:`TIMING_FIELDS`.  :class:`RecordWriter` writes them as JSONL (one compact
 object per line) or CSV (the same columns, ``timings`` flattened, nulls as empty
 cells).
 

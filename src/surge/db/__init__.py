@@ -13,7 +13,7 @@
 Drivers: PyMySQL for MySQL/MariaDB, psycopg 3 for PostgreSQL, sqlite3; for
 asyncio, psycopg's AsyncConnection, asyncpg (``driver="asyncpg"``) and aiomysql.  What
 the pool does and does not do on each checkout and return: see
-:mod:`surge.db._pool` and docs/architecture.md.
+:mod:`surge.db._pool` and docs/architecture-rules.md (db/).
 """
 
 from __future__ import annotations

@@ -534,6 +534,9 @@ class H2Stream:
             raise RequestError("connection_reset", "connection closed before the request")
         if conn.draining:  # GOAWAY came after the slot was given: not sent, so sent again
             raise refused("HTTP/2: the server is going away; the request was not sent")
+        # Before the stream takes a deadline slot or a response: a field it
+        # refuses leaves nothing of the request behind.
+        headers, body, more = request_fields(data, conn.field_blocks)
         loop = self.loop
         response = self.response = WireResponse(
             loop.create_future(), is_head, limit, loop.create_future() if stream else None
@@ -547,7 +550,6 @@ class H2Stream:
             if now + idle < deadline:
                 deadline = now + idle
         self._slot = conn.deadlines.add(self, deadline)
-        headers, body, more = request_fields(data, conn.field_blocks)
         headers[1] = (b":scheme", conn.scheme)
         h2conn = conn.h2
         try:

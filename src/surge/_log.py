@@ -23,7 +23,9 @@ class _Redacting(logging.Filter):
         if record.exc_info and not record.exc_text:
             # Formatter.format uses exc_text when it is set: the traceback is
             # rendered once, here, and every handler writes the redacted one.
-            record.exc_text = safe_text(_FORMATTER.formatException(record.exc_info))
+            record.exc_text = _FORMATTER.formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = safe_text(record.exc_text)
         if record.stack_info:
             record.stack_info = safe_text(record.stack_info)
         return True

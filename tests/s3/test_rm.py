@@ -14,6 +14,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -283,3 +285,80 @@ def test_ctrl_c_deletes_no_key_it_did_not_print(minio_buckets: Buckets) -> None:
     assert left, "the rm ended before the signal: nothing was interrupted"
     gone = sorted(f"delete: s3://{bucket}/{k}\n" for k in set(keys) - left)
     assert sorted(printed) == gone
+
+
+def _unconfirmed_keys(stderr: str, bucket: str) -> set[str]:
+    """The keys of ``delete failed: s3://B/KEY: Unconfirmed`` lines (and of a
+    move's ``move failed: s3://B/KEY to s3://...: Unconfirmed``)."""
+    head = f"failed: s3://{bucket}/"
+    return {
+        line.split(head, 1)[1].split(": Unconfirmed", 1)[0].split(" to s3://", 1)[0]
+        for line in stderr.splitlines()
+        if head in line and ": Unconfirmed" in line
+    }
+
+
+@pytest.mark.parametrize("signals", ["twice", "once"])
+@pytest.mark.parametrize("command", ["rm", "mv"])
+def test_an_exit_that_cannot_wait_still_tells_each_delete_in_flight(
+    minio_buckets: Buckets, command: str, signals: str
+) -> None:
+    """The server has deleted a batch and its answer is held back (a proxy).
+    Interrupted twice, the run exits without waiting: each key of the batches
+    in flight is told ``Unconfirmed``, none is gone without a line.  Once, the
+    answers (1 s late, within the bound) are waited for: each key printed."""
+    from tests.s3.test_upload_faults import fault_proxy
+
+    server = minio_buckets
+    keys = [f"k/{i:03d}" for i in range(40)]
+    bucket = new_bucket(server, keys)
+    target = new_bucket(server, [])
+    held = threading.Semaphore(0)
+    release = threading.Event()
+
+    def hold_delete_answers(
+        method: str, path: str, headers: list[tuple[str, str]], body: bytes
+    ) -> tuple[list[tuple[str, str]], bytes]:
+        if method == "POST" and "delete" in path.split("?", 1)[-1]:
+            held.release()  # MinIO has deleted the batch: its answer waits
+            release.wait(60 if signals == "twice" else 1)
+        return headers, body
+
+    upstream = server.endpoint_url.split("//", 1)[1]
+    with fault_proxy(upstream, lambda method, path: None, hold_delete_answers) as url:
+        env = dict(_env(server), AWS_ENDPOINT_URL=url)
+        argv = [sys.executable, "-m", "surge", "s3", command, "-r", f"s3://{bucket}/k/"]
+        if command == "mv":
+            argv.append(f"s3://{target}/k/")
+        argv += ["--delete-batch", "10", "--concurrency", "4"]
+        process = subprocess.Popen(
+            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        try:
+            assert held.acquire(timeout=60), "no DeleteObjects reached the server"
+            process.send_signal(signal.SIGINT)
+            if signals == "twice":
+                time.sleep(0.5)  # the first signal's cleanup waits for the answers held
+                process.send_signal(signal.SIGINT)
+            out, err = process.communicate(timeout=60)
+        finally:
+            release.set()
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+    assert process.returncode == 130, err
+    assert ("interrupted again: stopping now" in err) == (signals == "twice"), err
+    gone = set(keys) - set(server.boto3_keys(bucket))
+    assert gone, "nothing was deleted: the case did not happen"
+    verb = "move" if command == "mv" else "delete"
+    printed = {
+        line.split(f"{verb}: s3://{bucket}/", 1)[1].split(" to s3://", 1)[0]
+        for line in out.splitlines()
+        if line.startswith(f"{verb}: s3://{bucket}/")
+    }
+    unconfirmed = _unconfirmed_keys(err, bucket)
+    assert gone <= printed | unconfirmed, sorted(gone - printed - unconfirmed)
+    assert not printed & unconfirmed
+    assert printed <= gone
+    if signals == "once":
+        assert not unconfirmed, err

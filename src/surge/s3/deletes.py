@@ -27,7 +27,9 @@ How it runs:
   waited for, within :data:`surge.s3.transfer.ABORT_WITHIN` seconds, and their
   keys told as their answers say: no key is deleted without its line.  A batch
   whose answer did not come in that time is a failure of each of its keys
-  (``Unconfirmed``: it may or may not have been deleted).
+  (``Unconfirmed``: it may or may not have been deleted); so is each key of a
+  batch unanswered when the run has to exit at once (a second Ctrl-C, or the
+  cleanup past its bound: :func:`surge.s3.interrupts.owe`).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from surge.http.client import AsyncClient
 from surge.loops import iterate_in_thread
 from surge.s3.api import ListOptions, list_uploads, list_versions
 from surge.s3.config import split_s3_url
+from surge.s3.interrupts import owe, paid
 from surge.s3.objects import Objects, xml_carries
 from surge.s3.parse import Upload
 from surge.s3.paths import Filters, prefix_dir
@@ -112,6 +115,8 @@ class Deletes(Generic[Item]):
         self.tasks: set[asyncio.Task[None]] = set()
         #: DeleteObjects (and DeleteObject) requests sent
         self.requests = 0
+        #: the items of each request sent and not yet told, by its list's id
+        self.sent: dict[int, list[Item]] = {}
 
     async def __aenter__(self) -> Deletes[Item]:
         return self
@@ -138,12 +143,20 @@ class Deletes(Generic[Item]):
             await self._start(batch)
 
     async def close(self) -> None:
-        """Send what is left and wait for every answer."""
-        if self.batch:
-            batch, self.batch = self.batch, []
-            await self._start(batch)
-        while self.tasks:
-            await asyncio.gather(*list(self.tasks))
+        """Send what is left and wait for every answer; cancelled meanwhile,
+        as :meth:`settle` (a gather would cancel the requests in flight with
+        it, their answers never waited for)."""
+        try:
+            if self.batch:
+                batch, self.batch = self.batch, []
+                await self._start(batch)
+            while self.tasks:
+                done, _ = await asyncio.wait(list(self.tasks))
+                for task in done:
+                    task.result()  # what a request raised that is not an S3Error
+        except asyncio.CancelledError:
+            await despite_cancel(self.settle())
+            raise
 
     async def settle(self, within: float = ABORT_WITHIN) -> None:
         """Cut short (interrupted, or the run failed): the keys not sent are
@@ -167,6 +180,9 @@ class Deletes(Generic[Item]):
 
     async def _send(self, items: list[Item], single: bool) -> None:
         failed: dict[tuple[str, str | None], tuple[str, str]] = {}
+        self.sent[id(items)] = items
+        if len(self.sent) == 1:
+            owe(self.unconfirmed_now)
         try:
             self.requests += 1
             if single:
@@ -183,20 +199,44 @@ class Deletes(Generic[Item]):
                 )
                 failed = {(e.key, e.version_id): (e.code, e.message) for e in errors}
         except asyncio.CancelledError:
-            for item in items:
-                self.told(item, ("Unconfirmed", "interrupted before the server answered"))
+            if self._answered(items):
+                for item in items:
+                    self.told(item, UNCONFIRMED)
             raise
         except S3Error as e:
-            if self.stop is None or not self.stop.ends_run(e):
+            if self._answered(items) and (self.stop is None or not self.stop.ends_run(e)):
                 for item in items:
                     self.told(item, (e.code, e.message))
             return
         finally:
             self.slots.release()
+        if not self._answered(items):
+            return  # told already, unconfirmed, by an exit that could not wait
         for item in items:
             key, version = _key(item), _version(item)
             # an error that does not say its version (S3 says it) is the key's
             self.told(item, failed.get((key, version)) or failed.get((key, None)))
+
+    def _answered(self, items: list[Item]) -> bool:
+        """``items``' request is answered (or failed): whether they are still
+        to be told (not yet by :meth:`unconfirmed_now`)."""
+        if self.sent.pop(id(items), None) is None:
+            return False
+        if not self.sent:
+            paid(self.unconfirmed_now)
+        return True
+
+    def unconfirmed_now(self) -> None:
+        """Each item of each request sent and not answered told ``Unconfirmed``
+        now: the run exits without waiting for them."""
+        sent, self.sent = self.sent, {}
+        for items in sent.values():
+            for item in items:
+                self.told(item, UNCONFIRMED)
+
+
+#: How a key is told whose delete was sent but not answered.
+UNCONFIRMED = ("Unconfirmed", "interrupted before the server answered")
 
 
 def _key(item: str | Version | Upload) -> str:

@@ -18,6 +18,10 @@ first line to its exit.
   with the signals blocked: one that arrives meanwhile is taken by the loop,
   never lost or raised between the two.
 * After it, the early handlers again (a signal while the summary is written).
+* An exit that cannot wait (a second signal, or a cleanup past its bound)
+  first tells what has requests sent and not answered (:func:`owe`: a
+  delete's keys, each ``Unconfirmed``), so that nothing the server may have
+  done goes unsaid.
 
 Light on purpose: ``surge s3 ls`` loads it, not the transfers.
 """
@@ -27,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
+import weakref
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any, TypeVar
@@ -55,6 +60,35 @@ class Interrupted(KeyboardInterrupt):
     @property
     def status(self) -> int:
         return 128 + self.signum
+
+
+#: Per event loop, what must be told before an exit that cannot wait for
+#: the answers it waits for (see :func:`owe`).
+_owed: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[Callable[[], None]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def owe(tell_now: Callable[[], None]) -> None:
+    """While requests are sent and unanswered on the running loop:
+    ``tell_now()`` tells each of them unconfirmed (whether the server did it
+    is not known), should the run have to exit without waiting
+    (:func:`run_cleanly`'s second signal, or its grace past).  :func:`paid`
+    once they are answered."""
+    _owed.setdefault(asyncio.get_running_loop(), set()).add(tell_now)
+
+
+def paid(tell_now: Callable[[], None]) -> None:
+    """What :func:`owe` registered is told by its own answers now."""
+    with suppress(RuntimeError, KeyError):
+        _owed[asyncio.get_running_loop()].discard(tell_now)
+
+
+def tell_owed(loop: asyncio.AbstractEventLoop) -> None:
+    """Each :func:`owe` of ``loop``'s work told now (an exit that cannot wait)."""
+    for tell_now in list(_owed.pop(loop, ())):
+        with suppress(Exception):  # the exit goes on whatever one of them raises
+            tell_now()
 
 
 def _raise(signum: int, _frame: object) -> None:
@@ -127,12 +161,14 @@ def run_cleanly(
     mid-bookkeeping.  The handlers in place before are put back after.
 
     A second signal, or a cleanup still running ``grace`` seconds after the
-    first, stops at once: ``again(signum)`` (the command line exits there),
-    else :class:`Interrupted` is raised out of the loop as it stands."""
+    first, stops at once: what the work owes (:func:`owe`) is told, then
+    ``again(signum)`` (the command line exits there), else
+    :class:`Interrupted` is raised out of the loop as it stands."""
     received: list[int] = []
     task: asyncio.Task[T] | None = None
 
     def stop_now(signum: int) -> None:
+        tell_owed(loop)
         if again is not None:
             again(signum)
         raise Interrupted(signum)

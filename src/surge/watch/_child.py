@@ -7,9 +7,14 @@ Every Python process the command starts with the environment it inherits is
 recorded, each to its own file.  SIGTERM, SIGHUP and ``os._exit`` write the
 file too, marked partial (:mod:`surge.watch._endings`), unless ``surge watch``
 itself is gone (killed: nobody would read it).  A process killed by SIGKILL
-writes nothing, and neither do forked children that end by ``os._exit`` or a
-signal (multiprocessing's forked workers end that way: their requests are not
-seen).
+writes nothing.
+
+A forked child (``os.fork``, multiprocessing's fork and forkserver workers,
+ProcessPoolExecutor's) records afresh from the fork and writes its file at its
+``os._exit`` - how those workers always end, once their work is done - or at
+its exit.  At the fork it leaves a ``<pid>.lost`` marker (its parent's pid)
+that its file replaces: a child that dies of a signal (``Pool.terminate``'s
+SIGTERM) writes nothing, and the marker left says so in the summary.
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ LOG_VARIABLE = "SURGE_WATCH_LOG"
 PATH_VARIABLE = "SURGE_WATCH_PATH"
 #: surge watch's own pid: a forced ending writes nothing once it is gone.
 WATCHER_VARIABLE = "SURGE_WATCH_PID"
+#: A forked child's marker, ``<pid>.lost`` holding its parent's pid, until its
+#: recording is written.
+LOST_SUFFIX = ".lost"
 
 
 def _watcher() -> tuple[int | None, bool]:
@@ -79,7 +87,8 @@ def start() -> None:
 
     def write(ended_by: str | None, *, forced: bool = False) -> None:
         try:
-            if forced and _gone(watcher, direct):
+            # (a forked child's parent is not surge watch, whatever it was to the first)
+            if forced and _gone(watcher, direct and os.getpid() == started_pid):
                 with contextlib.suppress(OSError):
                     os.rmdir(directory)  # only if empty: another process may still write
                 return
@@ -97,8 +106,24 @@ def start() -> None:
             with open(path + ".part", "w", encoding="utf-8") as out:
                 json.dump(data, out, separators=(",", ":"))
             os.replace(path + ".part", path)
+            if pid != started_pid:
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(directory, f"{pid}{LOST_SUFFIX}"))
         except Exception:
             failed("writing the recording")
+
+    def forked() -> None:
+        """In a forked child: the marker its recording replaces (left, it says
+        a process handed nothing back)."""
+        try:
+            marker = os.path.join(directory, f"{os.getpid()}{LOST_SUFFIX}")
+            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, str(os.getppid()).encode())
+            finally:
+                os.close(fd)
+        except Exception:
+            failed("marking a forked child")
 
     endings = Endings(lambda ended_by: write(ended_by, forced=True))
 
@@ -112,3 +137,5 @@ def start() -> None:
         endings.install()
     except Exception:
         failed("hooking the process's endings")
+    with contextlib.suppress(AttributeError):
+        os.register_at_fork(after_in_child=forked)

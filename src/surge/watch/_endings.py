@@ -4,8 +4,11 @@ when it ends by force.
 A process that returns from its program, calls ``sys.exit`` or dies of an
 uncaught exception runs its ``atexit`` handlers: the recording is written
 there, whole.  Three endings skip them, and each gets a hook here, in the
-process that started the recording only (a forked child keeps the parent's
-hooks but ends as it would have: what it did is the parent's business):
+process that started the recording only - but for ``os._exit`` in a forked
+child, which is how a forked worker ends once its work is done (the
+recording is written there, whole; a signal's handler in a child writes
+nothing: it may have interrupted anything, in a copy of a process whose other
+threads are gone):
 
 - **SIGTERM, SIGHUP** (how services are stopped, how a terminal closing ends a
   program): a handler, installed only where the program has none yet (a
@@ -56,8 +59,8 @@ class Endings:
     uncaught exception the program ended with, if any (``"KeyboardInterrupt"``,
     ``"uncaught ValueError"``), for the ``atexit`` path to report."""
 
-    def __init__(self, finish: Callable[[str], None]) -> None:
-        self.finish = finish
+    def __init__(self, finish: Callable[[str | None], None]) -> None:
+        self.finish: Callable[[str | None], None] = finish
         self.pid = os.getpid()
         self.uncaught: str | None = None
         self.done = False
@@ -84,13 +87,15 @@ class Endings:
         sys.excepthook = excepthook
         return self
 
-    def end(self, ended_by: str) -> None:
-        """Run ``finish`` once, in the process that started the recording."""
-        if self.done or os.getpid() != self.pid:
+    def end(self, ended_by: str, *, forked_too: bool = False) -> None:
+        """Run ``finish`` once, in the process that started the recording (and,
+        ``forked_too``, in a forked child: with ``None``, its normal end)."""
+        forked = os.getpid() != self.pid
+        if self.done or (forked and not forked_too):
             return
         self.done = True
         try:
-            self.finish(ended_by)
+            self.finish(None if forked else ended_by)
         except Exception:
             failed(f"writing the recording at {ended_by}")
 
@@ -100,5 +105,5 @@ class Endings:
         os.kill(os.getpid(), signum)
 
     def _exit(self, status: int) -> None:
-        self.end(f"os._exit({status})")
+        self.end(f"os._exit({status})", forked_too=True)
         self._real_exit(status)

@@ -92,6 +92,11 @@ def _dies_with_parent() -> Callable[[], None] | None:
 
 
 def _runs(directory: str) -> list[dict[str, Any]]:
+    """Each process's data; a forked child that handed back nothing (its
+    ``<pid>.lost`` marker left) is in its parent's ``lost_children`` (the
+    first process's, if its parent is not there either)."""
+    from surge.watch._child import LOST_SUFFIX
+
     runs = []
     for path in glob.glob(os.path.join(directory, "*.json")):
         try:
@@ -99,7 +104,20 @@ def _runs(directory: str) -> list[dict[str, Any]]:
                 runs.append(json.load(f))
         except (OSError, ValueError):
             continue
-    return sorted(runs, key=lambda run: run.get("started", 0.0))
+    runs.sort(key=lambda run: run.get("started", 0.0))
+    by_pid = {run.get("pid"): run for run in runs}
+    for path in sorted(glob.glob(os.path.join(directory, f"*{LOST_SUFFIX}"))):
+        try:
+            pid = int(os.path.basename(path).removesuffix(LOST_SUFFIX))
+            with open(path, encoding="ascii") as f:
+                parent = int(f.read() or 0)
+        except (OSError, ValueError):
+            continue
+        if pid in by_pid or not runs:
+            continue  # written after all
+        owner = by_pid.get(parent, runs[0])
+        owner.setdefault("lost_children", []).append(pid)
+    return runs
 
 
 def ended_by(returncode: int) -> str | None:

@@ -100,6 +100,15 @@ def partial_notes(runs: list[dict[str, Any]], command_ended_by: str | None = Non
                 "then is cut off (marked unfinished), and what it would have done after "
                 "is not here"
             )
+    for run in runs:
+        if lost := run.get("lost_children"):
+            pids = ", ".join(str(pid) for pid in lost[:5]) + (", ..." if len(lost) > 5 else "")
+            notes.append(
+                f"{len(lost)} forked {'child' if len(lost) == 1 else 'children'} of process "
+                f"{run['pid']} handed back nothing (killed by a signal, as Pool.terminate "
+                f"ends its workers: use close() and join()): what they did is not here "
+                f"(pid {pids})"
+            )
     if command_ended_by is not None and not notes:
         notes.append(
             f"the command ended by {command_ended_by}: a process killed that way "
@@ -147,6 +156,8 @@ def report(
                 "watch_errors": run.get("watch_errors", 0),
                 "partial": run.get("partial", False),
                 "ended_by": run.get("ended_by"),
+                "forked_from": run.get("forked_from"),
+                "lost_children": run.get("lost_children", []),
             }
             for run in runs
         ],

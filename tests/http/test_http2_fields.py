@@ -151,3 +151,115 @@ def test_the_connections_parsed_blocks_are_bounded() -> None:
     for i in range(1000):
         request_fields(_head([("Cookie", f"session={i:040d}")]), blocks)
         assert len(blocks) <= 32
+
+
+# -- received fields: surge's one pass against h2's inbound passes -------------------------
+
+from surge.http.http2 import check_received_fields  # noqa: E402
+
+#: Bytes that matter to some rule: controls, space, tab, colon, upper case, DEL, high.
+_RAW = st.binary(max_size=8) | st.sampled_from(
+    [b"", b" ", b"\t", b"a ", b" a", b"a\tb", b"\x00", b"\r", b"\n", b"\x7f", b"\xff", b"A", b":"]
+)
+_received_names = st.one_of(
+    st.sampled_from(
+        [
+            b":status",
+            b":path",
+            b":method",
+            b":scheme",
+            b":authority",
+            b":protocol",
+            b":other",
+            b":",
+            b"te",
+            b"connection",
+            b"keep-alive",
+            b"proxy-connection",
+            b"transfer-encoding",
+            b"upgrade",
+            b"content-length",
+            b"content-type",
+            b"Content-Type",
+            b"x:y",
+            b"",
+        ]
+    ),
+    st.text("abcxyz-_:~!A \x00\x7f", min_size=0, max_size=6).map(str.encode),
+    _RAW,
+)
+_received_values = st.one_of(
+    st.sampled_from([b"200", b"204", b"trailers", b"TRAILERS", b"gzip", b"", b"x y"]),
+    st.text(" \tab", max_size=4).map(str.encode),  # whitespace inside, or around
+    _RAW,
+)
+_received = st.lists(st.tuples(_received_names, _received_values), max_size=6)
+
+
+def _h2s_inbound(fields: list[tuple[bytes, bytes]], trailers: bool) -> str | None:
+    """h2's inbound passes (its defaults) on these: None, or that they refuse."""
+    flags = h2.utilities.HeaderValidationFlags(
+        is_client=True, is_trailer=trailers, is_response_header=not trailers, is_push_promise=False
+    )
+    try:
+        list(
+            h2.utilities.validate_headers(
+                h2.utilities.normalize_inbound_headers(fields, flags), flags
+            )
+        )
+    except h2.exceptions.ProtocolError:
+        return "refused"
+    return None
+
+
+def _surges_inbound(fields: list[tuple[bytes, bytes]], trailers: bool) -> str | None:
+    try:
+        kept = check_received_fields(list(fields), trailers=trailers)
+    except h2.exceptions.ProtocolError:
+        return "refused"
+    assert kept == list(fields)
+    return None
+
+
+@settings(max_examples=3000, deadline=None)
+@given(
+    fields=st.one_of(
+        _received,
+        # most heads start with a good :status: the rest of them is then what counts
+        _received.map(lambda rest: [(b":status", b"200"), *rest]),
+    ),
+    trailers=st.booleans(),
+)
+def test_received_fields_refused_exactly_where_h2s_passes_refuse(
+    fields: list[tuple[bytes, bytes]], trailers: bool
+) -> None:
+    assert _surges_inbound(fields, trailers) == _h2s_inbound(fields, trailers), fields
+
+
+@pytest.mark.parametrize(
+    ("fields", "trailers", "verdict"),
+    [
+        ([(b":status", b"200"), (b"content-type", b"text/plain")], False, None),
+        ([(b":status", b"200"), (b"Content-Type", b"text/plain")], False, "refused"),
+        ([(b"content-type", b"text/plain"), (b":status", b"200")], False, "refused"),
+        ([(b":status", b"200"), (b":status", b"204")], False, "refused"),
+        ([(b":status", b"200"), (b":path", b"/")], False, "refused"),
+        ([(b":status", b"200"), (b"transfer-encoding", b"chunked")], False, "refused"),
+        ([(b":status", b"200"), (b"te", b"gzip")], False, "refused"),
+        ([(b":status", b"200"), (b"te", b"Trailers")], False, None),
+        ([(b":status", b"200"), (b"x", b" padded")], False, "refused"),
+        ([(b":status", b"200"), (b"x", b"padded ")], False, "refused"),
+        ([(b":status", b"200"), (b"x", b"tab\t")], False, "refused"),
+        ([(b":status", b"200"), (b"x", b"a \tb")], False, None),
+        ([(b":status", b"200"), (b"x", b"a\x00b")], False, "refused"),
+        ([(b":status", b"200"), (b"x:y", b"1")], False, "refused"),
+        ([(b":status", b"200"), (b"", b"1")], False, "refused"),
+        ([(b"content-length", b"3")], False, "refused"),
+        ([(b"grpc-status", b"0")], True, None),
+        ([(b":status", b"200")], True, "refused"),
+    ],
+)
+def test_received_fields_table(
+    fields: list[tuple[bytes, bytes]], trailers: bool, verdict: str | None
+) -> None:
+    assert _surges_inbound(fields, trailers) == verdict == _h2s_inbound(fields, trailers)

@@ -61,6 +61,7 @@ from collections.abc import Callable
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
+import h2
 import h2.config
 import h2.connection
 import h2.errors
@@ -189,6 +190,7 @@ def check_received_fields(headers: list[Any], *, trailers: bool) -> list[Any]:
     elif b":status" not in seen or seen & _REQUEST_PSEUDO:
         raise h2.exceptions.ProtocolError(f"a response's pseudo-headers: {sorted(seen)}")
     return headers
+
 
 #: Kept out of HPACK's dynamic table, as h2's own outbound pass would (after
 #: Firefox and nghttp2): credentials, and cookies short enough to guess.
@@ -381,15 +383,66 @@ class _H2Connection(h2.connection.H2Connection):
         return stream
 
     def _receive_frame(self, frame: hyperframe.frame.Frame) -> list[h2.events.Event]:
+        """A frame through h2's handler for its type, as h2's own method does,
+        but for its first line: h2 formats ``repr(frame)`` for a trace line on
+        every frame it receives, logger or none (1-3 us a frame, a HEADERS
+        block hex-encoded whole; two frames a small response).  The rules
+        after a handler fails are h2's (RFC 9113 5.1 and 5.4.2): a frame on a
+        stream this side reset is answered with a RST_STREAM, one on a stream
+        ended normally (or never opened) ends the connection."""
+        if not _OWN_RECEIVE:
+            return self._receive_frame_h2(frame)
+        events: list[h2.events.Event]
+        try:
+            frames, events = self._frame_dispatch_table[frame.__class__](frame)
+        except h2.exceptions.StreamClosedError as e:
+            if not self._stream_is_closed_by_reset(e.stream_id):
+                raise
+            self._reset_again(e.stream_id, e.error_code)
+            events = list(e._events)
+        except h2.exceptions.StreamIDTooLowError as e:
+            if self._stream_is_closed_by_reset(e.stream_id):
+                self._reset_again(e.stream_id, h2.errors.ErrorCodes.STREAM_CLOSED)
+                events = []
+            elif self._stream_is_closed_by_end(e.stream_id):
+                raise h2.exceptions.StreamClosedError(e.stream_id) from e
+            else:
+                raise
+        except _Malformed as e:
+            return self._malformed(frame, e)
+        else:
+            self._prepare_for_sending(frames)
+        return events
+
+    def _reset_again(self, stream_id: int, code: int) -> None:
+        reset = hyperframe.frame.RstStreamFrame(stream_id)
+        reset.error_code = code
+        self._prepare_for_sending([reset])
+
+    def _receive_frame_h2(self, frame: hyperframe.frame.Frame) -> list[h2.events.Event]:
+        """h2's own handling (an h2 whose internals :data:`_OWN_RECEIVE` does
+        not know)."""
         try:
             return super()._receive_frame(frame)
         except _Malformed as e:
-            # Reset that stream alone; closed at both ends already (its
-            # END_STREAM came with the bad head), it has nothing to reset.
-            with contextlib.suppress(h2.exceptions.ProtocolError):
-                self.reset_stream(e.stream_id, h2.errors.ErrorCodes.PROTOCOL_ERROR)
-            flow = frame.flow_controlled_length if type(frame) is hyperframe.frame.DataFrame else 0
-            return [StreamMalformed(e.stream_id, str(e), flow)]
+            return self._malformed(frame, e)
+
+    def _malformed(self, frame: hyperframe.frame.Frame, e: _Malformed) -> list[h2.events.Event]:
+        # Reset that stream alone; closed at both ends already (its
+        # END_STREAM came with the bad head), it has nothing to reset.
+        with contextlib.suppress(h2.exceptions.ProtocolError):
+            self.reset_stream(e.stream_id, h2.errors.ErrorCodes.PROTOCOL_ERROR)
+        flow = frame.flow_controlled_length if type(frame) is hyperframe.frame.DataFrame else 0
+        return [StreamMalformed(e.stream_id, str(e), flow)]
+
+
+#: Whether this h2 is one whose frame handling :meth:`_H2Connection._receive_frame`
+#: knows (4.x: its dispatch table and closed-stream bookkeeping); another gets
+#: h2's own, repr and all.
+_OWN_RECEIVE = h2.__version__.startswith("4.") and all(
+    hasattr(h2.connection.H2Connection, name)
+    for name in ("_stream_is_closed_by_reset", "_stream_is_closed_by_end", "_prepare_for_sending")
+)
 
 
 def _data_body_repr(frame: hyperframe.frame.DataFrame) -> str:

@@ -6,6 +6,7 @@ Run it from the repository root::
     python benchmarks/django_cycle.py               # both servers, ~2 minutes
     python benchmarks/django_cycle.py --quick       # fewer requests: a smoke run
     python benchmarks/django_cycle.py --only postgresql --requests 3000
+    python benchmarks/django_cycle.py --only mariadb --mysql-driver mysqlclient
 
 One request is what a small Django view does, called through Django's WSGI
 handler the way a WSGI server calls it (request_started, the view,
@@ -22,6 +23,9 @@ The peers, per server
 ``Django pool``              PostgreSQL only: Django 5.1+'s ``OPTIONS: {"pool": True}``
                              (psycopg_pool)
 ``surge``                    ``ENGINE: surge.db.django.mysql`` / ``.postgresql``
+
+MariaDB's driver is PyMySQL (installed as ``MySQLdb``) unless ``--mysql-driver
+mysqlclient``: the same driver for every peer.
 
 Server commands per request are counted on the server: MariaDB's own counters
 (Questions + Com_admin_commands; Connections for logins), PostgreSQL's log
@@ -177,7 +181,7 @@ class ServerCounter:
 
 
 def start_child(
-    config: dict[str, Any], server: Any, threads: int, work: Path
+    config: dict[str, Any], server: Any, threads: int, work: Path, mysql_driver: str
 ) -> subprocess.Popen[str]:
     database = {
         "NAME": server.database,
@@ -187,12 +191,17 @@ def start_child(
         "PORT": str(server.port),
         **config,
     }
-    prelude = "import pymysql; pymysql.install_as_MySQLdb()\n" if server.kind == "mariadb" else ""
+    pymysql = server.kind == "mariadb" and mysql_driver == "pymysql"
+    prelude = "import pymysql; pymysql.install_as_MySQLdb()\n" if pymysql else ""
     (work / "bench_child.py").write_text(prelude + textwrap.dedent(CHILD))
     (work / "bench_urls.py").write_text(textwrap.dedent(URLS))
+    import surge
+
+    # The surge this script runs (a checkout's src/, not only the installed one).
+    here = str(Path(surge.__file__).resolve().parent.parent)
     env = dict(
         os.environ,
-        PYTHONPATH=str(work),
+        PYTHONPATH=os.pathsep.join([str(work), here]),
         BENCH_DATABASE=json.dumps(database),
         BENCH_THREADS=str(threads),
     )
@@ -232,10 +241,12 @@ def prepare(server: Any) -> None:
             cur.execute(f"INSERT INTO bench_items VALUES ({i}, 'item {i}', 0)")
 
 
-def measure(server: Any, requests: int, threads: int, repeat: int, work: Path) -> dict[str, Any]:
+def measure(
+    server: Any, requests: int, threads: int, repeat: int, work: Path, mysql_driver: str
+) -> dict[str, Any]:
     counter = ServerCounter(server)
     children = {
-        name: start_child(config, server, threads, work)
+        name: start_child(config, server, threads, work, mysql_driver)
         for name, config in peers(server.kind).items()
     }
     best: dict[str, dict[str, float]] = {}
@@ -267,6 +278,12 @@ def main() -> int:
     parser.add_argument("--requests", type=int, help="requests per round and peer")
     parser.add_argument("--repeat", type=int, help="rounds (the fastest kept)")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 4], help="worker threads")
+    parser.add_argument(
+        "--mysql-driver",
+        choices=("pymysql", "mysqlclient"),
+        default="pymysql",
+        help="MariaDB's driver, for every peer",
+    )
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="JSON results path")
     args = parser.parse_args()
     requests = args.requests or (200 if args.quick else 1500)
@@ -276,7 +293,7 @@ def main() -> int:
 
     import surge.testing
 
-    info = machine_info(["surge", "django", "pymysql", "psycopg", "psycopg-pool"])
+    info = machine_info(["surge", "django", "pymysql", "mysqlclient", "psycopg", "psycopg-pool"])
     print(
         f"Django request cycle -- {info['cpu_model']}, {info['cpu_count']} cores, "
         f"load {info['load_average']}, Python {info['python']}\n",
@@ -297,7 +314,7 @@ def main() -> int:
             prepare(server)
             results[kind] = {}
             for threads in args.threads:
-                best = measure(server, requests, threads, repeat, Path(work))
+                best = measure(server, requests, threads, repeat, Path(work), args.mysql_driver)
                 results[kind][f"{threads} threads"] = best
                 floor = best["Django, CONN_MAX_AGE=60"]["wall_us"]
                 table = Table(
@@ -330,7 +347,12 @@ def main() -> int:
             "benchmark": "django",
             "machine": info,
             "load_average_after": list(os.getloadavg()),
-            "settings": {"requests": requests, "repeat": repeat, "threads": args.threads},
+            "settings": {
+                "requests": requests,
+                "repeat": repeat,
+                "threads": args.threads,
+                "mysql_driver": args.mysql_driver,
+            },
             "results": results,
             "elapsed_s": time.perf_counter() - started,
         },

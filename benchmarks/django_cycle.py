@@ -30,6 +30,10 @@ mysqlclient``: the same driver for every peer.
 Server commands per request are counted on the server: MariaDB's own counters
 (Questions + Com_admin_commands; Connections for logins), PostgreSQL's log
 (every statement and ping, with ``log_min_duration_statement=0``; every login).
+MariaDB counts a statement, not a command: a query of several statements is
+several; and COM_RESET_CONNECTION is in both counters.  So MariaDB's peers get
+"round trips" too: the commands sent (the general log's rows, less logins, plus
+COM_RESET_CONNECTION and COM_PING), counted in an untimed round of their own.
 surge's include each request's session reset (PostgreSQL: DISCARD ALL and
 Django's time zone; MariaDB: COM_RESET_CONNECTION and Django's session
 settings), which is written without being waited for: commands, not round trips.
@@ -179,6 +183,39 @@ class ServerCounter:
         runs = text.count("  statement: ") + text.count("  execute ")
         return runs, text.count("connection authorized")
 
+    def round_trips(self, run: Any) -> float:
+        """MariaDB: the commands ``run()`` sent, one per round trip, whatever the
+        statements in each: the general log's rows (one per COM_QUERY or
+        COM_INIT_DB, a query of several statements once) less logins, plus the
+        admin commands (COM_RESET_CONNECTION and COM_PING, which it does not log).
+        Logging costs time: counted in a round of its own, never a timed one."""
+        assert self.admin is not None
+        cur = self.admin.cursor()
+        cur.execute("SELECT CONNECTION_ID(), @@global.log_output")
+        me, output = cur.fetchone()
+        cur.execute("SET GLOBAL general_log = 0")
+        cur.execute("SET GLOBAL log_output = 'TABLE'")
+        cur.execute("TRUNCATE mysql.general_log")
+        admin = "SHOW GLOBAL STATUS LIKE 'Com_admin_commands'"
+        cur.execute(admin)
+        admin0 = int(cur.fetchone()[1])
+        cur.execute("SET GLOBAL general_log = 1")
+        try:
+            run()
+        finally:
+            cur.execute("SET GLOBAL general_log = 0")
+            cur.execute(f"SET GLOBAL log_output = '{output}'")
+        cur.execute(admin)
+        admin1 = int(cur.fetchone()[1])
+        cur.execute(
+            "SELECT COUNT(*) FROM mysql.general_log WHERE thread_id != %s"
+            " AND command_type NOT IN ('Connect', 'Quit')",
+            (me,),
+        )
+        logged = int(cur.fetchone()[0])
+        cur.execute("TRUNCATE mysql.general_log")
+        return logged + admin1 - admin0
+
 
 def start_child(
     config: dict[str, Any], server: Any, threads: int, work: Path, mysql_driver: str
@@ -261,6 +298,11 @@ def measure(
                 b["cpu_us"] = min(b["cpu_us"], run["cpu_s"] / requests * 1e6)
                 b["server_commands"] = (trips1 - trips0) / requests
                 b["logins"] = (logins1 - logins0) / requests
+        if server.kind == "mariadb":  # then round trips, in an untimed round
+            counted = min(requests, 300)
+            for name, child in children.items():
+                trips = counter.round_trips(lambda child=child: serve(child, counted))
+                best[name]["round_trips"] = trips / counted
     finally:
         for child in children.values():
             assert child.stdin is not None
@@ -327,6 +369,7 @@ def main() -> int:
                         "vs persistent",
                         "client CPU",
                         "server commands",
+                        "round trips",
                         "logins",
                     ],
                 )
@@ -338,6 +381,7 @@ def main() -> int:
                         f"{b['wall_us'] / floor:.2f}x",
                         f"{b['cpu_us']:,.0f} us",
                         f"{b['server_commands']:.2f}",
+                        f"{b['round_trips']:.2f}" if "round_trips" in b else "-",
                         f"{b['logins']:.2f}",
                     )
                 table.print()

@@ -1107,7 +1107,8 @@ class MySQLClient(Driver):
         # the reset, the database's, the SET, the init statements.
         self.written[0] += 1
         self.written[1] += 2 + bool(database) + len(init_sql)
-        multi = bool(conn.client_flag & MULTI_STATEMENTS) and not conn._surge_multi_off
+        off = getattr(conn, "_surge_multi_off", False)  # (a do_connect class: not known)
+        multi = bool(conn.client_flag & MULTI_STATEMENTS) and not off
         init_db, queries = conn._surge_set_up[multi]
         if init_db:
             conn.select_db(init_db)

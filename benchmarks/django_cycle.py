@@ -6,6 +6,7 @@ Run it from the repository root::
     python benchmarks/django_cycle.py               # both servers, ~2 minutes
     python benchmarks/django_cycle.py --quick       # fewer requests: a smoke run
     python benchmarks/django_cycle.py --only postgresql --requests 3000
+    python benchmarks/django_cycle.py --only mariadb --mysql-driver mysqlclient
 
 One request is what a small Django view does, called through Django's WSGI
 handler the way a WSGI server calls it (request_started, the view,
@@ -23,9 +24,18 @@ The peers, per server
                              (psycopg_pool)
 ``surge``                    ``ENGINE: surge.db.django.mysql`` / ``.postgresql``
 
+MariaDB's driver is PyMySQL (installed as ``MySQLdb``) unless ``--mysql-driver
+mysqlclient``: the same driver for every peer.
+
 Server commands per request are counted on the server: MariaDB's own counters
 (Questions + Com_admin_commands; Connections for logins), PostgreSQL's log
 (every statement and ping, with ``log_min_duration_statement=0``; every login).
+MariaDB counts a statement, not a command: a query of several statements is
+several; and COM_RESET_CONNECTION is in both counters.  So MariaDB's peers get
+"commands sent" too (the general log's rows, less logins, plus
+COM_RESET_CONNECTION and COM_PING), counted in an untimed round of their own:
+each is a round trip with mysqlclient, which waits for every answer; PyMySQL's
+reset rides in the send of the request's first query.
 surge's include each request's session reset (PostgreSQL: DISCARD ALL and
 Django's time zone; MariaDB: COM_RESET_CONNECTION and Django's session
 settings), which is written without being waited for: commands, not round trips.
@@ -175,9 +185,42 @@ class ServerCounter:
         runs = text.count("  statement: ") + text.count("  execute ")
         return runs, text.count("connection authorized")
 
+    def commands_sent(self, run: Any) -> float:
+        """MariaDB: the commands ``run()`` sent, one per round trip, whatever the
+        statements in each: the general log's rows (one per COM_QUERY or
+        COM_INIT_DB, a query of several statements once) less logins, plus the
+        admin commands (COM_RESET_CONNECTION and COM_PING, which it does not log).
+        Logging costs time: counted in a round of its own, never a timed one."""
+        assert self.admin is not None
+        cur = self.admin.cursor()
+        cur.execute("SELECT CONNECTION_ID(), @@global.log_output")
+        me, output = cur.fetchone()
+        cur.execute("SET GLOBAL general_log = 0")
+        cur.execute("SET GLOBAL log_output = 'TABLE'")
+        cur.execute("TRUNCATE mysql.general_log")
+        admin = "SHOW GLOBAL STATUS LIKE 'Com_admin_commands'"
+        cur.execute(admin)
+        admin0 = int(cur.fetchone()[1])
+        cur.execute("SET GLOBAL general_log = 1")
+        try:
+            run()
+        finally:
+            cur.execute("SET GLOBAL general_log = 0")
+            cur.execute(f"SET GLOBAL log_output = '{output}'")
+        cur.execute(admin)
+        admin1 = int(cur.fetchone()[1])
+        cur.execute(
+            "SELECT COUNT(*) FROM mysql.general_log WHERE thread_id != %s"
+            " AND command_type NOT IN ('Connect', 'Quit')",
+            (me,),
+        )
+        logged = int(cur.fetchone()[0])
+        cur.execute("TRUNCATE mysql.general_log")
+        return logged + admin1 - admin0
+
 
 def start_child(
-    config: dict[str, Any], server: Any, threads: int, work: Path
+    config: dict[str, Any], server: Any, threads: int, work: Path, mysql_driver: str
 ) -> subprocess.Popen[str]:
     database = {
         "NAME": server.database,
@@ -187,12 +230,17 @@ def start_child(
         "PORT": str(server.port),
         **config,
     }
-    prelude = "import pymysql; pymysql.install_as_MySQLdb()\n" if server.kind == "mariadb" else ""
+    pymysql = server.kind == "mariadb" and mysql_driver == "pymysql"
+    prelude = "import pymysql; pymysql.install_as_MySQLdb()\n" if pymysql else ""
     (work / "bench_child.py").write_text(prelude + textwrap.dedent(CHILD))
     (work / "bench_urls.py").write_text(textwrap.dedent(URLS))
+    import surge
+
+    # The surge this script runs (a checkout's src/, not only the installed one).
+    here = str(Path(surge.__file__).resolve().parent.parent)
     env = dict(
         os.environ,
-        PYTHONPATH=str(work),
+        PYTHONPATH=os.pathsep.join([str(work), here]),
         BENCH_DATABASE=json.dumps(database),
         BENCH_THREADS=str(threads),
     )
@@ -232,10 +280,12 @@ def prepare(server: Any) -> None:
             cur.execute(f"INSERT INTO bench_items VALUES ({i}, 'item {i}', 0)")
 
 
-def measure(server: Any, requests: int, threads: int, repeat: int, work: Path) -> dict[str, Any]:
+def measure(
+    server: Any, requests: int, threads: int, repeat: int, work: Path, mysql_driver: str
+) -> dict[str, Any]:
     counter = ServerCounter(server)
     children = {
-        name: start_child(config, server, threads, work)
+        name: start_child(config, server, threads, work, mysql_driver)
         for name, config in peers(server.kind).items()
     }
     best: dict[str, dict[str, float]] = {}
@@ -250,6 +300,11 @@ def measure(server: Any, requests: int, threads: int, repeat: int, work: Path) -
                 b["cpu_us"] = min(b["cpu_us"], run["cpu_s"] / requests * 1e6)
                 b["server_commands"] = (trips1 - trips0) / requests
                 b["logins"] = (logins1 - logins0) / requests
+        if server.kind == "mariadb":  # then round trips, in an untimed round
+            counted = min(requests, 300)
+            for name, child in children.items():
+                sent = counter.commands_sent(lambda child=child: serve(child, counted))
+                best[name]["commands_sent"] = sent / counted
     finally:
         for child in children.values():
             assert child.stdin is not None
@@ -267,6 +322,12 @@ def main() -> int:
     parser.add_argument("--requests", type=int, help="requests per round and peer")
     parser.add_argument("--repeat", type=int, help="rounds (the fastest kept)")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 4], help="worker threads")
+    parser.add_argument(
+        "--mysql-driver",
+        choices=("pymysql", "mysqlclient"),
+        default="pymysql",
+        help="MariaDB's driver, for every peer",
+    )
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="JSON results path")
     args = parser.parse_args()
     requests = args.requests or (200 if args.quick else 1500)
@@ -276,7 +337,7 @@ def main() -> int:
 
     import surge.testing
 
-    info = machine_info(["surge", "django", "pymysql", "psycopg", "psycopg-pool"])
+    info = machine_info(["surge", "django", "pymysql", "mysqlclient", "psycopg", "psycopg-pool"])
     print(
         f"Django request cycle -- {info['cpu_model']}, {info['cpu_count']} cores, "
         f"load {info['load_average']}, Python {info['python']}\n",
@@ -297,7 +358,7 @@ def main() -> int:
             prepare(server)
             results[kind] = {}
             for threads in args.threads:
-                best = measure(server, requests, threads, repeat, Path(work))
+                best = measure(server, requests, threads, repeat, Path(work), args.mysql_driver)
                 results[kind][f"{threads} threads"] = best
                 floor = best["Django, CONN_MAX_AGE=60"]["wall_us"]
                 table = Table(
@@ -310,6 +371,7 @@ def main() -> int:
                         "vs persistent",
                         "client CPU",
                         "server commands",
+                        "commands sent",
                         "logins",
                     ],
                 )
@@ -321,6 +383,7 @@ def main() -> int:
                         f"{b['wall_us'] / floor:.2f}x",
                         f"{b['cpu_us']:,.0f} us",
                         f"{b['server_commands']:.2f}",
+                        f"{b['commands_sent']:.2f}" if "commands_sent" in b else "-",
                         f"{b['logins']:.2f}",
                     )
                 table.print()
@@ -330,7 +393,12 @@ def main() -> int:
             "benchmark": "django",
             "machine": info,
             "load_average_after": list(os.getloadavg()),
-            "settings": {"requests": requests, "repeat": repeat, "threads": args.threads},
+            "settings": {
+                "requests": requests,
+                "repeat": repeat,
+                "threads": args.threads,
+                "mysql_driver": args.mysql_driver,
+            },
             "results": results,
             "elapsed_s": time.perf_counter() - started,
         },

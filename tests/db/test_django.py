@@ -6,6 +6,7 @@ them: round trips counted on the server."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -14,7 +15,11 @@ from typing import Any
 
 import pytest
 
+import surge
 from surge.testing import DBServer
+
+#: The surge under test (a worktree's src/, not only the installed checkout).
+SURGE_PATH = str(Path(surge.__file__).resolve().parent.parent)
 
 SETTINGS = """
 import os
@@ -161,7 +166,7 @@ class Project:
             "DB_USER": server.user,
             "DB_PASSWORD": server.password,
             "DB_PORT": str(server.port),
-            "PYTHONPATH": str(directory),
+            "PYTHONPATH": os.pathsep.join([str(directory), SURGE_PATH]),
             "PATH": "/usr/bin:/bin",
         }
         self.process = subprocess.Popen(

@@ -21,7 +21,11 @@ import django
 import pytest
 from tests.conftest import require, sdist
 
+import surge
 from surge.testing import DBServer
+
+#: The surge under test (a worktree's src/, not only the installed checkout).
+SURGE_PATH = str(Path(surge.__file__).resolve().parent.parent)
 
 APPS = [
     *("backends", "basic", "queries", "transactions", "transaction_hooks"),
@@ -90,7 +94,7 @@ def failures(engine: str, driver: str, server: DBServer, tests: Path, work: Path
             *APPS,
         ],
         cwd=tests,
-        env=dict(os.environ, PYTHONPATH=f"{work}{os.pathsep}{tests}"),
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(work), str(tests), SURGE_PATH])),
         capture_output=True,
         text=True,
         timeout=900,

@@ -39,6 +39,7 @@ from surge.db._session import (
     drive_bounded,
     may_change_database,
     mysql_reset,
+    mysql_set_up,
     ok_packet_status,
     pg_finish_reset,
     pg_ping,
@@ -725,6 +726,8 @@ def set_up_again(
 
 #: The client capability that lets one text carry several statements.
 MULTI_STATEMENTS = 1 << 16
+#: COM_SET_OPTION's value that turns it on (MYSQL_OPTION_MULTI_STATEMENTS_ON).
+MULTI_STATEMENTS_ON = 0
 
 
 class PyMySQL(MySQLProtocolSession, Driver):
@@ -943,6 +946,16 @@ class MySQLClient(Driver):
                     self._surge_busy = False
                 return more
 
+            #: The user turned multi-statements off (COM_SET_OPTION, which the
+            #: server's reset keeps, and which libmariadb's client_flag does not show).
+            _surge_multi_off = False
+
+            def set_server_option(self, option: int) -> Any:
+                self._surge_multi_off = True  # unknown until the server answers
+                answer = super().set_server_option(option)
+                self._surge_multi_off = option != MULTI_STATEMENTS_ON
+                return answer
+
             def commit(self) -> None:
                 super().commit()
                 self._surge_unsure = False
@@ -1029,6 +1042,14 @@ class MySQLClient(Driver):
             cursor.execute("SELECT DATABASE(), @@character_set_client, @@collation_connection")
             database, charset, collation = cursor.fetchone()
         conn._surge_session = (database, charset, collation, autocommit, init_sql)
+        set_sql = f"SET NAMES {charset} COLLATE {collation}, autocommit={int(autocommit)}"
+        # Without multi-statements and with (see _reset_now)
+        conn._surge_set_up = tuple(
+            mysql_set_up(database, set_sql, init_sql, multi) for multi in (False, True)
+        )
+        # What the init statements mark (as they did when each was its own query:
+        # the joined query's USE of the database's name must not)
+        conn._surge_init_unresettable = any(unresettable(COM_QUERY, sql) for sql in init_sql)
         conn._surge_unresettable = False
         if "_surge_io" not in conn.__dict__:
             # Re-entrant: RESET_WRITER closes a connection whose reset failed
@@ -1073,21 +1094,31 @@ class MySQLClient(Driver):
             self._reset_now(conn)
 
     def _reset_now(self, conn: Any) -> None:
-        database, charset, collation, autocommit, init_sql = conn._surge_session
+        """COM_RESET_CONNECTION, then the session's set-up (``mysql_set_up``): with
+        multi-statements one query (``USE``, the SET, the init statements), two
+        round trips in all; without, COM_INIT_DB, the SET and each init
+        statement apart, 3 + N.  An error in any raises (the caller closes the
+        connection: a session half set up is never handed on)."""
+        database, _, _, _, init_sql = conn._surge_session
         if self._reset_connection(conn) != 0:  # out of sync: never used again
             conn._surge_due = False
             raise self.module.OperationalError(2014, "resetting the pooled session failed")
-        if database:
-            conn.select_db(database)
-        conn.query(f"SET NAMES {charset} COLLATE {collation}, autocommit={int(autocommit)}")
+        # The statements the server counts (Questions), one query or several:
+        # the reset, the database's, the SET, the init statements.
         self.written[0] += 1
         self.written[1] += 2 + bool(database) + len(init_sql)
-        for sql in init_sql:
+        off = getattr(conn, "_surge_multi_off", False)  # (a do_connect class: not known)
+        multi = bool(conn.client_flag & MULTI_STATEMENTS) and not off
+        init_db, queries = conn._surge_set_up[multi]
+        if init_db:
+            conn.select_db(init_db)
+        for sql in queries:
             conn.query(sql)
-            while True:  # whatever they answer, read it all
+            while True:  # whatever they answer, read it all (an error raises)
                 conn.store_result()
                 if conn.next_result() != 0:
                     break
+        conn._surge_unresettable = conn._surge_init_unresettable
         conn._surge_unsure = False
         # Last: until now a checkout must wait for this (finish_reset's lock).
         conn._surge_due = False

@@ -378,6 +378,112 @@ def unresettable(command: int, sql: Any) -> bool:
     return _UNRESETTABLE.search(text) is not None
 
 
+# -- MySQL: a session set up in one query (multi-statements) -----------------------------
+
+#: What joins two statements of one set-up query: a newline ends a ``--`` or
+#: ``#`` comment the first may end with, before the ``;`` that ends it.
+JOIN = "\n;\n"
+
+#: What is never joined: the client's ``DELIMITER``, an executable comment
+#: (``/*! ... */``: code the scan below would take for a comment).
+_NOT_JOINED = re.compile(r"\bdelimiter\b|/\*!|/\*M!", re.IGNORECASE)
+
+_SPACE = " \t\n\r\f\v"
+
+
+def _ends_closed(sql: str, backslash: bool) -> bool:
+    """Whether ``sql`` ends outside any string, quoted name or ``/* */`` comment
+    (in a ``--`` or ``#`` comment is fine: JOIN's newline ends it) and with code
+    after its last ``;``: a text the next statement can follow after JOIN.
+    ``backslash``: whether a backslash escapes in a string (NO_BACKSLASH_ESCAPES
+    off)."""
+    i, n, code = 0, len(sql), False
+    while i < n:
+        c = sql[i]
+        if c in "'\"`":
+            j = i + 1
+            while True:
+                if j >= n:
+                    return False  # an open string or name
+                d = sql[j]
+                if d == "\\" and backslash and c != "`":
+                    j += 2
+                elif d == c and j + 1 < n and sql[j + 1] == c:
+                    j += 2  # a doubled quote
+                elif d == c:
+                    break
+                else:
+                    j += 1
+            i, code = j + 1, True
+        elif c == "#" or (
+            sql.startswith("--", i) and (i + 2 == n or sql[i + 2] in _SPACE or sql[i + 2] < " ")
+        ):
+            j = sql.find("\n", i)
+            if j < 0:
+                return code  # a comment to the end, which JOIN's newline ends
+            i = j + 1
+        elif sql.startswith("/*", i):
+            j = sql.find("*/", i + 2)
+            if j < 0:
+                return False  # an open comment
+            i = j + 2
+        else:
+            if c == ";":
+                code = False  # an empty statement after it would be an error
+            elif c not in _SPACE:
+                code = True
+            i += 1
+    return code
+
+
+def joinable(sql: str) -> str | None:
+    """``sql`` as a part of a joined set-up query (its trailing ``;`` taken off),
+    or None if it cannot safely be one: it ends inside a string or a comment
+    (whether backslashes escape or not), has nothing after its last ``;`` but
+    comments, holds ``DELIMITER`` or an executable comment, or is not ASCII
+    (after the set-up's SET NAMES the server may read the rest of the text in
+    another character set)."""
+    text = sql.rstrip(_SPACE + ";")
+    if not text.isascii() or _NOT_JOINED.search(text):
+        return None
+    if not (_ends_closed(text, True) and _ends_closed(text, False)):
+        return None
+    return text
+
+
+def quote_name(name: str) -> str:
+    """A MySQL identifier in backticks (a backtick in it doubled)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def mysql_set_up(
+    database: str | None, set_sql: str, init_sql: Sequence[str], multi: bool
+) -> tuple[str | None, tuple[str, ...]]:
+    """What sets a session up after COM_RESET_CONNECTION: the database to select
+    by COM_INIT_DB (None: none, or selected by a ``USE``), and the queries to
+    run in order.  Without multi-statements: COM_INIT_DB, the SET, each init
+    statement its own query.  With: one query of ``USE``, the SET and the init
+    statements, joined (``joinable``); an init statement that cannot be joined
+    and those after it are queries of their own, and a database whose name is
+    not ASCII is selected by COM_INIT_DB.  The statements the server runs are the
+    same, in the same order, either way."""
+    if not multi:
+        return database or None, (set_sql, *init_sql)
+    joined = [set_sql]
+    init_db = database or None
+    if database and database.isascii():
+        joined.insert(0, f"USE {quote_name(database)}")
+        init_db = None
+    rest = list(init_sql)
+    while rest:
+        text = joinable(rest[0])
+        if text is None:
+            break
+        joined.append(text)
+        rest.pop(0)
+    return init_db, (JOIN.join(joined), *rest)
+
+
 #: How long a checkout waits for the answers of a reset written long enough ago
 #: to have them (seconds): a server silent past this is taken for gone.
 RESET_WAIT = 1.0

@@ -12,7 +12,10 @@ uploads (their writeback, the source file in the page cache); this one uploads
 the object once (s5cmd, untimed), deletes the local source, and then only
 downloads: each run to a fresh directory, deleted after it, ``sync`` before
 it, the peers' order turned by one each round.  A peer is ``surge``,
-``s5cmd``, or ``surge`` followed by extra ``surge s3 cp`` arguments.
+``s5cmd``, or ``surge`` followed by extra ``surge s3 cp`` arguments;
+``surge@DIR`` runs the surge whose sources are in ``DIR`` (its PYTHONPATH), as
+``surge@/tmp/old/src`` after ``git archive BASE src | tar -x -C /tmp/old``, to
+compare a change with what it changed.
 
 Each run's numbers come from ``wait4`` (the process's and its threads'):
 wall, user and system CPU, minor and major page faults, voluntary and
@@ -45,8 +48,16 @@ BUCKET = "bigdown"
 FIELDS = ("wall", "cpu", "user", "sys", "minflt", "majflt", "nvcsw", "nivcsw")
 
 
+def _peer_env(peer: str, env: dict[str, str]) -> dict[str, str]:
+    name = shlex.split(peer)[0]
+    if not name.startswith("surge@"):
+        return env
+    return {**env, "PYTHONPATH": name.partition("@")[2]}
+
+
 def _argv(peer: str, endpoint: str, source: str, destination: str) -> list[str]:
     name, *extra = shlex.split(peer)
+    name = name.partition("@")[0]
     if name not in ("surge", "s5cmd") or (extra and name != "surge"):
         raise SystemExit(f"unknown peer {peer!r}: surge [ARGS...] or s5cmd")
     return [*command(name, endpoint, source, destination, False), *extra]
@@ -132,7 +143,8 @@ def main() -> None:
         for round_ in range(args.rounds):
             turn = round_ % len(peers)
             for peer in peers[turn:] + peers[:turn]:
-                run = one_run(_argv(peer, endpoint, url, str(out)), env, out, size)
+                argv = _argv(peer, endpoint, url, str(out))
+                run = one_run(argv, _peer_env(peer, env), out, size)
                 if run["ok"] and round_ == args.rounds - 1:
                     run["ok"] = _sha256(out) == want
                 progress(f"round {round_ + 1}/{args.rounds} {peer}: {run}")

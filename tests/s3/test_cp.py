@@ -530,6 +530,66 @@ def test_blocked_writes_move_off_the_event_loop_within_a_budget(
     assert writer.held == 0
 
 
+class BusyDisk:
+    """``os.pwritev`` as a kernel busy filling the page cache: each of the first
+    ``busy`` writes spends ``cpu`` seconds of the writing thread's CPU (spun,
+    never sleeping) before it writes for real."""
+
+    def __init__(self, busy: int, cpu: float) -> None:
+        self.real = os.pwritev
+        self.busy = busy
+        self.cpu = cpu
+        self.lock = threading.Lock()
+        self.writes = 0
+        self.spun = 0
+
+    def __call__(self, fd: int, buffers: Any, offset: int) -> int:
+        with self.lock:
+            self.writes += 1
+            busy = self.writes <= self.busy
+        if busy:
+            started, deadline = time.thread_time(), time.monotonic() + 1.0
+            while time.thread_time() - started < self.cpu and time.monotonic() < deadline:
+                pass
+            self.spun += 1
+        return self.real(fd, buffers, offset)
+
+
+def test_writes_busy_in_the_kernel_stay_on_the_event_loop(
+    minio_buckets: Buckets, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writers: list[Any]
+) -> None:
+    """A write that costs CPU without sleeping (the first writes into a fresh
+    file) is not a blocked write: a thread would do the same work, so the
+    download's writes stay on the loop, however many such writes cost.
+    (MinIO only: moto serves from a thread of this process, and the spin holds
+    the GIL, so waiting for it would be a sleep of the writing thread.)"""
+    server = minio_buckets
+    data = os.urandom(8 * MiB + 5)
+    bucket = new_bucket(server, {"big": data})
+    disk = BusyDisk(busy=12, cpu=0.003)  # 36 ms of CPU: past BLOCKED_LIMIT
+    assert disk.busy * disk.cpu > transfer.BLOCKED_LIMIT
+    monkeypatch.setattr(os, "pwritev", disk)
+    summary = surge.s3.download(
+        f"s3://{bucket}/big", str(tmp_path / "big"), part_size=MiB, **server.options()
+    )
+    assert summary.failures == []
+    assert (tmp_path / "big").read_bytes() == data
+    [writer] = writers
+    assert disk.spun == 12
+    assert not writer.threaded
+    assert writer.thread_writes == 0
+    assert writer.inline_writes == disk.writes
+
+
+def test_only_a_write_that_slept_counts_as_blocked() -> None:
+    from types import SimpleNamespace as Usage
+
+    before = Usage(ru_utime=1.0, ru_stime=2.0, ru_nvcsw=10)
+    assert transfer._blocked(before, Usage(ru_utime=1.0, ru_stime=2.0, ru_nvcsw=11))
+    # 50 ms of the kernel's CPU, no sleep: not blocked
+    assert not transfer._blocked(before, Usage(ru_utime=1.0, ru_stime=2.05, ru_nvcsw=10))
+
+
 def test_a_write_failing_on_a_thread_is_a_local_error(
     server: Buckets, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writers: list[Any]
 ) -> None:

@@ -147,9 +147,16 @@ MAX_AUTO_RANGE = 64 * MiB
 #: once such writes have cost the loop BLOCKED_LIMIT in all, the download's
 #: writes go to WRITE_THREADS thread (``os.pwritev`` lets go of the GIL): one,
 #: as two threads writing one file contend for its inode lock.
-#: A write that was only preempted (on this shared 2-core machine, 1-3% of
-#: 256 KiB writes took over 1 ms of wall time with under 0.5 ms of CPU) does
-#: not count: threads would not help it.
+#: Only a write that slept counts (the thread's voluntary context switches
+#: rose: dirty-page throttling, a lock, the disk).  One that was preempted (on
+#: this shared 2-core machine, 1-3% of 256 KiB writes took over 1 ms of wall
+#: time with under 0.5 ms of CPU) does not, nor one that was only the kernel's
+#: CPU (the first writes into a fresh file, allocating its page cache: 1-4 ms
+#: each, no sleep): a thread would do the same work, on chunks gone cold,
+#: beside the event loop on a machine whose cores are taken.  Counted, they had
+#: every 2 GiB download on the thread early (after 18 and 507 of ~8,200 writes
+#: in two traced runs), for 0.6-0.9 s more CPU (median) than writes kept on
+#: the loop in 3 of 4 interleaved sets (benchmarks/README.md, issue #46).
 SLOW_WRITE = 0.001
 BLOCKED_LIMIT = 0.010
 WRITE_THREADS = 1
@@ -1749,11 +1756,10 @@ def _crc32_mismatch(big: _Big) -> str | None:
 
 def _blocked(before: Any, after: Any) -> bool:
     """Whether the thread, between two ``getrusage(RUSAGE_THREAD)``, slept
-    (writeback throttling, a lock) or spent more than SLOW_WRITE of CPU (the
-    kernel reclaiming pages): not merely preempted on a busy machine, which
-    moving writes to threads would not help."""
-    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    return bool(after.ru_nvcsw > before.ru_nvcsw or cpu > SLOW_WRITE)
+    (writeback throttling, a lock, the disk): not merely preempted on a busy
+    machine, nor busy in the kernel (filling the page cache), which moving
+    writes to a thread would not make cheaper (see :data:`SLOW_WRITE`)."""
+    return bool(after.ru_nvcsw > before.ru_nvcsw)
 
 
 def _write_at(fd: int, chunks: Sequence[bytes | memoryview], offset: int) -> None:

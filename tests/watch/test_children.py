@@ -22,6 +22,7 @@ KINDS = [
     ("spawn-pool", "whole"),
     ("fork-executor", "whole"),
     ("os-fork", "whole"),
+    ("exec", "whole"),
     ("os-fork-killed", "lost"),
     ("fork-terminated", "either"),
 ]

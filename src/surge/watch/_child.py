@@ -23,6 +23,9 @@ import atexit
 import contextlib
 import json
 import os
+import sys
+from collections.abc import Callable
+from typing import Any
 
 from surge.watch import _stderr
 from surge.watch._endings import Endings
@@ -114,7 +117,15 @@ def start() -> None:
 
     def forked() -> None:
         """In a forked child: the marker its recording replaces (left, it says
-        a process handed nothing back)."""
+        a process handed nothing back) - but for subprocess's child, which
+        runs a ``preexec_fn`` only to exec the command next (a Python command
+        records itself; another has nothing to hand back)."""
+        caller = sys._getframe(1).f_code
+        launcher = sys.modules.get("subprocess")  # (calling: loaded)
+        if caller.co_name == "_execute_child" and caller.co_filename == getattr(
+            launcher, "__file__", None
+        ):
+            return
         try:
             marker = os.path.join(directory, f"{os.getpid()}{LOST_SUFFIX}")
             fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
@@ -139,3 +150,25 @@ def start() -> None:
         failed("hooking the process's endings")
     with contextlib.suppress(AttributeError):
         os.register_at_fork(after_in_child=forked)
+    _unmark_at_exec(directory)
+
+
+def _unmark_at_exec(directory: str) -> None:
+    """``os.execv`` and ``os.execve`` (which every ``os.exec*`` function ends
+    in) take a forked child's marker away first: the program it becomes hands
+    back its own recording, or has none to."""
+
+    def unmarking(real: Callable[..., Any]) -> Callable[..., Any]:
+        def exec_(*args: Any, **kwargs: Any) -> Any:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(directory, f"{os.getpid()}{LOST_SUFFIX}"))
+            return real(*args, **kwargs)
+
+        exec_.__wrapped__ = real  # type: ignore[attr-defined]
+        exec_.__name__ = real.__name__
+        return exec_
+
+    for name in ("execv", "execve"):
+        real = getattr(os, name, None)
+        if real is not None and not hasattr(real, "__wrapped__"):
+            setattr(os, name, unmarking(real))

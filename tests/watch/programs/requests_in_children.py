@@ -7,13 +7,15 @@ and joined), fork-executor (ProcessPoolExecutor over fork), os-fork (a child
 that makes them all and ends by os._exit), os-fork-killed (that child
 kills itself with SIGTERM once done: what it did is lost), fork-terminated
 (Pool(2) as a ``with`` block: its workers are SIGTERMed unless they ended
-first).
+first), exec (as os-fork, then each child runs commands that are not Python:
+subprocess with a preexec_fn, and os.fork + os.execv - nothing is lost).
 """
 
 import concurrent.futures
 import multiprocessing
 import os
 import signal
+import subprocess
 import sys
 import urllib.request
 
@@ -27,6 +29,13 @@ def get(url: str) -> int:
 def main() -> None:
     port, n, kind = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     urls = [f"http://127.0.0.1:{port}/item/{i}" for i in range(n)]
+    if kind == "exec":
+        subprocess.run(["true"], preexec_fn=lambda: None, check=True)
+        pid = os.fork()
+        if pid == 0:
+            os.execv("/bin/true", ["true"])
+        os.waitpid(pid, 0)
+        kind = "os-fork"
     if kind in ("os-fork", "os-fork-killed"):
         pid = os.fork()
         if pid == 0:

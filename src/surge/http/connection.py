@@ -374,19 +374,26 @@ class HTTPConnection(asyncio.Protocol):
         # context, copied here: it must hold this connection's Offer (tlssession.py).
         offer = Offer()
         token = offer_var.set(offer)
+
+        def made() -> HTTPConnection:
+            conn = cls(key, deadlines, body_cap)
+            if prior_knowledge:
+                # from its first byte: an h2c server may send its SETTINGS on
+                # accept, read before this coroutine resumes
+                conn.early = []
+            return conn
+
         try:
             if len(addresses) == 1:
                 address = addresses[0]
                 try:
-                    _, protocol = await loop.create_connection(
-                        lambda: cls(key, deadlines, body_cap), address, port
-                    )
+                    _, protocol = await loop.create_connection(made, address, port)
                 except OSError as e:
                     raise _connect_error(address, port, e) from None
             else:
                 _, protocol, address, tried = await race(
                     loop,
-                    lambda: cls(key, deadlines, body_cap),
+                    made,
                     addresses,
                     port,
                     attempt_delay,
@@ -398,8 +405,6 @@ class HTTPConnection(asyncio.Protocol):
         protocol.offer = offer
         timings.tcp_end = perf_counter()
         protocol.address = (address, port)
-        if prior_knowledge:
-            protocol.early = []
         if ssl_context is not None:
             await protocol.start_tls(ssl_context, server_hostname, port, timings)
         protocol.connect_timings = timings

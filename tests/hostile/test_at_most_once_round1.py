@@ -157,12 +157,12 @@ def _hang(sock: socket.socket, stop: threading.Event) -> None:
 class _Server:
     """Accepts on 127.0.0.1:0 in a thread; each connection in a thread."""
 
-    def __init__(self) -> None:
-        self.log = Log()
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, log: Log | None = None) -> None:
+        self.log = log or Log()
         self.stop = threading.Event()
         self.listener = socket.socket()
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind(("127.0.0.1", 0))
+        self.listener.bind((host, port))
         self.listener.listen(64)
         self.listener.settimeout(0.1)
         self.port = self.listener.getsockname()[1]
@@ -343,9 +343,9 @@ H1_ACTIONS = {
 class H1Server(_Server):
     """``decide(arrival, log) -> action`` for each request (see H1_ACTIONS)."""
 
-    def __init__(self, decide: Callable[[Arrival, Log], str]) -> None:
+    def __init__(self, decide: Callable[[Arrival, Log], str], **where: Any) -> None:
         self.decide = decide
-        super().__init__()
+        super().__init__(**where)
 
     def serve(self, sock: socket.socket, conn: int) -> None:
         buf = bytearray()
@@ -1843,6 +1843,112 @@ def _concurrent(front: str, case: Case, sends: list[Send], tmp: str = "") -> lis
         return _record_outcomes(
             [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
         )
+
+    pool = ThreadPoolExecutor(1)
+    try:
+        return pool.submit(run).result(timeout=HANG_S)
+    except FutureTimeout:
+        pytest.fail(f"{front}: no outcome within {HANG_S} s (a hang)")
+    finally:
+        pool.shutdown(wait=False)
+
+
+@pytest.mark.parametrize("front", ["client", "async", "cli", "fetch_all", "requests", "httpx"])
+@pytest.mark.parametrize("first", ["fin_body", "rst_body", "fin_head"])
+def test_second_address_is_no_resend(front: str, first: str, tmp_path: Any) -> None:
+    """A name with two addresses (``resolve`` HOST:PORT:ADDR,ADDR, curl's
+    form; Happy Eyeballs, architecture-rules.md): the first, 127.0.0.1,
+    connects and then drops the POST it read; 127.0.0.2, same port, would
+    answer. The POST was sent on a connection that connected: it is no
+    connect failure, and going to the next address would be a resend."""
+    log = Log()
+    a = H1Server(lambda arrival, log: first if arrival.path == "/t" else "ok", log=log)
+    b = H1Server(lambda arrival, log: "ok", host="127.0.0.2", port=a.port, log=log)
+    resolve = [f"amo.test:{a.port}:127.0.0.1,127.0.0.2"]
+    url = f"http://amo.test:{a.port}/t"
+    body = b"marker-two-addresses"
+    try:
+        outcome = _two_addresses(front, url, body, resolve, str(tmp_path))
+        time.sleep(0.05)
+    finally:
+        a.close()
+        b.close()
+    posts = log.of("POST", "/t")
+    what = f"{front}, 127.0.0.1 does {first}: POST arrivals (server conn, index) {[(a.conn, a.index) for a in posts]} (b saw {b.conns} connections), outcome {outcome}"
+    assert len(posts) <= 1, f"{what}: the POST was sent again, to the next address"
+    _check_outcome(front, RESET_OR_PROTO, outcome, what)
+
+
+def _two_addresses(front: str, url: str, body: bytes, resolve: list[str], tmp: str) -> Outcome:
+    def run() -> Outcome:
+        options: dict[str, Any] = {"max_time": MAX_TIME, "resolve": resolve}
+        if front == "client":
+            with surge.Client(**options) as client:
+                try:
+                    return Outcome(status=client.post(url, content=body).status_code)
+                except surge.http.RequestError as exc:
+                    return _caught(exc)
+        if front == "async":
+
+            async def main() -> Outcome:
+                async with surge.AsyncClient(**options) as client:
+                    try:
+                        return Outcome(status=(await client.post(url, content=body)).status_code)
+                    except surge.http.RequestError as exc:
+                        return _caught(exc)
+
+            return asyncio.run(main())
+        if front == "fetch_all":
+            records = list(
+                surge.fetch_all(
+                    [url], retries=RETRIES, retry_backoff=0.01, method="POST", data=body, **options
+                )
+            )
+            return _record_outcomes(records)[0]
+        if front == "requests":
+            session = requests.Session()
+            session.trust_env = False
+            session.mount("http://", surge.requests.Adapter(max_retries=RETRIES, resolve=resolve))
+            try:
+                return Outcome(status=session.post(url, data=body, timeout=MAX_TIME).status_code)
+            except requests.RequestException as exc:
+                return _caught(exc)
+            finally:
+                session.close()
+        if front == "httpx":
+            transport = surge.httpx.HTTPTransport(trust_env=False, resolve=resolve)
+            with httpx.Client(transport=transport, timeout=MAX_TIME) as client:
+                try:
+                    return Outcome(status=client.post(url, content=body).status_code)
+                except httpx.HTTPError as exc:
+                    return _caught(exc)
+        urls = os.path.join(tmp, "urls.txt")
+        with open(urls, "w") as f:
+            f.write(url + "\n")
+        args = [
+            *SURGE,
+            "fetch",
+            urls,
+            "--retries",
+            str(RETRIES),
+            "--max-time",
+            str(MAX_TIME),
+            "-q",
+            "--no-progress",
+            "-X",
+            "POST",
+            "--data-binary",
+            body.decode(),
+            "--resolve",
+            resolve[0],
+        ]
+        proc = subprocess.run(args, capture_output=True, timeout=HANG_S)
+        assert proc.returncode == 0 and b"Traceback" not in proc.stderr, proc.stderr.decode()[
+            -2000:
+        ]
+        return _record_outcomes(
+            [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+        )[0]
 
     pool = ThreadPoolExecutor(1)
     try:

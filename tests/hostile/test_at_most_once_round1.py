@@ -282,6 +282,7 @@ def _response(
 ) -> bytes:
     reason = {
         200: "OK",
+        408: "Request Timeout",
         413: "Content Too Large",
         303: "See Other",
         307: "Temporary Redirect",
@@ -333,6 +334,7 @@ H1_ACTIONS = {
     "interim_then_fin",  # 103 Early Hints, FIN
     "peek_rst",  # before reading the request: its bytes are there, RST
     "peek_fin",  # before reading: FIN (shutdown), the bytes left unread
+    "ok_idle_408",  # 200 keep-alive; after 50 ms idle an unasked 408 with Connection: close, FIN, the next request still read
     "ok_then_halfclose",  # 200 keep-alive, FIN at once, yet the next request is still read (then closed)
     "ok_extra_bytes",  # 200 with Content-Length 2 and 5 bytes more: junk left on a keep-alive connection
     "early_413_close",  # head read: 413 and Connection: close before the body, then closed
@@ -416,6 +418,20 @@ class H1Server(_Server):
                 if readable:
                     continue
                 return _fin(sock)
+            if action == "ok_idle_408":
+                sock.sendall(_response(200))
+                readable, _, _ = select.select([sock], [], [], 0.05)
+                if readable:
+                    continue
+                sock.sendall(_response(408, b"", (("Connection", "close"),)))
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_WR)
+                head = _read_head(sock, buf)
+                if head is not None:
+                    method, path, _ = _parse_head(head)
+                    self.log.add(Arrival(method, path, conn, index + 1))
+                time.sleep(0.1)
+                return _rst(sock)
             if action == "ok_then_halfclose":
                 sock.sendall(_response(200))
                 with contextlib.suppress(OSError):
@@ -807,6 +823,7 @@ class Case:
     get_outcome: Any = None  # the GET's outcome where it is run (None: not checked)
     method: str = "POST"  # the request that is not idempotent: POST, PATCH, any other token
     idem: tuple[str, ...] = ("GET",)  # the idempotent methods Case.get is checked with
+    proxy: bool = False  # the server is a forward proxy: /warm to origin-a.test, /t to origin-b.test through it
 
 
 R = RETRIES
@@ -817,414 +834,109 @@ BIG = b"x" * (
     8 * 1024 * 1024
 )  # fills the socket buffers: a server that reads nothing stalls the upload
 
-# fmt: off  (one case a line: the table)
+# one case a line: the table
+# fmt: off
 CASES = [
     # --- HTTP/1.1, a fresh connection (the first request on a connection is never resent unasked)
-    Case(
-        "h1_fin_after_head",
-        "h1",
-        "fin_head",
-        "fin_head",
-        get=(("none", 1), ("fetch", R + 1), ("urllib3", R + 1)),
-    ),
+    Case("h1_fin_after_head", "h1", "fin_head", "fin_head", get=(("none", 1), ("fetch", R + 1), ("urllib3", R + 1))),
     Case("h1_rst_after_head", "h1", "rst_head", "rst_head"),
-    Case(
-        "h1_fin_after_body",
-        "h1",
-        "fin_body",
-        "fin_body",
-        get=(("none", 1), ("fetch", R + 1), ("urllib3", R + 1)),
-    ),
-    Case(
-        "h1_rst_after_body",
-        "h1",
-        "rst_body",
-        "rst_body",
-        get=(("none", 1), ("fetch", R + 1), ("urllib3", R + 1)),
-    ),
+    Case("h1_fin_after_body", "h1", "fin_body", "fin_body", get=(("none", 1), ("fetch", R + 1), ("urllib3", R + 1))),
+    Case("h1_rst_after_body", "h1", "rst_body", "rst_body", get=(("none", 1), ("fetch", R + 1), ("urllib3", R + 1))),
     Case("h1_partial_status_fin", "h1", "partial_status", "partial_status", post=RESET_OR_PROTO),
-    Case(
-        "h1_partial_status_rst",
-        "h1",
-        "partial_status_rst",
-        "partial_status_rst",
-        post=RESET_OR_PROTO,
-    ),
+    Case("h1_partial_status_rst", "h1", "partial_status_rst", "partial_status_rst", post=RESET_OR_PROTO),
     Case("h1_partial_head_fin", "h1", "partial_head", "partial_head", post=RESET_OR_PROTO),
     Case("h1_cut_body_fin", "h1", "cut_body", "cut_body", post=RESET_OR_PROTO),
     Case("h1_cut_body_rst", "h1", "cut_body_rst", "cut_body_rst", post=RESET_OR_PROTO),
     Case("h1_cut_chunked_fin", "h1", "cut_chunked", "cut_chunked", post=RESET_OR_PROTO),
     Case("h1_garbage_answer", "h1", "garbage", "garbage", post=("protocol_error",)),
-    Case(
-        "h1_interim_103_then_fin", "h1", "interim_then_fin", "interim_then_fin", post=RESET_OR_PROTO
-    ),
+    Case("h1_interim_103_then_fin", "h1", "interim_then_fin", "interim_then_fin", post=RESET_OR_PROTO),
     Case("h1_hang_past_read_timeout", "h1", "hang", "hang", post=("read_timeout",)),
     Case("h1_head_then_hang", "h1", "head_then_hang", "head_then_hang", post=("read_timeout",)),
-    Case(
-        "h1_503_retry_after_0",
-        "h1",
-        "status_503_ra0",
-        "status_503_ra0",
-        post=503,
-        post_retried_on_status=True,
-        get=(("none", 1), ("fetch", R + 1), ("urllib3", R + 1)),
-        get_outcome=503,
-    ),
-    Case(
-        "h1_503_retry_after_1", "h1", "status_503_ra1", "ok", post=503, post_retried_on_status=True
-    ),
-    Case(
-        "h1_429_retry_after_0",
-        "h1",
-        "status_429_ra0",
-        "status_429_ra0",
-        post=429,
-        post_retried_on_status=True,
-    ),
+    Case("h1_503_retry_after_0", "h1", "status_503_ra0", "status_503_ra0", post=503, post_retried_on_status=True, get=(("none", 1), ("fetch", R + 1), ("urllib3", R + 1)), get_outcome=503),
+    Case("h1_503_retry_after_1", "h1", "status_503_ra1", "ok", post=503, post_retried_on_status=True),
+    Case("h1_429_retry_after_0", "h1", "status_429_ra0", "status_429_ra0", post=429, post_retried_on_status=True),
     Case("h1_500", "h1", "status_500", "status_500", post=500, post_retried_on_status=True),
     Case("h1_307_then_t2_fin", "h1", "redirect_307", "redirect_307", t2="fin_body", redirect=True),
     Case("h1_308_then_t2_rst", "h1", "redirect_308", "redirect_308", t2="rst_body", redirect=True),
-    Case(
-        "h1_307_then_t2_hang",
-        "h1",
-        "redirect_307",
-        "redirect_307",
-        t2="hang",
-        redirect=True,
-        post=("read_timeout",),
-    ),
+    Case("h1_307_then_t2_hang", "h1", "redirect_307", "redirect_307", t2="hang", redirect=True, post=("read_timeout",)),
     Case("h1_303_then_get_ok", "h1", "redirect_303", "redirect_303", redirect=True, post="ok"),
-    Case(
-        "h1_expect_100_never_continue",
-        "h1",
-        "hang_head",
-        "hang_head",
-        headers=(("Expect", "100-continue"),),
-        post=TIMEOUTS,
-    ),
+    Case("h1_expect_100_never_continue", "h1", "hang_head", "hang_head", headers=(("Expect", "100-continue"),), post=TIMEOUTS),
     Case("h1_big_body_never_read", "h1", "hang_head", "hang_head", body=BIG, post=TIMEOUTS),
-    Case(
-        "h1_big_body_fin_after_head",
-        "h1",
-        "fin_head",
-        "fin_head",
-        body=BIG,
-        post=(*RESET_OR_PROTO, "write_timeout"),
-    ),
-    Case(
-        "h1_continue_then_fin",
-        "h1",
-        "continue_then_fin",
-        "continue_then_fin",
-        headers=(("Expect", "100-continue"),),
-        post=RESET_OR_PROTO,
-    ),
-    Case(
-        "h1_continue_then_ok",
-        "h1",
-        "continue_then_ok",
-        headers=(("Expect", "100-continue"),),
-        post="ok",
-    ),
+    Case("h1_big_body_fin_after_head", "h1", "fin_head", "fin_head", body=BIG, post=(*RESET_OR_PROTO, "write_timeout")),
+    Case("h1_continue_then_fin", "h1", "continue_then_fin", "continue_then_fin", headers=(("Expect", "100-continue"),), post=RESET_OR_PROTO),
+    Case("h1_continue_then_ok", "h1", "continue_then_ok", headers=(("Expect", "100-continue"),), post="ok"),
     # --- HTTP/1.1, the stale keep-alive race: a reused connection the server closes as it is reused
-    Case(
-        "h1_idle_closed_before_reuse",
-        "h1",
-        "ok",
-        warm="ok_idle_close",
-        wait_s=0.4,
-        proof=True,
-        post="ok",
-        get=(("none", 1), ("fetch", 1), ("urllib3", 1)),
-        get_outcome="ok",
-    ),
-    Case(
-        "h1_reused_fin_after_head",
-        "h1",
-        "fin_head",
-        warm="ok",
-        reused_only=True,
-        get=(("none", 2), ("fetch", 2), ("urllib3", 2)),
-        get_outcome="ok",
-    ),
-    Case(
-        "h1_reused_fin_after_body",
-        "h1",
-        "fin_body",
-        warm="ok",
-        reused_only=True,
-        get=(("none", 2), ("fetch", 2), ("urllib3", 2)),
-        get_outcome="ok",
-        idem=("GET", "PUT", "DELETE", "OPTIONS"),
-    ),
-    Case(
-        "h1_reused_rst_after_head",
-        "h1",
-        "rst_head",
-        warm="ok",
-        reused_only=True,
-        get=(("none", 2), ("fetch", 2), ("urllib3", 2)),
-        get_outcome="ok",
-    ),
-    Case(
-        "h1_reused_rst_after_body",
-        "h1",
-        "rst_body",
-        warm="ok",
-        reused_only=True,
-        get=(("none", 2), ("fetch", 2), ("urllib3", 2)),
-        get_outcome="ok",
-    ),
-    Case(
-        "h1_reused_peek_rst_unread",
-        "h1",
-        "peek_rst",
-        warm="ok",
-        reused_only=True,
-        get=(("none", 2), ("fetch", 2), ("urllib3", 2)),
-        get_outcome="ok",
-    ),
-    Case(
-        "h1_reused_peek_fin_unread",
-        "h1",
-        "peek_fin",
-        warm="ok",
-        reused_only=True,
-        get=(("none", 2), ("fetch", 2), ("urllib3", 2)),
-        get_outcome="ok",
-    ),
+    Case("h1_idle_closed_before_reuse", "h1", "ok", warm="ok_idle_close", wait_s=0.4, proof=True, post="ok", get=(("none", 1), ("fetch", 1), ("urllib3", 1)), get_outcome="ok"),
+    Case("h1_reused_fin_after_head", "h1", "fin_head", warm="ok", reused_only=True, get=(("none", 2), ("fetch", 2), ("urllib3", 2)), get_outcome="ok"),
+    Case("h1_reused_fin_after_body", "h1", "fin_body", warm="ok", reused_only=True, get=(("none", 2), ("fetch", 2), ("urllib3", 2)), get_outcome="ok", idem=("GET", "PUT", "DELETE", "OPTIONS")),
+    Case("h1_reused_rst_after_head", "h1", "rst_head", warm="ok", reused_only=True, get=(("none", 2), ("fetch", 2), ("urllib3", 2)), get_outcome="ok"),
+    Case("h1_reused_rst_after_body", "h1", "rst_body", warm="ok", reused_only=True, get=(("none", 2), ("fetch", 2), ("urllib3", 2)), get_outcome="ok"),
+    Case("h1_reused_peek_rst_unread", "h1", "peek_rst", warm="ok", reused_only=True, get=(("none", 2), ("fetch", 2), ("urllib3", 2)), get_outcome="ok"),
+    Case("h1_reused_peek_fin_unread", "h1", "peek_fin", warm="ok", reused_only=True, get=(("none", 2), ("fetch", 2), ("urllib3", 2)), get_outcome="ok"),
     Case("h1_reused_fin_body_every_conn", "h1", "fin_body", "fin_body", warm="ok"),
-    Case(
-        "h1_reused_partial_status",
-        "h1",
-        "partial_status",
-        warm="ok",
-        reused_only=True,
-        post=RESET_OR_PROTO,
-    ),
+    Case("h1_reused_partial_status", "h1", "partial_status", warm="ok", reused_only=True, post=RESET_OR_PROTO),
     Case("h1_reused_hang", "h1", "hang", warm="ok", reused_only=True, post=("read_timeout",)),
-    Case(
-        "h1_reused_503",
-        "h1",
-        "status_503_ra0",
-        "status_503_ra0",
-        warm="ok",
-        post=503,
-        post_retried_on_status=True,
-    ),
-    Case(
-        "h1_connection_close_kept_open",
-        "h1",
-        "fin_body",
-        warm="ok_close_header_kept_open",
-        reused_only=True,
-        post="ok",
-    ),
+    Case("h1_reused_503", "h1", "status_503_ra0", "status_503_ra0", warm="ok", post=503, post_retried_on_status=True),
+    Case("h1_connection_close_kept_open", "h1", "fin_body", warm="ok_close_header_kept_open", reused_only=True, post="ok"),
     Case("h1_http10_kept_open", "h1", "fin_body", warm="ok_http10", reused_only=True, post="ok"),
     # --- h2c (prior knowledge)
-    Case(
-        "h2_refused_once",
-        "h2",
-        "refused",
-        "ok",
-        proof=True,
-        post="ok",
-        get=(("none", 2), ("fetch", 2)),
-        get_outcome="ok",
-    ),
+    Case("h2_refused_once", "h2", "refused", "ok", proof=True, post="ok", get=(("none", 2), ("fetch", 2)), get_outcome="ok"),
     Case("h2_refused_always", "h2", "refused", "refused", proof=True, post=RESET_OR_PROTO),
-    Case(
-        "h2_refused_before_body",
-        "h2",
-        "refused_early",
-        "ok",
-        body=b"y" * 200_000,
-        proof=True,
-        post="ok",
-    ),
-    Case(
-        "h2_rst_internal_error",
-        "h2",
-        "rst_internal",
-        "rst_internal",
-        get=(("none", 1), ("fetch", R + 1)),
-    ),
+    Case("h2_refused_before_body", "h2", "refused_early", "ok", body=b"y" * 200_000, proof=True, post="ok"),
+    Case("h2_rst_internal_error", "h2", "rst_internal", "rst_internal", get=(("none", 1), ("fetch", R + 1))),
     Case("h2_rst_cancel", "h2", "rst_cancel", "rst_cancel"),
     Case("h2_rst_protocol_error", "h2", "rst_protocol", "rst_protocol", post=("protocol_error",)),
     Case("h2_headers_then_refused", "h2", "headers_then_refused", "headers_then_refused"),
     Case("h2_data_then_rst_internal", "h2", "data_then_rst_internal", "data_then_rst_internal"),
-    Case(
-        "h2_goaway_below",
-        "h2",
-        "goaway_below",
-        "ok",
-        proof=True,
-        post="ok",
-        get=(("none", 2), ("fetch", 2)),
-        get_outcome="ok",
-    ),
+    Case("h2_goaway_below", "h2", "goaway_below", "ok", proof=True, post="ok", get=(("none", 2), ("fetch", 2)), get_outcome="ok"),
     Case("h2_goaway_below_internal_error", "h2", "goaway_below_error", "ok", proof=True, post="ok"),
-    Case(
-        "h2_goaway_below_before_body",
-        "h2",
-        "goaway_below_early",
-        "ok",
-        body=b"y" * 200_000,
-        proof=True,
-        post="ok",
-    ),
-    Case(
-        "h2_goaway_below_every_conn",
-        "h2",
-        "goaway_below",
-        "goaway_below",
-        proof=True,
-        post=RESET_OR_PROTO,
-    ),
+    Case("h2_goaway_below_before_body", "h2", "goaway_below_early", "ok", body=b"y" * 200_000, proof=True, post="ok"),
+    Case("h2_goaway_below_every_conn", "h2", "goaway_below", "goaway_below", proof=True, post=RESET_OR_PROTO),
     Case("h2_goaway_at_stream_then_close", "h2", "goaway_at_close", "goaway_at_close"),
-    Case(
-        "h2_goaway_at_stream_then_answer", "h2", "goaway_at_then_ok", "goaway_at_then_ok", post="ok"
-    ),
+    Case("h2_goaway_at_stream_then_answer", "h2", "goaway_at_then_ok", "goaway_at_then_ok", post="ok"),
     Case("h2_goaway_above_internal_error", "h2", "goaway_above_error", "goaway_above_error"),
-    Case(
-        "h2_headers_then_goaway_below",
-        "h2",
-        "headers_then_goaway_below",
-        "headers_then_goaway_below",
-    ),
-    Case(
-        "h2_tcp_fin_after_request", "h2", "tcp_fin", "tcp_fin", get=(("none", 1), ("fetch", R + 1))
-    ),
+    Case("h2_headers_then_goaway_below", "h2", "headers_then_goaway_below", "headers_then_goaway_below"),
+    Case("h2_tcp_fin_after_request", "h2", "tcp_fin", "tcp_fin", get=(("none", 1), ("fetch", R + 1))),
     Case("h2_tcp_rst_after_request", "h2", "tcp_rst", "tcp_rst"),
     Case("h2_headers_then_fin", "h2", "headers_then_fin", "headers_then_fin", post=RESET_OR_PROTO),
     Case("h2_hang_past_read_timeout", "h2", "hang", "hang", post=("read_timeout",)),
-    Case(
-        "h2_503_retry_after_0",
-        "h2",
-        "status_503_ra0",
-        "status_503_ra0",
-        post=503,
-        post_retried_on_status=True,
-        get=(("none", 1), ("fetch", R + 1)),
-        get_outcome=503,
-    ),
-    Case(
-        "h2_429_retry_after_0",
-        "h2",
-        "status_429_ra0",
-        "status_429_ra0",
-        post=429,
-        post_retried_on_status=True,
-    ),
-    Case(
-        "h2_307_then_t2_tcp_fin", "h2", "redirect_307", "redirect_307", t2="tcp_fin", redirect=True
-    ),
-    Case(
-        "h2_307_then_t2_rst_internal",
-        "h2",
-        "redirect_307",
-        "redirect_307",
-        t2="rst_internal",
-        redirect=True,
-    ),
+    Case("h2_503_retry_after_0", "h2", "status_503_ra0", "status_503_ra0", post=503, post_retried_on_status=True, get=(("none", 1), ("fetch", R + 1)), get_outcome=503),
+    Case("h2_429_retry_after_0", "h2", "status_429_ra0", "status_429_ra0", post=429, post_retried_on_status=True),
+    Case("h2_307_then_t2_tcp_fin", "h2", "redirect_307", "redirect_307", t2="tcp_fin", redirect=True),
+    Case("h2_307_then_t2_rst_internal", "h2", "redirect_307", "redirect_307", t2="rst_internal", redirect=True),
     # h2c on a reused connection: a GET /warm on stream 1, the target on stream 3
-    Case(
-        "h2_reused_goaway_below",
-        "h2",
-        "goaway_below",
-        "ok",
-        warm="ok",
-        reused_only=True,
-        proof=True,
-        post="ok",
-    ),
-    Case(
-        "h2_reused_refused",
-        "h2",
-        "refused",
-        "ok",
-        warm="ok",
-        reused_only=True,
-        proof=True,
-        post="ok",
-    ),
+    Case("h2_reused_goaway_below", "h2", "goaway_below", "ok", warm="ok", reused_only=True, proof=True, post="ok"),
+    Case("h2_reused_refused", "h2", "refused", "ok", warm="ok", reused_only=True, proof=True, post="ok"),
     Case("h2_reused_tcp_fin", "h2", "tcp_fin", warm="ok", reused_only=True),
     Case("h2_reused_tcp_rst", "h2", "tcp_rst", warm="ok", reused_only=True),
     Case("h2_reused_rst_cancel", "h2", "rst_cancel", warm="ok", reused_only=True),
     Case("h2_reused_goaway_at_then_close", "h2", "goaway_at_close", warm="ok", reused_only=True),
     # --- more of the race, other methods that are not idempotent
     Case("h1_fin_right_after_response", "h1", "ok", warm="ok_then_halfclose", post=("ok", *RESET)),
-    Case(
-        "h1_junk_after_warm_response",
-        "h1",
-        "ok",
-        warm="ok_extra_bytes",
-        post=("ok", "protocol_error", "connection_reset"),
-    ),
-    Case(
-        "h1_early_413_big_body",
-        "h1",
-        "early_413_close",
-        "early_413_close",
-        body=BIG,
-        post=(413, "connection_reset", "write_timeout"),
-    ),
-    Case(
-        "h1_reused_rst_mid_big_body",
-        "h1",
-        "rst_mid_body",
-        warm="ok",
-        reused_only=True,
-        body=BIG,
-        post=(*RESET, "write_timeout"),
-    ),
-    Case(
-        "h1_patch_reused_fin_after_body",
-        "h1",
-        "fin_body",
-        warm="ok",
-        reused_only=True,
-        method="PATCH",
-    ),
+    Case("h1_idle_408_before_reuse", "h1", "ok", warm="ok_idle_408", wait_s=0.4, post=("ok", 408), get=(("none", 1), ("fetch", 1), ("urllib3", 1)), get_outcome="ok"),
+    Case("h1_junk_after_warm_response", "h1", "ok", warm="ok_extra_bytes", post=("ok", "protocol_error", "connection_reset")),
+    Case("h1_early_413_big_body", "h1", "early_413_close", "early_413_close", body=BIG, post=(413, "connection_reset", "write_timeout")),
+    Case("h1_reused_rst_mid_big_body", "h1", "rst_mid_body", warm="ok", reused_only=True, body=BIG, post=(*RESET, "write_timeout")),
+    Case("h1_patch_reused_fin_after_body", "h1", "fin_body", warm="ok", reused_only=True, method="PATCH"),
     Case("h1_patch_fin_after_body", "h1", "fin_body", "fin_body", method="PATCH"),
-    Case(
-        "h1_purge_reused_rst_after_body",
-        "h1",
-        "rst_body",
-        warm="ok",
-        reused_only=True,
-        method="PURGE",
-    ),
+    Case("h1_purge_reused_rst_after_body", "h1", "rst_body", warm="ok", reused_only=True, method="PURGE"),
     Case("h1_patch_hang", "h1", "hang", "hang", method="PATCH", post=("read_timeout",)),
     Case("h2_patch_tcp_fin_after_request", "h2", "tcp_fin", "tcp_fin", method="PATCH"),
     Case("h2_patch_rst_internal_error", "h2", "rst_internal", "rst_internal", method="PATCH"),
-    Case(
-        "h2_patch_goaway_at_stream_then_close",
-        "h2",
-        "goaway_at_close",
-        "goaway_at_close",
-        method="PATCH",
-    ),
+    Case("h2_patch_goaway_at_stream_then_close", "h2", "goaway_at_close", "goaway_at_close", method="PATCH"),
+    # --- through a forward proxy (the case's server): one keep-alive connection to it carries every origin's requests
+    Case("h1_proxy_fin_after_body", "h1", "fin_body", "fin_body", proxy=True, get=(("none", 1), ("fetch", R + 1), ("urllib3", R + 1))),
+    Case("h1_proxy_reused_fin_after_body", "h1", "fin_body", warm="ok", reused_only=True, proxy=True, get=(("none", 2), ("fetch", 2), ("urllib3", 2)), get_outcome="ok"),
+    Case("h1_proxy_reused_rst_after_head", "h1", "rst_head", warm="ok", reused_only=True, proxy=True),
+    Case("h1_proxy_reused_peek_rst_unread", "h1", "peek_rst", warm="ok", reused_only=True, proxy=True, get=(("none", 2), ("fetch", 2), ("urllib3", 2)), get_outcome="ok"),
+    Case("h1_proxy_idle_closed_before_reuse", "h1", "ok", warm="ok_idle_close", wait_s=0.4, proxy=True, proof=True, post="ok"),
+    Case("h1_proxy_reused_hang", "h1", "hang", warm="ok", reused_only=True, proxy=True, post=("read_timeout",)),
     Case("h2_goaway_max_then_fin", "h2", "goaway_max_then_fin", "goaway_max_then_fin"),
     Case("h2_interim_103_then_refused", "h2", "interim_then_refused", "interim_then_refused"),
-    Case(
-        "h2_interim_103_then_goaway_below",
-        "h2",
-        "interim_then_goaway_below",
-        "interim_then_goaway_below",
-    ),
-    Case(
-        "h2_idle_goaway_then_kept_open",
-        "h2",
-        "ok",
-        warm="ok_then_goaway_idle",
-        wait_s=0.3,
-        post="ok",
-    ),
+    Case("h2_interim_103_then_goaway_below", "h2", "interim_then_goaway_below", "interim_then_goaway_below"),
+    Case("h2_idle_goaway_then_kept_open", "h2", "ok", warm="ok_then_goaway_idle", wait_s=0.3, post="ok"),
     # http.md: a connection idle 10 s is PINGed first; no answer in 2 s: closed, the request (not yet sent) goes on a new one
-    Case(
-        "h2_idle_10s_ping_never_answered", "h2", "ok", warm="ok_then_mute", wait_s=10.5, post="ok"
-    ),
+    Case("h2_idle_10s_ping_never_answered", "h2", "ok", warm="ok_then_mute", wait_s=10.5, post="ok"),
     Case("h2_purge_reused_tcp_fin", "h2", "tcp_fin", warm="ok", reused_only=True, method="PURGE"),
 ]
 # fmt: on
@@ -1286,12 +998,17 @@ class Send:
     body: bytes | None
     headers: tuple[tuple[str, str], ...]
     wait_s: float  # before sending it
+    proxy: str | None = (
+        None  # the case's server as the forward proxy (the URL's origin is then made up)
+    )
 
 
-def _surge_options(case: Case) -> dict[str, Any]:
+def _surge_options(case: Case, proxy: str | None = None) -> dict[str, Any]:
     options: dict[str, Any] = {"max_time": MAX_TIME, "connect_timeout": MAX_TIME}
     if case.proto == "h2":
         options["http2_prior_knowledge"] = True
+    if proxy is not None:
+        options["proxy"] = proxy
     return options
 
 
@@ -1304,7 +1021,9 @@ def _caught(exc: BaseException) -> Outcome:
 
 def run_client(case: Case, sends: list[Send]) -> list[Outcome]:
     out = []
-    with surge.Client(follow_redirects=case.redirect, **_surge_options(case)) as client:
+    with surge.Client(
+        follow_redirects=case.redirect, **_surge_options(case, sends[0].proxy)
+    ) as client:
         for send in sends:
             time.sleep(send.wait_s)
             try:
@@ -1321,7 +1040,7 @@ def run_async(case: Case, sends: list[Send]) -> list[Outcome]:
     async def main() -> list[Outcome]:
         out = []
         async with surge.AsyncClient(
-            follow_redirects=case.redirect, **_surge_options(case)
+            follow_redirects=case.redirect, **_surge_options(case, sends[0].proxy)
         ) as client:
             for send in sends:
                 await asyncio.sleep(send.wait_s)
@@ -1383,6 +1102,8 @@ def run_cli(case: Case, sends: list[Send], tmp: str) -> list[Outcome]:
         args.append("-L")
     if case.proto == "h2":
         args.append("--http2-prior-knowledge")
+    if sends[0].proxy is not None:
+        args += ["-x", sends[0].proxy]
     if any(s.wait_s for s in sends):
         args += ["--rate-per-host", str(1 / max(s.wait_s for s in sends))]
     env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
@@ -1431,6 +1152,8 @@ def run_cli_d(case: Case, sends: list[Send], tmp: str) -> list[Outcome]:
         args.append("-L")
     if case.proto == "h2":
         args.append("--http2-prior-knowledge")
+    if sends[0].proxy is not None:
+        args += ["-x", sends[0].proxy]
     if any(s.wait_s for s in sends):
         args += ["--rate-per-host", str(1 / max(s.wait_s for s in sends))]
     env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
@@ -1445,7 +1168,7 @@ def run_cli_d(case: Case, sends: list[Send], tmp: str) -> list[Outcome]:
 
 
 def run_fetch_all(case: Case, sends: list[Send]) -> list[Outcome]:
-    options = _surge_options(case)
+    options = _surge_options(case, sends[0].proxy)
     if any(s.wait_s for s in sends):
         options["rate_per_host"] = 1 / max(s.wait_s for s in sends)
     # fetch_all's documented inputs are URLs, with one method, body and headers
@@ -1475,6 +1198,8 @@ def run_requests(case: Case, sends: list[Send]) -> list[Outcome]:
     session = requests.Session()
     session.trust_env = False
     session.mount("http://", surge.requests.Adapter(max_retries=RETRIES))
+    if sends[0].proxy is not None:
+        session.proxies = {"http": sends[0].proxy}
     try:
         for send in sends:
             time.sleep(send.wait_s)
@@ -1501,7 +1226,9 @@ LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20, keepali
 
 def run_httpx(case: Case, sends: list[Send]) -> list[Outcome]:
     out = []
-    extra = {"http2_prior_knowledge": True} if case.proto == "h2" else {}
+    extra: dict[str, Any] = {"http2_prior_knowledge": True} if case.proto == "h2" else {}
+    if sends[0].proxy is not None:
+        extra["proxy"] = sends[0].proxy
     with httpx.Client(
         transport=surge.httpx.HTTPTransport(trust_env=False, limits=LIMITS, **extra),
         timeout=MAX_TIME,
@@ -1520,7 +1247,9 @@ def run_httpx(case: Case, sends: list[Send]) -> list[Outcome]:
 
 
 def run_httpx_async(case: Case, sends: list[Send]) -> list[Outcome]:
-    extra = {"http2_prior_knowledge": True} if case.proto == "h2" else {}
+    extra: dict[str, Any] = {"http2_prior_knowledge": True} if case.proto == "h2" else {}
+    if sends[0].proxy is not None:
+        extra["proxy"] = sends[0].proxy
 
     async def main() -> list[Outcome]:
         out = []
@@ -1566,12 +1295,14 @@ def drive(front: str, case: Case, sends: list[Send], tmp: str) -> list[Outcome]:
 
 def _sends(server: _Server, case: Case, method: str) -> list[Send]:
     sends = []
+    proxy = server.url("") if case.proxy else None
+    warm_url = "http://origin-a.test/warm" if proxy else server.url("/warm")
+    url = "http://origin-b.test/t" if proxy else server.url("/t")
     if case.warm is not None:
-        sends.append(Send("GET", server.url("/warm"), None, (), 0.0))
+        sends.append(Send("GET", warm_url, None, (), 0.0, proxy))
     body = case.body if method != "GET" else None
-    sends.append(
-        Send(method, server.url("/t"), body, case.headers if method != "GET" else (), case.wait_s)
-    )
+    headers = case.headers if method != "GET" else ()
+    sends.append(Send(method, url, body, headers, case.wait_s, proxy))
     return sends
 
 

@@ -917,6 +917,8 @@ CASES = [
     Case("h1_junk_after_warm_response", "h1", "ok", warm="ok_extra_bytes", post=("ok", "protocol_error", "connection_reset")),
     Case("h1_early_413_big_body", "h1", "early_413_close", "early_413_close", body=BIG, post=(413, "connection_reset", "write_timeout")),
     Case("h1_reused_rst_mid_big_body", "h1", "rst_mid_body", warm="ok", reused_only=True, body=BIG, post=(*RESET, "write_timeout")),
+    Case("h1_reused_expect_fin_after_head", "h1", "fin_head", warm="ok", reused_only=True, headers=(("Expect", "100-continue"),), post=RESET_OR_PROTO),
+    Case("h1_reused_big_body_fin_after_head", "h1", "fin_head", warm="ok", reused_only=True, body=BIG, post=(*RESET_OR_PROTO, "write_timeout")),
     Case("h1_patch_reused_fin_after_body", "h1", "fin_body", warm="ok", reused_only=True, method="PATCH"),
     Case("h1_patch_fin_after_body", "h1", "fin_body", "fin_body", method="PATCH"),
     Case("h1_purge_reused_rst_after_body", "h1", "rst_body", warm="ok", reused_only=True, method="PURGE"),

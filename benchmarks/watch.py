@@ -24,6 +24,14 @@ Wall time of the whole process, start-up included, and its CPU time (``wait4``,
 children included: steadier than wall time on a shared machine); the median of
 the runs.
 
+``loops``: issue #44's own loops, each written here (``LOOPS``), against
+MariaDB and PostgreSQL from surge.testing and the simulated web: 3,000 queries
+on one PyMySQL connection, the same on one psycopg connection, 1,000
+keep-alive GETs through one ``requests.Session``, and 2,000 PyMySQL
+connect+query+close (the issue's 10,000: too long a run, see ``loops``); the
+same ways in turns; targets <= 5% wall and <= 10% CPU (``python -m
+surge.watch`` against bare).
+
 ``memory``: 1,000,000 operations fed to one recorder in a fresh interpreter (HTTP
 requests with their phases to 1,000 hosts, and database queries), its RSS grown
 and the time per operation; the target is under 150 MB.
@@ -67,6 +75,7 @@ PACKAGES = (
     "urllib3",
     "boto3",
     "pymysql",
+    "psycopg",
     "grequests",
     "gevent",
     "opentelemetry-sdk",
@@ -296,6 +305,139 @@ def overhead(quick: bool, repeat: int) -> tuple[dict[str, Any], list[Target]]:
     return results, targets
 
 
+#: Issue #44's loops, as a program each: argv[1] the server (a URL or a port),
+#: argv[2] the count.
+LOOPS = {
+    "pymysql_queries": """
+import sys
+from urllib.parse import urlsplit
+import pymysql
+u = urlsplit(sys.argv[1])
+conn = pymysql.connect(host=u.hostname, port=u.port, user=u.username, password=u.password,
+                       database=u.path.lstrip("/"))
+with conn.cursor() as cur:
+    for i in range(int(sys.argv[2])):
+        cur.execute("SELECT %s", (i,))
+        cur.fetchone()
+conn.close()
+""",
+    "psycopg_queries": """
+import sys
+import psycopg
+with psycopg.connect(sys.argv[1], autocommit=True) as conn:
+    for i in range(int(sys.argv[2])):
+        conn.execute("SELECT %s", (i,)).fetchone()
+""",
+    "requests_keepalive": """
+import sys
+import requests
+with requests.Session() as session:
+    for i in range(int(sys.argv[2])):
+        session.get(f"http://127.0.0.1:{sys.argv[1]}/item/{i}", timeout=10).content
+""",
+    "pymysql_connect_per_query": """
+import sys
+from urllib.parse import urlsplit
+import pymysql
+u = urlsplit(sys.argv[1])
+for i in range(int(sys.argv[2])):
+    conn = pymysql.connect(host=u.hostname, port=u.port, user=u.username, password=u.password,
+                           database=u.path.lstrip("/"))
+    with conn.cursor() as cur:
+        cur.execute("SELECT %s", (i,))
+        cur.fetchone()
+    conn.close()
+""",
+}
+LOOP_CPU_TARGET = 0.10
+
+
+def loops(quick: bool, repeat: int) -> tuple[dict[str, Any], list[Target]]:
+    from surge.sim import background
+    from surge.testing import mariadb, postgresql
+
+    scale = 10 if quick else 1
+    results: dict[str, Any] = {}
+    targets: list[Target] = []
+    columns = ["loop", "bare", "python -m surge.watch", "opentelemetry-instrument"]
+    walls_table = Table(f"issue #44's loops, wall, median of {repeat} (s; against bare)", columns)
+    cpu_table = Table(f"the same runs, CPU, median of {repeat} (s; against bare)", columns)
+    with contextlib.ExitStack() as stack, tempfile.TemporaryDirectory() as scripts:
+        progress("starting MariaDB, PostgreSQL and the simulated web")
+        db = stack.enter_context(mariadb())
+        pg = stack.enter_context(postgresql())
+        sim = stack.enter_context(background())
+        cases = {
+            "3,000 queries, one PyMySQL connection": ("pymysql_queries", db.url, 3000),
+            "3,000 queries, one psycopg connection": ("psycopg_queries", pg.url, 3000),
+            "1,000 keep-alive GETs, one requests.Session": (
+                "requests_keepalive",
+                str(sim.http_port),
+                1000,
+            ),
+            # 2,000, not the issue's 10,000: PyMySQL builds a default SSL context
+            # (the system's CA store loaded) at every connect, ~17 ms of CPU here,
+            # so 10,000 would be three minutes a run
+            "2,000 PyMySQL connect+query+close": ("pymysql_connect_per_query", db.url, 2000),
+        }
+        for name, (script, server, count) in cases.items():
+            path = Path(scripts) / f"{script}.py"
+            path.write_text(LOOPS[script])
+            program = [str(path), server, str(count // scale)]
+            ways = {k: v for k, v in _ways(program).items() if k != "surge watch --"}
+            env = _env()
+            _run(ways["bare"], env)  # warm
+            walls: dict[str, list[float]] = {way: [] for way in ways}
+            cpus: dict[str, list[float]] = {way: [] for way in ways}
+            for _ in range(repeat):
+                for way, command in ways.items():
+                    progress(f"{name}: {way}")
+                    wall, cpu = _run(command, env)
+                    walls[way].append(wall)
+                    cpus[way].append(cpu)
+            medians = {way: statistics.median(v) for way, v in walls.items()}
+            cpu_medians = {way: statistics.median(v) for way, v in cpus.items()}
+            for into, values in ((walls_table, medians), (cpu_table, cpu_medians)):
+                bare = values["bare"]
+                cells = [name, f"{bare:.2f}"]
+                for way in columns[2:]:
+                    cells.append(
+                        f"{values[way]:.2f} ({values[way] / bare - 1:+.1%})"
+                        if way in values
+                        else "n/a"
+                    )
+                into.add(*cells)
+            results[name] = {
+                "wall_s": walls,
+                "cpu_s": cpus,
+                "median_wall_s": medians,
+                "median_cpu_s": cpu_medians,
+                "count": count // scale,
+            }
+            wall_over = medians["python -m surge.watch"] / medians["bare"] - 1
+            cpu_over = cpu_medians["python -m surge.watch"] / cpu_medians["bare"] - 1
+            targets.append(
+                Target(
+                    f"{name}: wall",
+                    f"<= {OVERHEAD_TARGET:+.0%}",
+                    f"{wall_over:+.1%}",
+                    wall_over <= OVERHEAD_TARGET,
+                )
+            )
+            targets.append(
+                Target(
+                    f"{name}: CPU",
+                    f"<= {LOOP_CPU_TARGET:+.0%}",
+                    f"{cpu_over:+.1%}",
+                    cpu_over <= LOOP_CPU_TARGET,
+                )
+            )
+    walls_table.print()
+    cpu_table.note("CPU: the program's process and its children (wait4), start-up included")
+    cpu_table.print()
+    return results, targets
+
+
 def memory(quick: bool) -> tuple[dict[str, Any], list[Target]]:
     n = 100_000 if quick else 1_000_000
     progress(f"feeding {n:,} operations to one recorder")
@@ -333,7 +475,7 @@ def memory(quick: bool) -> tuple[dict[str, Any], list[Target]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, one run each")
-    parser.add_argument("--only", choices=("overhead", "memory"))
+    parser.add_argument("--only", choices=("overhead", "memory", "loops"))
     parser.add_argument("--repeat", type=int, default=None, help="runs of each way (default 5)")
     args = parser.parse_args()
     repeat = args.repeat or (1 if args.quick else 5)
@@ -348,9 +490,13 @@ def main() -> None:
     if args.only in (None, "overhead"):
         results["overhead"], more = overhead(args.quick, repeat)
         targets += more
+    if args.only in (None, "loops"):
+        results["loops"], more = loops(args.quick, repeat)
+        targets += more
     print_targets(targets, args.quick)
     settings = {"quick": args.quick, "repeat": repeat, "only": args.only}
-    out = Path(__file__).resolve().parent / "results" / "watch.json"
+    name = "watch.json" if args.only is None else f"watch-{args.only}.json"
+    out = Path(__file__).resolve().parent / "results" / name
     if args.quick:
         out = Path(tempfile.gettempdir()) / "surge-watch-bench-quick.json"
     write_json(out, payload("watch", info, settings, results, targets, started))

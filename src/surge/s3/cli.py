@@ -1257,6 +1257,8 @@ def _transfer(
                 return
             if failure.code == "UnsafeKey":
                 line = f"{failure.message.replace('skipping: ', f'skipping {failure.source}: ')}"
+            elif result.deleted:  # sync --delete's: as rm says it
+                line = f"delete failed: {result.destination}: {failure.code}: {failure.message}"
             else:
                 line = (
                     f"{verb} failed: {failure.source} to {failure.destination}: "

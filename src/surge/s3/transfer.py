@@ -550,12 +550,22 @@ class TransferRun:
             summary.unverified += 1
         self._tell(Result(source, destination, size))
 
-    def _fail(self, source: str, destination: str | None, code: str, message: str) -> None:
+    def _fail(
+        self,
+        source: str,
+        destination: str | None,
+        code: str,
+        message: str,
+        *,
+        deleted: bool = False,
+    ) -> None:
+        """A failure of one object (``deleted``: of its delete, sync's
+        ``--delete``: told as rm tells one)."""
         if self.stop.error is not None:
             return  # the run ends with that error, not a line per object
         failure = Failure(source, destination, code, message)
         self.summary.failures.append(failure)
-        self._tell(Result(source, destination, 0, failure))
+        self._tell(Result(source, destination, 0, failure, deleted=deleted))
 
     def _tell(self, result: Result) -> None:
         self.stop.tell(self.opts.on_result, result)
@@ -945,7 +955,7 @@ class _Download(BucketRun):
             try:
                 os.unlink(path)
             except OSError as e:
-                self._failed(self.plan.prefix + relative, path, "LocalError", os_message(e))
+                self._fail("", path, "LocalError", os_message(e), deleted=True)
                 continue
             self.summary.deleted += 1
             self._tell(Result(None, path, 0, deleted=True))

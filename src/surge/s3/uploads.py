@@ -369,7 +369,7 @@ class _Upload(BucketRun):
             self.summary.deleted += 1
             self._tell(Result(None, self.url(key), 0, deleted=True))
         else:
-            self._fail("", self.url(key), *error)
+            self._fail("", self.url(key), *error, deleted=True)
         self._progress()
 
     def _dryrun(self, item: _File) -> None:

@@ -80,6 +80,10 @@ def start() -> None:
         return
     started_pid = os.getpid()
     watcher, direct = _watcher()
+    if not direct:
+        # a process the command started in turn: killed (SIGKILL) before it
+        # hands back, it is named (the command's own ending is said anyway)
+        _mark(directory)
     # One descriptor held back for the data file: a program that ran out of them
     # (the fd-exhaustion finding) must still be able to hand its recording over.
     reserve = [os.open(os.devnull, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))]
@@ -88,7 +92,7 @@ def start() -> None:
     except Exception:
         failed("following stderr")
 
-    def write(ended_by: str | None, *, forced: bool = False) -> None:
+    def write(ended_by: str | None, *, forced: bool = False, suffix: str = "") -> None:
         try:
             # (a forked child's parent is not surge watch, whatever it was to the first)
             if forced and _gone(watcher, direct and os.getpid() == started_pid):
@@ -105,13 +109,14 @@ def start() -> None:
                 data["forked_from"] = started_pid
             data["stderr_open_line"] = _stderr.open_line()
             data["stderr_id"] = _stderr.identity()
-            path = os.path.join(directory, f"{pid}.json")
+            # (a process that execs writes "<pid>.exec.json": the program it
+            # becomes has the same pid, and writes "<pid>.json")
+            path = os.path.join(directory, f"{pid}{suffix}.json")
             with open(path + ".part", "w", encoding="utf-8") as out:
                 json.dump(data, out, separators=(",", ":"))
             os.replace(path + ".part", path)
-            if pid != started_pid:
-                with contextlib.suppress(OSError):
-                    os.unlink(os.path.join(directory, f"{pid}{LOST_SUFFIX}"))
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(directory, f"{pid}{LOST_SUFFIX}"))
         except Exception:
             failed("writing the recording")
 
@@ -120,21 +125,14 @@ def start() -> None:
         a process handed nothing back) - but for subprocess's child, which
         runs a ``preexec_fn`` only to exec the command next (a Python command
         records itself; another has nothing to hand back)."""
+        endings.forked()
         caller = sys._getframe(1).f_code
         launcher = sys.modules.get("subprocess")  # (calling: loaded)
         if caller.co_name == "_execute_child" and caller.co_filename == getattr(
             launcher, "__file__", None
         ):
             return
-        try:
-            marker = os.path.join(directory, f"{os.getpid()}{LOST_SUFFIX}")
-            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-            try:
-                os.write(fd, str(os.getppid()).encode())
-            finally:
-                os.close(fd)
-        except Exception:
-            failed("marking a forked child")
+        _mark(directory)
 
     endings = Endings(lambda ended_by: write(ended_by, forced=True))
 
@@ -150,19 +148,43 @@ def start() -> None:
         failed("hooking the process's endings")
     with contextlib.suppress(AttributeError):
         os.register_at_fork(after_in_child=forked)
-    _unmark_at_exec(directory)
+    _hand_over_at_exec(directory, lambda: write("exec", forced=True, suffix=".exec"))
 
 
-def _unmark_at_exec(directory: str) -> None:
+def _mark(directory: str) -> None:
+    """This process's marker, ``<pid>.lost`` holding its parent's pid, that its
+    recording replaces: left, it says a process handed nothing back."""
+    try:
+        marker = os.path.join(directory, f"{os.getpid()}{LOST_SUFFIX}")
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, str(os.getppid()).encode())
+        finally:
+            os.close(fd)
+    except Exception:
+        failed("marking a process")
+
+
+def _hand_over_at_exec(directory: str, hand_over: Callable[[], None]) -> None:
     """``os.execv`` and ``os.execve`` (which every ``os.exec*`` function ends
-    in) take a forked child's marker away first: the program it becomes hands
-    back its own recording, or has none to."""
+    in) hand the recording over first (``hand_over``: what the process did
+    before it became another program), and take a forked child's marker away:
+    the program it becomes hands back its own recording, or has none to."""
 
-    def unmarking(real: Callable[..., Any]) -> Callable[..., Any]:
+    def handing_over(real: Callable[..., Any]) -> Callable[..., Any]:
         def exec_(*args: Any, **kwargs: Any) -> Any:
+            hand_over()
+            pid = os.getpid()
             with contextlib.suppress(OSError):
-                os.unlink(os.path.join(directory, f"{os.getpid()}{LOST_SUFFIX}"))
-            return real(*args, **kwargs)
+                os.unlink(os.path.join(directory, f"{pid}{LOST_SUFFIX}"))
+            try:
+                return real(*args, **kwargs)
+            except BaseException:
+                # no exec: the process goes on, and hands its recording over at
+                # its exit, as if this had not been written
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(directory, f"{pid}.exec.json"))
+                raise
 
         exec_.__wrapped__ = real  # type: ignore[attr-defined]
         exec_.__name__ = real.__name__
@@ -171,4 +193,4 @@ def _unmark_at_exec(directory: str) -> None:
     for name in ("execv", "execve"):
         real = getattr(os, name, None)
         if real is not None and not hasattr(real, "__wrapped__"):
-            setattr(os, name, unmarking(real))
+            setattr(os, name, handing_over(real))

@@ -87,6 +87,17 @@ class Endings:
         sys.excepthook = excepthook
         return self
 
+    def forked(self) -> None:
+        """In a forked child: the signals this put its handler on get their
+        default action back, so that the child dies of one as it would unwatched
+        (``Pool.terminate``'s SIGTERM), by the kernel, whatever its Python is
+        doing - a handler in a child could be left waiting on a lock another
+        thread held at the fork."""
+        for signum in FORCED_SIGNALS:
+            with contextlib.suppress(ValueError, OSError, RuntimeError):
+                if signal.getsignal(signum) == self._signalled:
+                    signal.signal(signum, signal.SIG_DFL)
+
     def end(self, ended_by: str, *, forked_too: bool = False) -> None:
         """Run ``finish`` once, in the process that started the recording (and,
         ``forked_too``, in a forked child: with ``None``, its normal end)."""

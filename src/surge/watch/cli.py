@@ -92,7 +92,8 @@ def _dies_with_parent() -> Callable[[], None] | None:
 
 
 def _runs(directory: str) -> list[dict[str, Any]]:
-    """Each process's data; a forked child that handed back nothing (its
+    """Each process's data (two for a pid that exec'd: before and after); a
+    process the command started in turn that handed back nothing (its
     ``<pid>.lost`` marker left) is in its parent's ``lost_children`` (the
     first process's, if its parent is not there either)."""
     from surge.watch._child import LOST_SUFFIX

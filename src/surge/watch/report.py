@@ -104,7 +104,7 @@ def partial_notes(runs: list[dict[str, Any]], command_ended_by: str | None = Non
         if lost := run.get("lost_children"):
             pids = ", ".join(str(pid) for pid in lost[:5]) + (", ..." if len(lost) > 5 else "")
             notes.append(
-                f"{len(lost)} forked {'child' if len(lost) == 1 else 'children'} of process "
+                f"{len(lost)} {'child' if len(lost) == 1 else 'children'} of process "
                 f"{run['pid']} handed back nothing (killed by a signal, as Pool.terminate "
                 f"ends its workers: use close() and join()): what they did is not here "
                 f"(pid {pids})"

@@ -556,11 +556,16 @@ class Watchdog:
             fire = []
             with self._cond:
                 now = time.monotonic()
+                # A snapshot (list() of a dict is one step under the GIL): _disarm
+                # pops without the lock, and a dict changed while a generator walks
+                # it raised here, which ended this thread - and every timeout after.
+                soonest = None
                 for token, (when, call) in list(self._armed.items()):
                     if when <= now:
-                        fire.append(call)
-                        del self._armed[token]
-                soonest = min((when for when, _ in self._armed.values()), default=None)
+                        if self._armed.pop(token, None) is not None:
+                            fire.append(call)
+                    elif soonest is None or when < soonest:
+                        soonest = when
                 if not fire:
                     self._cond.wait(None if soonest is None else max(0.0, soonest - now))
             for call in fire:

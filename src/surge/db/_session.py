@@ -560,7 +560,11 @@ class Watchdog:
                 # pops without the lock, and a dict changed while a generator walks
                 # it raised here, which ended this thread - and every timeout after.
                 soonest = None
-                for token, (when, call) in list(self._armed.items()):
+                try:
+                    armed = list(self._armed.items())
+                except RuntimeError:  # a collection ran Python mid-copy, and a pop came
+                    continue
+                for token, (when, call) in armed:
                     if when <= now:
                         if self._armed.pop(token, None) is not None:
                             fire.append(call)

@@ -239,6 +239,25 @@ def _programs(servers: dict[str, Any], quick: bool) -> dict[str, tuple[list[str]
     }
 
 
+def _in_turns(
+    name: str, ways: dict[str, list[str]], env: dict[str, str], repeat: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, float], dict[str, float]]:
+    """Each way of one program run ``repeat`` times, in turns, after a warm-up
+    run bare: (walls, CPUs, their medians)."""
+    _run(ways["bare"], env)  # warm: caches, the server's first connections
+    walls: dict[str, list[float]] = {way: [] for way in ways}
+    cpus: dict[str, list[float]] = {way: [] for way in ways}
+    for _ in range(repeat):
+        for way, command in ways.items():
+            progress(f"{name}: {way}")
+            wall, cpu = _run(command, env)
+            walls[way].append(wall)
+            cpus[way].append(cpu)
+    medians = {way: statistics.median(runs) for way, runs in walls.items()}
+    cpu_medians = {way: statistics.median(runs) for way, runs in cpus.items()}
+    return walls, cpus, medians, cpu_medians
+
+
 def overhead(quick: bool, repeat: int) -> tuple[dict[str, Any], list[Target]]:
     results: dict[str, Any] = {}
     targets = []
@@ -257,17 +276,7 @@ def overhead(quick: bool, repeat: int) -> tuple[dict[str, Any], list[Target]]:
         for name, (program, extra) in _programs(servers, quick).items():
             env = _env(extra)
             ways = _ways(program)
-            _run(ways["bare"], env)  # warm: caches, the server's first connections
-            walls: dict[str, list[float]] = {way: [] for way in ways}
-            cpus: dict[str, list[float]] = {way: [] for way in ways}
-            for _ in range(repeat):
-                for way, command in ways.items():
-                    progress(f"{name}: {way}")
-                    wall, cpu = _run(command, env)
-                    walls[way].append(wall)
-                    cpus[way].append(cpu)
-            medians = {way: statistics.median(runs) for way, runs in walls.items()}
-            cpu_medians = {way: statistics.median(runs) for way, runs in cpus.items()}
+            walls, cpus, medians, cpu_medians = _in_turns(name, ways, env, repeat)
             for into, values in ((table, medians), (cpu_table, cpu_medians)):
                 bare = values["bare"]
                 cells = [name]
@@ -386,17 +395,7 @@ def loops(quick: bool, repeat: int) -> tuple[dict[str, Any], list[Target]]:
             program = [str(path), server, str(count // scale)]
             ways = {k: v for k, v in _ways(program).items() if k != "surge watch --"}
             env = _env()
-            _run(ways["bare"], env)  # warm
-            walls: dict[str, list[float]] = {way: [] for way in ways}
-            cpus: dict[str, list[float]] = {way: [] for way in ways}
-            for _ in range(repeat):
-                for way, command in ways.items():
-                    progress(f"{name}: {way}")
-                    wall, cpu = _run(command, env)
-                    walls[way].append(wall)
-                    cpus[way].append(cpu)
-            medians = {way: statistics.median(v) for way, v in walls.items()}
-            cpu_medians = {way: statistics.median(v) for way, v in cpus.items()}
+            walls, cpus, medians, cpu_medians = _in_turns(name, ways, env, repeat)
             for into, values in ((walls_table, medians), (cpu_table, cpu_medians)):
                 bare = values["bare"]
                 cells = [name, f"{bare:.2f}"]
